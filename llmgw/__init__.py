@@ -1,0 +1,5 @@
+"""llmgw: a private LLM cloud on your own machines."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The node agent: discovery, engines, weights, shard supervision and the stream."""

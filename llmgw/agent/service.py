@@ -1,0 +1,104 @@
+"""``llmgw agent run``: enroll once if needed, then keep a stream to a control plane.
+
+The agent moves through the control planes it knows (the leader's list, kept in the
+state dir) and reconnects within seconds when one goes; it never needs re-enrolling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmgw import pki
+from llmgw.agent.identity import AgentState, EnrollError, default_node_id, enroll
+from llmgw.agent.session import AgentSession, FactSource, SessionEnded, SessionSettings
+
+log = logging.getLogger("llmgw.agent")
+
+RETRY_FIRST = 0.5
+RETRY_MAX = 3.0
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    state_dir: Path
+    node_id: str | None = None
+    server: str | None = None
+    token: str | None = None
+    data_dirs: tuple[Path, ...] = ()
+    heartbeat_interval: float = 5.0
+
+
+async def ensure_enrolled(opts: AgentOptions) -> AgentState:
+    state = AgentState.load(opts.state_dir)
+    if state.enrolled():
+        if opts.node_id and opts.node_id != state.node_id:
+            raise EnrollError(
+                f"{opts.state_dir} holds node {state.node_id!r}, not {opts.node_id!r}; use "
+                "another --state-dir for another node"
+            )
+        return state
+    if not opts.token:
+        raise EnrollError(
+            f"this node has not joined a cluster ({opts.state_dir} holds no certificate): "
+            "run `llmgw node token` on the control plane, then `llmgw agent run --server "
+            "HOST:PORT --token TOKEN`"
+        )
+    node_id = opts.node_id or default_node_id()
+    state = await enroll(opts.state_dir, opts.token, node_id, opts.server)
+    log.info("enrolled as node %s; certificate kept in %s", node_id, opts.state_dir)
+    return state
+
+
+async def keep_connected(
+    state: AgentState, source: FactSource, settings: SessionSettings, stop: asyncio.Event
+) -> None:
+    """Hold a stream to some control plane until ``stop`` is set."""
+    tls = pki.client_tls(state.cert_path, state.key_path, state.ca_path)
+    session = AgentSession(state.node_id, tls, source, settings)
+    index = 0
+    delay = RETRY_FIRST
+    while not stop.is_set():
+        planes = state.control_planes
+        address = planes[index % len(planes)]
+        run = asyncio.create_task(session.run(address))
+        halt = asyncio.create_task(stop.wait())
+        await asyncio.wait([run, halt], return_when=asyncio.FIRST_COMPLETED)
+        halt.cancel()
+        if not run.done():
+            run.cancel()
+            await asyncio.gather(run, return_exceptions=True)
+            break
+        exc = run.exception()
+        if isinstance(exc, SessionEnded) and exc.registered:
+            delay = RETRY_FIRST
+        log.warning("%s", exc)
+        if session.control_planes:
+            state.learn_control_planes(session.control_planes)
+        index += 1
+        # Jitter keeps a thousand agents from reconnecting in the same instant.
+        wait = delay * (0.5 + random.random() / 2)
+        delay = min(delay * 2, RETRY_MAX)
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=wait)
+        except TimeoutError:
+            pass
+
+
+async def run_agent(opts: AgentOptions) -> None:
+    from llmgw.agent.discovery import Discovery
+
+    state = await ensure_enrolled(opts)
+    dirs = [opts.state_dir, *opts.data_dirs]
+    source = Discovery(dirs)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    settings = SessionSettings(heartbeat_interval=opts.heartbeat_interval)
+    log.info("agent for node %s; control planes %s", state.node_id, ", ".join(state.control_planes))
+    await keep_connected(state, source, settings, stop)

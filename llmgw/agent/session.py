@@ -1,0 +1,242 @@
+"""The agent's end of the stream: connect, register, heartbeat, and notice a dead peer.
+
+One POST over HTTP/2 with mutual TLS stays open for the life of the connection. The agent
+PINGs every couple of seconds; a PING unanswered in a few seconds means the control plane
+is gone (stopped, partitioned, or wedged), and the session ends so the caller can move on
+to the next control plane in seconds rather than after TCP's fifteen minutes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import ssl
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from h2.events import (
+    ConnectionTerminated,
+    DataReceived,
+    PingAckReceived,
+    ResponseReceived,
+    StreamEnded,
+    StreamReset,
+)
+
+from llmgw import __version__
+from llmgw.config import parse_hostport
+from llmgw.h2link import CONTENT_TYPE, STREAM_PATH, H2Link, header_map
+from llmgw.wire import FrameDecoder, Heartbeat, HostFacts, Register, Registered
+from llmgw.wire.messages import GPU, Disk, Goodbye, decode_message, encode_message
+
+log = logging.getLogger("llmgw.agent.session")
+
+# What this agent can answer; the control plane asks for nothing not listed.
+FEATURES = ["heartbeat.v1"]
+
+
+class SessionEnded(ConnectionError):
+    """The stream ended; ``registered`` tells whether it ever got as far as Registered."""
+
+    def __init__(self, reason: str, registered: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.registered = registered
+
+
+class LiveFigures(Protocol):
+    memory_available: int | None
+    cpu_percent: float | None
+    load: list[float] | None
+    disks: list[Disk] | None
+    gpus: list[GPU] | None
+
+
+class FactSource(Protocol):
+    async def facts(self, hostname: str) -> HostFacts: ...
+
+    async def live(self) -> LiveFigures: ...
+
+
+@dataclass
+class SessionSettings:
+    heartbeat_interval: float = 5.0
+    ping_interval: float = 2.0
+    ping_timeout: float = 4.0
+    connect_timeout: float = 5.0
+    features: list[str] = field(default_factory=lambda: list(FEATURES))
+
+
+class AgentSession:
+    def __init__(
+        self,
+        node_id: str,
+        tls: ssl.SSLContext,
+        source: FactSource,
+        settings: SessionSettings | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.tls = tls
+        self.source = source
+        self.settings = settings or SessionSettings()
+        self.control_planes: list[str] = []
+        self.registered_at: float | None = None
+        self.address: str | None = None
+
+    async def run(self, address: str) -> None:
+        """Run one stream to ``address`` until it ends; always raises SessionEnded."""
+        host, port = parse_hostport(address)
+        s = self.settings
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=self.tls,
+                    server_hostname=host,
+                    ssl_handshake_timeout=s.connect_timeout,
+                ),
+                timeout=s.connect_timeout + 1,
+            )
+        except ssl.SSLCertVerificationError as exc:
+            raise SessionEnded(
+                f"{address}: the control plane's certificate is not trusted: {exc.verify_message}"
+            ) from exc
+        except (OSError, TimeoutError) as exc:
+            raise SessionEnded(f"{address}: cannot connect: {exc or 'timed out'}") from exc
+        ssl_obj = writer.get_extra_info("ssl_object")
+        if ssl_obj is None or ssl_obj.selected_alpn_protocol() != "h2":
+            writer.close()
+            raise SessionEnded(f"{address}: the server did not agree to HTTP/2")
+        self.address = writer.get_extra_info("sockname")[0]
+        link = H2Link(reader, writer, client_side=True)
+        self.registered_at = None
+        try:
+            await self._stream(link, address)
+        finally:
+            link.close()
+
+    async def _stream(self, link: H2Link, address: str) -> None:
+        link.start()
+        sid = link.conn.get_next_available_stream_id()
+        link.send_headers(
+            sid,
+            [
+                (":method", "POST"),
+                (":scheme", "https"),
+                (":authority", address),
+                (":path", STREAM_PATH),
+                ("content-type", CONTENT_TYPE),
+            ],
+        )
+        facts = await self.source.facts(self.node_id)
+        register = Register(
+            node_id=self.node_id,
+            version=__version__,
+            host=facts,
+            address=self.address,
+            features=self.settings.features,
+        )
+        await link.send(sid, encode_message(register))
+        registered = asyncio.Event()
+        last_ack = [time.monotonic()]
+        tasks = [
+            asyncio.create_task(self._read(link, sid, address, registered, last_ack)),
+            asyncio.create_task(self._heartbeats(link, sid, registered)),
+            asyncio.create_task(self._pings(link, address, last_ack)),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                exc = task.exception()
+                if isinstance(exc, SessionEnded):
+                    exc.registered = self.registered_at is not None
+                    raise exc
+                if exc is not None:
+                    raise SessionEnded(
+                        f"{address}: {type(exc).__name__}: {exc}", self.registered_at is not None
+                    ) from exc
+            raise SessionEnded(f"{address}: the stream ended", self.registered_at is not None)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+
+    async def _read(
+        self,
+        link: H2Link,
+        sid: int,
+        address: str,
+        registered: asyncio.Event,
+        last_ack: list[float],
+    ) -> None:
+        decoder = FrameDecoder()
+        while True:
+            data = await link.reader.read(65536)
+            if not data:
+                raise SessionEnded(f"{address}: the control plane closed the connection")
+            for event in link.receive(data):
+                if isinstance(event, PingAckReceived):
+                    last_ack[0] = time.monotonic()
+                elif isinstance(event, ResponseReceived) and event.stream_id == sid:
+                    status = header_map(event.headers).get(":status")
+                    if status != "200":
+                        raise SessionEnded(f"{address}: the stream was refused (HTTP {status})")
+                elif isinstance(event, DataReceived) and event.stream_id == sid:
+                    for payload in decoder.feed(event.data):
+                        msg = decode_message(payload)
+                        if isinstance(msg, Registered):
+                            self.control_planes = msg.control_planes
+                            self.settings.heartbeat_interval = msg.heartbeat_interval
+                            self.registered_at = time.monotonic()
+                            registered.set()
+                            log.info("registered with %s as %s", address, self.node_id)
+                        elif isinstance(msg, Goodbye):
+                            raise SessionEnded(f"{address}: the control plane said: {msg.reason}")
+                elif isinstance(event, StreamEnded | StreamReset) and event.stream_id == sid:
+                    raise SessionEnded(f"{address}: the control plane ended the stream")
+                elif isinstance(event, ConnectionTerminated):
+                    raise SessionEnded(f"{address}: the control plane closed the connection")
+
+    async def _heartbeats(self, link: H2Link, sid: int, registered: asyncio.Event) -> None:
+        await registered.wait()
+        seq = 0
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval)
+            seq += 1
+            live = await self.source.live()
+            beat = Heartbeat(
+                seq=seq,
+                memory_available=live.memory_available,
+                cpu_percent=live.cpu_percent,
+                load=live.load,
+                disks=live.disks,
+                gpus=live.gpus,
+            )
+            await asyncio.wait_for(
+                link.send(sid, encode_message(beat)), timeout=self.settings.ping_timeout
+            )
+
+    async def _pings(self, link: H2Link, address: str, last_ack: list[float]) -> None:
+        s = self.settings
+        outstanding: float | None = None  # when the oldest unanswered PING went out
+        next_ping = 0.0
+        while True:
+            now = time.monotonic()
+            if outstanding is not None and last_ack[0] >= outstanding:
+                outstanding = None
+            if outstanding is not None and now - outstanding > s.ping_timeout:
+                raise SessionEnded(
+                    f"{address}: no answer to HTTP/2 PING in {s.ping_timeout:g} s; "
+                    "the control plane is stopped or unreachable"
+                )
+            if outstanding is None and now >= next_ping:
+                outstanding, next_ping = now, now + s.ping_interval
+                link.conn.ping(os.urandom(8))
+                link.flush()
+            await asyncio.sleep(min(0.25, s.ping_interval))

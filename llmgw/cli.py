@@ -1,0 +1,320 @@
+"""The ``llmgw`` command line: one program, every role, imported lazily per command.
+
+Each command imports only what it needs, so ``llmgw agent run`` never loads the
+control plane's web stack or the console's UI toolkit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from llmgw import __version__
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(RuntimeError):
+    """Bad input on the command line; printed without a traceback."""
+
+
+def parse_duration(text: str) -> int:
+    """'90', '90s', '30m', '1h', '2d' as seconds."""
+    m = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 30m, 1h, 2d)")
+    return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _data_dir(args: argparse.Namespace) -> Path:
+    from llmgw.config import default_data_dir
+
+    return Path(args.data_dir) if args.data_dir else default_data_dir()
+
+
+def _client(args: argparse.Namespace) -> Any:
+    from llmgw.adminclient import resolve
+
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    return resolve(args.server, args.token, data_dir)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, sort_keys=False))
+
+
+# --- server ---------------------------------------------------------------------------
+
+
+def cmd_server_init(args: argparse.Namespace) -> int:
+    from llmgw.server.datadir import DataDir, InitError, init
+
+    root = _data_dir(args)
+    if not args.yes and sys.stdin.isatty():
+        present = DataDir(root).existing()
+        if not present:
+            answer = input(f"Create a new llmgw control plane in {root}? [Y/n] ").strip()
+            if answer.lower() not in ("", "y", "yes"):
+                print("Nothing was changed.")
+                return 1
+    try:
+        config, token = init(
+            root, listen=args.listen, agent_port=args.agent_port, advertise=args.advertise or None
+        )
+    except InitError as exc:
+        raise UsageError(str(exc)) from exc
+    from llmgw.adminclient import local_url
+
+    print(f"Initialised the control plane in {root}")
+    print(f"  HTTP (/v1, /api/v1, /admin): {config.listen}  ->  {local_url(config.listen)}")
+    print(f"  agents' port (mutual TLS, HTTP/2): {config.agent_port}")
+    print(f"  advertised as: {', '.join(config.advertise)}")
+    print()
+    print(f"Admin token (shown once; also kept, readable by you alone, in {root / 'admin.token'}):")
+    print(f"  {token}")
+    print()
+    print(f"Next: llmgw server run --data-dir {root}")
+    return 0
+
+
+def cmd_server_run(args: argparse.Namespace) -> int:
+    from llmgw.server.controlplane import run_server
+
+    _setup_logging(args.log_level)
+    asyncio.run(run_server(_data_dir(args)))
+    return 0
+
+
+# --- agent ----------------------------------------------------------------------------
+
+
+def cmd_agent_run(args: argparse.Namespace) -> int:
+    from llmgw.agent.service import AgentOptions, run_agent
+    from llmgw.config import AgentConfig, default_state_dir, load
+
+    _setup_logging(args.log_level)
+    state_dir = Path(args.state_dir) if args.state_dir else None
+    config_path = Path(args.config) if args.config else None
+    if config_path is None:
+        candidate = (state_dir or default_state_dir()) / "agent.yaml"
+        config_path = candidate if candidate.exists() else None
+    config = load(AgentConfig, config_path) if config_path else AgentConfig()
+    if state_dir is None:
+        state_dir = Path(config.state_dir) if config.state_dir else default_state_dir()
+    opts = AgentOptions(
+        state_dir=state_dir,
+        node_id=args.node_id or config.node_id,
+        server=args.server or config.server,
+        token=args.join_token or os.environ.get("LLMGW_JOIN_TOKEN") or config.token,
+        data_dirs=tuple(Path(d) for d in config.data_dirs),
+        heartbeat_interval=config.heartbeat_interval,
+    )
+    asyncio.run(run_agent(opts))
+    return 0
+
+
+# --- node -----------------------------------------------------------------------------
+
+
+def cmd_node_token(args: argparse.Namespace) -> int:
+    answer = _client(args).post("/api/v1/tokens", {"ttl_seconds": args.ttl})
+    if args.json:
+        _print_json(answer)
+    else:
+        print(answer["token"])
+    return 0
+
+
+def cmd_node_add(args: argparse.Namespace) -> int:
+    from llmgw.nodeadd import add_node
+
+    return add_node(args, _client(args))
+
+
+# --- ctl ------------------------------------------------------------------------------
+
+
+def cmd_ctl_nodes(args: argparse.Namespace) -> int:
+    from llmgw.tables import nodes_table
+
+    nodes = _client(args).get("/api/v1/nodes")
+    if args.json:
+        _print_json(nodes)
+    else:
+        print(nodes_table(nodes))
+    return 0
+
+
+def cmd_ctl_status(args: argparse.Namespace) -> int:
+    from llmgw.tables import status_text
+
+    status = _client(args).get("/api/v1/status")
+    if args.json:
+        _print_json(status)
+    else:
+        print(status_text(status))
+    return 0
+
+
+# --- doctor ---------------------------------------------------------------------------
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from llmgw.agent.checkup import run_doctor
+
+    return run_doctor(args)
+
+
+# --- parser ---------------------------------------------------------------------------
+
+
+def _client_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server", help="control plane HTTP address, HOST:PORT (or LLMGW_SERVER)")
+    p.add_argument("--token", help="admin token (or LLMGW_TOKEN)")
+    p.add_argument("--data-dir", help="control plane data dir to find both in (or LLMGW_DATA_DIR)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="llmgw", description="A private LLM cloud on your own machines."
+    )
+    parser.add_argument("--version", action="version", version=f"llmgw {__version__}")
+    roles = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    server = roles.add_parser("server", help="the control plane")
+    server_cmds = server.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    p = server_cmds.add_parser("init", help="create a control plane's data dir, CA and token")
+    p.add_argument("--data-dir", help="where to keep state (or LLMGW_DATA_DIR)")
+    p.add_argument(
+        "--listen",
+        default="0.0.0.0:8080",
+        help="HTTP listener of /v1, /api/v1 and /admin (default 0.0.0.0:8080)",
+    )
+    p.add_argument(
+        "--agent-port",
+        type=int,
+        default=8443,
+        help="port of the agents' mutual-TLS HTTP/2 stream (default 8443)",
+    )
+    p.add_argument(
+        "--advertise",
+        action="append",
+        metavar="ADDRESS",
+        help="an address agents reach this machine at (repeat; default: found)",
+    )
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.set_defaults(handler=cmd_server_init)
+    p = server_cmds.add_parser("run", help="run the control plane in the foreground")
+    p.add_argument("--data-dir", help="state dir made by `server init` (or LLMGW_DATA_DIR)")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(handler=cmd_server_run)
+
+    agent = roles.add_parser("agent", help="the node agent")
+    agent_cmds = agent.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    p = agent_cmds.add_parser("run", help="join (once) and serve this node")
+    p.add_argument("--server", help="control plane HTTP address to enroll with, HOST:PORT")
+    p.add_argument(
+        "--token",
+        dest="join_token",
+        help="join token from `llmgw node token` (or LLMGW_JOIN_TOKEN)",
+    )
+    p.add_argument("--state-dir", help="where the node keeps its key and certificate")
+    p.add_argument("--node-id", help="this node's id (default: its hostname)")
+    p.add_argument("--config", help="agent.yaml (default: STATE_DIR/agent.yaml if present)")
+    p.add_argument("--log-level", default="info")
+    p.set_defaults(handler=cmd_agent_run)
+
+    node = roles.add_parser("node", help="add nodes to the cluster")
+    node_cmds = node.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    p = node_cmds.add_parser("token", help="print a join token for a new node")
+    p.add_argument(
+        "--ttl",
+        type=parse_duration,
+        default=3600,
+        help="how long it is good for (default 1h; 30m, 2d, ...)",
+    )
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+    p.set_defaults(handler=cmd_node_token)
+    p = node_cmds.add_parser("add", help="install and start an agent on HOST over ssh")
+    p.add_argument("host")
+    p.add_argument("--user", help="ssh user (default: yours)")
+    p.add_argument("--ssh-port", type=int, default=22)
+    p.add_argument("--ssh-key", help="ssh identity file")
+    p.add_argument("--node-id", help="the node's id (default: its hostname)")
+    p.add_argument(
+        "--prefix", default="/opt/llmgw", help="where to install on the node (default /opt/llmgw)"
+    )
+    p.add_argument("--zipapp", help="llmgw.pyz to copy (default: this one, or dist/llmgw.pyz)")
+    p.add_argument("--control-plane", help="HOST:PORT the node reaches the control plane at")
+    p.add_argument("--timeout", type=float, default=120, help="seconds to wait for Ready")
+    _client_options(p)
+    p.set_defaults(handler=cmd_node_add)
+
+    ctl = roles.add_parser("ctl", help="look at and steer the cluster")
+    ctl_cmds = ctl.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    p = ctl_cmds.add_parser("nodes", help="every node, its state and hardware")
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+    p.set_defaults(handler=cmd_ctl_nodes)
+    p = ctl_cmds.add_parser("status", help="the control plane and a count of nodes")
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+    p.set_defaults(handler=cmd_ctl_status)
+
+    p = roles.add_parser("doctor", help="check this machine (and its link to the cluster)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--state-dir", help="agent state dir (default: the usual one, if present)")
+    p.set_defaults(handler=cmd_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Handler | None = getattr(args, "handler", None)
+    if handler is None:
+        # A role without its subcommand: show that role's help.
+        target = args.command
+        if target:
+            parser.parse_args([target, "--help"])
+        parser.print_help()
+        return 2
+    from llmgw.adminclient import AdminError
+    from llmgw.config import ConfigError
+
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except (UsageError, AdminError, ConfigError) as exc:
+        print(f"llmgw: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        from llmgw.agent.identity import EnrollError
+        from llmgw.jointoken import TokenError
+
+        if isinstance(exc, EnrollError | TokenError):
+            print(f"llmgw: {exc}", file=sys.stderr)
+            return 1
+        raise
+
+
+def entry() -> None:
+    sys.exit(main())

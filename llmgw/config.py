@@ -1,0 +1,226 @@
+"""Role configuration: frozen dataclasses loaded once from YAML and passed in, never global.
+
+The loader is strict: an unknown key or a value of the wrong kind is refused, naming the
+file, the key and what is allowed, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+_T = TypeVar("_T")
+
+
+class ConfigError(ValueError):
+    """A configuration file or value that cannot be used, with what to do about it."""
+
+
+def parse_hostport(value: str, default_port: int | None = None) -> tuple[str, int]:
+    """Split HOST:PORT (or [v6]:PORT); refuse anything else with a readable reason."""
+    text = value.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else ""
+        if not sep:
+            raise ConfigError(f"{value!r}: unclosed '[' in an IPv6 address")
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host, port_text = text, ""
+    if not port_text:
+        if default_port is None:
+            raise ConfigError(f"{value!r} is not HOST:PORT (for example 0.0.0.0:8080)")
+        return host or "0.0.0.0", default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ConfigError(f"{value!r}: the port must be a number from 1 to 65535")
+    return host or "0.0.0.0", int(port_text)
+
+
+def format_hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _check_hostport(value: Any) -> str | None:
+    try:
+        parse_hostport(value)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def _check_port(value: Any) -> str | None:
+    return None if 0 < value < 65536 else "a port must be from 1 to 65535"
+
+
+def _check_positive(value: Any) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def _check_one_of(*allowed: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if value in allowed else f"must be one of: {', '.join(allowed)}"
+
+    return check
+
+
+def _checked(check: Callable[[Any], str | None], default: Any = dataclasses.MISSING) -> Any:
+    if default is dataclasses.MISSING:
+        return field(metadata={"check": check})
+    return field(default=default, metadata={"check": check})
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    backend: str = _checked(_check_one_of("sqlite", "postgres"), "sqlite")
+    # SQLite: a path (relative to the data dir); PostgreSQL: a libpq DSN.
+    dsn: str = "store.db"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """server.yaml, in the data dir."""
+
+    listen: str = _checked(_check_hostport, "0.0.0.0:8080")
+    agent_port: int = _checked(_check_port, 8443)
+    # Addresses (host or IP) agents and clients reach this control plane at; they go in
+    # the server certificate's SANs and in join tokens.
+    advertise: list[str] = field(default_factory=list)
+    # A separate listener for /api/v1 and /admin only, when set.
+    admin_listen: str | None = _checked(_check_hostport, None)
+    heartbeat_interval: float = _checked(_check_positive, 5.0)
+    missed_heartbeats: int = _checked(_check_positive, 3)
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """agent.yaml: what a node's agent needs to find and join its control plane."""
+
+    # The control plane's HTTP listener, HOST:PORT, used once to enroll.
+    server: str | None = _checked(_check_hostport, None)
+    token: str | None = None
+    node_id: str | None = None
+    state_dir: str | None = None
+    # Directories whose filesystems are reported (model weights, caches); the state dir
+    # is always one of them.
+    data_dirs: list[str] = field(default_factory=list)
+    heartbeat_interval: float = _checked(_check_positive, 5.0)
+
+
+def _describe(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        return f"a list of {_describe(inner)}"
+    args = typing.get_args(tp)
+    if args and type(None) in args:
+        return " or ".join(_describe(a) for a in args if a is not type(None)) + " (or null)"
+    if dataclasses.is_dataclass(tp):
+        return "a map"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
+        tp, str(tp)
+    )
+
+
+def _convert(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if args and type(None) in args:
+        if value is None:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, where)
+    bad = ConfigError(f"{where}: expected {_describe(tp)}, got {value!r}")
+    if origin is list:
+        if not isinstance(value, list):
+            raise bad
+        return [_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, dict):
+            raise bad
+        return build(tp, value, where)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise bad
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise bad
+    raise bad
+
+
+def build(cls: type[_T], data: dict[str, Any], where: str) -> _T:
+    """Make ``cls`` from a map, refusing unknown keys and values of the wrong kind."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        f = fields.get(str(key))
+        if f is None:
+            allowed = ", ".join(sorted(fields))
+            raise ConfigError(f"{where}: unknown key {key!r} (allowed: {allowed})")
+        name = f"{where}.{key}" if where.endswith(".yaml") is False else f"{where}: {key}"
+        converted = _convert(value, hints[f.name], name)
+        check = f.metadata.get("check")
+        if check is not None and converted is not None:
+            problem = check(converted)
+            if problem:
+                raise ConfigError(f"{name}: {problem} (got {value!r})")
+        kwargs[f.name] = converted
+    return cls(**kwargs)
+
+
+def load(cls: type[_T], path: Path) -> _T:
+    """Read a YAML file into ``cls``; a missing file is an error the caller decides on."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a map of settings at the top level")
+    return build(cls, data, str(path))
+
+
+def dump(obj: Any) -> str:
+    """A config dataclass as YAML, None values left out."""
+    data = {k: v for k, v in dataclasses.asdict(obj).items() if v is not None}
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def default_data_dir() -> Path:
+    """Where the control plane keeps its state unless told: system-wide for root."""
+    env = os.environ.get("LLMGW_DATA_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/lib/llmgw")
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "llmgw"
+
+
+def default_state_dir() -> Path:
+    """Where an agent keeps its key, certificate and state unless told."""
+    env = os.environ.get("LLMGW_STATE_DIR")
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/lib/llmgw-agent")
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "llmgw-agent"

@@ -1,0 +1,286 @@
+"""The cluster's keys: its CA, server and node certificates, sealing, and TLS contexts.
+
+Keys are ECDSA P-256. The CA is made once at ``server init``; a node's key is made on the
+node and never leaves it (it sends a CSR). Node certificates carry the node id as their
+CN and are good for client authentication only, so one cannot pose as a control plane.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import hashlib
+import hmac
+import ipaddress
+import os
+import secrets
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_YEARS = 10
+SERVER_YEARS = 5
+NODE_YEARS = 2
+
+
+class PKIError(ValueError):
+    """A certificate, key or sealed value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    key_pem: bytes
+    cert_pem: bytes
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def new_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _load_key(pem: bytes) -> ec.EllipticCurvePrivateKey:
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise PKIError("expected an ECDSA private key")
+    return key
+
+
+def make_ca(cluster_name: str) -> KeyPair:
+    key = new_key()
+    name = x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "llmgw"),
+            x509.NameAttribute(NameOID.COMMON_NAME, f"llmgw cluster CA {cluster_name}"),
+        ]
+    )
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365 * CA_YEARS))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(key_pem(key), cert.public_bytes(serialization.Encoding.PEM))
+
+
+def _san(names: list[str]) -> x509.SubjectAlternativeName:
+    entries: list[x509.GeneralName] = []
+    seen: set[str] = set()
+    for name in names:
+        if not name or name in seen:
+            continue
+        seen.add(name)
+        try:
+            entries.append(x509.IPAddress(ipaddress.ip_address(name)))
+        except ValueError:
+            entries.append(x509.DNSName(name))
+    return x509.SubjectAlternativeName(entries)
+
+
+def _issue(
+    ca: KeyPair,
+    subject_cn: str,
+    public_key: ec.EllipticCurvePublicKey,
+    years: int,
+    usage: x509.ObjectIdentifier,
+    sans: list[str] | None = None,
+) -> x509.Certificate:
+    ca_key = _load_key(ca.key_pem)
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    now = _now()
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject_cn)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365 * years))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+    )
+    if sans:
+        builder = builder.add_extension(_san(sans), critical=False)
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def make_server_cert(ca: KeyPair, names: list[str]) -> KeyPair:
+    """The control plane's certificate, with every address it is reached at as a SAN."""
+    key = new_key()
+    cert = _issue(
+        ca, names[0], key.public_key(), SERVER_YEARS, ExtendedKeyUsageOID.SERVER_AUTH, names
+    )
+    return KeyPair(key_pem(key), cert.public_bytes(serialization.Encoding.PEM))
+
+
+def make_csr(node_id: str) -> tuple[bytes, bytes]:
+    """A node's new key and its CSR, both PEM; the key stays on the node."""
+    key = new_key()
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, node_id)]))
+        .sign(key, hashes.SHA256())
+    )
+    return key_pem(key), csr.public_bytes(serialization.Encoding.PEM)
+
+
+def sign_csr(ca: KeyPair, csr_pem: bytes, node_id: str) -> tuple[bytes, int]:
+    """Sign a node's CSR as a client certificate for ``node_id``; returns PEM and serial."""
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem)
+    except ValueError as exc:
+        raise PKIError(f"the CSR is not a PEM certificate request: {exc}") from exc
+    if not csr.is_signature_valid:
+        raise PKIError("the CSR's signature does not match its key")
+    public = csr.public_key()
+    if not isinstance(public, ec.EllipticCurvePublicKey):
+        raise PKIError("the CSR must hold an ECDSA key")
+    cert = _issue(ca, node_id, public, NODE_YEARS, ExtendedKeyUsageOID.CLIENT_AUTH)
+    return cert.public_bytes(serialization.Encoding.PEM), cert.serial_number
+
+
+def fingerprint(cert_pem: bytes) -> str:
+    """SHA-256 of the certificate's DER, hex: what a join token pins."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    return cert.fingerprint(hashes.SHA256()).hex()
+
+
+def cert_common_name(cert_pem: bytes) -> str:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    attrs = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    return str(attrs[0].value) if attrs else ""
+
+
+def cert_serial(cert_pem: bytes) -> int:
+    return x509.load_pem_x509_certificate(cert_pem).serial_number
+
+
+def cert_matches_key(cert_pem: bytes, private_pem: bytes) -> bool:
+    cert_pub = x509.load_pem_x509_certificate(cert_pem).public_key()
+    key_pub = _load_key(private_pem).public_key()
+    der = serialization.Encoding.DER
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    return cert_pub.public_bytes(der, spki) == key_pub.public_bytes(der, spki)
+
+
+def verify_issued_by(cert_pem: bytes, ca_pem: bytes) -> bool:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, Exception):
+        return False
+    return True
+
+
+# --- secrets --------------------------------------------------------------------------
+
+
+def new_secret() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def _seal_key(cluster_secret: bytes) -> bytes:
+    return HKDF(hashes.SHA256(), 32, salt=None, info=b"llmgw seal v1").derive(cluster_secret)
+
+
+def seal(cluster_secret: bytes, plaintext: bytes) -> str:
+    """Encrypt a secret for the store: AES-GCM under a key derived from the cluster secret."""
+    nonce = os.urandom(12)
+    ct = AESGCM(_seal_key(cluster_secret)).encrypt(nonce, plaintext, b"llmgw")
+    return "sealed1:" + base64.b64encode(nonce + ct).decode()
+
+
+def unseal(cluster_secret: bytes, sealed: str) -> bytes:
+    if not sealed.startswith("sealed1:"):
+        raise PKIError("not a sealed value")
+    raw = base64.b64decode(sealed[len("sealed1:") :])
+    try:
+        return AESGCM(_seal_key(cluster_secret)).decrypt(raw[:12], raw[12:], b"llmgw")
+    except Exception as exc:
+        raise PKIError("sealed value does not open with this cluster's secret") from exc
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def same(a: str, b: str) -> bool:
+    return hmac.compare_digest(a.encode(), b.encode())
+
+
+# --- TLS ------------------------------------------------------------------------------
+
+
+def server_tls(cert: Path, key: Path, ca: Path) -> ssl.SSLContext:
+    """The agents' port: TLS 1.2+, HTTP/2 only, a client certificate from our CA required."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    ctx.load_verify_locations(ca)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def client_tls(cert: Path, key: Path, ca: Path) -> ssl.SSLContext:
+    """An agent's side: trust only the cluster CA, present the node certificate."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_verify_locations(ca)
+    ctx.load_cert_chain(cert, key)
+    ctx.check_hostname = True
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a file only its owner can read, created so from the start."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    os.chmod(path, 0o600)

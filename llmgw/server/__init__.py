@@ -1,0 +1,1 @@
+"""The control plane: store, admin API, gateway, and the agents' port."""

@@ -1,0 +1,132 @@
+"""``llmgw server run``: the control plane process, put together and run to a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from hypercorn.asyncio import serve
+from hypercorn.config import Config as HypercornConfig
+
+from llmgw import __version__, jointoken, pki
+from llmgw.config import ServerConfig, format_hostport, parse_hostport
+from llmgw.server.agentport import AgentPort
+from llmgw.server.api import build_app, new_token_record
+from llmgw.server.datadir import DataDir
+from llmgw.server.nodes import NodeRegistry
+from llmgw.server.store import Store, open_store
+
+log = logging.getLogger("llmgw.server")
+
+
+class ControlPlane:
+    def __init__(self, data: DataDir, config: ServerConfig, store: Store) -> None:
+        self.data = data
+        self.config = config
+        self.store = store
+        self.cluster_secret = data.cluster_secret()
+        self.ca = data.ca()
+        self.ca_fingerprint = pki.fingerprint(self.ca.cert_pem)
+        self.registry = NodeRegistry(store, config.heartbeat_interval, config.missed_heartbeats)
+        _, http_port = parse_hostport(config.listen)
+        self.api_addresses = [format_hostport(a, http_port) for a in config.advertise]
+        self.agent_addresses = [format_hostport(a, config.agent_port) for a in config.advertise]
+        self._admin_hashes: set[str] = set()
+        self.started = time.time()
+        self.stopping = asyncio.Event()
+        self.agent_port: AgentPort | None = None
+
+    async def load(self) -> None:
+        self._admin_hashes = set(await self.store.admin_token_hashes())
+        await self.registry.load()
+
+    def admin_token_ok(self, token: str) -> bool:
+        return pki.token_hash(token) in self._admin_hashes
+
+    async def mint_join_token(self, ttl: int) -> jointoken.JoinToken:
+        secret = pki.new_secret()
+        record = new_token_record(self, ttl, secret)
+        await self.store.add_join_token(record)
+        await self.store.audit("admin", "token.create", record.id, f"ttl {ttl}s")
+        return jointoken.JoinToken(
+            id=record.id,
+            secret=secret,
+            addresses=self.api_addresses,
+            ca_fingerprint=self.ca_fingerprint,
+            expires_at=record.expires_at,
+        )
+
+    def status(self) -> dict[str, Any]:
+        port = self.agent_port
+        return {
+            "version": __version__,
+            "uptime_seconds": round(time.time() - self.started, 1),
+            "leader": True,
+            "store": self.config.store.backend,
+            "listen": self.config.listen,
+            "agent_port": self.config.agent_port,
+            "advertise": list(self.config.advertise),
+            "ca_fingerprint": self.ca_fingerprint,
+            "nodes": self.registry.counts(),
+            "agent_streams": len(port.connections) if port else 0,
+            "heartbeats": self.registry.heartbeats,
+            "heartbeat_handling": self.registry.handle_percentiles(),
+        }
+
+    async def run(self) -> None:
+        agent_host = parse_hostport(self.config.listen)[0]
+        self.agent_port = AgentPort(
+            self.registry,
+            pki.server_tls(self.data.server_cert, self.data.server_key, self.data.ca_cert),
+            agent_host,
+            self.config.agent_port,
+            self.agent_addresses,
+        )
+        await self.agent_port.start()
+        app = build_app(self)
+        hc = HypercornConfig()
+        hc.bind = [self.config.listen]
+        hc.accesslog = None
+        hc.errorlog = logging.getLogger("hypercorn.error")
+        hc.graceful_timeout = 3
+        hc.keep_alive_max_requests = 100_000
+        servers = [serve(app, hc, shutdown_trigger=self.stopping.wait)]  # type: ignore[arg-type]
+        if self.config.admin_listen:
+            admin = HypercornConfig()
+            admin.bind = [self.config.admin_listen]
+            admin.accesslog = None
+            servers.append(serve(app, admin, shutdown_trigger=self.stopping.wait))  # type: ignore[arg-type]
+        log.info(
+            "control plane %s: HTTP on %s, agents on port %d, store %s",
+            __version__,
+            self.config.listen,
+            self.config.agent_port,
+            self.config.store.backend,
+        )
+        monitor = asyncio.create_task(self.registry.monitor(self.stopping))
+        try:
+            await asyncio.gather(*servers)
+        finally:
+            self.stopping.set()
+            await self.agent_port.stop()
+            await monitor
+            await self.registry.flush()
+
+
+async def run_server(root: Path) -> None:
+    data = DataDir(root)
+    config = data.load_config()
+    store = await open_store(config, root)
+    cp = ControlPlane(data, config, store)
+    await cp.load()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, cp.stopping.set)
+    try:
+        await cp.run()
+    finally:
+        await store.close()

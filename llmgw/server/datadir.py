@@ -1,0 +1,175 @@
+"""The control plane's data directory: its layout, ``server init``, and reading it back.
+
+Layout::
+
+    server.yaml      settings (strictly checked)
+    cluster.key      32 random bytes: seals secrets in the store, derives engine keys (0600)
+    admin.token      the first admin token, for ctl on this machine (0600)
+    pki/ca.crt ca.key server.crt server.key
+    store.db         SQLite (the default store)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from llmgw import pki
+from llmgw.config import ConfigError, ServerConfig, build, dump, load, parse_hostport
+
+
+class InitError(RuntimeError):
+    """``server init`` cannot go on, and why."""
+
+
+@dataclass(frozen=True)
+class DataDir:
+    root: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "server.yaml"
+
+    @property
+    def cluster_key(self) -> Path:
+        return self.root / "cluster.key"
+
+    @property
+    def admin_token(self) -> Path:
+        return self.root / "admin.token"
+
+    @property
+    def ca_cert(self) -> Path:
+        return self.root / "pki" / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.root / "pki" / "ca.key"
+
+    @property
+    def server_cert(self) -> Path:
+        return self.root / "pki" / "server.crt"
+
+    @property
+    def server_key(self) -> Path:
+        return self.root / "pki" / "server.key"
+
+    def existing(self) -> list[str]:
+        """The parts of an initialised data dir already present, relative to it."""
+        parts = [
+            self.config_path,
+            self.cluster_key,
+            self.admin_token,
+            self.ca_cert,
+            self.ca_key,
+            self.server_cert,
+            self.server_key,
+            self.root / "store.db",
+        ]
+        return [str(p.relative_to(self.root)) for p in parts if p.exists()]
+
+    def load_config(self) -> ServerConfig:
+        if not self.config_path.exists():
+            raise ConfigError(
+                f"{self.config_path} does not exist: run `llmgw server init "
+                f"--data-dir {self.root}` first"
+            )
+        return load(ServerConfig, self.config_path)
+
+    def cluster_secret(self) -> bytes:
+        return self.cluster_key.read_bytes()
+
+    def ca(self) -> pki.KeyPair:
+        return pki.KeyPair(self.ca_key.read_bytes(), self.ca_cert.read_bytes())
+
+
+def local_addresses() -> list[str]:
+    """This machine's unicast addresses, IPv4 first, loopback and link-local left out."""
+    v4: list[str] = []
+    v6: list[str] = []
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family == socket.AF_INET and not a.address.startswith("127."):
+                v4.append(a.address)
+            elif a.family == socket.AF_INET6:
+                ip = a.address.split("%")[0]
+                if ip != "::1" and not ip.lower().startswith("fe80"):
+                    v6.append(ip)
+    return v4 + v6
+
+
+def default_advertise(listen_host: str) -> list[str]:
+    """Where agents should reach a control plane that listens on ``listen_host``."""
+    if listen_host not in ("0.0.0.0", "::", ""):
+        return [listen_host]
+    found = local_addresses()
+    return (found[:1] + [socket.gethostname()] + found[1:]) if found else ["127.0.0.1"]
+
+
+def init(
+    root: Path,
+    *,
+    listen: str = "0.0.0.0:8080",
+    agent_port: int = 8443,
+    advertise: list[str] | None = None,
+) -> tuple[ServerConfig, str]:
+    """Make a new data dir; returns its settings and the admin token (shown once)."""
+    data = DataDir(root)
+    present = data.existing()
+    if present:
+        raise InitError(
+            f"{root} is already initialised ({', '.join(present)} exist); nothing was "
+            "changed. Use another --data-dir, or remove this one to start over."
+        )
+    listen_host, _ = parse_hostport(listen)
+    config = build(
+        ServerConfig,
+        {
+            "listen": listen,
+            "agent_port": agent_port,
+            "advertise": advertise or default_advertise(listen_host),
+        },
+        "server init",
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    (root / "pki").mkdir(exist_ok=True)
+
+    sans = list(config.advertise)
+    sans += [socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", "::1"]
+    if listen_host not in ("0.0.0.0", "::"):
+        sans.append(listen_host)
+    ca = pki.make_ca(socket.gethostname())
+    server = pki.make_server_cert(ca, sans)
+    pki.write_private(data.ca_key, ca.key_pem)
+    data.ca_cert.write_bytes(ca.cert_pem)
+    pki.write_private(data.server_key, server.key_pem)
+    data.server_cert.write_bytes(server.cert_pem)
+    pki.write_private(data.cluster_key, pki.new_secret())
+
+    token = "llmgw-admin-" + secrets.token_urlsafe(32)
+    asyncio.run(_create_store(data, config, token))
+    pki.write_private(data.admin_token, (token + "\n").encode())
+    data.config_path.write_text(
+        "# llmgw control plane settings; see docs/configuration.md\n" + dump(config)
+    )
+    return config, token
+
+
+async def _create_store(data: DataDir, config: ServerConfig, admin_token: str) -> None:
+    from llmgw.server.store import open_store
+
+    store = await open_store(config, data.root)
+    try:
+        await store.add_admin_token("initial", pki.token_hash(admin_token))
+        await store.put_setting(
+            "cluster.ca_fingerprint", pki.fingerprint(data.ca_cert.read_bytes())
+        )
+        await store.audit("server init", "init", str(data.root))
+    finally:
+        await store.close()

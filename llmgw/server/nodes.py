@@ -1,0 +1,211 @@
+"""The live view of every node: enrolled certificates, facts, heartbeats and readiness.
+
+What only agents know (live figures, whether a node answers) is held here in memory and
+rebuilt from their reports after a restart; the store keeps who is enrolled, the last
+facts and state, written in batches so heartbeats never wait on a disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from llmgw.server.store import Store
+from llmgw.wire import Heartbeat, Register
+from llmgw.wire.messages import to_map
+
+log = logging.getLogger("llmgw.nodes")
+
+READY = "Ready"
+NOT_READY = "NotReady"
+
+
+class Session(Protocol):
+    def close(self, reason: str) -> None: ...
+
+
+@dataclass
+class NodeView:
+    id: str
+    cert_serial: int
+    state: str = NOT_READY
+    reason: str = ""
+    address: str | None = None
+    version: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)
+    live: dict[str, Any] = field(default_factory=dict)
+    last_heartbeat: float | None = None  # monotonic
+    last_seen: float | None = None  # wall clock
+    session: Session | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The node as the admin API shows it: a flat object of plain fields."""
+        facts = {**self.facts, **self.live}
+        return {
+            "id": self.id,
+            "state": self.state,
+            "reason": self.reason,
+            "connected": self.session is not None,
+            "address": self.address,
+            "version": self.version,
+            "last_seen": self.last_seen,
+            "hostname": facts.get("hostname"),
+            "os": facts.get("os"),
+            "arch": facts.get("arch"),
+            "kernel": facts.get("kernel"),
+            "cpu_model": facts.get("cpu_model"),
+            "cpu_count": facts.get("cpu_count"),
+            "cpu_cores": facts.get("cpu_cores"),
+            "cpu_flags": facts.get("cpu_flags", []),
+            "cpu_percent": facts.get("cpu_percent"),
+            "load": facts.get("load"),
+            "memory_total": facts.get("memory_total"),
+            "memory_available": facts.get("memory_available"),
+            "disks": facts.get("disks"),
+            "gpus": facts.get("gpus", []),
+            "gpu_source": facts.get("gpu_source"),
+            "warnings": facts.get("warnings", []),
+        }
+
+
+class NodeRegistry:
+    def __init__(self, store: Store, heartbeat_interval: float, missed_heartbeats: int) -> None:
+        self.store = store
+        self.interval = heartbeat_interval
+        self.missed = missed_heartbeats
+        self.nodes: dict[str, NodeView] = {}
+        self._dirty: dict[str, NodeView] = {}
+        self.handle_times: deque[float] = deque(maxlen=50_000)
+        self.heartbeats = 0
+
+    async def load(self) -> None:
+        """Every enrolled node, NotReady until its agent reports again."""
+        for rec in await self.store.list_nodes():
+            view = NodeView(
+                id=rec.id,
+                cert_serial=int(rec.cert_serial),
+                address=rec.address,
+                version=rec.version,
+                facts=rec.facts or {},
+                last_seen=rec.last_seen,
+                reason="waiting for its agent since the control plane started",
+            )
+            self.nodes[rec.id] = view
+            if rec.state != NOT_READY:
+                self._dirty[rec.id] = view
+
+    def certificate_ok(self, node_id: str, serial: int) -> bool:
+        """Only a node's newest certificate is honoured: re-enrolling retires the old one."""
+        view = self.nodes.get(node_id)
+        return view is not None and view.cert_serial == serial
+
+    async def enrolled(self, node_id: str, serial: int) -> None:
+        now = time.time()
+        await self.store.enroll_node(node_id, str(serial), now)
+        view = self.nodes.get(node_id)
+        if view is None:
+            self.nodes[node_id] = NodeView(id=node_id, cert_serial=serial, reason="enrolled")
+        else:
+            view.cert_serial = serial
+            if view.session is not None:
+                view.session.close("the node was enrolled again with a new certificate")
+
+    async def register(self, msg: Register, session: Session) -> None:
+        view = self.nodes[msg.node_id]
+        if view.session is not None and view.session is not session:
+            view.session.close("replaced by a newer connection from the same node")
+        view.session = session
+        view.address = msg.address
+        view.version = msg.version
+        view.facts = to_map(msg.host)
+        view.live = {}
+        view.last_heartbeat = time.monotonic()
+        view.last_seen = time.time()
+        if view.state != READY:
+            log.info("node %s is Ready (%s)", view.id, "registered")
+        view.state, view.reason = READY, ""
+        self._dirty.pop(view.id, None)
+        await self.store.register_node(
+            view.id, view.address, view.version, view.facts, view.last_seen
+        )
+
+    def heartbeat(self, node_id: str, msg: Heartbeat) -> None:
+        """Hot path: in memory only; the monitor writes what changed in batches."""
+        view = self.nodes[node_id]
+        live = view.live
+        if msg.memory_available is not None:
+            live["memory_available"] = msg.memory_available
+        if msg.cpu_percent is not None:
+            live["cpu_percent"] = msg.cpu_percent
+        if msg.load is not None:
+            live["load"] = msg.load
+        if msg.disks is not None:
+            live["disks"] = to_map(msg.disks)
+        if msg.gpus is not None:
+            live["gpus"] = to_map(msg.gpus)
+        view.last_heartbeat = time.monotonic()
+        view.last_seen = time.time()
+        if view.state != READY:
+            log.info("node %s is Ready again", node_id)
+            view.state, view.reason = READY, ""
+            self._dirty[node_id] = view
+        self.heartbeats += 1
+
+    def disconnected(self, node_id: str, session: Session) -> None:
+        view = self.nodes.get(node_id)
+        if view is not None and view.session is session:
+            view.session = None
+
+    def sweep(self, now: float | None = None) -> list[str]:
+        """Mark NotReady each node past its missed heartbeats; returns their ids."""
+        now = time.monotonic() if now is None else now
+        limit = self.interval * self.missed
+        lost: list[str] = []
+        for view in self.nodes.values():
+            if view.state != READY or view.last_heartbeat is None:
+                continue
+            if now - view.last_heartbeat > limit:
+                view.state = NOT_READY
+                view.reason = f"missed {self.missed} heartbeats ({limit:g} s without word)"
+                log.warning("node %s is NotReady: %s", view.id, view.reason)
+                self._dirty[view.id] = view
+                lost.append(view.id)
+        return lost
+
+    async def flush(self) -> None:
+        if not self._dirty:
+            return
+        dirty, self._dirty = self._dirty, {}
+        await self.store.set_node_states(
+            [(v.id, v.state, v.reason, v.last_seen) for v in dirty.values()]
+        )
+
+    async def monitor(self, stop: asyncio.Event) -> None:
+        """Sweep every second and write changes; runs until ``stop`` is set."""
+        while not stop.is_set():
+            self.sweep()
+            try:
+                await self.flush()
+            except Exception:
+                log.exception("could not write node states; will retry")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+            except TimeoutError:
+                pass
+
+    def counts(self) -> dict[str, int]:
+        ready = sum(1 for v in self.nodes.values() if v.state == READY)
+        return {"total": len(self.nodes), "ready": ready, "not_ready": len(self.nodes) - ready}
+
+    def handle_percentiles(self) -> dict[str, float | None]:
+        times = sorted(self.handle_times)
+        if not times:
+            return {"p50_ms": None, "p99_ms": None}
+        return {
+            "p50_ms": round(times[len(times) // 2] * 1000, 4),
+            "p99_ms": round(times[min(len(times) - 1, int(len(times) * 0.99))] * 1000, 4),
+        }

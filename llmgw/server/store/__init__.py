@@ -1,0 +1,24 @@
+"""The control plane's state: one interface, SQLite by default (PostgreSQL for HA later)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmgw.config import ServerConfig
+from llmgw.server.store.base import JoinTokenRecord, NodeRecord, Store, StoreError
+from llmgw.server.store.sqlite import SQLiteStore
+
+__all__ = ["JoinTokenRecord", "NodeRecord", "SQLiteStore", "Store", "StoreError", "open_store"]
+
+
+async def open_store(config: ServerConfig, data_dir: Path) -> Store:
+    """Open (and migrate) the store the configuration names."""
+    if config.store.backend == "sqlite":
+        path = Path(config.store.dsn)
+        store = SQLiteStore(path if path.is_absolute() else data_dir / path)
+        await store.open()
+        return store
+    raise StoreError(
+        f"store backend {config.store.backend!r} is not available in this version; "
+        "use 'sqlite' in server.yaml"
+    )

@@ -1,0 +1,97 @@
+"""What the control plane keeps, as records, and the interface every backend gives.
+
+The interface is narrow and transactional per call, so a PostgreSQL backend under
+Patroni can stand in for SQLite without the callers knowing.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Any
+
+
+class StoreError(RuntimeError):
+    """The store cannot do what was asked."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    id: str
+    cert_serial: str
+    state: str
+    enrolled_at: float
+    address: str | None = None
+    state_reason: str = ""
+    version: str = ""
+    facts: dict[str, Any] | None = None
+    registered_at: float | None = None
+    last_seen: float | None = None
+
+
+@dataclass(frozen=True)
+class JoinTokenRecord:
+    id: str
+    secret_sealed: str
+    created_at: float
+    expires_at: float
+    created_by: str
+    used_at: float | None = None
+    used_by: str | None = None
+
+
+class Store(abc.ABC):
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    # settings
+    @abc.abstractmethod
+    async def get_setting(self, key: str) -> str | None: ...
+
+    @abc.abstractmethod
+    async def put_setting(self, key: str, value: str) -> None: ...
+
+    # admin tokens (hashes only)
+    @abc.abstractmethod
+    async def add_admin_token(self, token_id: str, token_hash: str) -> None: ...
+
+    @abc.abstractmethod
+    async def admin_token_hashes(self) -> list[str]: ...
+
+    # join tokens
+    @abc.abstractmethod
+    async def add_join_token(self, record: JoinTokenRecord) -> None: ...
+
+    @abc.abstractmethod
+    async def get_join_token(self, token_id: str) -> JoinTokenRecord | None: ...
+
+    @abc.abstractmethod
+    async def use_join_token(self, token_id: str, node_id: str, at: float) -> bool:
+        """Mark the token used; False when it already was (a second use loses the race)."""
+
+    # nodes
+    @abc.abstractmethod
+    async def enroll_node(self, node_id: str, cert_serial: str, at: float) -> None:
+        """Record a node's (new) certificate; a re-enrolled node's old one stops working."""
+
+    @abc.abstractmethod
+    async def list_nodes(self) -> list[NodeRecord]: ...
+
+    @abc.abstractmethod
+    async def get_node(self, node_id: str) -> NodeRecord | None: ...
+
+    @abc.abstractmethod
+    async def register_node(
+        self, node_id: str, address: str | None, version: str, facts: dict[str, Any], at: float
+    ) -> None: ...
+
+    @abc.abstractmethod
+    async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:
+        """Write (node id, state, reason, last seen) for several nodes in one transaction."""
+
+    # audit
+    @abc.abstractmethod
+    async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None: ...
+
+    @abc.abstractmethod
+    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]: ...

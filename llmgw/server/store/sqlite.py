@@ -1,0 +1,179 @@
+"""The SQLite backend: one connection, WAL, numbered migrations run at open."""
+
+from __future__ import annotations
+
+import json
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from llmgw.server.store.base import JoinTokenRecord, NodeRecord, Store, StoreError
+
+
+def migrations() -> list[tuple[int, str]]:
+    """Every migration shipped, as (number, SQL), in order."""
+    out: list[tuple[int, str]] = []
+    folder = resources.files("llmgw.server.store").joinpath("migrations")
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            out.append((int(name[:4]), entry.read_text()))
+    return sorted(out)
+
+
+class SQLiteStore(Store):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: aiosqlite.Connection | None = None
+
+    @property
+    def db(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreError("the store is not open")
+        return self._db
+
+    async def open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = await aiosqlite.connect(self.path)
+        self._db.row_factory = aiosqlite.Row
+        await self._db.execute("PRAGMA journal_mode=WAL")
+        await self._db.execute("PRAGMA synchronous=NORMAL")
+        await self._db.execute("PRAGMA busy_timeout=5000")
+        await self._migrate()
+
+    async def _migrate(self) -> None:
+        db = self.db
+        await db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+            "applied_at REAL NOT NULL)"
+        )
+        async with db.execute("SELECT version FROM schema_migrations") as cur:
+            done = {row[0] for row in await cur.fetchall()}
+        for number, sql in migrations():
+            if number in done:
+                continue
+            try:
+                await db.executescript(
+                    "BEGIN;\n" + sql + f"\nINSERT INTO schema_migrations VALUES ({number}, "
+                    f"{time.time()});\nCOMMIT;"
+                )
+            except Exception as exc:
+                await db.rollback()
+                raise StoreError(f"migration {number:04d} failed: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._db is not None:
+            await self._db.close()
+            self._db = None
+
+    async def get_setting(self, key: str) -> str | None:
+        async with self.db.execute("SELECT value FROM settings WHERE key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else str(row[0])
+
+    async def put_setting(self, key: str, value: str) -> None:
+        await self.db.execute(
+            "INSERT INTO settings (key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+        await self.db.commit()
+
+    async def add_admin_token(self, token_id: str, token_hash: str) -> None:
+        await self.db.execute(
+            "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES (?, ?, ?)",
+            (token_id, token_hash, time.time()),
+        )
+        await self.db.commit()
+
+    async def admin_token_hashes(self) -> list[str]:
+        async with self.db.execute("SELECT token_hash FROM admin_tokens") as cur:
+            return [str(r[0]) for r in await cur.fetchall()]
+
+    async def add_join_token(self, record: JoinTokenRecord) -> None:
+        await self.db.execute(
+            "INSERT INTO join_tokens (id, secret_sealed, created_at, expires_at, created_by) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (
+                record.id,
+                record.secret_sealed,
+                record.created_at,
+                record.expires_at,
+                record.created_by,
+            ),
+        )
+        await self.db.commit()
+
+    async def get_join_token(self, token_id: str) -> JoinTokenRecord | None:
+        async with self.db.execute("SELECT * FROM join_tokens WHERE id = ?", (token_id,)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            return None
+        return JoinTokenRecord(**dict(row))
+
+    async def use_join_token(self, token_id: str, node_id: str, at: float) -> bool:
+        cur = await self.db.execute(
+            "UPDATE join_tokens SET used_at = ?, used_by = ? WHERE id = ? AND used_at IS NULL",
+            (at, node_id, token_id),
+        )
+        await self.db.commit()
+        return cur.rowcount == 1
+
+    async def enroll_node(self, node_id: str, cert_serial: str, at: float) -> None:
+        await self.db.execute(
+            "INSERT INTO nodes (id, state, state_reason, cert_serial, enrolled_at) "
+            "VALUES (?, 'NotReady', 'enrolled, not yet connected', ?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET cert_serial = excluded.cert_serial, "
+            "enrolled_at = excluded.enrolled_at",
+            (node_id, cert_serial, at),
+        )
+        await self.db.commit()
+
+    @staticmethod
+    def _node(row: aiosqlite.Row) -> NodeRecord:
+        data = dict(row)
+        data["facts"] = json.loads(data["facts"]) if data.get("facts") else None
+        return NodeRecord(**data)
+
+    async def list_nodes(self) -> list[NodeRecord]:
+        async with self.db.execute("SELECT * FROM nodes ORDER BY id") as cur:
+            return [self._node(r) for r in await cur.fetchall()]
+
+    async def get_node(self, node_id: str) -> NodeRecord | None:
+        async with self.db.execute("SELECT * FROM nodes WHERE id = ?", (node_id,)) as cur:
+            row = await cur.fetchone()
+        return None if row is None else self._node(row)
+
+    async def register_node(
+        self, node_id: str, address: str | None, version: str, facts: dict[str, Any], at: float
+    ) -> None:
+        await self.db.execute(
+            "UPDATE nodes SET address = ?, version = ?, facts = ?, registered_at = ?, "
+            "last_seen = ?, state = 'Ready', state_reason = '' WHERE id = ?",
+            (address, version, json.dumps(facts), at, at, node_id),
+        )
+        await self.db.commit()
+
+    async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:
+        if not changes:
+            return
+        await self.db.executemany(
+            "UPDATE nodes SET state = ?, state_reason = ?, "
+            "last_seen = COALESCE(?, last_seen) WHERE id = ?",
+            [(state, reason, seen, node_id) for node_id, state, reason, seen in changes],
+        )
+        await self.db.commit()
+
+    async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
+        await self.db.execute(
+            "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+            (time.time(), actor, action, target, detail),
+        )
+        await self.db.commit()
+
+    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        async with self.db.execute("SELECT * FROM audit ORDER BY id DESC LIMIT ?", (limit,)) as cur:
+            return [dict(r) for r in await cur.fetchall()]

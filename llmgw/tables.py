@@ -1,0 +1,106 @@
+"""Plain-text tables for ``ctl``: what an operator reads at a glance; absent is a dash."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+DASH = "-"
+
+
+def gib(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return DASH
+    return f"{value / 2**30:.1f}"
+
+
+def ago(ts: Any, now: float | None = None) -> str:
+    if not isinstance(ts, int | float):
+        return DASH
+    secs = max(0, int((now or time.time()) - ts))
+    if secs < 120:
+        return f"{secs}s"
+    if secs < 7200:
+        return f"{secs // 60}m"
+    if secs < 172800:
+        return f"{secs // 3600}h"
+    return f"{secs // 86400}d"
+
+
+def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return "\n".join(lines)
+
+
+def local_disk(disks: Any) -> tuple[int, int] | None:
+    """(free, total) of a node's own filesystems; shared ones belong to everyone."""
+    if not isinstance(disks, list):
+        return None
+    own = [d for d in disks if not d.get("shared")]
+    if not own:
+        return None
+    return sum(d["free"] for d in own), sum(d["total"] for d in own)
+
+
+def nodes_table(nodes: list[dict[str, Any]]) -> str:
+    if not nodes:
+        return (
+            "No nodes yet. Add one: `llmgw node add HOST`, or `llmgw node token` and "
+            "`llmgw agent run --server HOST:PORT --token TOKEN` on the node."
+        )
+    rows = []
+    for n in nodes:
+        mem_total, mem_avail = n.get("memory_total"), n.get("memory_available")
+        memory = f"{gib(mem_avail)}/{gib(mem_total)}" if mem_total else DASH
+        disk = local_disk(n.get("disks"))
+        gpus = n.get("gpus") or []
+        gpu_text = str(len(gpus)) if gpus else "0"
+        if gpus:
+            names = sorted({g.get("name", "?") for g in gpus})
+            gpu_text += " " + ",".join(names)
+        load = n.get("load")
+        rows.append(
+            [
+                n["id"],
+                n["state"],
+                n.get("address") or DASH,
+                str(n["cpu_count"]) if n.get("cpu_count") else DASH,
+                f"{n['cpu_percent']:.0f}%"
+                if isinstance(n.get("cpu_percent"), int | float)
+                else DASH,
+                f"{load[0]:.2f}" if load else DASH,
+                memory,
+                f"{gib(disk[0])}/{gib(disk[1])}" if disk else DASH,
+                gpu_text,
+                ago(n.get("last_seen")),
+            ]
+        )
+    return render(
+        ["NODE", "STATE", "ADDRESS", "CPUS", "CPU", "LOAD", "MEM GiB", "DISK GiB", "GPUS", "SEEN"],
+        rows,
+    )
+
+
+def status_text(status: dict[str, Any]) -> str:
+    nodes = status.get("nodes", {})
+    hb = status.get("heartbeat_handling", {})
+    p99 = hb.get("p99_ms")
+    up = ago(time.time() - status.get("uptime_seconds", 0))
+    lines = [
+        f"llmgw control plane {status.get('version')}, up {up}",
+        f"  listen:      {status.get('listen')}   agents' port: {status.get('agent_port')}",
+        f"  store:       {status.get('store')}   leader: {'yes' if status.get('leader') else 'no'}",
+        f"  nodes:       {nodes.get('ready', 0)} Ready of {nodes.get('total', 0)}"
+        + (f" ({nodes['not_ready']} NotReady)" if nodes.get("not_ready") else ""),
+        f"  streams:     {status.get('agent_streams', 0)} agents connected, "
+        f"{status.get('heartbeats', 0)} heartbeats handled"
+        + (f", p99 {p99} ms" if p99 is not None else ""),
+        f"  CA:          sha256 {str(status.get('ca_fingerprint', ''))[:32]}...",
+    ]
+    return "\n".join(lines)

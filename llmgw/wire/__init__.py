@@ -1,0 +1,37 @@
+"""The agent stream's language: message dataclasses and their framing, with no IO.
+
+Both the control plane and the agent import this package and nothing of each other.
+"""
+
+from __future__ import annotations
+
+from llmgw.wire.framing import MAX_FRAME, FrameDecoder, FrameError, encode_frame
+from llmgw.wire.messages import (
+    GPU,
+    Disk,
+    Heartbeat,
+    HostFacts,
+    Message,
+    Register,
+    Registered,
+    decode_message,
+    encode_message,
+    message_types,
+)
+
+__all__ = [
+    "GPU",
+    "MAX_FRAME",
+    "Disk",
+    "FrameDecoder",
+    "FrameError",
+    "Heartbeat",
+    "HostFacts",
+    "Message",
+    "Register",
+    "Registered",
+    "decode_message",
+    "encode_frame",
+    "encode_message",
+    "message_types",
+]

@@ -1,0 +1,220 @@
+"""Message dataclasses of the agent stream and their map form.
+
+Each message is a frozen dataclass with a class-level ``TYPE``; on the wire it is a map
+``{"t": TYPE, ...fields}``. A field whose value is None is left out, so an unknown figure
+travels as absent, never as 0. Decoding ignores unknown fields and unknown types, so a
+newer peer can talk to an older one; a known field of the wrong type is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar, Union
+
+from llmgw.wire.framing import encode_frame
+
+
+class MessageError(ValueError):
+    """A frame that names a known message but does not hold a valid one."""
+
+
+@dataclass(frozen=True)
+class Disk:
+    """One filesystem that holds an agent directory, counted once however many it holds."""
+
+    path: str
+    fstype: str
+    total: int
+    free: int
+    shared: bool = False
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One NVIDIA card as NVML or nvidia-smi reads it; sizes in bytes."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total: int | None = None
+    memory_used: int | None = None
+    utilization: int | None = None
+    compute_capability: str | None = None
+    driver: str | None = None
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What discovery found on a node. Absent (None) means not read, never zero."""
+
+    hostname: str
+    os: str
+    arch: str
+    kernel: str | None = None
+    cpu_model: str | None = None
+    cpu_count: int | None = None
+    cpu_cores: int | None = None
+    cpu_flags: list[str] = field(default_factory=list)
+    memory_total: int | None = None
+    memory_available: int | None = None
+    cpu_percent: float | None = None
+    load: list[float] | None = None
+    disks: list[Disk] | None = None
+    gpus: list[GPU] = field(default_factory=list)
+    gpu_source: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Message:
+    TYPE: ClassVar[str] = ""
+
+
+@dataclass(frozen=True)
+class Register(Message):
+    """First message of every stream: who the node is and what it has."""
+
+    TYPE: ClassVar[str] = "register"
+    node_id: str
+    version: str
+    host: HostFacts
+    address: str | None = None
+    features: list[str] = field(default_factory=list)
+    engines: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Heartbeat(Message):
+    """Live figures, every few seconds. Absent figures leave the last known ones."""
+
+    TYPE: ClassVar[str] = "heartbeat"
+    seq: int
+    memory_available: int | None = None
+    cpu_percent: float | None = None
+    load: list[float] | None = None
+    disks: list[Disk] | None = None
+    gpus: list[GPU] | None = None
+
+
+@dataclass(frozen=True)
+class Registered(Message):
+    """The control plane's answer to Register: accepted, and how to behave."""
+
+    TYPE: ClassVar[str] = "registered"
+    node_id: str
+    heartbeat_interval: float
+    control_planes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Goodbye(Message):
+    """The sender is ending the stream, and why."""
+
+    TYPE: ClassVar[str] = "goodbye"
+    reason: str
+    retry: bool = True
+
+
+_REGISTRY: dict[str, type[Message]] = {
+    cls.TYPE: cls for cls in (Register, Heartbeat, Registered, Goodbye)
+}
+
+
+def message_types() -> dict[str, type[Message]]:
+    return dict(_REGISTRY)
+
+
+def to_map(obj: Any) -> Any:
+    """A dataclass (recursively) as plain maps and lists, with None fields left out."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if value is not None:
+                out[f.name] = to_map(value)
+        return out
+    if isinstance(obj, list | tuple):
+        return [to_map(v) for v in obj]
+    if isinstance(obj, dict):
+        return {k: to_map(v) for k, v in obj.items()}
+    return obj
+
+
+_T = TypeVar("_T")
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        hints = typing.get_type_hints(cls)
+        _HINTS[cls] = hints
+    return hints
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(value, inner, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise MessageError(f"{where}: expected a list, got {type(value).__name__}")
+        (item,) = typing.get_args(tp)
+        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise MessageError(f"{where}: expected a map, got {type(value).__name__}")
+        _, vt = typing.get_args(tp)
+        return {str(k): _coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(value, dict):
+            raise MessageError(f"{where}: expected a map, got {type(value).__name__}")
+        return from_map(tp, value, where)
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is Any or isinstance(value, tp):
+        return value
+    raise MessageError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r:.60}")
+
+
+def from_map(cls: type[_T], data: dict[str, Any], where: str = "") -> _T:
+    """Build ``cls`` from a map, ignoring keys it does not know."""
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in data:
+            kwargs[f.name] = _coerce(
+                data[f.name], hints[f.name], f"{where or cls.__name__}.{f.name}"
+            )
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise MessageError(f"{where or cls.__name__}: missing field {f.name!r}")
+    return cls(**kwargs)
+
+
+def encode_message(msg: Message) -> bytes:
+    """One message as one frame, ready to write."""
+    payload = to_map(msg)
+    payload["t"] = msg.TYPE
+    return encode_frame(payload)
+
+
+def decode_message(payload: dict[str, Any]) -> Message | None:
+    """The message a decoded frame holds, or None for a type this side does not know."""
+    kind = payload.get("t")
+    if not isinstance(kind, str):
+        raise MessageError("frame has no message type ('t')")
+    cls = _REGISTRY.get(kind)
+    if cls is None:
+        return None
+    return from_map(cls, payload)
