@@ -29,7 +29,7 @@ DISK_FULL_BYTES = 1 * GiB
 
 Status = Literal["ok", "warn", "fail"]
 # A command's exit status and output, or None when it could not run or hung.
-Runner = Callable[[Sequence[str]], "tuple[int, str] | None"]
+Runner = Callable[[Sequence[str]], tuple[int, str] | None]
 
 
 @dataclass(frozen=True)

@@ -101,4 +101,7 @@ async def run_agent(opts: AgentOptions) -> None:
         loop.add_signal_handler(sig, stop.set)
     settings = SessionSettings(heartbeat_interval=opts.heartbeat_interval)
     log.info("agent for node %s; control planes %s", state.node_id, ", ".join(state.control_planes))
-    await keep_connected(state, source, settings, stop)
+    try:
+        await keep_connected(state, source, settings, stop)
+    finally:
+        await source.close()

@@ -48,11 +48,16 @@ class SessionEnded(ConnectionError):
 
 
 class LiveFigures(Protocol):
-    memory_available: int | None
-    cpu_percent: float | None
-    load: list[float] | None
-    disks: list[Disk] | None
-    gpus: list[GPU] | None
+    @property
+    def memory_available(self) -> int | None: ...
+    @property
+    def cpu_percent(self) -> float | None: ...
+    @property
+    def load(self) -> list[float] | None: ...
+    @property
+    def disks(self) -> list[Disk] | None: ...
+    @property
+    def gpus(self) -> list[GPU] | None: ...
 
 
 class FactSource(Protocol):

@@ -1,0 +1,60 @@
+# llmgw: `make demo` runs a one-machine cluster, `make test` runs the whole suite.
+# Both set up everything they need (Debian packages, the virtual environment) each run,
+# idempotently, so they work on a fresh clone of a fresh machine.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+APT_PACKAGES := openssh-server openssh-client procps iproute2
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: all demo test check apt venv zipapp bench clean
+
+all: test
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# Reinstalled when pyproject.toml changes.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: apt venv
+	$(BIN)/python -m pytest -q
+
+check: venv
+	$(BIN)/ruff check llmgw tests bench
+	$(BIN)/ruff format --check llmgw tests bench
+	$(BIN)/mypy
+
+# build/ goes too: setuptools reuses build/lib, so a module deleted from the tree would
+# still ship in the zipapp. Build isolation fetches the setuptools pyproject.toml asks for.
+zipapp: venv
+	rm -rf build dist/llmgw.pyz
+	mkdir -p dist
+	$(BIN)/shiv --quiet --compressed -p '/usr/bin/env python3' -e llmgw.cli:entry \
+	  -o dist/llmgw.pyz .
+	@echo dist/llmgw.pyz
+
+demo: apt venv
+	$(BIN)/python packaging/demo.py
+
+bench: venv
+	$(BIN)/python bench/agents.py
+
+clean:
+	rm -rf $(VENV) dist build .demo .pytest_cache .mypy_cache .ruff_cache

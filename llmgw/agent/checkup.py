@@ -1,0 +1,147 @@
+"""``llmgw doctor``: this machine's hardware checks and, on a node, its link to the cluster.
+
+The link checks use the agent's own state dir: the route to the control plane (which
+local address the agent would use) and a real mutual-TLS handshake with its certificate,
+so a firewall, a wrong address or a certificate the control plane no longer trusts shows
+up here, with its fix, rather than as a node that never turns Ready.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import socket
+import ssl
+from dataclasses import asdict
+from pathlib import Path
+
+from cryptography import x509
+
+from llmgw import pki
+from llmgw.agent.discovery import Discovery
+from llmgw.agent.doctor import Check, clock_check, hardware_checks
+from llmgw.agent.identity import AgentState, default_node_id
+from llmgw.config import default_state_dir, parse_hostport
+
+CERT_WARN_DAYS = 30
+
+
+def route_check(address: str) -> tuple[Check, str | None]:
+    """Which local address reaches the control plane, without sending anything."""
+    host, port = parse_hostport(address)
+    try:
+        info = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(info[0], socket.SOCK_DGRAM) as s:
+            s.connect(info[4])
+            local = str(s.getsockname()[0])
+    except OSError as exc:
+        return Check(
+            "route",
+            "fail",
+            f"no route to the control plane at {address}: {exc}",
+            "check the address in the state dir's state.yaml and this machine's "
+            "network (ip route get ADDRESS)",
+        ), None
+    return Check("route", "ok", f"{address} is reached from {local}"), local
+
+
+async def tls_check(state: AgentState, address: str, timeout: float = 5.0) -> Check:
+    """A real handshake with the node's certificate, as the agent makes it."""
+    host, port = parse_hostport(address)
+    try:
+        ctx = pki.client_tls(state.cert_path, state.key_path, state.ca_path)
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=ctx, server_hostname=host), timeout
+        )
+    except ssl.SSLCertVerificationError as exc:
+        return Check(
+            "tls",
+            "fail",
+            f"{address} presented a certificate this node does not trust: {exc.verify_message}",
+            "the node was enrolled with another control plane; make a token with "
+            "`llmgw node token` there and run `llmgw agent run --token` again with a "
+            "fresh state dir",
+        )
+    except (OSError, TimeoutError) as exc:
+        return Check(
+            "tls",
+            "fail",
+            f"cannot connect to the agents' port {address}: {exc or 'timed out'}",
+            "start the control plane (`llmgw server run`) and open the agents' port "
+            "in any firewall between",
+        )
+    try:
+        alpn = writer.get_extra_info("ssl_object").selected_alpn_protocol()
+        # With TLS 1.3 the server judges our certificate after the client's handshake ends;
+        # its refusal arrives on the first read.
+        writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        data = await asyncio.wait_for(reader.read(64), timeout)
+    except (OSError, ssl.SSLError, TimeoutError) as exc:
+        data, alpn = b"", f"refused ({exc})"
+    finally:
+        writer.close()
+    if not data:
+        return Check(
+            "tls",
+            "fail",
+            f"{address} refused this node's certificate ({alpn or 'closed'})",
+            "the node was removed or enrolled again elsewhere; enroll it again with a "
+            "new token and a fresh state dir",
+        )
+    return Check("tls", "ok", f"mutual TLS with {address}: trusted both ways, HTTP/2 ({alpn})")
+
+
+def cert_check(state: AgentState) -> Check:
+    cert = x509.load_pem_x509_certificate(state.cert_path.read_bytes())
+    left = cert.not_valid_after_utc - dt.datetime.now(dt.UTC)
+    if left.days < CERT_WARN_DAYS:
+        return Check(
+            "certificate",
+            "warn" if left.days >= 0 else "fail",
+            f"node certificate expires {cert.not_valid_after_utc:%Y-%m-%d}",
+            "enroll the node again with a new token",
+        )
+    return Check(
+        "certificate",
+        "ok",
+        f"node {state.node_id}, valid until {cert.not_valid_after_utc:%Y-%m-%d}",
+    )
+
+
+async def gather_checks(state_dir: Path | None) -> list[Check]:
+    state = AgentState.load(state_dir) if state_dir else None
+    dirs = [state_dir] if state_dir and state_dir.exists() else []
+    discovery = Discovery(dirs)
+    try:
+        facts = await discovery.facts(
+            state.node_id if state and state.node_id else default_node_id()
+        )
+    finally:
+        await discovery.close()
+    checks = hardware_checks(facts)
+    checks.append(await asyncio.to_thread(clock_check))
+    if state is not None and state.enrolled() and state.control_planes:
+        checks.append(cert_check(state))
+        address = state.control_planes[0]
+        route, _ = route_check(address)
+        checks.append(route)
+        if route.status == "ok":
+            checks.append(await tls_check(state, address))
+    return checks
+
+
+def run_doctor(args: argparse.Namespace) -> int:
+    state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+    checks = asyncio.run(gather_checks(state_dir if state_dir.exists() else None))
+    if args.json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+    else:
+        marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            print(f"{marks[c.status]}  {c.name.ljust(width)}  {c.detail}")
+            if c.fix and c.status != "ok":
+                print(f"      {' ' * width}  fix: {c.fix}")
+    return 1 if any(c.status == "fail" for c in checks) else 0

@@ -1,0 +1,86 @@
+"""Node discovery: what the machine is (CPU, memory, disks, NVIDIA cards) and how it is doing.
+
+``Discovery`` is the entry point: ``facts`` for Register, ``live`` for heartbeats. The
+modules behind it are split by what they read: ``host`` (CPU, memory, OS, load),
+``disks`` (filesystems of the agent's directories), ``nvml`` and ``nvidia_smi`` (the two
+ways to read NVIDIA cards) and ``nvidia`` (which of the two answers).
+"""
+
+from __future__ import annotations
+
+from llmgw.agent.discovery.disks import (
+    DiskTotals,
+    Mount,
+    disk_totals,
+    is_shared,
+    mount_of,
+    mounts,
+    scan_disks,
+)
+from llmgw.agent.discovery.host import (
+    AVX2_FIX,
+    CpuInfo,
+    CpuMeter,
+    HostReading,
+    cpu_warnings,
+    is_x86,
+    normalise_arch,
+    parse_cpuinfo,
+    parse_os_release,
+    read_host,
+)
+from llmgw.agent.discovery.node import Discovery, Live
+from llmgw.agent.discovery.nvidia import GpuReading, NvidiaCards, is_gpu_warning
+from llmgw.agent.discovery.nvidia_smi import (
+    QUERY_FIELDS,
+    NvidiaSmiFormatError,
+    SmiReading,
+    parse_query_gpu_csv,
+    run_nvidia_smi,
+)
+from llmgw.agent.discovery.nvml import (
+    FakeCard,
+    FakeNvml,
+    NvmlError,
+    NvmlSource,
+    NvmlUnavailable,
+    PynvmlSource,
+    read_nvml,
+)
+
+__all__ = [
+    "AVX2_FIX",
+    "CpuInfo",
+    "CpuMeter",
+    "Discovery",
+    "DiskTotals",
+    "FakeCard",
+    "FakeNvml",
+    "GpuReading",
+    "HostReading",
+    "Live",
+    "Mount",
+    "NvidiaCards",
+    "NvidiaSmiFormatError",
+    "NvmlError",
+    "NvmlSource",
+    "NvmlUnavailable",
+    "PynvmlSource",
+    "QUERY_FIELDS",
+    "SmiReading",
+    "cpu_warnings",
+    "disk_totals",
+    "is_gpu_warning",
+    "is_shared",
+    "is_x86",
+    "mount_of",
+    "mounts",
+    "normalise_arch",
+    "parse_cpuinfo",
+    "parse_os_release",
+    "parse_query_gpu_csv",
+    "read_host",
+    "read_nvml",
+    "run_nvidia_smi",
+    "scan_disks",
+]

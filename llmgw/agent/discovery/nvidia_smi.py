@@ -1,0 +1,222 @@
+"""nvidia-smi as the fallback when NVML does not answer: the query, its run, its parser.
+
+``parse_query_gpu_csv`` is pure and reads both forms nvidia-smi prints: the one we ask
+for (``--format=csv,noheader,nounits``, columns in QUERY_FIELDS order) and the plain
+``--format=csv`` one, whose header names the columns and whose values carry units
+("143771 MiB", "0 %"). With a header, columns are matched by name, so a capture that
+asked for two hundred fields parses too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llmgw.wire.messages import GPU
+
+QUERY_FIELDS = (
+    "index",
+    "uuid",
+    "name",
+    "memory.total",
+    "memory.used",
+    "utilization.gpu",
+    "compute_cap",
+    "driver_version",
+)
+# compute_cap came with driver 510; an older nvidia-smi refuses the whole query for it.
+OLD_DRIVER_FIELDS = tuple(f for f in QUERY_FIELDS if f != "compute_cap")
+
+_HEADER = re.compile(r"^(?P<name>[A-Za-z_.]+)(?:\s*\[(?P<unit>[^\]]*)\])?$")
+_NUMBER = re.compile(r"^(?P<num>-?\d+(?:\.\d+)?)\s*(?P<unit>[A-Za-z%]*)$")
+_CAPABILITY = re.compile(r"^\d+\.\d+$")
+_SCALE = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+DRIVER_FIX = (
+    "run `nvidia-smi` by hand; check the driver is loaded (`lsmod | grep nvidia`) and, "
+    "after a driver upgrade, reboot (a 'Driver/library version mismatch' needs one)"
+)
+
+
+class NvidiaSmiFormatError(ValueError):
+    """nvidia-smi printed something that is not the CSV we asked for."""
+
+
+@dataclass
+class SmiReading:
+    """One nvidia-smi run: cards (None when not read), and what went wrong.
+
+    ``installed`` is False when there is no nvidia-smi to run: no NVIDIA software on
+    the node, which means no cards, not a fault.
+    """
+
+    gpus: list[GPU] | None
+    installed: bool = True
+    warnings: list[str] = field(default_factory=list)
+
+
+def _absent(cell: str) -> bool:
+    # nvidia-smi's ways of saying "no figure": [N/A], [Not Supported], [Unknown Error],
+    # [Insufficient Permissions], [Requested functionality has been deprecated], N/A.
+    c = cell.strip()
+    return not c or (c.startswith("[") and c.endswith("]")) or c.upper() in {"N/A", "NA"}
+
+
+def _column(cell: str) -> tuple[str, str | None]:
+    m = _HEADER.match(cell.strip())
+    if m is None:
+        return cell.strip(), None
+    return m["name"], m["unit"]
+
+
+def _bytes(cell: str, header_unit: str | None) -> int | None:
+    m = _NUMBER.match(cell.strip())
+    if m is None:
+        return None
+    scale = _SCALE.get(m["unit"] or header_unit or "MiB")
+    if scale is None:
+        return None
+    return int(float(m["num"]) * scale)
+
+
+def _percent(cell: str) -> int | None:
+    m = _NUMBER.match(cell.strip())
+    if m is None or m["unit"] not in {"", "%"}:
+        return None
+    return int(float(m["num"]))
+
+
+def _row(values: dict[str, tuple[str, str | None]], where: str) -> GPU:
+    def text(name: str) -> str | None:
+        cell, _ = values.get(name, ("", None))
+        return None if _absent(cell) else cell.strip()
+
+    def size(name: str) -> int | None:
+        cell, unit = values.get(name, ("", None))
+        return None if _absent(cell) else _bytes(cell, unit)
+
+    index, uuid, name = text("index"), text("uuid"), text("name")
+    if index is None or not index.isdigit():
+        raise NvidiaSmiFormatError(f"{where}: no card index")
+    if uuid is None or name is None:
+        raise NvidiaSmiFormatError(f"{where}: card {index} has no uuid or name")
+    util = text("utilization.gpu")
+    cap = text("compute_cap")
+    return GPU(
+        index=int(index),
+        uuid=uuid,
+        name=name,
+        memory_total=size("memory.total"),
+        memory_used=size("memory.used"),
+        utilization=_percent(util) if util else None,
+        compute_capability=cap if cap and _CAPABILITY.match(cap) else None,
+        driver=text("driver_version"),
+    )
+
+
+def parse_query_gpu_csv(text: str, fields: Sequence[str] = QUERY_FIELDS) -> list[GPU]:
+    """The cards in ``nvidia-smi --query-gpu`` CSV output, with or without header and units.
+
+    ``fields`` names the columns when there is no header line. Any absent marker reads
+    as None. Raises NvidiaSmiFormatError for text that is not such a CSV.
+    """
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    first = [c.strip() for c in lines[0].split(",")]
+    header = [_column(c) for c in first]
+    if {"index", "uuid"} <= {n for n, _ in header}:
+        columns, rows, start = header, lines[1:], 2
+    else:
+        columns, rows, start = [(f, None) for f in fields], lines, 1
+    gpus: list[GPU] = []
+    for n, line in enumerate(rows, start=start):
+        # nvidia-smi never quotes; no field we read (names included) holds a comma.
+        cells = line.split(",")
+        if len(cells) != len(columns):
+            raise NvidiaSmiFormatError(
+                f"line {n}: {len(cells)} fields where {len(columns)} were expected: {line[:80]!r}"
+            )
+        values = {name: (cell, unit) for (name, unit), cell in zip(columns, cells, strict=True)}
+        gpus.append(_row(values, f"line {n}"))
+    return gpus
+
+
+async def _run(args: Sequence[str], timeout: float) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        try:
+            proc.kill()
+        except ProcessLookupError:
+            pass
+        await proc.wait()
+        raise
+    return proc.returncode or 0, out.decode("utf-8", "replace")
+
+
+def _first_line(output: str) -> str:
+    for line in output.splitlines():
+        if line.strip():
+            return line.strip()[:200]
+    return "no output"
+
+
+async def run_nvidia_smi(command: Sequence[str], timeout: float = 10.0) -> SmiReading:
+    """Ask nvidia-smi for the cards; a missing binary is "no cards", a failure a warning."""
+    fields: Sequence[str] = QUERY_FIELDS
+    for attempt in range(2):
+        query = [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"]
+        try:
+            rc, output = await _run([*command, *query], timeout)
+        except FileNotFoundError:
+            return SmiReading(gpus=[], installed=False)
+        except TimeoutError:
+            return SmiReading(
+                None,
+                warnings=[f"nvidia-smi: no answer in {timeout:g} s. Fix: {DRIVER_FIX}"],
+            )
+        except OSError as exc:
+            return SmiReading(
+                None,
+                warnings=[
+                    f"nvidia-smi: could not run ({exc}). Fix: make {command[0]} executable "
+                    "for the agent's user, or point the agent at the right binary"
+                ],
+            )
+        if rc != 0 and attempt == 0 and "not a valid field" in output:
+            fields = OLD_DRIVER_FIELDS
+            continue
+        break
+    if rc == 6 or "No devices were found" in output:
+        return SmiReading(
+            gpus=[],
+            warnings=[
+                "nvidia-smi: no devices were found. Fix: in a container, pass the cards "
+                "in (`--gpus all`, NVIDIA_VISIBLE_DEVICES); else check `lspci | grep -i "
+                "nvidia` and the driver"
+            ],
+        )
+    if rc != 0:
+        return SmiReading(
+            None,
+            warnings=[f"nvidia-smi: failed (exit {rc}): {_first_line(output)}. Fix: {DRIVER_FIX}"],
+        )
+    try:
+        return SmiReading(parse_query_gpu_csv(output, fields))
+    except NvidiaSmiFormatError as exc:
+        return SmiReading(
+            None,
+            warnings=[
+                f"nvidia-smi: unreadable output ({exc}). Fix: check that {command[0]} is "
+                "NVIDIA's nvidia-smi and not a wrapper that prints something else"
+            ],
+        )

@@ -1,0 +1,183 @@
+"""Real processes on loopback: a control plane and agents, started and stopped by tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LLMGW = [sys.executable, "-m", "llmgw"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def run(*args: str, check: bool = True, env: dict[str, str] | None = None,
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*LLMGW, *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"llmgw {' '.join(args)} failed ({proc.returncode}):\n"
+                             f"{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@dataclass
+class Proc:
+    popen: subprocess.Popen[str]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.popen.pid, sig)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.popen.send_signal(signal.SIGCONT)
+            self.popen.terminate()
+        try:
+            self.popen.wait(5)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(5)
+
+
+def spawn(args: list[str], log: Path) -> Proc:
+    fh = log.open("a")
+    popen = subprocess.Popen([*LLMGW, *args], stdout=fh, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+    fh.close()
+    return Proc(popen, log)
+
+
+@dataclass
+class Cluster:
+    root: Path
+    heartbeat_interval: float = 1.0
+    http_port: int = field(default_factory=free_port)
+    agent_port: int = field(default_factory=free_port)
+    server: Proc | None = None
+    agents: dict[str, Proc] = field(default_factory=dict)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "cp"
+
+    @property
+    def listen(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def init(self) -> str:
+        out = run("server", "init", "--data-dir", str(self.data_dir), "--listen", self.listen,
+                  "--agent-port", str(self.agent_port), "--yes")
+        cfg = self.data_dir / "server.yaml"
+        cfg.write_text(cfg.read_text().replace(
+            "heartbeat_interval: 5.0", f"heartbeat_interval: {self.heartbeat_interval}"))
+        return out.stdout
+
+    @property
+    def admin_token(self) -> str:
+        return (self.data_dir / "admin.token").read_text().strip()
+
+    def start_server(self) -> Proc:
+        if self.server:
+            self.server.stop()
+        self.server = spawn(["server", "run", "--data-dir", str(self.data_dir)],
+                            self.root / "server.log")
+        wait_for(self._up, 20, "the control plane to answer")
+        return self.server
+
+    def _up(self) -> bool:
+        assert self.server is not None
+        if not self.server.alive():
+            raise AssertionError("control plane exited:\n" + self.server.text())
+        try:
+            self.api("/healthz", auth=False)
+        except OSError:
+            return False
+        return True
+
+    def api(self, path: str, *, auth: bool = True, token: str | None = None,
+            body: dict[str, Any] | None = None) -> Any:
+        headers = {"content-type": "application/json"}
+        if auth:
+            headers["authorization"] = f"Bearer {token or self.admin_token}"
+        req = urllib.request.Request(
+            f"http://{self.listen}{path}", headers=headers,
+            data=None if body is None else json.dumps(body).encode())
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.loads(resp.read())
+
+    def api_error(self, path: str, *, auth: bool = True, token: str | None = None) -> tuple[int, Any]:
+        """The status and JSON body of a request that must fail."""
+        try:
+            self.api(path, auth=auth, token=token)
+        except urllib.error.HTTPError as exc:
+            with exc:
+                return exc.code, json.loads(exc.read())
+        raise AssertionError(f"{path} did not fail")
+
+    def token(self, ttl: str = "1h") -> str:
+        return run("node", "token", "--ttl", ttl, "--data-dir", str(self.data_dir)).stdout.strip()
+
+    def state_dir(self, node_id: str) -> Path:
+        return self.root / f"agent-{node_id}"
+
+    def start_agent(self, node_id: str, token: str | None = None) -> Proc:
+        args = ["agent", "run", "--state-dir", str(self.state_dir(node_id)), "--node-id", node_id]
+        if token:
+            args += ["--server", self.listen, "--token", token]
+        if node_id in self.agents:
+            self.agents[node_id].stop()
+        proc = spawn(args, self.root / f"agent-{node_id}.log")
+        self.agents[node_id] = proc
+        return proc
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["id"]: n for n in self.api("/api/v1/nodes")}
+
+    def wait_state(self, node_id: str, state: str, timeout: float) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            try:
+                node = self.nodes().get(node_id)
+            except OSError:
+                return None
+            return node if node and node["state"] == state else None
+
+        return wait_for(check, timeout, f"node {node_id} to be {state}")  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        for proc in self.agents.values():
+            proc.stop()
+        if self.server:
+            self.server.stop()
