@@ -135,7 +135,7 @@ class SQLiteStore(Store):
     @staticmethod
     def _node(row: aiosqlite.Row) -> NodeRecord:
         data = dict(row)
-        data["facts"] = json.loads(data["facts"]) if data.get("facts") else None
+        data["facts"] = json.loads(data["facts"] or "{}") or None
         return NodeRecord(**data)
 
     async def list_nodes(self) -> list[NodeRecord]:
