@@ -53,12 +53,27 @@ def main() -> int:
 
     if not (data_dir / "server.yaml").exists():
         http, agent = pick_port(8080), pick_port(8443)
-        subprocess.run([*LLMGW, "server", "init", "--data-dir", str(data_dir), "--listen",
-                        f"127.0.0.1:{http}", "--agent-port", str(agent), "--yes"],
-                       check=True, stdout=subprocess.DEVNULL)
-    listen = next(line.split(":", 1)[1].strip() for line in
-                  (data_dir / "server.yaml").read_text().splitlines()
-                  if line.startswith("listen:"))
+        subprocess.run(
+            [
+                *LLMGW,
+                "server",
+                "init",
+                "--data-dir",
+                str(data_dir),
+                "--listen",
+                f"127.0.0.1:{http}",
+                "--agent-port",
+                str(agent),
+                "--yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    listen = next(
+        line.split(":", 1)[1].strip()
+        for line in (data_dir / "server.yaml").read_text().splitlines()
+        if line.startswith("listen:")
+    )
     token = (data_dir / "admin.token").read_text().strip()
     url = f"http://{listen}"
 
@@ -77,8 +92,13 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         server_log = (root / "server.log").open("a")
-        procs.append(subprocess.Popen([*LLMGW, "server", "run", "--data-dir", str(data_dir)],
-                                      stdout=server_log, stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [*LLMGW, "server", "run", "--data-dir", str(data_dir)],
+                stdout=server_log,
+                stderr=subprocess.STDOUT,
+            )
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -90,11 +110,22 @@ def main() -> int:
                     return 1
                 time.sleep(0.2)
 
-        agent_cmd = [*LLMGW, "agent", "run", "--state-dir", str(state_dir), "--node-id",
-                     socket.gethostname().split(".")[0]]
+        agent_cmd = [
+            *LLMGW,
+            "agent",
+            "run",
+            "--state-dir",
+            str(state_dir),
+            "--node-id",
+            socket.gethostname().split(".")[0],
+        ]
         if not (state_dir / "node.crt").exists():
-            join = subprocess.run([*LLMGW, "node", "token", "--data-dir", str(data_dir)],
-                                  check=True, capture_output=True, text=True).stdout.strip()
+            join = subprocess.run(
+                [*LLMGW, "node", "token", "--data-dir", str(data_dir)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
             agent_cmd += ["--server", listen, "--token", join]
         agent_log = (root / "agent.log").open("a")
         procs.append(subprocess.Popen(agent_cmd, stdout=agent_log, stderr=subprocess.STDOUT))

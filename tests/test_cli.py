@@ -11,8 +11,14 @@ from llmgw import __version__
 from llmgw.cli import build_parser, main, parse_duration
 
 COMMANDS = [
-    ["server", "init"], ["server", "run"], ["agent", "run"], ["node", "token"],
-    ["node", "add"], ["ctl", "nodes"], ["ctl", "status"], ["doctor"],
+    ["server", "init"],
+    ["server", "run"],
+    ["agent", "run"],
+    ["node", "token"],
+    ["node", "add"],
+    ["ctl", "nodes"],
+    ["ctl", "status"],
+    ["doctor"],
 ]
 
 
@@ -37,8 +43,9 @@ def test_role_without_subcommand_shows_its_help(capsys: pytest.CaptureFixture[st
     assert "init" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize(("text", "seconds"),
-                         [("90", 90), ("90s", 90), ("30m", 1800), ("1h", 3600), ("2d", 172800)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("90", 90), ("90s", 90), ("30m", 1800), ("1h", 3600), ("2d", 172800)]
+)
 def test_parse_duration(text: str, seconds: int) -> None:
     assert parse_duration(text) == seconds
 
@@ -58,15 +65,29 @@ def test_ctl_without_a_control_plane_says_what_to_do(
     assert "--server HOST:PORT" in err and "LLMGW_SERVER" in err and str(tmp_path) in err
 
 
-def test_agent_without_enrollment_or_token(tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_agent_without_enrollment_or_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["agent", "run", "--state-dir", str(tmp_path / "s")]) == 1
     assert "has not joined a cluster" in capsys.readouterr().err
 
 
 def test_agent_with_damaged_token(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["agent", "run", "--state-dir", str(tmp_path), "--token", "llmgw-join-1.xx",
-                 "--server", "127.0.0.1:1"]) == 1
+    assert (
+        main(
+            [
+                "agent",
+                "run",
+                "--state-dir",
+                str(tmp_path),
+                "--token",
+                "llmgw-join-1.xx",
+                "--server",
+                "127.0.0.1:1",
+            ]
+        )
+        == 1
+    )
     assert "damaged" in capsys.readouterr().err
 
 

@@ -56,8 +56,11 @@ def test_agent_config(tmp_path: Path) -> None:
     path = tmp_path / "agent.yaml"
     path.write_text("server: 10.0.0.1:8080\nnode_id: gpu01\ndata_dirs: [/models]\n")
     config = load(AgentConfig, path)
-    assert (config.server, config.node_id, config.data_dirs) == ("10.0.0.1:8080", "gpu01",
-                                                                 ["/models"])
+    assert (config.server, config.node_id, config.data_dirs) == (
+        "10.0.0.1:8080",
+        "gpu01",
+        ["/models"],
+    )
     path.write_text("sever: x\n")
     with pytest.raises(ConfigError, match="unknown key 'sever'"):
         load(AgentConfig, path)
@@ -65,8 +68,12 @@ def test_agent_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("127.0.0.1:80", ("127.0.0.1", 80)), ("[::1]:8443", ("::1", 8443)),
-     (":9000", ("0.0.0.0", 9000)), ("host.example:1", ("host.example", 1))],
+    [
+        ("127.0.0.1:80", ("127.0.0.1", 80)),
+        ("[::1]:8443", ("::1", 8443)),
+        (":9000", ("0.0.0.0", 9000)),
+        ("host.example:1", ("host.example", 1)),
+    ],
 )
 def test_parse_hostport(text: str, expected: tuple[str, int]) -> None:
     assert parse_hostport(text) == expected

@@ -59,8 +59,11 @@ def test_write_private_is_0600(tmp_path: Path) -> None:
 def test_tls_contexts_require_certificates_and_h2(tmp_path: Path) -> None:
     ca = pki.make_ca("t")
     server = pki.make_server_cert(ca, ["127.0.0.1"])
-    for name, data in {"ca.crt": ca.cert_pem, "s.crt": server.cert_pem,
-                       "s.key": server.key_pem}.items():
+    for name, data in {
+        "ca.crt": ca.cert_pem,
+        "s.crt": server.cert_pem,
+        "s.key": server.key_pem,
+    }.items():
         (tmp_path / name).write_bytes(data)
     ctx = pki.server_tls(tmp_path / "s.crt", tmp_path / "s.key", tmp_path / "ca.crt")
     assert ctx.verify_mode == ssl.CERT_REQUIRED
@@ -82,8 +85,11 @@ def test_join_token_round_trip_and_macs() -> None:
 
 @pytest.mark.parametrize(
     ("text", "problem"),
-    [("hello", "not an llmgw join token"), ("llmgw-join-1.AAAA", "damaged"),
-     ("llmgw-join-1.!!!", "damaged")],
+    [
+        ("hello", "not an llmgw join token"),
+        ("llmgw-join-1.AAAA", "damaged"),
+        ("llmgw-join-1.!!!", "damaged"),
+    ],
 )
 def test_bad_tokens(text: str, problem: str) -> None:
     with pytest.raises(jointoken.TokenError, match=problem):

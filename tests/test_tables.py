@@ -7,12 +7,22 @@ from llmgw.tables import ago, local_disk, nodes_table, status_text
 
 def test_nodes_table_shows_dashes_for_unknowns() -> None:
     nodes = [
-        {"id": "gpu01", "state": "Ready", "address": "10.0.0.2", "cpu_count": 64,
-         "cpu_percent": 12.4, "load": [1.5, 1.0, 0.5], "memory_total": 512 * 2**30,
-         "memory_available": 256 * 2**30,
-         "disks": [{"path": "/", "total": 100 * 2**30, "free": 40 * 2**30, "shared": False},
-                   {"path": "/nfs", "total": 10**13, "free": 10**12, "shared": True}],
-         "gpus": [{"name": "NVIDIA H100"}, {"name": "NVIDIA H100"}], "last_seen": None},
+        {
+            "id": "gpu01",
+            "state": "Ready",
+            "address": "10.0.0.2",
+            "cpu_count": 64,
+            "cpu_percent": 12.4,
+            "load": [1.5, 1.0, 0.5],
+            "memory_total": 512 * 2**30,
+            "memory_available": 256 * 2**30,
+            "disks": [
+                {"path": "/", "total": 100 * 2**30, "free": 40 * 2**30, "shared": False},
+                {"path": "/nfs", "total": 10**13, "free": 10**12, "shared": True},
+            ],
+            "gpus": [{"name": "NVIDIA H100"}, {"name": "NVIDIA H100"}],
+            "last_seen": None,
+        },
         {"id": "new", "state": "NotReady", "gpus": []},
     ]
     lines = nodes_table(nodes).splitlines()
@@ -36,6 +46,12 @@ def test_local_disk() -> None:
 
 def test_ago_and_status() -> None:
     assert ago(None) == "-" and ago(100, now=130) == "30s" and ago(0, now=7200) == "2h"
-    text = status_text({"version": "0.1", "uptime_seconds": 5, "nodes": {"total": 2, "ready": 1,
-                        "not_ready": 1}, "heartbeat_handling": {"p99_ms": 0.2}})
+    text = status_text(
+        {
+            "version": "0.1",
+            "uptime_seconds": 5,
+            "nodes": {"total": 2, "ready": 1, "not_ready": 1},
+            "heartbeat_handling": {"p99_ms": 0.2},
+        }
+    )
     assert "1 Ready of 2 (1 NotReady)" in text and "p99 0.2 ms" in text

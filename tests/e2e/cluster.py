@@ -36,13 +36,14 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, step: float = 
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
-def run(*args: str, check: bool = True, env: dict[str, str] | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*LLMGW, *args], capture_output=True, text=True, timeout=timeout,
-                          env=env)
+def run(
+    *args: str, check: bool = True, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([*LLMGW, *args], capture_output=True, text=True, timeout=timeout, env=env)
     if check and proc.returncode != 0:
-        raise AssertionError(f"llmgw {' '.join(args)} failed ({proc.returncode}):\n"
-                             f"{proc.stdout}\n{proc.stderr}")
+        raise AssertionError(
+            f"llmgw {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc
 
 
@@ -74,8 +75,9 @@ class Proc:
 
 def spawn(args: list[str], log: Path) -> Proc:
     fh = log.open("a")
-    popen = subprocess.Popen([*LLMGW, *args], stdout=fh, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+    popen = subprocess.Popen(
+        [*LLMGW, *args], stdout=fh, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     fh.close()
     return Proc(popen, log)
 
@@ -98,11 +100,23 @@ class Cluster:
         return f"127.0.0.1:{self.http_port}"
 
     def init(self) -> str:
-        out = run("server", "init", "--data-dir", str(self.data_dir), "--listen", self.listen,
-                  "--agent-port", str(self.agent_port), "--yes")
+        out = run(
+            "server",
+            "init",
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            self.listen,
+            "--agent-port",
+            str(self.agent_port),
+            "--yes",
+        )
         cfg = self.data_dir / "server.yaml"
-        cfg.write_text(cfg.read_text().replace(
-            "heartbeat_interval: 5.0", f"heartbeat_interval: {self.heartbeat_interval}"))
+        cfg.write_text(
+            cfg.read_text().replace(
+                "heartbeat_interval: 5.0", f"heartbeat_interval: {self.heartbeat_interval}"
+            )
+        )
         return out.stdout
 
     @property
@@ -112,8 +126,9 @@ class Cluster:
     def start_server(self) -> Proc:
         if self.server:
             self.server.stop()
-        self.server = spawn(["server", "run", "--data-dir", str(self.data_dir)],
-                            self.root / "server.log")
+        self.server = spawn(
+            ["server", "run", "--data-dir", str(self.data_dir)], self.root / "server.log"
+        )
         wait_for(self._up, 20, "the control plane to answer")
         return self.server
 
@@ -127,18 +142,28 @@ class Cluster:
             return False
         return True
 
-    def api(self, path: str, *, auth: bool = True, token: str | None = None,
-            body: dict[str, Any] | None = None) -> Any:
+    def api(
+        self,
+        path: str,
+        *,
+        auth: bool = True,
+        token: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> Any:
         headers = {"content-type": "application/json"}
         if auth:
             headers["authorization"] = f"Bearer {token or self.admin_token}"
         req = urllib.request.Request(
-            f"http://{self.listen}{path}", headers=headers,
-            data=None if body is None else json.dumps(body).encode())
+            f"http://{self.listen}{path}",
+            headers=headers,
+            data=None if body is None else json.dumps(body).encode(),
+        )
         with urllib.request.urlopen(req, timeout=5) as resp:
             return json.loads(resp.read())
 
-    def api_error(self, path: str, *, auth: bool = True, token: str | None = None) -> tuple[int, Any]:
+    def api_error(
+        self, path: str, *, auth: bool = True, token: str | None = None
+    ) -> tuple[int, Any]:
         """The status and JSON body of a request that must fail."""
         try:
             self.api(path, auth=auth, token=token)

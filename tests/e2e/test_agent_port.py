@@ -46,8 +46,9 @@ def _client_ctx(root: Path, pair: pki.KeyPair | None, ca_pem: bytes) -> ssl.SSLC
 
 
 async def _handshake_and_read(cluster: Cluster, ctx: ssl.SSLContext) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", cluster.agent_port, ssl=ctx,
-                                                   server_hostname="127.0.0.1")
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", cluster.agent_port, ssl=ctx, server_hostname="127.0.0.1"
+    )
     try:
         # TLS 1.3 finishes the client's side first; the server's verdict comes on read.
         writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
@@ -85,7 +86,8 @@ async def test_http1_client_is_refused(cluster: Cluster, tmp_path: Path) -> None
     ctx.set_alpn_protocols(["http/1.1"])
     with pytest.raises((ssl.SSLError, ConnectionError)):
         reader, writer = await asyncio.open_connection(
-            "127.0.0.1", cluster.agent_port, ssl=ctx, server_hostname="127.0.0.1")
+            "127.0.0.1", cluster.agent_port, ssl=ctx, server_hostname="127.0.0.1"
+        )
         writer.write(b"POST /agent/v1/stream HTTP/1.1\r\nHost: x\r\n\r\n")
         data = await asyncio.wait_for(reader.read(100), 5)
         writer.close()
@@ -96,14 +98,22 @@ async def test_http1_client_is_refused(cluster: Cluster, tmp_path: Path) -> None
 async def _open_stream(cluster: Cluster, root: Path, node_id: str) -> tuple[H2Link, int]:
     state = await enroll(root / node_id, cluster.token(), node_id, cluster.listen)
     ctx = pki.client_tls(state.cert_path, state.key_path, state.ca_path)
-    reader, writer = await asyncio.open_connection("127.0.0.1", cluster.agent_port, ssl=ctx,
-                                                   server_hostname="127.0.0.1")
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", cluster.agent_port, ssl=ctx, server_hostname="127.0.0.1"
+    )
     link = H2Link(reader, writer, client_side=True)
     link.start()
     sid = link.conn.get_next_available_stream_id()
-    link.send_headers(sid, [(":method", "POST"), (":scheme", "https"),
-                            (":authority", "x"), (":path", STREAM_PATH),
-                            ("content-type", CONTENT_TYPE)])
+    link.send_headers(
+        sid,
+        [
+            (":method", "POST"),
+            (":scheme", "https"),
+            (":authority", "x"),
+            (":path", STREAM_PATH),
+            ("content-type", CONTENT_TYPE),
+        ],
+    )
     host = HostFacts(hostname=node_id, os="test", arch="x86_64")
     await link.send(sid, encode_message(Register(node_id=node_id, version="t", host=host)))
     return link, sid
@@ -159,13 +169,16 @@ async def test_bad_frames_end_only_that_stream(
 async def test_register_for_another_node_is_refused(cluster: Cluster, tmp_path: Path) -> None:
     state = await enroll(tmp_path / "m", cluster.token(), "mallory", cluster.listen)
     ctx = pki.client_tls(state.cert_path, state.key_path, state.ca_path)
-    reader, writer = await asyncio.open_connection("127.0.0.1", cluster.agent_port, ssl=ctx,
-                                                   server_hostname="127.0.0.1")
+    reader, writer = await asyncio.open_connection(
+        "127.0.0.1", cluster.agent_port, ssl=ctx, server_hostname="127.0.0.1"
+    )
     link = H2Link(reader, writer, client_side=True)
     link.start()
     sid = link.conn.get_next_available_stream_id()
-    link.send_headers(sid, [(":method", "POST"), (":scheme", "https"), (":authority", "x"),
-                            (":path", STREAM_PATH)])
+    link.send_headers(
+        sid,
+        [(":method", "POST"), (":scheme", "https"), (":authority", "x"), (":path", STREAM_PATH)],
+    )
     host = HostFacts(hostname="victim", os="test", arch="x86_64")
     await link.send(sid, encode_message(Register(node_id="victim", version="t", host=host)))
     reason = await _goodbye(link, sid)

@@ -37,8 +37,11 @@ def test_two_agents_join_heartbeat_and_survive_restarts(cluster: Cluster) -> Non
 
     # Heartbeats arrive and carry live figures.
     before = cluster.api("/api/v1/status")["heartbeats"]
-    wait_for(lambda: cluster.api("/api/v1/status")["heartbeats"] >= before + 4, 10,
-             "heartbeats from both agents")
+    wait_for(
+        lambda: cluster.api("/api/v1/status")["heartbeats"] >= before + 4,
+        10,
+        "heartbeats from both agents",
+    )
     assert cluster.nodes()["alpha"]["cpu_percent"] is not None
 
     certs = {n: (cluster.state_dir(n) / "node.crt").read_bytes() for n in ("alpha", "beta")}
@@ -73,8 +76,11 @@ def test_stopped_control_plane_is_noticed_by_ping(cluster: Cluster) -> None:
     cluster.server.signal(signal.SIGSTOP)
     try:
         stopped = time.monotonic()
-        wait_for(lambda: "no answer to HTTP/2 PING" in agent.text(), 10,
-                 "the agent to notice the stopped control plane")
+        wait_for(
+            lambda: "no answer to HTTP/2 PING" in agent.text(),
+            10,
+            "the agent to notice the stopped control plane",
+        )
         assert time.monotonic() - stopped < 10
     finally:
         cluster.server.signal(signal.SIGCONT)
@@ -86,31 +92,77 @@ def test_join_tokens_expired_reused_and_forged_are_refused(cluster: Cluster) -> 
     cluster.start_agent("one", token)
     cluster.wait_state("one", "Ready", 20)
 
-    reused = run("agent", "run", "--server", cluster.listen, "--token", token,
-                 "--state-dir", str(cluster.root / "reuse"), "--node-id", "two", check=False)
+    reused = run(
+        "agent",
+        "run",
+        "--server",
+        cluster.listen,
+        "--token",
+        token,
+        "--state-dir",
+        str(cluster.root / "reuse"),
+        "--node-id",
+        "two",
+        check=False,
+    )
     assert reused.returncode == 1
     assert "already used by node 'one'" in reused.stderr
 
     short = cluster.token(ttl="1s")
     time.sleep(1.5)
-    expired = run("agent", "run", "--server", cluster.listen, "--token", short,
-                  "--state-dir", str(cluster.root / "exp"), "--node-id", "three", check=False)
+    expired = run(
+        "agent",
+        "run",
+        "--server",
+        cluster.listen,
+        "--token",
+        short,
+        "--state-dir",
+        str(cluster.root / "exp"),
+        "--node-id",
+        "three",
+        check=False,
+    )
     assert expired.returncode == 1
     assert "expired" in expired.stderr
 
     from llmgw import jointoken
 
     good = jointoken.parse(cluster.token())
-    forged = jointoken.JoinToken(good.id, b"x" * 32, good.addresses, good.ca_fingerprint,
-                                 good.expires_at)
-    out = run("agent", "run", "--server", cluster.listen, "--token", forged.encode(),
-              "--state-dir", str(cluster.root / "forged"), "--node-id", "four", check=False)
+    forged = jointoken.JoinToken(
+        good.id, b"x" * 32, good.addresses, good.ca_fingerprint, good.expires_at
+    )
+    out = run(
+        "agent",
+        "run",
+        "--server",
+        cluster.listen,
+        "--token",
+        forged.encode(),
+        "--state-dir",
+        str(cluster.root / "forged"),
+        "--node-id",
+        "four",
+        check=False,
+    )
     assert out.returncode == 1
     assert "forged" in out.stderr
-    invented = jointoken.JoinToken("0" * 16, b"y" * 32, good.addresses, good.ca_fingerprint,
-                                   good.expires_at)
-    out = run("agent", "run", "--server", cluster.listen, "--token", invented.encode(),
-              "--state-dir", str(cluster.root / "invented"), "--node-id", "five", check=False)
+    invented = jointoken.JoinToken(
+        "0" * 16, b"y" * 32, good.addresses, good.ca_fingerprint, good.expires_at
+    )
+    out = run(
+        "agent",
+        "run",
+        "--server",
+        cluster.listen,
+        "--token",
+        invented.encode(),
+        "--state-dir",
+        str(cluster.root / "invented"),
+        "--node-id",
+        "five",
+        check=False,
+    )
     assert out.returncode == 1
     assert "not issued by this control plane" in out.stderr
     assert set(cluster.nodes()) == {"one"}
@@ -142,19 +194,29 @@ def test_ctl_reads_the_data_dir_and_env(cluster: Cluster, monkeypatch: pytest.Mo
     assert "delta" in out.stdout and "Ready" in out.stdout
     listed = json.loads(run("ctl", "nodes", "--json", "--data-dir", str(cluster.data_dir)).stdout)
     assert [n["id"] for n in listed] == ["delta"]
-    env = {"LLMGW_SERVER": cluster.listen, "LLMGW_TOKEN": cluster.admin_token,
-           "PATH": "/usr/bin:/bin", "HOME": str(cluster.root)}
+    env = {
+        "LLMGW_SERVER": cluster.listen,
+        "LLMGW_TOKEN": cluster.admin_token,
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(cluster.root),
+    }
     status = json.loads(run("ctl", "status", "--json", env=env).stdout)
     assert status["nodes"] == {"total": 1, "ready": 1, "not_ready": 0}
-    env_dir = {"LLMGW_DATA_DIR": str(cluster.data_dir), "PATH": "/usr/bin:/bin",
-               "HOME": str(cluster.root)}
+    env_dir = {
+        "LLMGW_DATA_DIR": str(cluster.data_dir),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(cluster.root),
+    }
     assert "1 Ready of 1" in run("ctl", "status", env=env_dir).stdout
     assert run("node", "token", env=env_dir).stdout.startswith("llmgw-join-1.")
 
 
 def test_init_twice_refuses_and_changes_nothing(cluster: Cluster) -> None:
-    files = {p: p.read_bytes() for p in cluster.data_dir.rglob("*")
-             if p.is_file() and "store.db" not in p.name}
+    files = {
+        p: p.read_bytes()
+        for p in cluster.data_dir.rglob("*")
+        if p.is_file() and "store.db" not in p.name
+    }
     out = run("server", "init", "--data-dir", str(cluster.data_dir), "--yes", check=False)
     assert out.returncode == 1
     assert "already initialised" in out.stderr and "server.yaml" in out.stderr

@@ -14,9 +14,13 @@ DEMO = Path(__file__).resolve().parents[2] / "packaging" / "demo.py"
 
 
 def test_demo_reaches_ready_and_reuses_its_data_dir(tmp_path: Path) -> None:
-    for attempt in range(2):
-        out = subprocess.run([sys.executable, str(DEMO), "--dir", str(tmp_path),
-                              "--exit-when-ready"], capture_output=True, text=True, timeout=120)
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, str(DEMO), "--dir", str(tmp_path), "--exit-when-ready"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
         assert "llmgw is running: http://127.0.0.1:" in out.stdout
         assert "Ready" in out.stdout

@@ -26,8 +26,9 @@ async def _registry(tmp_path: Path) -> NodeRegistry:
 
 
 def _register() -> Register:
-    host = HostFacts(hostname="n1", os="linux", arch="x86_64", memory_total=100,
-                     memory_available=50)
+    host = HostFacts(
+        hostname="n1", os="linux", arch="x86_64", memory_total=100, memory_available=50
+    )
     return Register(node_id="n1", version="0.1", host=host)
 
 
@@ -47,14 +48,19 @@ async def test_ready_notready_ready(tmp_path: Path) -> None:
     stored = await reg.store.get_node("n1")
     assert stored is not None and stored.state == NOT_READY
 
-    reg.heartbeat("n1", Heartbeat(seq=1, memory_available=7,
-                                  disks=[Disk(path="/", fstype="ext4", total=10, free=5)]))
+    reg.heartbeat(
+        "n1",
+        Heartbeat(
+            seq=1, memory_available=7, disks=[Disk(path="/", fstype="ext4", total=10, free=5)]
+        ),
+    )
     assert view.state == READY
     shown = view.as_json()
     # Live figures override the ones from Register; absent ones keep the last known.
     assert shown["memory_available"] == 7 and shown["memory_total"] == 100
-    assert shown["disks"] == [{"path": "/", "fstype": "ext4", "total": 10, "free": 5,
-                               "shared": False}]
+    assert shown["disks"] == [
+        {"path": "/", "fstype": "ext4", "total": 10, "free": 5, "shared": False}
+    ]
     assert shown["cpu_percent"] is None
     await reg.flush()
     stored = await reg.store.get_node("n1")

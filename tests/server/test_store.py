@@ -52,7 +52,10 @@ async def test_nodes_enroll_register_and_states(tmp_path: Path) -> None:
     await store.set_node_states([("n1", "NotReady", "missed 3 heartbeats", 9.0)])
     node = await store.get_node("n1")
     assert node is not None and (node.state, node.state_reason, node.last_seen) == (
-        "NotReady", "missed 3 heartbeats", 9.0)
+        "NotReady",
+        "missed 3 heartbeats",
+        9.0,
+    )
     # Enrolling again replaces the certificate and keeps what is known of the node.
     await store.enroll_node("n1", "222", 3.0)
     node = await store.get_node("n1")

@@ -16,10 +16,16 @@ def _round(msg: object) -> object:
 
 def test_register_round_trip_with_nested_facts() -> None:
     host = HostFacts(
-        hostname="n1", os="Debian", arch="x86_64", cpu_count=8, cpu_flags=["avx2"],
+        hostname="n1",
+        os="Debian",
+        arch="x86_64",
+        cpu_count=8,
+        cpu_flags=["avx2"],
         memory_total=64 << 30,
-        disks=[Disk(path="/", fstype="ext4", total=100, free=40),
-               Disk(path="/mnt/nfs", fstype="nfs4", total=1000, free=10, shared=True)],
+        disks=[
+            Disk(path="/", fstype="ext4", total=100, free=40),
+            Disk(path="/mnt/nfs", fstype="nfs4", total=1000, free=10, shared=True),
+        ],
         gpus=[GPU(index=0, uuid="GPU-1", name="NVIDIA H100", memory_total=80 << 30)],
     )
     msg = Register(node_id="n1", version="0.1", host=host, features=["heartbeat.v1"])
@@ -55,8 +61,9 @@ def test_unknown_fields_and_types_are_ignored() -> None:
         ({"no": "type"}, "no message type"),
     ],
 )
-def test_wrong_types_are_refused_with_the_field_named(payload: dict[str, object],
-                                                        problem: str) -> None:
+def test_wrong_types_are_refused_with_the_field_named(
+    payload: dict[str, object], problem: str
+) -> None:
     with pytest.raises(MessageError, match=problem):
         decode_message(payload)
 
