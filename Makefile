@@ -37,18 +37,20 @@ test: apt venv
 	$(BIN)/python -m pytest -q
 
 check: venv
-	$(BIN)/ruff check llmgw tests bench
-	$(BIN)/ruff format --check llmgw tests bench
+	$(BIN)/ruff check llmgw tests bench packaging
+	$(BIN)/ruff format --check llmgw tests bench packaging
 	$(BIN)/mypy
 
 # build/ goes too: setuptools reuses build/lib, so a module deleted from the tree would
 # still ship in the zipapp. Build isolation fetches the setuptools pyproject.toml asks for.
+# ZIPAPP=PATH builds elsewhere (the tests build their own copy).
+ZIPAPP ?= dist/llmgw.pyz
 zipapp: venv
-	rm -rf build dist/llmgw.pyz
-	mkdir -p dist
+	rm -rf build $(ZIPAPP)
+	mkdir -p $(dir $(ZIPAPP))
 	$(BIN)/shiv --quiet --compressed -p '/usr/bin/env python3' -e llmgw.cli:entry \
-	  -o dist/llmgw.pyz .
-	@echo dist/llmgw.pyz
+	  -o $(ZIPAPP) .
+	@echo $(ZIPAPP)
 
 demo: apt venv
 	$(BIN)/python packaging/demo.py

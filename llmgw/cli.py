@@ -257,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help="ssh user (default: yours)")
     p.add_argument("--ssh-port", type=int, default=22)
     p.add_argument("--ssh-key", help="ssh identity file")
+    p.add_argument(
+        "--ssh-option", action="append", metavar="OPTION", help="extra ssh -o OPTION (repeat)"
+    )
     p.add_argument("--node-id", help="the node's id (default: its hostname)")
     p.add_argument(
         "--prefix", default="/opt/llmgw", help="where to install on the node (default /opt/llmgw)"

@@ -1,0 +1,30 @@
+"""Fixtures shared across the test tree: the zipapp, built once per session."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def zipapp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """dist/llmgw.pyz as `make zipapp` builds it, written to a temp dir, not to dist/."""
+    if shutil.which("make") is None:
+        pytest.fail("`make` is not installed; the zipapp is built by `make zipapp`")
+    target = tmp_path_factory.mktemp("zipapp") / "llmgw.pyz"
+    # Through make, so a broken Makefile target fails here and not first in a release.
+    proc = subprocess.run(
+        ["make", "-s", "zipapp", f"ZIPAPP={target}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0 or not target.is_file():
+        pytest.fail(f"`make zipapp` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return target

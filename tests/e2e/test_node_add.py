@@ -1,0 +1,406 @@
+"""``llmgw node add`` against a real sshd on loopback and a real control plane.
+
+The sshd is Debian's, started by the test with its own host key and an authorized key
+the test makes; the node it reaches is this machine, so the agent runs from the zipapp
+under the python3 an ssh login finds, the way it would on a fresh node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llmgw import nodeadd
+from tests.e2e.cluster import Cluster, free_port, run
+
+SSHD = Path("/usr/sbin/sshd")
+
+
+@dataclass
+class Sshd:
+    port: int
+    key: Path
+    known_hosts: Path
+    user: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def node_add_args(self, *extra: str) -> list[str]:
+        return [
+            "node",
+            "add",
+            "127.0.0.1",
+            "--user",
+            self.user,
+            "--ssh-port",
+            str(self.port),
+            "--ssh-key",
+            str(self.key),
+            # Keeps the test's throwaway host keys out of the user's known_hosts.
+            "--ssh-option",
+            f"UserKnownHostsFile={self.known_hosts}",
+            *extra,
+        ]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    if not SSHD.exists():
+        pytest.skip(f"{SSHD} is absent (Debian's openssh-server; `make apt` installs it)")
+    root = tmp_path / "sshd"
+    root.mkdir()
+    for name in ("host_key", "user_key"):
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / name)], check=True
+        )
+    (root / "authorized_keys").write_text((root / "user_key.pub").read_text())
+    port = free_port()
+    config = root / "sshd_config"
+    config.write_text(
+        f"""\
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {root / "host_key"}
+AuthorizedKeysFile {root / "authorized_keys"}
+PidFile {root / "sshd.pid"}
+StrictModes no
+UsePAM no
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+"""
+    )
+    # sshd refuses to start without its privilege-separation directory.
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    log = root / "sshd.log"
+    with log.open("w") as fh:
+        popen = subprocess.Popen(
+            [str(SSHD), "-D", "-e", "-f", str(config)],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            start_new_session=True,
+        )
+    server = Sshd(port, root / "user_key", root / "known_hosts", getpass.getuser(), popen, log)
+    try:
+        deadline = time.monotonic() + 10
+        while not _listening(port):
+            assert popen.poll() is None, "sshd exited:\n" + log.read_text()
+            assert time.monotonic() < deadline, "sshd did not listen:\n" + log.read_text()
+            time.sleep(0.1)
+        yield server
+    finally:
+        popen.terminate()
+        try:
+            popen.wait(5)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait(5)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    c.init()
+    c.start_server()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _agent_pid(prefix: Path) -> int | None:
+    try:
+        return int((prefix / "agent.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _is_agent(pid: int, prefix: Path) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(prefix / "llmgw.pyz").encode() in cmdline
+
+
+def _stop_agent(pid: int | None, prefix: Path) -> None:
+    # Checked against its command line: a pid left in the file may have been reused.
+    if pid is None or not _is_agent(pid, prefix):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while _is_agent(pid, prefix) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if _is_agent(pid, prefix):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def prefix(tmp_path: Path) -> Iterator[Path]:
+    """The node's install prefix; the nohup'd agent left in it is stopped afterwards."""
+    path = tmp_path / "prefix"
+    yield path
+    _stop_agent(_agent_pid(path), path)
+
+
+def _nodes(cluster: Cluster) -> dict[str, dict[str, Any]]:
+    out = run("ctl", "nodes", "--json", "--data-dir", str(cluster.data_dir)).stdout
+    return {n["id"]: n for n in json.loads(out)}
+
+
+@pytest.mark.e2e
+def test_node_add_installs_and_starts_an_agent_that_goes_ready(
+    sshd: Sshd, cluster: Cluster, prefix: Path, zipapp: Path
+) -> None:
+    args = sshd.node_add_args(
+        "--prefix",
+        str(prefix),
+        "--node-id",
+        "addtest",
+        "--zipapp",
+        str(zipapp),
+        "--timeout",
+        "60",
+        "--data-dir",
+        str(cluster.data_dir),
+    )
+    proc = run(*args, check=False, timeout=180)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert "node addtest is Ready" in proc.stdout
+    # No systemd in the test's container: it must say so, not pretend.
+    assert "no systemd on 127.0.0.1: starting the agent under nohup" in proc.stdout
+    assert "running `llmgw doctor`" in proc.stdout
+
+    node = _nodes(cluster)["addtest"]
+    assert node["state"] == "Ready"
+    assert node["connected"] is True
+
+    # What it left on the node.
+    assert (prefix / "llmgw.pyz").read_bytes() == zipapp.read_bytes()
+    config = (prefix / "agent.yaml").read_text()
+    assert (prefix / "agent.yaml").stat().st_mode & 0o077 == 0, "agent.yaml holds the token"
+    assert f"state_dir: {prefix}/state" in config
+    assert "node_id: addtest" in config
+    assert f"server: 127.0.0.1:{cluster.http_port}" in config
+    assert "token: llmgw-join-1." in config
+    assert (prefix / "state" / "node.crt").exists()
+    first = _agent_pid(prefix)
+    assert first is not None and _is_agent(first, prefix)
+    # The agent runs from the zipapp, not from this test's virtual environment.
+    exe = os.readlink(f"/proc/{first}/exe")
+    assert not Path(exe).is_relative_to(Path(sys.prefix))
+
+    # Adding it again replaces the agent rather than starting a second one.
+    try:
+        again = run(*args, check=False, timeout=180)
+        assert again.returncode == 0, f"{again.stdout}\n{again.stderr}"
+        second = _agent_pid(prefix)
+        assert second is not None and second != first and _is_agent(second, prefix)
+        assert not _is_agent(first, prefix)
+        assert _nodes(cluster)["addtest"]["state"] == "Ready"
+    finally:
+        _stop_agent(first, prefix)
+
+
+@pytest.mark.e2e
+def test_node_add_to_a_closed_ssh_port_names_ssh(
+    cluster: Cluster, tmp_path: Path, zipapp: Path
+) -> None:
+    closed = free_port()
+    proc = run(
+        "node",
+        "add",
+        "127.0.0.1",
+        "--user",
+        getpass.getuser(),
+        "--ssh-port",
+        str(closed),
+        "--prefix",
+        str(tmp_path / "never"),
+        "--zipapp",
+        str(zipapp),
+        "--data-dir",
+        str(cluster.data_dir),
+        check=False,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert f"ssh to {getpass.getuser()}@127.0.0.1 port {closed} failed" in proc.stderr
+    assert "Connection refused" in proc.stderr
+    assert f"ssh -p {closed} " in proc.stderr, "it says how to try the login by hand"
+    assert not (tmp_path / "never").exists()
+
+
+# --- the pieces without ssh -----------------------------------------------------------
+
+
+PROBE = """\
+uid=0
+hostname=gpu-07.lab.example
+machine=x86_64
+python=3.11.2
+systemd=yes
+sudo=no
+"""
+
+
+def test_probe_output_is_read_into_facts() -> None:
+    facts = nodeadd.parse_probe(PROBE)
+    assert facts == nodeadd.NodeFacts(
+        hostname="gpu-07",
+        uid=0,
+        machine="x86_64",
+        python=(3, 11),
+        python_text="3.11.2",
+        systemd=True,
+        sudo=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("python_line", "message"),
+    [
+        ("python=", "has no working python3"),
+        ("python=sh: 1: python3: Permission denied", "python3 said: sh: 1"),
+        ("python=3.9.2", "has Python 3.9.2; llmgw needs 3.11 or newer"),
+    ],
+)
+def test_a_node_without_a_usable_python_is_refused(python_line: str, message: str) -> None:
+    facts = nodeadd.parse_probe(PROBE.replace("python=3.11.2", python_line))
+    with pytest.raises(nodeadd.NodeAddError, match=message):
+        nodeadd.check_node(facts, "gpu-07", None)
+
+
+def test_a_node_unlike_the_zipapps_compiled_modules_is_refused() -> None:
+    facts = nodeadd.parse_probe(PROBE.replace("python=3.11.2", "python=3.12.1"))
+    with pytest.raises(nodeadd.NodeAddError, match="for CPython 3.11 on x86_64"):
+        nodeadd.check_node(facts, "gpu-07", ((3, 11), "x86_64"))
+    arm = nodeadd.parse_probe(PROBE.replace("machine=x86_64", "machine=aarch64"))
+    with pytest.raises(nodeadd.NodeAddError, match="on aarch64"):
+        nodeadd.check_node(arm, "gpu-07", ((3, 11), "x86_64"))
+    nodeadd.check_node(nodeadd.parse_probe(PROBE), "gpu-07", ((3, 11), "x86_64"))
+
+
+def test_compiled_for_reads_the_zipapps_extension_modules(tmp_path: Path) -> None:
+    pyz = tmp_path / "app.pyz"
+    with zipfile.ZipFile(pyz, "w") as zf:
+        zf.writestr("site-packages/msgpack/_cmsgpack.cpython-311-x86_64-linux-gnu.so", b"")
+        zf.writestr("site-packages/llmgw/cli.py", b"")
+    assert nodeadd.compiled_for(pyz) == ((3, 11), "x86_64")
+
+
+def test_without_a_zipapp_it_says_to_run_make_zipapp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nodeadd, "__file__", str(tmp_path / "llmgw" / "nodeadd.py"))
+    with pytest.raises(nodeadd.NodeAddError, match="run `make zipapp`"):
+        nodeadd.find_zipapp(None, argv0="/usr/bin/llmgw")
+    running = tmp_path / "llmgw.pyz"
+    running.write_bytes(b"")
+    assert nodeadd.find_zipapp(None, argv0=str(running)) == running
+    # Installed under another name, it is still recognised by its contents.
+    installed = tmp_path / "llmgw"
+    with zipfile.ZipFile(installed, "w") as zf:
+        zf.writestr("environment.json", "{}")
+        zf.writestr("__main__.py", "")
+    assert nodeadd.find_zipapp(None, argv0=str(installed)) == installed
+    installed.write_text("#!/bin/sh\n")
+    with pytest.raises(nodeadd.NodeAddError, match="run `make zipapp`"):
+        nodeadd.find_zipapp(None, argv0=str(installed))
+    with pytest.raises(nodeadd.NodeAddError, match="no such file"):
+        nodeadd.find_zipapp(str(tmp_path / "missing.pyz"))
+
+
+def test_with_systemd_the_python3_on_its_path_is_the_one_checked() -> None:
+    # pyenv and the like change only a login's PATH; the unit would find another python3.
+    facts = nodeadd.parse_probe(PROBE + "unit_python=3.9.2\n")
+    nodeadd.check_node(facts, "gpu-07", None, systemd=False)
+    with pytest.raises(nodeadd.NodeAddError, match="on systemd's PATH.*has Python 3.9.2"):
+        nodeadd.check_node(facts, "gpu-07", None, systemd=True)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        nodeadd.PROBE_SCRIPT,
+        nodeadd.copy_script("/opt/llm gw", "ab" * 32),
+        nodeadd.config_script("/opt/llmgw"),
+        nodeadd.start_script("/opt/llmgw", systemd=True),
+        nodeadd.start_script("/opt/llmgw", systemd=False),
+    ],
+    ids=["probe", "copy", "config", "start-systemd", "start-nohup"],
+)
+def test_the_remote_scripts_are_valid_posix_shell(script: str) -> None:
+    # The systemd branch never runs in CI (no systemd here): parse it at least.
+    for shell in ("sh", "dash", "bash"):
+        found = shutil.which(shell)
+        if found:
+            proc = subprocess.run([found, "-n"], input=script, capture_output=True, text=True)
+            assert proc.returncode == 0, f"{shell}: {proc.stderr}"
+
+
+def test_the_systemd_unit_restarts_the_agent_from_the_prefix() -> None:
+    unit = nodeadd.systemd_unit("/opt/llmgw")
+    assert (
+        "ExecStart=/usr/bin/env python3 /opt/llmgw/llmgw.pyz agent run "
+        "--config /opt/llmgw/agent.yaml" in unit
+    )
+    assert "Restart=always" in unit and "RestartSec=2" in unit
+    assert "WantedBy=multi-user.target" in unit
+
+
+def test_agent_yaml_loads_as_agent_config(tmp_path: Path) -> None:
+    from llmgw.config import AgentConfig, load
+
+    path = tmp_path / "agent.yaml"
+    path.write_text(nodeadd.agent_yaml("10.0.0.1:8080", "llmgw-join-1.x", "n1", "/opt/llmgw"))
+    config = load(AgentConfig, path)
+    assert (config.server, config.token, config.node_id, config.state_dir) == (
+        "10.0.0.1:8080",
+        "llmgw-join-1.x",
+        "n1",
+        "/opt/llmgw/state",
+    )
+
+
+def test_doctor_warnings_are_shown_and_a_missing_doctor_is_not_fatal() -> None:
+    checks = [
+        {"name": "cpu", "status": "ok", "detail": "fine", "fix": None},
+        {"name": "clock", "status": "warn", "detail": "unsynced", "fix": "run chrony"},
+    ]
+    shown = nodeadd.doctor_report(nodeadd.RemoteResult(0, json.dumps(checks), ""))
+    assert shown == ["WARN clock: unsynced (fix: run chrony)"]
+    missing = nodeadd.RemoteResult(1, "", "ModuleNotFoundError: No module named 'x'")
+    assert nodeadd.doctor_report(missing) == [
+        "doctor did not run cleanly (ModuleNotFoundError: No module named 'x'); carrying on"
+    ]
+
+
+def test_a_relative_prefix_is_refused_before_anything_runs(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = argparse.Namespace(prefix="llmgw", host="n1")
+    assert nodeadd.add_node(args, client=None) == 1  # type: ignore[arg-type]
+    assert "--prefix 'llmgw': use an absolute path" in capsys.readouterr().err
