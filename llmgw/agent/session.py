@@ -14,8 +14,9 @@ import logging
 import os
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from h2.events import (
     ConnectionTerminated,
@@ -30,7 +31,7 @@ from llmgw import __version__
 from llmgw.config import parse_hostport
 from llmgw.h2link import CONTENT_TYPE, STREAM_PATH, H2Link, header_map
 from llmgw.wire import FrameDecoder, Heartbeat, HostFacts, Register, Registered
-from llmgw.wire.messages import GPU, Disk, Goodbye, decode_message, encode_message
+from llmgw.wire.messages import GPU, Disk, Goodbye, Message, decode_message, encode_message
 
 log = logging.getLogger("llmgw.agent.session")
 
@@ -66,6 +67,22 @@ class FactSource(Protocol):
     async def live(self) -> LiveFigures: ...
 
 
+class NodeHooks(Protocol):
+    """What the rest of the agent adds to the stream: shards, engines, requests."""
+
+    def register_fields(self) -> dict[str, Any]:
+        """Extra Register fields (engines, shards to adopt)."""
+
+    def heartbeat_fields(self) -> dict[str, Any]:
+        """Extra Heartbeat fields (per-shard usage)."""
+
+    def attach(self, send: Callable[[Message], None] | None) -> None:
+        """Where to send messages while connected; None while not."""
+
+    async def handle(self, msg: Message) -> None:
+        """A message from the control plane other than Registered and Goodbye."""
+
+
 @dataclass
 class SessionSettings:
     heartbeat_interval: float = 5.0
@@ -82,14 +99,17 @@ class AgentSession:
         tls: ssl.SSLContext,
         source: FactSource,
         settings: SessionSettings | None = None,
+        hooks: NodeHooks | None = None,
     ) -> None:
         self.node_id = node_id
         self.tls = tls
         self.source = source
         self.settings = settings or SessionSettings()
+        self.hooks = hooks
         self.control_planes: list[str] = []
         self.registered_at: float | None = None
         self.address: str | None = None
+        self._handling: set[asyncio.Task[None]] = set()
 
     async def run(self, address: str) -> None:
         """Run one stream to ``address`` until it ends; always raises SessionEnded."""
@@ -138,21 +158,26 @@ class AgentSession:
             ],
         )
         facts = await self.source.facts(self.node_id)
+        extra = self.hooks.register_fields() if self.hooks else {}
         register = Register(
             node_id=self.node_id,
             version=__version__,
             host=facts,
             address=self.address,
             features=self.settings.features,
+            **extra,
         )
         await link.send(sid, encode_message(register))
         registered = asyncio.Event()
         last_ack = [time.monotonic()]
+        outbox: asyncio.Queue[Message] = asyncio.Queue()
         tasks = [
             asyncio.create_task(self._read(link, sid, address, registered, last_ack)),
             asyncio.create_task(self._heartbeats(link, sid, registered)),
             asyncio.create_task(self._pings(link, address, last_ack)),
         ]
+        if self.hooks is not None:
+            tasks.append(asyncio.create_task(self._send_outbox(link, sid, registered, outbox)))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -166,6 +191,8 @@ class AgentSession:
                     ) from exc
             raise SessionEnded(f"{address}: the stream ended", self.registered_at is not None)
         finally:
+            if self.hooks:
+                self.hooks.attach(None)
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -203,6 +230,12 @@ class AgentSession:
                             log.info("registered with %s as %s", address, self.node_id)
                         elif isinstance(msg, Goodbye):
                             raise SessionEnded(f"{address}: the control plane said: {msg.reason}")
+                        elif msg is not None and self.hooks is not None:
+                            # Handled beside the reader: a slow handler must not stall
+                            # the stream (pings, heartbeats, other requests).
+                            task = asyncio.create_task(self.hooks.handle(msg))
+                            self._handling.add(task)
+                            task.add_done_callback(self._handling.discard)
                 elif isinstance(event, StreamEnded | StreamReset) and event.stream_id == sid:
                     raise SessionEnded(f"{address}: the control plane ended the stream")
                 elif isinstance(event, ConnectionTerminated):
@@ -222,10 +255,21 @@ class AgentSession:
                 load=live.load,
                 disks=live.disks,
                 gpus=live.gpus,
+                **(self.hooks.heartbeat_fields() if self.hooks else {}),
             )
             await asyncio.wait_for(
                 link.send(sid, encode_message(beat)), timeout=self.settings.ping_timeout
             )
+
+    async def _send_outbox(
+        self, link: H2Link, sid: int, registered: asyncio.Event, outbox: asyncio.Queue[Message]
+    ) -> None:
+        await registered.wait()
+        assert self.hooks is not None
+        self.hooks.attach(outbox.put_nowait)
+        while True:
+            msg = await outbox.get()
+            await link.send(sid, encode_message(msg))
 
     async def _pings(self, link: H2Link, address: str, last_ack: list[float]) -> None:
         s = self.settings

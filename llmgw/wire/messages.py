@@ -69,6 +69,53 @@ class HostFacts:
 
 
 @dataclass(frozen=True)
+class EngineInfo:
+    """An engine a node can run: installed and seen to run, or named to it on purpose."""
+
+    name: str
+    path: str
+    version: str | None = None
+    build: str | None = None  # "cpu", "cuda", ...
+    origin: str = "installed"  # "installed" by the agent, or "configured" by its operator
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """Everything a node needs to run one replica's engine; kept on disk for adoption."""
+
+    replica_id: str
+    engine: str
+    source: str
+    port: int
+    key: str
+    fingerprint: str
+    model: str | None = None
+    args: list[str] = field(default_factory=list)
+    cards: list[str] = field(default_factory=list)
+    cpu_cores: int | None = None
+    allow_pickle: bool = False
+
+
+@dataclass(frozen=True)
+class Compute:
+    """What the engine said it runs on, read from its start-up output."""
+
+    backend: str | None = None
+    devices: list[str] = field(default_factory=list)
+    offloaded_layers: int | None = None
+    total_layers: int | None = None
+
+
+@dataclass(frozen=True)
+class ShardUsage:
+    """An engine's process group's share of the node, for heartbeats."""
+
+    replica_id: str
+    cpu_percent: float | None = None
+    rss: int | None = None
+
+
+@dataclass(frozen=True)
 class Message:
     TYPE: ClassVar[str] = ""
 
@@ -83,7 +130,12 @@ class Register(Message):
     host: HostFacts
     address: str | None = None
     features: list[str] = field(default_factory=list)
-    engines: list[str] = field(default_factory=list)
+    engines: list[EngineInfo] = field(default_factory=list)
+    # False until the agent has looked: then an empty list means "has none".
+    engines_probed: bool = False
+    installable_engines: list[str] = field(default_factory=list)
+    # Shards still running from before this connection, for the control plane to adopt.
+    shards: list[ShardStatus] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -97,6 +149,7 @@ class Heartbeat(Message):
     load: list[float] | None = None
     disks: list[Disk] | None = None
     gpus: list[GPU] | None = None
+    shards: list[ShardUsage] | None = None
 
 
 @dataclass(frozen=True)
@@ -118,8 +171,98 @@ class Goodbye(Message):
     retry: bool = True
 
 
+@dataclass(frozen=True)
+class StartShard(Message):
+    TYPE: ClassVar[str] = "start_shard"
+    spec: ShardSpec
+
+
+@dataclass(frozen=True)
+class StopShard(Message):
+    TYPE: ClassVar[str] = "stop_shard"
+    replica_id: str
+    grace: float = 10.0
+
+
+@dataclass(frozen=True)
+class ShardStatus(Message):
+    """Where a shard stands. States: installing, downloading, starting, loading, ready,
+    failed, stopped."""
+
+    TYPE: ClassVar[str] = "shard_status"
+    replica_id: str
+    state: str
+    reason: str = ""
+    fingerprint: str | None = None
+    engine: str | None = None
+    port: int | None = None
+    pid: int | None = None
+    compute: Compute | None = None
+    started_at: float | None = None
+    last_lines: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class DownloadProgress(Message):
+    """Bytes of a source fetched so far; the total only when the server sent one."""
+
+    TYPE: ClassVar[str] = "download_progress"
+    source: str
+    replica_ids: list[str]
+    done: int
+    total: int | None = None
+    file: str | None = None
+    finished: bool = False
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineStatus(Message):
+    """What engines the node has, and what installing one is doing, in its own words."""
+
+    TYPE: ClassVar[str] = "engine_status"
+    engines: list[EngineInfo] = field(default_factory=list)
+    probed: bool = True
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class Request(Message):
+    """A question for the other side, answered by Response(s) with the same id."""
+
+    TYPE: ClassVar[str] = "request"
+    id: str
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Response(Message):
+    """An answer; ``more`` says further answers to the same id follow (a log followed)."""
+
+    TYPE: ClassVar[str] = "response"
+    id: str
+    ok: bool = True
+    result: Any = None
+    error: str | None = None
+    more: bool = False
+
+
 _REGISTRY: dict[str, type[Message]] = {
-    cls.TYPE: cls for cls in (Register, Heartbeat, Registered, Goodbye)
+    cls.TYPE: cls
+    for cls in (
+        Register,
+        Heartbeat,
+        Registered,
+        Goodbye,
+        StartShard,
+        StopShard,
+        ShardStatus,
+        DownloadProgress,
+        EngineStatus,
+        Request,
+        Response,
+    )
 }
 
 
