@@ -284,3 +284,10 @@ def write_private(path: Path, data: bytes) -> None:
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     os.chmod(path, 0o600)
+
+
+def engine_key(cluster_secret: bytes, replica_id: str) -> str:
+    """A replica's engine API key: derived, so any control plane can recompute it and none
+    needs to store it."""
+    digest = hmac.new(cluster_secret, b"llmgw engine key\x00" + replica_id.encode(), "sha256")
+    return "llmgw-engine-" + digest.hexdigest()[:40]

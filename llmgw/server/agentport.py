@@ -15,8 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import ssl
 import time
+from collections.abc import AsyncIterator
+from typing import Any
 
 from h2.events import (
     ConnectionTerminated,
@@ -30,7 +33,18 @@ from h2.exceptions import ProtocolError
 from llmgw.h2link import CONTENT_TYPE, STREAM_PATH, H2Link, header_map
 from llmgw.server.nodes import NodeRegistry
 from llmgw.wire import FrameDecoder, FrameError, Heartbeat, Register, Registered
-from llmgw.wire.messages import Goodbye, Message, MessageError, decode_message, encode_message
+from llmgw.wire.messages import (
+    DownloadProgress,
+    EngineStatus,
+    Goodbye,
+    Message,
+    MessageError,
+    Request,
+    Response,
+    ShardStatus,
+    decode_message,
+    encode_message,
+)
 
 log = logging.getLogger("llmgw.agentport")
 
@@ -68,11 +82,45 @@ class AgentConnection:
         self.decoder = FrameDecoder()
         self.registered = False
         self.closing: str | None = None
+        self.pending: dict[str, asyncio.Queue[Response | None]] = {}
 
     async def send(self, msg: Message) -> None:
         if self.stream_id is None:
-            return
+            raise ConnectionError(f"node {self.node_id} has no open stream")
         await self.link.send(self.stream_id, encode_message(msg))
+
+    async def ask(
+        self, kind: str, args: dict[str, Any], timeout: float = 15.0
+    ) -> AsyncIterator[Response]:
+        """Send a Request and yield its Responses until one says there is no more.
+
+        The timeout runs from the last answer, so a followed log can go on for as long as
+        its lines keep coming (and the caller keeps reading).
+        """
+        request_id = secrets.token_hex(8)
+        queue: asyncio.Queue[Response | None] = asyncio.Queue()
+        self.pending[request_id] = queue
+        try:
+            await self.send(Request(id=request_id, kind=kind, args=args))
+            while True:
+                try:
+                    answer = await asyncio.wait_for(queue.get(), timeout)
+                except TimeoutError as exc:
+                    raise TimeoutError(
+                        f"node {self.node_id} did not answer {kind!r} in {timeout:g} s"
+                    ) from exc
+                if answer is None:
+                    raise ConnectionError(f"node {self.node_id} went away while answering")
+                yield answer
+                if not answer.more:
+                    return
+        finally:
+            self.pending.pop(request_id, None)
+            if self.stream_id is not None and not self.link.closed:
+                with contextlib.suppress(Exception):
+                    await self.send(
+                        Request(id=secrets.token_hex(8), kind="cancel", args={"id": request_id})
+                    )
 
     def close(self, reason: str) -> None:
         """End this stream (from any task) with a Goodbye saying why."""
@@ -114,6 +162,8 @@ class AgentConnection:
         except (ConnectionError, ssl.SSLError, TimeoutError) as exc:
             log.info("node %s (%s) connection lost: %s", self.node_id, self.peer, exc)
         finally:
+            for queue in self.pending.values():
+                queue.put_nowait(None)
             self.port.registry.disconnected(self.node_id, self)
             self.link.close()
 
@@ -140,6 +190,14 @@ class AgentConnection:
                 self.port.registry.handle_times.append(time.perf_counter() - start)
             elif isinstance(msg, Register):
                 await self._register(msg)
+            elif not self.registered:
+                raise MessageError(f"{type(msg).__name__} before register")
+            elif isinstance(msg, Response):
+                queue = self.pending.get(msg.id)
+                if queue is not None:
+                    queue.put_nowait(msg)
+            elif isinstance(msg, ShardStatus | DownloadProgress | EngineStatus):
+                self.port.registry.report(self.node_id, msg)
             # Unknown and unhandled types are ignored: a newer agent may send more.
 
     async def _register(self, msg: Register) -> None:

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llmgw import __version__, jointoken, pki
+from llmgw.server.replicas import routes as replica_routes
 from llmgw.server.store import JoinTokenRecord
 
 if TYPE_CHECKING:
@@ -45,20 +46,17 @@ async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
     return body
 
 
-def build_app(cp: ControlPlane) -> Starlette:
-    def authorised(request: Request) -> bool:
-        header = request.headers.get("authorization", "")
-        if not header.lower().startswith("bearer "):
-            return False
-        return cp.admin_token_ok(header[7:].strip())
+def unauthorised() -> JSONResponse:
+    return error(
+        401,
+        "unauthorized",
+        "missing or wrong admin token: send 'Authorization: Bearer <token>' with the "
+        "token from the data dir's admin.token",
+    )
 
-    def unauthorised() -> JSONResponse:
-        return error(
-            401,
-            "unauthorized",
-            "missing or wrong admin token: send 'Authorization: Bearer <token>' with the "
-            "token from the data dir's admin.token",
-        )
+
+def build_app(cp: ControlPlane) -> Starlette:
+    authorised = cp.authorised
 
     async def version(request: Request) -> Response:
         return JSONResponse({"version": __version__})
@@ -139,6 +137,7 @@ def build_app(cp: ControlPlane) -> Starlette:
         Route("/v1/{rest:path}", gateway_placeholder, methods=["GET", "POST"]),
         Route("/admin", admin_placeholder),
         Route("/admin/{rest:path}", admin_placeholder),
+        *replica_routes(cp),
     ]
     return Starlette(routes=routes)
 

@@ -11,11 +11,13 @@ from typing import Any
 
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 from llmgw import __version__, jointoken, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.server.agentport import AgentPort
-from llmgw.server.api import build_app, new_token_record
+from llmgw.server.api import build_app, new_token_record, unauthorised
 from llmgw.server.datadir import DataDir
 from llmgw.server.nodes import NodeRegistry
 from llmgw.server.store import Store, open_store
@@ -46,6 +48,24 @@ class ControlPlane:
 
     def admin_token_ok(self, token: str) -> bool:
         return pki.token_hash(token) in self._admin_hashes
+
+    def authorised(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        if not header.lower().startswith("bearer "):
+            return False
+        return self.admin_token_ok(header[7:].strip())
+
+    def unauthorised(self) -> JSONResponse:
+        return unauthorised()
+
+    def wanted_sources(self) -> set[str]:
+        """Weights some shard on some node uses now; the rest no model wants."""
+        return {
+            str(shard["source"])
+            for view in self.registry.nodes.values()
+            for shard in view.shards.values()
+            if shard.get("source")
+        }
 
     async def mint_join_token(self, ttl: int) -> jointoken.JoinToken:
         secret = pki.new_secret()

@@ -11,12 +11,20 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmgw.server.store import Store
 from llmgw.wire import Heartbeat, Register
-from llmgw.wire.messages import to_map
+from llmgw.wire.messages import (
+    DownloadProgress,
+    EngineStatus,
+    Message,
+    Response,
+    ShardStatus,
+    to_map,
+)
 
 log = logging.getLogger("llmgw.nodes")
 
@@ -26,6 +34,12 @@ NOT_READY = "NotReady"
 
 class Session(Protocol):
     def close(self, reason: str) -> None: ...
+
+    async def send(self, msg: Message) -> None: ...
+
+    def ask(
+        self, kind: str, args: dict[str, Any], timeout: float = 15.0
+    ) -> AsyncIterator[Response]: ...
 
 
 @dataclass
@@ -41,6 +55,13 @@ class NodeView:
     last_heartbeat: float | None = None  # monotonic
     last_seen: float | None = None  # wall clock
     session: Session | None = None
+    # What the agent reports of its shards, downloads and engines (latest of each).
+    shards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    usage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    downloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    engines: list[dict[str, Any]] = field(default_factory=list)
+    engines_probed: bool = False
+    engine_message: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The node as the admin API shows it: a flat object of plain fields."""
@@ -69,6 +90,9 @@ class NodeView:
             "gpus": facts.get("gpus", []),
             "gpu_source": facts.get("gpu_source"),
             "warnings": facts.get("warnings", []),
+            # None until the agent has looked; then [] means it has none.
+            "engines": self.engines if self.engines_probed else None,
+            "engine_message": self.engine_message,
         }
 
 
@@ -128,6 +152,11 @@ class NodeRegistry:
         if view.state != READY:
             log.info("node %s is Ready (%s)", view.id, "registered")
         view.state, view.reason = READY, ""
+        view.engines = [to_map(e) for e in msg.engines]
+        view.engines_probed = msg.engines_probed
+        # What the node runs now is the truth; statuses from before the reconnect go.
+        view.shards = {s.replica_id: to_map(s) for s in msg.shards}
+        view.usage = {}
         self._dirty.pop(view.id, None)
         await self.store.register_node(
             view.id, view.address, view.version, view.facts, view.last_seen
@@ -147,6 +176,8 @@ class NodeRegistry:
             live["disks"] = to_map(msg.disks)
         if msg.gpus is not None:
             live["gpus"] = to_map(msg.gpus)
+        if msg.shards is not None:
+            view.usage = {u.replica_id: to_map(u) for u in msg.shards}
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
         if view.state != READY:
@@ -154,6 +185,27 @@ class NodeRegistry:
             view.state, view.reason = READY, ""
             self._dirty[node_id] = view
         self.heartbeats += 1
+
+    def report(self, node_id: str, msg: ShardStatus | DownloadProgress | EngineStatus) -> None:
+        """Keep the latest word of a shard, a download or the node's engines."""
+        view = self.nodes[node_id]
+        if isinstance(msg, ShardStatus):
+            if msg.state == "stopped":
+                view.shards.pop(msg.replica_id, None)
+                view.usage.pop(msg.replica_id, None)
+            else:
+                view.shards[msg.replica_id] = to_map(msg)
+            if msg.state == "failed":
+                log.warning("shard %s on %s failed: %s", msg.replica_id, node_id, msg.reason)
+        elif isinstance(msg, DownloadProgress):
+            if msg.finished:
+                view.downloads.pop(msg.source, None)
+            else:
+                view.downloads[msg.source] = to_map(msg)
+        else:
+            view.engines = [to_map(e) for e in msg.engines]
+            view.engines_probed = msg.probed
+            view.engine_message = msg.message
 
     def disconnected(self, node_id: str, session: Session) -> None:
         view = self.nodes.get(node_id)

@@ -195,6 +195,7 @@ class ShardStatus(Message):
     reason: str = ""
     fingerprint: str | None = None
     engine: str | None = None
+    source: str | None = None
     port: int | None = None
     pid: int | None = None
     compute: Compute | None = None
