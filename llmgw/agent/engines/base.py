@@ -1,0 +1,117 @@
+"""What every engine adapter gives the supervisor: its command line, environment,
+readiness rule, metrics path, refused flags, how to ask its version, and how to read
+its start-up output; and ``wait_ready``, the readiness poll over HTTP.
+
+One adapter a file (``llamacpp.py``, ``vllm.py``, ``sglang.py``); adding an engine is
+adding a file and naming it in ``ADAPTERS``.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import ClassVar
+
+import aiohttp
+
+from llmgw.wire.messages import Compute, ShardSpec
+
+
+class EngineError(ValueError):
+    """A shard this engine cannot run as asked; the message names what and the fix."""
+
+
+class EngineAdapter(abc.ABC):
+    name: ClassVar[str]
+    # Environment variable the engine reads its API key from; None when it takes the key
+    # only as an argument (SGLang).
+    key_env: ClassVar[str | None]
+    health_path: ClassVar[str] = "/health"
+    metrics_path: ClassVar[str] = "/metrics"
+    # A path that answers only with the key: how a found process is told to be ours.
+    models_path: ClassVar[str] = "/v1/models"
+    # False for engines that run on one card only (llama.cpp splits layers, but we give
+    # it one card per shard until placement learns its split).
+    multi_card: ClassVar[bool] = True
+
+    @abc.abstractmethod
+    def refused_flag(self, args: Sequence[str]) -> str | None:
+        """The first argument that reads files, fetches, moves files or picks devices
+        (as this engine parses its arguments), or None when all may pass."""
+
+    def check(self, spec: ShardSpec) -> None:
+        """Refuse a spec this engine must not run, naming the field and the fix."""
+        flag = self.refused_flag(spec.args)
+        if flag is not None:
+            raise EngineError(
+                f"{self.name} argument {flag!r} is not allowed: llmgw chooses the model "
+                "file, devices and paths itself; remove it from the profile's arguments"
+            )
+        if len(spec.cards) > 1 and not self.multi_card:
+            raise EngineError(f"{self.name} runs on one card; give the profile 1 card")
+
+    @abc.abstractmethod
+    def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
+        """The full argv. The key never goes here unless the engine takes it only so."""
+
+    def environment(self, spec: ShardSpec) -> dict[str, str]:
+        """Variables added to the engine's environment (the key, visible cards)."""
+        env: dict[str, str] = {}
+        # An empty key (a cluster without a store to keep the secret) means no key: an
+        # engine given "" would demand an empty bearer token instead.
+        if self.key_env and spec.key:
+            env[self.key_env] = spec.key
+        # Always set, so a shard given no card sees none rather than all of them.
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.cards)
+        return env
+
+    def ready(self, status: int, body: bytes) -> bool:
+        """Whether a health answer means serving; a 200 that says "loading" is not."""
+        return status == 200 and b"loading" not in body.lower()
+
+    def parse_startup(self, lines: Sequence[str]) -> Compute:
+        """What the engine said it runs on; engines that say nothing give an empty one."""
+        return Compute()
+
+    def version_command(self, binary: str) -> list[str]:
+        """The argv that makes the engine say its version and exit 0."""
+        return [binary, "--version"]
+
+    def parse_version(self, output: str) -> str | None:
+        """The version in what ``version_command`` printed; None when it names none."""
+        lines = [line.strip() for line in output.splitlines() if line.strip()]
+        return lines[-1] if lines else None
+
+
+async def wait_ready(
+    adapter: EngineAdapter,
+    port: int,
+    timeout: float,
+    *,
+    host: str = "127.0.0.1",
+    key: str | None = None,
+    interval: float = 0.5,
+    alive: Callable[[], bool] | None = None,
+) -> bool:
+    """Poll the engine's health path until it is ready (True), ``timeout`` seconds pass
+    or ``alive`` says the process is gone (False). A refused connection is an engine
+    still starting: vLLM listens only once it is ready."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    url = f"http://{host}:{port}{adapter.health_path}"
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while True:
+            if alive is not None and not alive():
+                return False
+            try:
+                async with http.get(url, headers=headers) as resp:
+                    if adapter.ready(resp.status, await resp.read()):
+                        return True
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            await asyncio.sleep(min(interval, remaining))

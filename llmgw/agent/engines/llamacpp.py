@@ -1,0 +1,142 @@
+"""llama.cpp's llama-server: command line, key in LLAMA_API_KEY, refused flags as its
+own parser reads them, and what its start-up output says it runs on.
+
+The start-up lines read (from llama.cpp's ggml, llama and server logs)::
+
+    ggml_cuda_init: found 1 CUDA devices:
+      Device 0: NVIDIA H200, compute capability 9.0, VMM: yes
+    load_backend: loaded CUDA backend from /opt/llama/libggml-cuda.so
+    load_backend: loaded CPU backend from /opt/llama/libggml-cpu-haswell.so
+    system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | ...
+    llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H200) (0000:19:00.0) - ...
+    load_tensors: offloaded 33/33 layers to GPU
+
+A CPU build prints no "offloaded" line, so ``offloaded_layers`` then stays None: not
+read, not zero. Older builds said ``llm_load_tensors:``; both are read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from llmgw.agent.engines.base import EngineAdapter
+from llmgw.agent.engines.flags import ExactFlags
+from llmgw.wire.messages import Compute, ShardSpec
+
+# Every spelling llama.cpp's common/arg.cpp gives a flag that reads or fetches a file,
+# writes one, listens elsewhere, picks devices or CPUs, or sets what llmgw sets itself.
+REFUSED = (
+    # the model and whatever else it would load or fetch
+    *("-m", "--model", "-mu", "--model-url"),
+    *("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token"),
+    *("-hfd", "-hfrd", "--hf-repo-draft", "-hfv", "-hfrv", "--hf-repo-v"),
+    *("-hffv", "--hf-file-v", "-md", "--model-draft", "-mv", "--model-vocoder"),
+    *("--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"),
+    *("-mm", "--mmproj", "-mmu", "--mmproj-url"),
+    *("--models-dir", "--models-preset"),
+    # other files read or written
+    *("--grammar-file", "-jf", "--json-schema-file", "--chat-template-file"),
+    *("-f", "--file", "-bf", "--binary-file"),
+    *("-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic"),
+    *("--slot-save-path", "--log-file", "--path", "--webui-config-file"),
+    *("--api-key", "--api-key-file", "--ssl-key-file", "--ssl-cert-file"),
+    # devices, CPUs, remote backends
+    *("-dev", "--device", "-devd", "--device-draft", "-mg", "--main-gpu"),
+    *("-ts", "--tensor-split", "-ot", "--override-tensor", "--rpc"),
+    *("-t", "--threads", "-tb", "--threads-batch"),
+    *("-C", "--cpu-mask", "-Cr", "--cpu-range", "-Cb", "--cpu-mask-batch"),
+    *("-Crb", "--cpu-range-batch"),
+    # where it listens and what it answers as: the router and the health check rely on it
+    *("--host", "--port", "-a", "--alias", "--api-prefix"),
+)
+
+_START = re.compile(r"\bload_backend: |\bggml_cuda_init: found |^build: \d+ \(")
+_BACKEND = re.compile(r"\bload_backend: loaded (\S+) backend from ")
+_FOUND = re.compile(r"^\s*Device (\d+): ([^,]+), compute capability")
+_USING = re.compile(r"\busing device (\S+) \(([^)]*)\)")
+_OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
+_SYSTEM_INFO = re.compile(r"\bsystem_info: n_threads = ")
+_VERSION = re.compile(r"^version: (\d+) \((\w+)\)", re.MULTILINE)
+
+
+@dataclass
+class _Run:
+    """What one run of the engine said; a log may hold several runs one after another."""
+
+    backends: list[str] = field(default_factory=list)
+    found: list[str] = field(default_factory=list)
+    using: list[str] = field(default_factory=list)
+    offloaded: tuple[int, int] | None = None
+    cpu_seen: bool = False
+
+    @property
+    def past_start(self) -> bool:
+        return self.cpu_seen or bool(self.using) or self.offloaded is not None
+
+
+def parse_startup(lines: Sequence[str]) -> Compute:
+    """What llama-server's start-up lines say it runs on, for the last run they hold."""
+    run = _Run()
+    for line in lines:
+        if _START.search(line) and run.past_start:
+            run = _Run()  # an earlier run's lines, kept in the same log file
+        if m := _BACKEND.search(line):
+            run.backends.append(m[1])
+        elif m := _FOUND.search(line):
+            run.found.append(f"CUDA{m[1]} ({m[2].strip()})")
+        elif m := _USING.search(line):
+            run.using.append(f"{m[1]} ({m[2]})")
+        elif m := _OFFLOADED.search(line):
+            run.offloaded = (int(m[1]), int(m[2]))
+        elif _SYSTEM_INFO.search(line):
+            run.cpu_seen = True
+    # The devices the model was given; the ones CUDA found only when an older build
+    # did not say which it used.
+    devices = run.using or run.found
+    if devices:
+        backend: str | None = devices[0].split(" ", 1)[0].rstrip("0123456789") or None
+    elif run.cpu_seen or run.backends or run.offloaded is not None:
+        backend = "CPU"
+    else:
+        backend = None  # no start-up line read: say nothing rather than guess
+    return Compute(
+        backend=backend,
+        devices=devices,
+        offloaded_layers=run.offloaded[0] if run.offloaded else None,
+        total_layers=run.offloaded[1] if run.offloaded else None,
+    )
+
+
+class LlamaCppAdapter(EngineAdapter):
+    name = "llama.cpp"
+    key_env = "LLAMA_API_KEY"
+    multi_card = False
+    flags = ExactFlags(REFUSED)
+
+    def refused_flag(self, args: Sequence[str]) -> str | None:
+        return self.flags.refused_flag(args)
+
+    def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
+        argv = [binary, "-m", model_path, "--host", host, "--port", str(spec.port)]
+        if spec.model:
+            argv += ["--alias", spec.model]
+        if spec.cpu_cores:
+            argv += ["-t", str(spec.cpu_cores)]
+        if spec.cards:
+            # Every layer on the card; llama.cpp caps the count at the model's layers.
+            argv += ["--n-gpu-layers", "999"]
+        argv.append("--metrics")
+        return argv + list(spec.args)
+
+    def parse_startup(self, lines: Sequence[str]) -> Compute:
+        return parse_startup(lines)
+
+    def parse_version(self, output: str) -> str | None:
+        """``version: 1234 (abcdef0)`` as ``b1234``, the release tag's spelling. A
+        build from a source tree without git says ``version: 0 (unknown)``: no version."""
+        m = _VERSION.search(output)
+        if m is None or int(m[1]) == 0:
+            return None
+        return f"b{m[1]}"
