@@ -1,0 +1,44 @@
+"""What can go wrong getting a model's weights onto a node, one exception a reason.
+
+Every message names the thing at fault (the source, the file, the host) and, where
+there is one, the fix, because it travels unchanged to ``ctl replicas`` and the
+shard's status: the operator reads it there, far from the node.
+"""
+
+from __future__ import annotations
+
+
+class WeightsError(Exception):
+    """Base of every refusal or failure of the weights package."""
+
+
+class SourceError(WeightsError, ValueError):
+    """A source string that is not one of the accepted forms, or names nothing usable."""
+
+
+class PickleRefused(WeightsError):
+    """The source is, or would fetch, Python pickles, and the model did not allow them."""
+
+
+class HubError(WeightsError):
+    """The hub (or a plain HTTP server) answered something other than the file."""
+
+
+class HubAuthError(HubError):
+    """401/403: a gated or private repository, or a token that was refused."""
+
+
+class HubNotFound(HubError):
+    """404: no such repository, revision or file."""
+
+
+class NetworkError(HubError):
+    """The connection failed or was cut; what was written so far is kept for resuming."""
+
+
+class ChecksumError(WeightsError):
+    """A downloaded file's sha256 or size is not what the hub published."""
+
+
+class DiskSpaceError(WeightsError):
+    """The cache's filesystem cannot hold what is still to be fetched."""
