@@ -5,10 +5,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := openssh-server openssh-client procps iproute2
+APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all demo test check apt venv zipapp bench clean
+.PHONY: all demo test check apt venv zipapp bench clean llama-server
 
 all: test
 
@@ -33,7 +33,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.installed
 
-test: apt venv
+# llama.cpp's server, built once from the llama-cpp-python sdist and cached outside the
+# clone (~/.cache/llmgw/llama-server-VERSION); prints its path last.
+llama-server: apt venv
+	@packaging/build-llama-server.sh $(BIN)/pip
+
+test: apt venv llama-server
 	$(BIN)/python -m pytest -q
 
 check: venv

@@ -11,6 +11,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,21 @@ class AdminClient:
                 f"cannot reach the control plane at {self.base_url}: {reason}; is "
                 "`llmgw server run` running there?"
             ) from exc
+
+    def stream(self, path: str) -> Iterator[Any]:
+        """Newline-delimited JSON from a GET, one value at a time, as it arrives."""
+        req = urllib.request.Request(
+            self.base_url + path, headers={"authorization": f"Bearer {self.token}"}
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=None) as resp:
+                for line in resp:
+                    if line.strip():
+                        yield json.loads(line)
+        except urllib.error.HTTPError as exc:
+            raise AdminError(f"{self.base_url}{path}: HTTP {exc.code}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise AdminError(f"lost the control plane at {self.base_url}: {exc}") from exc
 
     def get(self, path: str) -> Any:
         return self.request("GET", path)

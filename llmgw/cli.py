@@ -106,7 +106,7 @@ def cmd_server_run(args: argparse.Namespace) -> int:
 
 def cmd_agent_run(args: argparse.Namespace) -> int:
     from llmgw.agent.service import AgentOptions, run_agent
-    from llmgw.config import AgentConfig, default_state_dir, load
+    from llmgw.config import AgentConfig, default_state_dir, default_weights_dir, load
 
     _setup_logging(args.log_level)
     state_dir = Path(args.state_dir) if args.state_dir else None
@@ -117,7 +117,24 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
     config = load(AgentConfig, config_path) if config_path else AgentConfig()
     if state_dir is None:
         state_dir = Path(config.state_dir) if config.state_dir else default_state_dir()
+    from llmgw.agent.engines.provision import parse_engine_option
+    from llmgw.agent.runtime import RuntimeOptions
+
+    engines = dict(config.engines)
+    for option in args.engine or []:
+        name, path = parse_engine_option(option)
+        engines[name] = path
+    runtime = RuntimeOptions(
+        state_dir=state_dir,
+        weights_dir=Path(args.weights_dir or config.weights_dir or default_weights_dir()),
+        release_source=args.release_source or config.release_source,
+        llamacpp_version=config.llamacpp_version,
+        engines=engines,
+        hf_endpoint=config.hf_endpoint,
+        engine_user=config.engine_user,
+    )
     opts = AgentOptions(
+        runtime=runtime,
         state_dir=state_dir,
         node_id=args.node_id or config.node_id,
         server=args.server or config.server,
@@ -169,6 +186,87 @@ def cmd_ctl_status(args: argparse.Namespace) -> int:
         _print_json(status)
     else:
         print(status_text(status))
+    return 0
+
+
+def cmd_ctl_replicas(args: argparse.Namespace) -> int:
+    from llmgw.tables import replicas_table
+
+    rows = _client(args).get("/api/v1/replicas")
+    if args.json:
+        _print_json(rows)
+    else:
+        print(replicas_table(rows))
+    return 0
+
+
+def cmd_ctl_logs(args: argparse.Namespace) -> int:
+    from urllib.parse import urlencode
+
+    client = _client(args)
+    query = {"source": args.source, "n": args.lines}
+    if not args.follow:
+        for line in client.get(f"/api/v1/nodes/{args.node}/logs?{urlencode(query)}"):
+            print(line)
+        return 0
+    query["follow"] = "1"
+    for batch in client.stream(f"/api/v1/nodes/{args.node}/logs?{urlencode(query)}"):
+        if isinstance(batch, dict) and "error" in batch:
+            raise UsageError(str(batch["error"]))
+        for line in batch:
+            print(line, flush=True)
+    return 0
+
+
+def cmd_ctl_shard_start(args: argparse.Namespace) -> int:
+    body: dict[str, Any] = {
+        "replica_id": args.replica,
+        "engine": args.engine,
+        "source": args.source,
+        "port": args.port,
+        "args": args.arg or [],
+        "cards": args.card or [],
+        "allow_pickle": args.allow_pickle,
+    }
+    if args.model:
+        body["model"] = args.model
+    if args.cpu_cores:
+        body["cpu_cores"] = args.cpu_cores
+    answer = _client(args).post(f"/api/v1/nodes/{args.node}/shards", body)
+    if args.json:
+        _print_json(answer)
+    else:
+        print(f"asked {args.node} to start {args.replica}; see `llmgw ctl replicas`")
+    return 0
+
+
+def cmd_ctl_shard_stop(args: argparse.Namespace) -> int:
+    answer = _client(args).request("DELETE", f"/api/v1/nodes/{args.node}/shards/{args.replica}")
+    if args.json:
+        _print_json(answer)
+    else:
+        print(f"asked {args.node} to stop {args.replica}")
+    return 0
+
+
+def cmd_ctl_weights(args: argparse.Namespace) -> int:
+    from llmgw.tables import collect_text, weights_table
+
+    client = _client(args)
+    if args.collect:
+        body = {"node": args.node} if args.node else {}
+        result = client.post("/api/v1/weights/collect", body)
+        if args.json:
+            _print_json(result)
+        else:
+            print(collect_text(result))
+        return 0
+    path = "/api/v1/weights" + (f"?node={args.node}" if args.node else "")
+    rows = client.get(path)
+    if args.json:
+        _print_json(rows)
+    else:
+        print(weights_table(rows))
     return 0
 
 
@@ -237,6 +335,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state-dir", help="where the node keeps its key and certificate")
     p.add_argument("--node-id", help="this node's id (default: its hostname)")
     p.add_argument("--config", help="agent.yaml (default: STATE_DIR/agent.yaml if present)")
+    p.add_argument(
+        "--engine",
+        action="append",
+        metavar="NAME=PATH",
+        help="an engine to use as it is, e.g. llama.cpp=/opt/llama/llama-server (repeat)",
+    )
+    p.add_argument(
+        "--weights-dir", help="where fetched weights are kept (default /var/lib/llmgw-weights)"
+    )
+    p.add_argument(
+        "--release-source", help="where llama.cpp releases come from (GitHub's release layout)"
+    )
     p.add_argument("--log-level", default="info")
     p.set_defaults(handler=cmd_agent_run)
 
@@ -281,6 +391,57 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(p)
     p.set_defaults(handler=cmd_ctl_status)
 
+    p = ctl_cmds.add_parser(
+        "replicas", help="every shard the nodes run: state, port, pid, compute, download progress"
+    )
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+    p.set_defaults(handler=cmd_ctl_replicas)
+    p = ctl_cmds.add_parser("logs", help="a node's agent log, or one of its engines'")
+    p.add_argument("node")
+    p.add_argument("--source", default="agent", help="'agent' (default) or a replica id")
+    p.add_argument("-n", dest="lines", type=int, default=100, help="lines (default 100)")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
+    _client_options(p)
+    p.set_defaults(handler=cmd_ctl_logs)
+    p = ctl_cmds.add_parser(
+        "weights",
+        help="what weights each node holds, and which no shard uses; --collect removes those",
+    )
+    p.add_argument("node", nargs="?")
+    p.add_argument(
+        "--collect", action="store_true", help="ask the nodes to delete weights no shard uses"
+    )
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+    p.set_defaults(handler=cmd_ctl_weights)
+    shard = ctl_cmds.add_parser("shard", help="start or stop one shard on a node directly")
+    shard_cmds = shard.add_subparsers(dest="shard_command", metavar="ACTION")
+    p = shard_cmds.add_parser("start", help="start a shard on NODE")
+    p.add_argument("node")
+    p.add_argument("replica", help="the replica id")
+    p.add_argument(
+        "--source",
+        required=True,
+        help="weights: hf:ORG/REPO[:QUANT|:FILE], https://..., or a path on the node",
+    )
+    p.add_argument("--engine", default="llama.cpp")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", help="the name the engine serves it as")
+    p.add_argument("--cpu-cores", type=int)
+    p.add_argument("--card", action="append", help="a card's UUID (repeat)")
+    p.add_argument("--arg", action="append", help="an engine argument (repeat)")
+    p.add_argument("--allow-pickle", action="store_true")
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+    p.set_defaults(handler=cmd_ctl_shard_start)
+    p = shard_cmds.add_parser("stop", help="stop a shard on NODE")
+    p.add_argument("node")
+    p.add_argument("replica")
+    p.add_argument("--json", action="store_true")
+    _client_options(p)
+    p.set_defaults(handler=cmd_ctl_shard_stop)
+
     p = roles.add_parser("doctor", help="check this machine (and its link to the cluster)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--state-dir", help="agent state dir (default: the usual one, if present)")
@@ -310,10 +471,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"llmgw: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:
+        from llmgw.agent.engines import EngineError
         from llmgw.agent.identity import EnrollError
         from llmgw.jointoken import TokenError
 
-        if isinstance(exc, EnrollError | TokenError):
+        if isinstance(exc, EnrollError | TokenError | EngineError):
             print(f"llmgw: {exc}", file=sys.stderr)
             return 1
         raise

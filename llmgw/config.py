@@ -113,6 +113,18 @@ class AgentConfig:
     # is always one of them.
     data_dirs: list[str] = field(default_factory=list)
     heartbeat_interval: float = _checked(_check_positive, 5.0)
+    # Where fetched weights are kept, each source under a hash of its name.
+    # Default: /var/lib/llmgw-weights for root, else ~/.cache/llmgw-weights.
+    weights_dir: str | None = None
+    # Engines named on purpose: {engine: path}, e.g. {llama.cpp: /opt/llama/llama-server}.
+    engines: dict[str, str] = field(default_factory=dict)
+    # Where llama.cpp releases come from (GitHub's layout) and which one; latest if unset.
+    release_source: str = "https://github.com/ggml-org/llama.cpp/releases"
+    llamacpp_version: str | None = None
+    # Hugging Face endpoint (else HF_ENDPOINT, else huggingface.co); HF_TOKEN is honoured.
+    hf_endpoint: str | None = None
+    # The user engines run as when the agent runs as root; None runs them as the agent.
+    engine_user: str | None = None
 
 
 def _describe(tp: Any) -> str:
@@ -120,6 +132,9 @@ def _describe(tp: Any) -> str:
     if origin is list:
         (inner,) = typing.get_args(tp)
         return f"a list of {_describe(inner)}"
+    if origin is dict:
+        key, value = typing.get_args(tp)
+        return f"a map of {_describe(key)} to {_describe(value)}"
     args = typing.get_args(tp)
     if args and type(None) in args:
         return " or ".join(_describe(a) for a in args if a is not type(None)) + " (or null)"
@@ -139,6 +154,13 @@ def _convert(value: Any, tp: Any, where: str) -> Any:
         (inner,) = [a for a in args if a is not type(None)]
         return _convert(value, inner, where)
     bad = ConfigError(f"{where}: expected {_describe(tp)}, got {value!r}")
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise bad
+        return {
+            _convert(k, args[0], f"{where} key"): _convert(v, args[1], f"{where}.{k}")
+            for k, v in value.items()
+        }
     if origin is list:
         if not isinstance(value, list):
             raise bad
@@ -213,6 +235,14 @@ def default_data_dir() -> Path:
         return Path("/var/lib/llmgw")
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "llmgw"
+
+
+def default_weights_dir() -> Path:
+    """Where an agent keeps fetched weights unless told."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/llmgw-weights")
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "llmgw-weights"
 
 
 def default_state_dir() -> Path:

@@ -104,3 +104,88 @@ def status_text(status: dict[str, Any]) -> str:
         f"  CA:          sha256 {str(status.get('ca_fingerprint', ''))[:32]}...",
     ]
     return "\n".join(lines)
+
+
+def size(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return DASH
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"
+
+
+def replicas_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No replicas running."
+    lines = []
+    out = []
+    for r in rows:
+        compute = r.get("backend") or DASH
+        if r.get("offloaded_layers") is not None:
+            compute += f" {r['offloaded_layers']}/{r.get('total_layers')} layers"
+        if r.get("devices"):
+            compute += " " + ",".join(r["devices"])
+        out.append(
+            [
+                r["replica_id"],
+                r["node"],
+                r.get("state") or DASH,
+                r.get("engine") or DASH,
+                str(r["port"]) if r.get("port") else DASH,
+                str(r["pid"]) if r.get("pid") else DASH,
+                compute,
+                size(r.get("rss")),
+            ]
+        )
+    table = render(["REPLICA", "NODE", "STATE", "ENGINE", "PORT", "PID", "COMPUTE", "RSS"], out)
+    for row, r in zip(table.splitlines()[1:], rows, strict=True):
+        lines.append(row)
+        download = r.get("download")
+        if download:
+            total = download.get("total")
+            got = size(download.get("done"))
+            lines.append(
+                f"    downloading {download.get('file') or download.get('source')}: "
+                + (f"{got} of {size(total)}" if total else f"{got} so far")
+            )
+        if r.get("state") == "failed" and r.get("reason"):
+            lines.append(f"    {r['reason']}")
+    return "\n".join([table.splitlines()[0], *lines])
+
+
+def weights_table(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "No weights on any node."
+    out = []
+    for r in rows:
+        if "error" in r:
+            out.append([r["node"], DASH, DASH, DASH, r["error"]])
+            continue
+        out.append(
+            [
+                r["node"],
+                r.get("name", DASH),
+                size(r.get("total_bytes")),
+                "in use" if r.get("wanted") else "unused",
+                (r.get("source") or "?") + ("" if r.get("complete") else " (partial)"),
+            ]
+        )
+    return render(["NODE", "NAME", "SIZE", "USE", "SOURCE"], out)
+
+
+def collect_text(result: list[dict[str, Any]]) -> str:
+    lines = []
+    for node in result:
+        if "error" in node:
+            lines.append(f"{node['node']}: {node['error']}")
+            continue
+        lines.append(
+            f"{node['node']}: asked to remove {len(node['asked'])}, removed "
+            f"{len(node['removed'])} ({size(node['freed_bytes'])} freed)"
+        )
+        for kept in node["kept"]:
+            lines.append(f"    kept {kept['path']}: {kept['reason']}")
+        for name in node.get("still_listed", []):
+            lines.append(f"    still listed after collecting: {name}")
+    return "\n".join(lines) or "Nothing to collect."

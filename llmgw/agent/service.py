@@ -15,7 +15,14 @@ from pathlib import Path
 
 from llmgw import pki
 from llmgw.agent.identity import AgentState, EnrollError, default_node_id, enroll
-from llmgw.agent.session import AgentSession, FactSource, SessionEnded, SessionSettings
+from llmgw.agent.runtime import NodeRuntime, RuntimeOptions
+from llmgw.agent.session import (
+    AgentSession,
+    FactSource,
+    NodeHooks,
+    SessionEnded,
+    SessionSettings,
+)
 
 log = logging.getLogger("llmgw.agent")
 
@@ -31,6 +38,7 @@ class AgentOptions:
     token: str | None = None
     data_dirs: tuple[Path, ...] = ()
     heartbeat_interval: float = 5.0
+    runtime: RuntimeOptions | None = None
 
 
 async def ensure_enrolled(opts: AgentOptions) -> AgentState:
@@ -55,11 +63,15 @@ async def ensure_enrolled(opts: AgentOptions) -> AgentState:
 
 
 async def keep_connected(
-    state: AgentState, source: FactSource, settings: SessionSettings, stop: asyncio.Event
+    state: AgentState,
+    source: FactSource,
+    settings: SessionSettings,
+    stop: asyncio.Event,
+    hooks: NodeHooks | None = None,
 ) -> None:
     """Hold a stream to some control plane until ``stop`` is set."""
     tls = pki.client_tls(state.cert_path, state.key_path, state.ca_path)
-    session = AgentSession(state.node_id, tls, source, settings)
+    session = AgentSession(state.node_id, tls, source, settings, hooks)
     index = 0
     delay = RETRY_FIRST
     while not stop.is_set():
@@ -93,8 +105,16 @@ async def run_agent(opts: AgentOptions) -> None:
     from llmgw.agent.discovery import Discovery
 
     state = await ensure_enrolled(opts)
-    dirs = [opts.state_dir, *opts.data_dirs]
+    runtime_opts = opts.runtime or RuntimeOptions(
+        state_dir=opts.state_dir,
+        weights_dir=opts.state_dir / "weights",
+        release_source="https://github.com/ggml-org/llama.cpp/releases",
+    )
+    for directory in (opts.state_dir, runtime_opts.weights_dir):
+        directory.mkdir(parents=True, exist_ok=True)
+    dirs = [opts.state_dir, runtime_opts.weights_dir, *opts.data_dirs]
     source = Discovery(dirs)
+    runtime = NodeRuntime(runtime_opts)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -102,6 +122,8 @@ async def run_agent(opts: AgentOptions) -> None:
     settings = SessionSettings(heartbeat_interval=opts.heartbeat_interval)
     log.info("agent for node %s; control planes %s", state.node_id, ", ".join(state.control_planes))
     try:
-        await keep_connected(state, source, settings, stop)
+        await runtime.start()
+        await keep_connected(state, source, settings, stop, runtime)
     finally:
+        await runtime.close()
         await source.close()

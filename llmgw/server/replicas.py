@@ -177,8 +177,58 @@ def routes(cp: ControlPlane) -> list[Route]:
                 out.append({"node": node_id, "error": str(exc)})
         return JSONResponse(out)
 
+    async def one_answer(view: NodeView, kind: str, args: dict[str, Any]) -> Any:
+        assert view.session is not None
+        async for answer in view.session.ask(kind, args, timeout=60):
+            if not answer.ok:
+                raise RuntimeError(answer.error or f"{kind} failed")
+            return answer.result
+        raise ConnectionError(f"node {view.id} gave no answer")
+
+    async def collect(request: Request) -> Response:
+        """Ask each node to delete the weights no shard uses; each node re-checks every
+        path itself, and the summary comes from what it lists afterwards."""
+        if not cp.authorised(request):
+            return cp.unauthorised()
+        try:
+            body = await request.json()
+        except ValueError:
+            body = {}
+        wanted_node = body.get("node") if isinstance(body, dict) else None
+        wanted = cp.wanted_sources()
+        out: list[dict[str, Any]] = []
+        for node_id, view in sorted(cp.registry.nodes.items()):
+            if wanted_node and node_id != wanted_node or view.session is None:
+                continue
+            try:
+                listing = await one_answer(view, "weights.list", {})
+                unused = [e["name"] for e in listing if e.get("source") not in wanted]
+                done = await one_answer(view, "weights.collect", {"names": unused})
+                after = {e["name"] for e in await one_answer(view, "weights.list", {})}
+            except (TimeoutError, ConnectionError, RuntimeError) as exc:
+                out.append({"node": node_id, "error": str(exc)})
+                continue
+            await cp.store.audit(
+                "admin",
+                "weights.collect",
+                node_id,
+                f"asked {len(unused)}, removed {len(done['removed'])}",
+            )
+            out.append(
+                {
+                    "node": node_id,
+                    "asked": unused,
+                    "removed": done["removed"],
+                    "kept": done["kept"],
+                    "freed_bytes": done["freed_bytes"],
+                    "still_listed": sorted(after & set(unused)),
+                }
+            )
+        return JSONResponse(out)
+
     return [
         Route("/api/v1/replicas", replicas),
+        Route("/api/v1/weights/collect", collect, methods=["POST"]),
         Route("/api/v1/nodes/{node_id}/shards", start_shard, methods=["POST"]),
         Route("/api/v1/nodes/{node_id}/shards/{replica_id}", stop_shard, methods=["DELETE"]),
         Route("/api/v1/nodes/{node_id}/logs", logs),

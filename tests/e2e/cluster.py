@@ -178,10 +178,22 @@ class Cluster:
     def state_dir(self, node_id: str) -> Path:
         return self.root / f"agent-{node_id}"
 
-    def start_agent(self, node_id: str, token: str | None = None) -> Proc:
-        args = ["agent", "run", "--state-dir", str(self.state_dir(node_id)), "--node-id", node_id]
+    def start_agent(
+        self, node_id: str, token: str | None = None, extra: list[str] | None = None
+    ) -> Proc:
+        args = [
+            "agent",
+            "run",
+            "--state-dir",
+            str(self.state_dir(node_id)),
+            "--node-id",
+            node_id,
+            "--weights-dir",
+            str(self.root / f"weights-{node_id}"),
+        ]
         if token:
             args += ["--server", self.listen, "--token", token]
+        args += extra or []
         if node_id in self.agents:
             self.agents[node_id].stop()
         proc = spawn(args, self.root / f"agent-{node_id}.log")

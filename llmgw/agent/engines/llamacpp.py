@@ -52,9 +52,14 @@ REFUSED = (
     *("--host", "--port", "-a", "--alias", "--api-prefix"),
 )
 
-_START = re.compile(r"\bload_backend: |\bggml_cuda_init: found |^build: \d+ \(")
+_START = re.compile(
+    r"\bload_backend: |\bggml_cuda_init: found |^build: \d+ \(|^--- llmgw: starting "
+    r"|\bllama_server: initializing"
+)
 _BACKEND = re.compile(r"\bload_backend: loaded (\S+) backend from ")
-_FOUND = re.compile(r"^\s*Device (\d+): ([^,]+), compute capability")
+_FOUND = re.compile(r"(?:^|\s)Device (\d+): ([^,]+), compute capability")
+# Newer builds (at --verbosity 4) list devices as "common_param:   - CUDA0 : NAME (...)".
+_DEVICE_INFO = re.compile(r"common_param:\s+- (\w+?\d+)\s*: (.+?) \(\d+ MiB")
 _USING = re.compile(r"\busing device (\S+) \(([^)]*)\)")
 _OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
 _SYSTEM_INFO = re.compile(r"\bsystem_info: n_threads = ")
@@ -88,6 +93,8 @@ def parse_startup(lines: Sequence[str]) -> Compute:
             run.found.append(f"CUDA{m[1]} ({m[2].strip()})")
         elif m := _USING.search(line):
             run.using.append(f"{m[1]} ({m[2]})")
+        elif m := _DEVICE_INFO.search(line):
+            run.found.append(f"{m[1]} ({m[2].strip()})")
         elif m := _OFFLOADED.search(line):
             run.offloaded = (int(m[1]), int(m[2]))
         elif _SYSTEM_INFO.search(line):
@@ -127,7 +134,9 @@ class LlamaCppAdapter(EngineAdapter):
         if spec.cards:
             # Every layer on the card; llama.cpp caps the count at the model's layers.
             argv += ["--n-gpu-layers", "999"]
-        argv.append("--metrics")
+        # Verbosity 4 is what makes llama.cpp print its devices, backend buffers and
+        # offloaded layers at start-up; without it the shard's compute is unknown.
+        argv += ["--metrics", "--verbosity", "4"]
         return argv + list(spec.args)
 
     def parse_startup(self, lines: Sequence[str]) -> Compute:

@@ -42,7 +42,7 @@ def test_llamacpp_command_on_cpu() -> None:
     assert argv == [
         "/opt/llama/llama-server",
         *("-m", "/w/m.gguf", "--host", "0.0.0.0", "--port", "8123", "--alias", "tiny"),
-        *("-t", "6", "--metrics", "-c", "4096"),
+        *("-t", "6", "--metrics", "--verbosity", "4", "-c", "4096"),
     ]
     assert "--n-gpu-layers" not in argv
     assert KEY not in " ".join(argv)
@@ -148,3 +148,18 @@ def test_version_reading() -> None:
     assert llama.version_command("/x/llama-server") == ["/x/llama-server", "--version"]
     assert adapter("vllm").parse_version("INFO 01-01 x\n0.10.1.1\n") == "0.10.1.1"
     assert adapter("sglang").version_command("/e/python")[:2] == ["/e/python", "-c"]
+
+
+def test_llamacpp_parses_verbosity_4_device_list_of_newer_builds() -> None:
+    from llmgw.agent.engines.llamacpp import parse_startup
+
+    lines = [
+        "--- llmgw: starting /opt/llama-server at Wed Dec  2 16:00:00 2026",
+        "0.00.003.344 I cmn  common_param: device_info:",
+        "0.00.003.350 I cmn  common_param:   - CUDA0   : NVIDIA H200 (143000 MiB, 142000 MiB free)",
+        "0.00.003.353 I cmn  common_param:   - CPU     : AMD EPYC (24105 MiB, 24105 MiB free)",
+        "0.00.009.000 I load_tensors: offloaded 3/3 layers to GPU",
+    ]
+    got = parse_startup(lines)
+    assert got.backend == "CUDA" and got.devices == ["CUDA0 (NVIDIA H200)"]
+    assert (got.offloaded_layers, got.total_layers) == (3, 3)

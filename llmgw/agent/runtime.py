@@ -1,0 +1,236 @@
+"""The agent's work beyond the stream: shards, engines, weights and the requests the
+control plane makes of the node (logs, the weights list, collecting).
+
+``NodeRuntime`` is what the session calls: it adds engines and running shards to
+Register, per-shard usage to heartbeats, and handles StartShard, StopShard and Request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmgw.agent.engines.install import LlamaCppInstaller
+from llmgw.agent.engines.provision import NodeEngines
+from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
+from llmgw.agent.supervisor import Supervisor
+from llmgw.agent.weights import HubClient, WeightStore
+from llmgw.wire.messages import (
+    EngineInfo,
+    EngineStatus,
+    Message,
+    Request,
+    Response,
+    StartShard,
+    StopShard,
+)
+
+log = logging.getLogger("llmgw.agent.runtime")
+
+PROBE_EVERY = 600.0
+FOLLOW_FLUSH = 0.5
+FOLLOW_KEEPALIVE = 20.0
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    state_dir: Path
+    weights_dir: Path
+    release_source: str
+    llamacpp_version: str | None = None
+    engines: dict[str, str] = field(default_factory=dict)
+    hf_endpoint: str | None = None
+    engine_user: str | None = None
+    engine_host: str = "0.0.0.0"
+
+
+class NodeRuntime:
+    def __init__(self, opts: RuntimeOptions) -> None:
+        self.opts = opts
+        self.agent_log = LogRing(AGENT_LINES)
+        self._handler = RingHandler(self.agent_log)
+        logging.getLogger().addHandler(self._handler)
+        self._send: Callable[[Message], None] | None = None
+        self.installer = LlamaCppInstaller(
+            opts.state_dir / "engines",
+            opts.release_source,
+            opts.llamacpp_version,
+            progress=self._engine_words,
+        )
+        self.engines = NodeEngines(opts.engines, self.installer)
+        self.engine_list: list[EngineInfo] = []
+        self.hub = HubClient(opts.hf_endpoint, allow_http=_loopback(opts.hf_endpoint))
+        self.weights = WeightStore(opts.weights_dir, self.hub)
+        self.supervisor = Supervisor(
+            opts.state_dir / "shards",
+            self,
+            self.weights,
+            self.emit,
+            host=opts.engine_host,
+            engine_user=opts.engine_user,
+        )
+        self._follows: dict[str, asyncio.Task[None]] = {}
+        self._probe_task: asyncio.Task[None] | None = None
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Adopt what a previous agent left running, then look at the engines."""
+        adopted = await self.supervisor.adopt()
+        if adopted:
+            log.info("adopted %d running shard(s): %s", len(adopted), ", ".join(adopted))
+        await self.probe()
+        self._probe_task = asyncio.create_task(self._probe_forever())
+
+    async def probe(self) -> None:
+        found = await self.engines.probe()
+        if found != self.engine_list:
+            self.engine_list = found
+            self.emit(EngineStatus(engines=found, probed=True))
+
+    async def ensure(self, name: str, report: Callable[[str], None]) -> EngineInfo:
+        """The supervisor's engine provider: an install it caused is reported at once."""
+        info = await self.engines.ensure(name, report)
+        if info not in self.engine_list:
+            self.engine_list = [*self.engine_list, info]
+            self.emit(EngineStatus(engines=self.engine_list, probed=self.engines.probed))
+        return info
+
+    async def _probe_forever(self) -> None:
+        while True:
+            await asyncio.sleep(PROBE_EVERY)
+            try:
+                await self.probe()
+            except Exception:
+                log.exception("probing engines failed; will try again")
+
+    async def close(self) -> None:
+        """The agent is going: stop watching; engines keep serving for the next agent."""
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+        for task in self._follows.values():
+            task.cancel()
+        await self.supervisor.close()
+        await self.weights.close()
+        with contextlib.suppress(Exception):
+            await self.hub.close()
+        logging.getLogger().removeHandler(self._handler)
+
+    def _engine_words(self, words: str) -> None:
+        log.info("%s", words)
+        self.emit(EngineStatus(engines=self.engine_list, probed=self.engines.probed, message=words))
+
+    # --- the session's hooks ----------------------------------------------------------
+
+    def emit(self, msg: Message) -> None:
+        if self._send is not None:
+            self._send(msg)
+
+    def attach(self, send: Callable[[Message], None] | None) -> None:
+        self._send = send
+
+    def register_fields(self) -> dict[str, Any]:
+        return {
+            "engines": self.engine_list,
+            "engines_probed": self.engines.probed,
+            "installable_engines": self.engines.installable,
+            "shards": self.supervisor.statuses(),
+        }
+
+    def heartbeat_fields(self) -> dict[str, Any]:
+        return {"shards": self.supervisor.usage()}
+
+    async def handle(self, msg: Message) -> None:
+        if isinstance(msg, StartShard):
+            self.supervisor.start(msg.spec)
+        elif isinstance(msg, StopShard):
+            await self.supervisor.stop(msg.replica_id, msg.grace)
+        elif isinstance(msg, Request):
+            try:
+                await self._answer(msg)
+            except Exception as exc:
+                log.exception("request %s (%s) failed", msg.id, msg.kind)
+                self.emit(Response(id=msg.id, ok=False, error=f"{type(exc).__name__}: {exc}"))
+
+    # --- requests ---------------------------------------------------------------------
+
+    async def _answer(self, req: Request) -> None:
+        if req.kind == "logs":
+            await self._logs(req)
+        elif req.kind == "cancel":
+            task = self._follows.pop(str(req.args.get("id")), None)
+            if task is not None:
+                task.cancel()
+        elif req.kind == "weights.list":
+            listing = await self.weights.list_cache()
+            self.emit(Response(id=req.id, result=[asdict(s) for s in listing]))
+        elif req.kind == "weights.collect":
+            names = [str(n) for n in req.args.get("names", [])]
+            done = await self.weights.collect(names)
+            self.emit(
+                Response(
+                    id=req.id,
+                    result={
+                        "removed": done.removed,
+                        "kept": [{"path": p, "reason": r} for p, r in done.kept],
+                        "freed_bytes": done.freed_bytes,
+                    },
+                )
+            )
+        else:
+            self.emit(
+                Response(id=req.id, ok=False, error=f"this agent does not answer {req.kind!r}")
+            )
+
+    def _ring(self, source: str) -> LogRing | None:
+        if source == "agent":
+            return self.agent_log
+        shard = self.supervisor.shards.get(source)
+        return shard.ring if shard is not None else None
+
+    async def _logs(self, req: Request) -> None:
+        source = str(req.args.get("source", "agent"))
+        ring = self._ring(source)
+        if ring is None:
+            known = ", ".join(["agent", *sorted(self.supervisor.shards)])
+            self.emit(
+                Response(
+                    id=req.id, ok=False, error=f"no log {source!r} on this node (it has: {known})"
+                )
+            )
+            return
+        n = int(req.args.get("n", 100))
+        follow = bool(req.args.get("follow"))
+        self.emit(Response(id=req.id, result=ring.tail(n), more=follow))
+        if follow:
+            self._follows[req.id] = asyncio.create_task(self._follow(req.id, ring))
+
+    async def _follow(self, request_id: str, ring: LogRing) -> None:
+        """Send new lines in small batches until cancelled; an empty batch now and then
+        tells the control plane the node is still there."""
+        pending: list[str] = []
+        stop = ring.listen(pending.append)
+        try:
+            quiet = 0.0
+            while True:
+                await asyncio.sleep(FOLLOW_FLUSH)
+                quiet += FOLLOW_FLUSH
+                if pending or quiet >= FOLLOW_KEEPALIVE:
+                    batch, pending[:] = list(pending), []
+                    self.emit(Response(id=request_id, result=batch, more=True))
+                    quiet = 0.0
+        finally:
+            stop()
+            self._follows.pop(request_id, None)
+
+
+def _loopback(endpoint: str | None) -> bool:
+    """Plain http is allowed only to a hub on this machine (a mirror in tests)."""
+    return bool(endpoint) and any(
+        h in str(endpoint) for h in ("://127.", "://localhost", "://[::1]")
+    )

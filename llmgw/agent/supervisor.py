@@ -1,0 +1,439 @@
+"""Engine processes on this node: start, watch, stop, and adopt after an agent restart.
+
+Each shard's engine runs in its own session (process group), writes its output to a
+file in the state dir, and has its spec (with its pid) kept beside it. So an agent that
+is killed leaves its engines serving, and the next agent finds them again: same replica,
+same process, no restart. The engine's key reaches it in its environment, never on its
+command line (SGLang, which takes it only as an argument, excepted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import psutil
+
+from llmgw.agent.engines import EngineError, adapter
+from llmgw.agent.engines.base import EngineAdapter
+from llmgw.agent.logbook import ENGINE_LINES, LogRing, follow_file, last_lines_of
+from llmgw.agent.weights import WeightsError, normalise_source, parse_source
+from llmgw.agent.weights.source import check_named_pickle
+from llmgw.pki import write_private
+from llmgw.wire.messages import (
+    Compute,
+    DownloadProgress,
+    EngineInfo,
+    Message,
+    ShardSpec,
+    ShardStatus,
+    ShardUsage,
+    to_map,
+)
+from llmgw.wire.messages import from_map as message_from_map
+
+log = logging.getLogger("llmgw.agent.supervisor")
+
+CRASH_LINES = 30
+HEALTH_POLL = 0.5
+WATCH_POLL = 1.0
+
+
+def _normal(source: str) -> str:
+    """The source in the form the weights cache records, so the control plane can match
+    what a node holds against what its shards use."""
+    try:
+        return normalise_source(source)
+    except WeightsError:
+        return source
+
+
+class EngineProvider(Protocol):
+    async def ensure(self, name: str, report: Callable[[str], None]) -> EngineInfo:
+        """The engine, installed first if it must be; raises with the reason if it cannot."""
+
+
+class WeightFetcher(Protocol):
+    async def fetch(
+        self,
+        source: str,
+        *,
+        allow_pickle: bool,
+        replica_id: str,
+        progress: Callable[[DownloadProgress], None],
+    ) -> Path: ...
+
+
+@dataclass
+class Shard:
+    spec: ShardSpec
+    state: str = "starting"
+    reason: str = ""
+    pid: int | None = None
+    create_time: float | None = None
+    compute: Compute | None = None
+    started_at: float | None = None
+    ring: LogRing = field(default_factory=lambda: LogRing(ENGINE_LINES))
+    task: asyncio.Task[None] | None = None
+    stop_tail: asyncio.Event = field(default_factory=asyncio.Event)
+    stopping: bool = False
+    adopted: bool = False
+    process: psutil.Process | None = None
+
+    def status(self, last_lines: list[str] | None = None) -> ShardStatus:
+        return ShardStatus(
+            replica_id=self.spec.replica_id,
+            state=self.state,
+            reason=self.reason,
+            fingerprint=self.spec.fingerprint,
+            engine=self.spec.engine,
+            source=_normal(self.spec.source),
+            port=self.spec.port,
+            pid=self.pid,
+            compute=self.compute,
+            started_at=self.started_at,
+            last_lines=last_lines,
+        )
+
+
+class Supervisor:
+    def __init__(
+        self,
+        root: Path,
+        engines: EngineProvider,
+        weights: WeightFetcher,
+        emit: Callable[[Message], None],
+        *,
+        host: str = "0.0.0.0",
+        engine_user: str | None = None,
+    ) -> None:
+        self.root = root
+        self.engines = engines
+        self.weights = weights
+        self.emit = emit
+        self.host = host
+        self.engine_user = engine_user
+        self.shards: dict[str, Shard] = {}
+
+    # --- files ------------------------------------------------------------------------
+
+    def _spec_path(self, replica_id: str) -> Path:
+        return self.root / f"{replica_id}.json"
+
+    def log_path(self, replica_id: str) -> Path:
+        return self.root / f"{replica_id}.log"
+
+    def _save(self, shard: Shard) -> None:
+        record = {
+            "spec": to_map(shard.spec),
+            "pid": shard.pid,
+            "create_time": shard.create_time,
+            "started_at": shard.started_at,
+        }
+        # The spec holds the engine key: readable by the agent's user alone.
+        write_private(self._spec_path(shard.spec.replica_id), json.dumps(record).encode())
+
+    def _forget(self, replica_id: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._spec_path(replica_id).unlink()
+
+    # --- reporting --------------------------------------------------------------------
+
+    def _set(self, shard: Shard, state: str, reason: str = "", **extra: Any) -> None:
+        shard.state, shard.reason = state, reason
+        log.info("shard %s: %s%s", shard.spec.replica_id, state, f" ({reason})" if reason else "")
+        self.emit(shard.status(**extra))
+
+    def statuses(self) -> list[ShardStatus]:
+        return [s.status() for s in self.shards.values() if s.state not in ("stopped",)]
+
+    def usage(self) -> list[ShardUsage]:
+        out = []
+        for shard in self.shards.values():
+            proc = shard.process
+            if proc is None or shard.state in ("failed", "stopped"):
+                continue
+            try:
+                procs = [proc, *proc.children(recursive=True)]
+                cpu = sum(p.cpu_percent(interval=None) for p in procs)
+                rss = sum(p.memory_info().rss for p in procs)
+            except psutil.Error:
+                continue
+            out.append(ShardUsage(replica_id=shard.spec.replica_id, cpu_percent=cpu, rss=rss))
+        return out
+
+    # --- start ------------------------------------------------------------------------
+
+    def start(self, spec: ShardSpec) -> None:
+        """Start a shard in the background; a second start of a live one only reports it."""
+        current = self.shards.get(spec.replica_id)
+        if current is not None and current.state not in ("failed", "stopped"):
+            if current.spec.fingerprint == spec.fingerprint:
+                self.emit(current.status())
+                return
+            log.warning(
+                "shard %s asked to start with a new profile; stopping the old one", spec.replica_id
+            )
+        shard = Shard(spec=spec)
+        shard.task = asyncio.create_task(self._run(shard, current))
+        self.shards[spec.replica_id] = shard
+
+    async def _run(self, shard: Shard, previous: Shard | None) -> None:
+        spec = shard.spec
+        try:
+            if previous is not None:
+                await self._terminate(previous, grace=10.0)
+            engine = adapter(spec.engine)
+            engine.check(spec)
+            # A malformed or pickled source is refused before anything is installed or
+            # fetched for it.
+            check_named_pickle(
+                parse_source(spec.source, allow_http=True), allow_pickle=spec.allow_pickle
+            )
+            self._set(shard, "installing", f"making sure {spec.engine} is installed")
+            info = await self.engines.ensure(
+                spec.engine, lambda words: self._set(shard, "installing", words)
+            )
+            self._set(shard, "downloading", f"fetching {spec.source}")
+            model = await self.weights.fetch(
+                spec.source,
+                allow_pickle=spec.allow_pickle,
+                replica_id=spec.replica_id,
+                progress=self.emit,
+            )
+            await self._launch(shard, engine, info, model)
+            await self._until_ready(shard, engine)
+            await self._watch(shard)
+        except asyncio.CancelledError:
+            raise
+        except (EngineError, WeightsError, OSError, RuntimeError, ValueError) as exc:
+            await self._fail(shard, str(exc))
+        except Exception as exc:
+            log.exception("shard %s failed unexpectedly", spec.replica_id)
+            await self._fail(shard, f"{type(exc).__name__}: {exc}")
+
+    async def _launch(
+        self, shard: Shard, engine: EngineAdapter, info: EngineInfo, model: Path
+    ) -> None:
+        spec = shard.spec
+        self.root.mkdir(parents=True, exist_ok=True)
+        argv = engine.command(info.path, spec, str(model), self.host)
+        env = {**os.environ, **engine.environment(spec)}
+        log_path = self.log_path(spec.replica_id)
+        with log_path.open("ab") as out:
+            out.write(f"--- llmgw: starting {' '.join(argv[:1])} at {time.ctime()}\n".encode())
+            out.flush()
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                user=self.engine_user,
+            )
+        shard.pid = proc.pid
+        shard.process = psutil.Process(proc.pid)
+        shard.create_time = shard.process.create_time()
+        shard.started_at = time.time()
+        self._save(shard)
+        asyncio.create_task(follow_file(log_path, shard.ring, shard.stop_tail))
+        # Reap our own child so it never lingers as a zombie that looks alive.
+        asyncio.create_task(proc.wait())
+        self._set(shard, "loading", f"{spec.engine} started, pid {proc.pid}")
+
+    def _alive(self, shard: Shard) -> bool:
+        proc = shard.process
+        if proc is None:
+            return False
+        try:
+            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+    def _exit_reason(self, shard: Shard) -> str:
+        code: int | None = None
+        if shard.process is not None:
+            with contextlib.suppress(psutil.Error, Exception):
+                code = shard.process.wait(timeout=0)
+        return f"the engine exited (code {code})" if code is not None else "the engine exited"
+
+    async def _until_ready(self, shard: Shard, engine: EngineAdapter) -> None:
+        url = f"http://127.0.0.1:{shard.spec.port}{engine.health_path}"
+        timeout = aiohttp.ClientTimeout(total=2)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while True:
+                if not self._alive(shard):
+                    raise RuntimeError(self._exit_reason(shard) + " before it was ready")
+                try:
+                    async with http.get(url) as resp:
+                        body = await resp.read()
+                        if engine.ready(resp.status, body):
+                            break
+                except (aiohttp.ClientError, TimeoutError):
+                    pass
+                await asyncio.sleep(HEALTH_POLL)
+        await asyncio.sleep(0.3)  # let the tail catch the last start-up lines
+        shard.compute = engine.parse_startup(list(shard.ring.lines))
+        problem = self._compute_problem(shard)
+        if problem:
+            raise RuntimeError(problem)
+        self._set(shard, "ready")
+
+    @staticmethod
+    def _compute_problem(shard: Shard) -> str | None:
+        """A shard given cards must be on them: a CPU fallback is a failure, not a success."""
+        if not shard.spec.cards or shard.compute is None:
+            return None
+        c = shard.compute
+        if c.offloaded_layers == 0:
+            return f"the engine offloaded no layer to the {len(shard.spec.cards)} card(s) given"
+        if c.backend is not None and c.backend.upper() == "CPU" and not c.devices:
+            return "the engine found no usable GPU"
+        return None
+
+    async def _watch(self, shard: Shard) -> None:
+        while self._alive(shard):
+            await asyncio.sleep(WATCH_POLL)
+        if not shard.stopping:
+            await self._fail(shard, self._exit_reason(shard))
+
+    async def _fail(self, shard: Shard, reason: str) -> None:
+        await asyncio.sleep(0.3)  # the tail may still be catching the last words
+        last = shard.ring.tail(CRASH_LINES)
+        if self._alive(shard):
+            await self._terminate(shard, grace=5.0, report=False)
+        shard.stop_tail.set()
+        self._forget(shard.spec.replica_id)
+        self._set(shard, "failed", reason, last_lines=last)
+
+    # --- stop -------------------------------------------------------------------------
+
+    async def stop(self, replica_id: str, grace: float = 10.0) -> None:
+        shard = self.shards.get(replica_id)
+        if shard is None:
+            self.emit(ShardStatus(replica_id=replica_id, state="stopped", reason="not running"))
+            return
+        await self._terminate(shard, grace)
+
+    async def _terminate(self, shard: Shard, grace: float, report: bool = True) -> None:
+        """SIGTERM the engine's process group, SIGKILL it after ``grace`` seconds."""
+        shard.stopping = True
+        task = shard.task
+        if task is not None and task is not asyncio.current_task() and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        if shard.pid is not None and self._alive(shard):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(shard.pid, signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while self._alive(shard) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            if self._alive(shard):
+                log.warning(
+                    "shard %s did not stop in %.0f s; killing it", shard.spec.replica_id, grace
+                )
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(shard.pid, signal.SIGKILL)
+        shard.stop_tail.set()
+        self._forget(shard.spec.replica_id)
+        if report:
+            self._set(shard, "stopped")
+
+    # --- adoption ---------------------------------------------------------------------
+
+    async def adopt(self) -> list[str]:
+        """Find the engines a previous agent left running; returns the adopted replica ids."""
+        adopted: list[str] = []
+        if not self.root.exists():
+            return adopted
+        for path in sorted(self.root.glob("*.json")):
+            try:
+                record = json.loads(path.read_text())
+                spec = message_from_map(ShardSpec, record["spec"])
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring unreadable shard file %s: %s", path, exc)
+                continue
+            shard = Shard(
+                spec=spec,
+                pid=record.get("pid"),
+                create_time=record.get("create_time"),
+                started_at=record.get("started_at"),
+                adopted=True,
+            )
+            if await self._still_ours(shard):
+                shard.state = "ready"
+                engine = adapter(spec.engine)
+                asyncio.create_task(
+                    follow_file(self.log_path(spec.replica_id), shard.ring, shard.stop_tail)
+                )
+                shard.compute = engine.parse_startup(
+                    last_lines_of(self.log_path(spec.replica_id), ENGINE_LINES)
+                )
+                shard.task = asyncio.create_task(self._watch(shard))
+                self.shards[spec.replica_id] = shard
+                adopted.append(spec.replica_id)
+                log.info(
+                    "adopted shard %s (pid %s, port %d)", spec.replica_id, shard.pid, spec.port
+                )
+            else:
+                log.info("shard %s from before is gone; forgetting it", spec.replica_id)
+                self._forget(spec.replica_id)
+        return adopted
+
+    async def _still_ours(self, shard: Shard) -> bool:
+        """Same process (pid and start time), on its port, answering to its key alone."""
+        if shard.pid is None:
+            return False
+        try:
+            proc = psutil.Process(shard.pid)
+            if shard.create_time is not None and abs(proc.create_time() - shard.create_time) > 1:
+                return False  # the pid was reused by something else
+        except psutil.Error:
+            return False
+        shard.process = proc
+        if not self._alive(shard):
+            return False
+        url = f"http://127.0.0.1:{shard.spec.port}/v1/models"
+        timeout = aiohttp.ClientTimeout(total=3)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as http:
+                async with http.get(url) as anon:
+                    refused = anon.status == 401
+                headers = {"authorization": f"Bearer {shard.spec.key}"}
+                async with http.get(url, headers=headers) as keyed:
+                    accepted = keyed.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+        return refused and accepted
+
+    async def close(self) -> None:
+        """The agent is going: stop watching, leave every engine running."""
+        for shard in self.shards.values():
+            shard.stop_tail.set()
+            if shard.task is not None:
+                shard.task.cancel()
+        for shard in self.shards.values():
+            if shard.task is not None:
+                with contextlib.suppress(BaseException):
+                    await shard.task
+
+
+def on_disk(root: Path) -> dict[str, dict[str, Any]]:
+    """The shard records in ``root``, for tests and the doctor."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in root.glob("*.json"):
+        with contextlib.suppress(ValueError, OSError):
+            out[path.stem] = json.loads(path.read_text())
+    return out
