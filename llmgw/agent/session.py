@@ -9,7 +9,6 @@ to the next control plane in seconds rather than after TCP's fifteen minutes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import ssl
@@ -86,7 +85,8 @@ class NodeHooks(Protocol):
 @dataclass
 class SessionSettings:
     heartbeat_interval: float = 5.0
-    ping_interval: float = 2.0
+    # A PING also goes with every heartbeat; this is the longest gap between PINGs.
+    ping_interval: float = 2.5
     ping_timeout: float = 4.0
     connect_timeout: float = 5.0
     features: list[str] = field(default_factory=lambda: list(FEATURES))
@@ -116,16 +116,16 @@ class AgentSession:
         host, port = parse_hostport(address)
         s = self.settings
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(
+            # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel that
+            # lands as its inner call finishes, and a cancelled session must end.
+            async with asyncio.timeout(s.connect_timeout + 1):
+                reader, writer = await asyncio.open_connection(
                     host,
                     port,
                     ssl=self.tls,
                     server_hostname=host,
                     ssl_handshake_timeout=s.connect_timeout,
-                ),
-                timeout=s.connect_timeout + 1,
-            )
+                )
         except ssl.SSLCertVerificationError as exc:
             raise SessionEnded(
                 f"{address}: the control plane's certificate is not trusted: {exc.verify_message}"
@@ -169,12 +169,12 @@ class AgentSession:
         )
         await link.send(sid, encode_message(register))
         registered = asyncio.Event()
-        last_ack = [time.monotonic()]
+        pings = _Pings()
         outbox: asyncio.Queue[Message] = asyncio.Queue()
         tasks = [
-            asyncio.create_task(self._read(link, sid, address, registered, last_ack)),
-            asyncio.create_task(self._heartbeats(link, sid, registered)),
-            asyncio.create_task(self._pings(link, address, last_ack)),
+            asyncio.create_task(self._read(link, sid, address, registered, pings)),
+            asyncio.create_task(self._heartbeats(link, sid, registered, pings)),
+            asyncio.create_task(self._pings(link, address, pings)),
         ]
         if self.hooks is not None:
             tasks.append(asyncio.create_task(self._send_outbox(link, sid, registered, outbox)))
@@ -195,9 +195,11 @@ class AgentSession:
                 self.hooks.attach(None)
             for task in tasks:
                 task.cancel()
+            # Bounded: a task that ignores its cancel must not keep the session alive.
+            await asyncio.wait(tasks, timeout=5)
             for task in tasks:
-                with contextlib.suppress(BaseException):
-                    await task
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved, so asyncio does not log it as lost
 
     async def _read(
         self,
@@ -205,7 +207,7 @@ class AgentSession:
         sid: int,
         address: str,
         registered: asyncio.Event,
-        last_ack: list[float],
+        pings: _Pings,
     ) -> None:
         decoder = FrameDecoder()
         while True:
@@ -214,7 +216,7 @@ class AgentSession:
                 raise SessionEnded(f"{address}: the control plane closed the connection")
             for event in link.receive(data):
                 if isinstance(event, PingAckReceived):
-                    last_ack[0] = time.monotonic()
+                    pings.outstanding = None
                 elif isinstance(event, ResponseReceived) and event.stream_id == sid:
                     status = header_map(event.headers).get(":status")
                     if status != "200":
@@ -241,7 +243,9 @@ class AgentSession:
                 elif isinstance(event, ConnectionTerminated):
                     raise SessionEnded(f"{address}: the control plane closed the connection")
 
-    async def _heartbeats(self, link: H2Link, sid: int, registered: asyncio.Event) -> None:
+    async def _heartbeats(
+        self, link: H2Link, sid: int, registered: asyncio.Event, pings: _Pings
+    ) -> None:
         await registered.wait()
         seq = 0
         while True:
@@ -257,9 +261,11 @@ class AgentSession:
                 gpus=live.gpus,
                 **(self.hooks.heartbeat_fields() if self.hooks else {}),
             )
-            await asyncio.wait_for(
-                link.send(sid, encode_message(beat)), timeout=self.settings.ping_timeout
-            )
+            # The PING rides in the same write as the heartbeat: one wake-up of the
+            # control plane for both, instead of one each.
+            pings.send(link, flush=False)
+            async with asyncio.timeout(self.settings.ping_timeout):
+                await link.send(sid, encode_message(beat))
 
     async def _send_outbox(
         self, link: H2Link, sid: int, registered: asyncio.Event, outbox: asyncio.Queue[Message]
@@ -271,21 +277,32 @@ class AgentSession:
             msg = await outbox.get()
             await link.send(sid, encode_message(msg))
 
-    async def _pings(self, link: H2Link, address: str, last_ack: list[float]) -> None:
+    async def _pings(self, link: H2Link, address: str, pings: _Pings) -> None:
+        """PING when nothing else did for a while; end the session on one unanswered."""
         s = self.settings
-        outstanding: float | None = None  # when the oldest unanswered PING went out
-        next_ping = 0.0
         while True:
             now = time.monotonic()
-            if outstanding is not None and last_ack[0] >= outstanding:
-                outstanding = None
-            if outstanding is not None and now - outstanding > s.ping_timeout:
+            if pings.outstanding is not None and now - pings.outstanding > s.ping_timeout:
                 raise SessionEnded(
                     f"{address}: no answer to HTTP/2 PING in {s.ping_timeout:g} s; "
                     "the control plane is stopped or unreachable"
                 )
-            if outstanding is None and now >= next_ping:
-                outstanding, next_ping = now, now + s.ping_interval
-                link.conn.ping(os.urandom(8))
-                link.flush()
+            if pings.outstanding is None and now - pings.last_sent >= s.ping_interval:
+                pings.send(link)
             await asyncio.sleep(min(0.25, s.ping_interval))
+
+
+class _Pings:
+    """The stream's PING state: at most one unanswered at a time."""
+
+    def __init__(self) -> None:
+        self.outstanding: float | None = None  # when the unanswered PING went out
+        self.last_sent = 0.0
+
+    def send(self, link: H2Link, flush: bool = True) -> None:
+        if self.outstanding is not None:
+            return
+        self.outstanding = self.last_sent = time.monotonic()
+        link.conn.ping(os.urandom(8))
+        if flush:
+            link.flush()

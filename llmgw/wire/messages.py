@@ -8,17 +8,11 @@ newer peer can talk to an older one; a known field of the wrong type is an error
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, Union
+from typing import Any, ClassVar
 
+from llmgw.wire.codec import MessageError, from_map, to_map
 from llmgw.wire.framing import encode_frame
-
-
-class MessageError(ValueError):
-    """A frame that names a known message but does not hold a valid one."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +243,8 @@ class Response(Message):
     more: bool = False
 
 
+__all__ = ["MessageError", "from_map", "to_map"]  # re-exported for the callers' ease
+
 _REGISTRY: dict[str, type[Message]] = {
     cls.TYPE: cls
     for cls in (
@@ -269,81 +265,6 @@ _REGISTRY: dict[str, type[Message]] = {
 
 def message_types() -> dict[str, type[Message]]:
     return dict(_REGISTRY)
-
-
-def to_map(obj: Any) -> Any:
-    """A dataclass (recursively) as plain maps and lists, with None fields left out."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(obj):
-            value = getattr(obj, f.name)
-            if value is not None:
-                out[f.name] = to_map(value)
-        return out
-    if isinstance(obj, list | tuple):
-        return [to_map(v) for v in obj]
-    if isinstance(obj, dict):
-        return {k: to_map(v) for k, v in obj.items()}
-    return obj
-
-
-_T = TypeVar("_T")
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = typing.get_type_hints(cls)
-        _HINTS[cls] = hints
-    return hints
-
-
-def _coerce(value: Any, tp: Any, where: str) -> Any:
-    origin = typing.get_origin(tp)
-    if origin is Union or origin is types.UnionType:
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _coerce(value, inner, where)
-    if origin is list:
-        if not isinstance(value, list):
-            raise MessageError(f"{where}: expected a list, got {type(value).__name__}")
-        (item,) = typing.get_args(tp)
-        return [_coerce(v, item, f"{where}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise MessageError(f"{where}: expected a map, got {type(value).__name__}")
-        _, vt = typing.get_args(tp)
-        return {str(k): _coerce(v, vt, f"{where}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if not isinstance(value, dict):
-            raise MessageError(f"{where}: expected a map, got {type(value).__name__}")
-        return from_map(tp, value, where)
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif tp is Any or isinstance(value, tp):
-        return value
-    raise MessageError(f"{where}: expected {getattr(tp, '__name__', tp)}, got {value!r:.60}")
-
-
-def from_map(cls: type[_T], data: dict[str, Any], where: str = "") -> _T:
-    """Build ``cls`` from a map, ignoring keys it does not know."""
-    hints = _hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name in data:
-            kwargs[f.name] = _coerce(
-                data[f.name], hints[f.name], f"{where or cls.__name__}.{f.name}"
-            )
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise MessageError(f"{where or cls.__name__}: missing field {f.name!r}")
-    return cls(**kwargs)
 
 
 def encode_message(msg: Message) -> bytes:
