@@ -223,6 +223,82 @@ def test_two_shards_on_one_source_make_one_resumed_download(
         (entry,) = [e for e in listed if e["source"] == "hf:llmgw/tiny-gguf:Q8_0"]
         assert entry["wanted"] is True and entry["complete"] is True
         assert entry["total_bytes"] == len(data)
+
+        # In use, it is not collected; once no shard uses it, it is.
+        out = json.loads(
+            run("ctl", "weights", "--collect", "--json", "--data-dir", str(cluster.data_dir)).stdout
+        )
+        assert out[0]["asked"] == [] and Path(entry["path"]).exists()
+        for replica_id in ("a", "b"):
+            run("ctl", "shard", "stop", "hubnode", replica_id, "--data-dir", str(cluster.data_dir))
+        wait_for(lambda: cluster.api("/api/v1/replicas") == [], 20, "both shards stopped")
+        out = json.loads(
+            run("ctl", "weights", "--collect", "--json", "--data-dir", str(cluster.data_dir)).stdout
+        )
+        assert out[0]["removed"] == [entry["name"]] and out[0]["still_listed"] == []
+        assert out[0]["freed_bytes"] >= len(data)
+        assert not Path(entry["path"]).exists()
     finally:
         loop.run(runner.cleanup())
         loop.close()
+
+
+def test_crash_is_reported_with_last_lines_and_weights_are_collected(
+    cluster: Cluster, mirror: Mirror, model: Path, tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    join(cluster, "c1", mirror)
+    start(cluster, "c1", "crashy", source=str(model))
+    row = wait_replica(cluster, "crashy", "ready", 120)
+
+    # Follow the engine's log while it dies.
+    follow = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "llmgw",
+            "ctl",
+            "logs",
+            "c1",
+            "--source",
+            "crashy",
+            "-n",
+            "1",
+            "--follow",
+            "--data-dir",
+            str(cluster.data_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = follow.stdout.readline() if follow.stdout else ""
+        assert first.strip(), "ctl logs --follow printed nothing"
+        os.kill(row["pid"], signal.SIGKILL)
+        failed = wait_replica(cluster, "crashy", "failed", 15)
+        assert "exited" in failed["reason"]
+        assert failed["last_lines"] and any("llama" in x for x in failed["last_lines"])
+    finally:
+        follow.terminate()
+        follow.communicate(timeout=5)  # reaps it and closes its pipes
+
+    # A cached source no shard uses is collected; the node proves each path first.
+    cache = cluster.root / "weights-c1"
+    cache.mkdir(parents=True, exist_ok=True)
+    stranger = cache / "my-own-copy"
+    stranger.mkdir()
+    (stranger / "model.gguf").write_bytes(b"an operator's file")
+    listed = json.loads(
+        run("ctl", "weights", "c1", "--json", "--data-dir", str(cluster.data_dir)).stdout
+    )
+    assert all(not e.get("wanted") for e in listed)
+    out = json.loads(
+        run("ctl", "weights", "--collect", "--json", "--data-dir", str(cluster.data_dir)).stdout
+    )
+    (node,) = [n for n in out if n["node"] == "c1"]
+    assert "my-own-copy" not in node["removed"]
+    assert stranger.exists() and (stranger / "model.gguf").read_bytes() == b"an operator's file"
+    assert node["still_listed"] == []
