@@ -175,7 +175,9 @@ def _accept(
         raise EnrollError(f"the certificate from {address} is not for this node's key")
     state = AgentState(state_dir, node_id=node_id)
     state.dir.mkdir(parents=True, exist_ok=True)
-    state.dir.chmod(0o700)
+    # Traversable but not listable: engines running as the engines' user reach their
+    # install under it, while the key and shard specs stay 0600 files.
+    state.dir.chmod(0o711)
     pki.write_private(state.key_path, key_pem)
     state.cert_path.write_bytes(cert_pem)
     state.ca_path.write_bytes(ca_pem)

@@ -302,3 +302,29 @@ def test_crash_is_reported_with_last_lines_and_weights_are_collected(
     assert "my-own-copy" not in node["removed"]
     assert stranger.exists() and (stranger / "model.gguf").read_bytes() == b"an operator's file"
     assert node["still_listed"] == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running engines as another user needs root")
+def test_engine_runs_as_the_engines_user(cluster: Cluster, mirror: Mirror, model: Path) -> None:
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    shared = cluster.root / "shared-model"
+    shared.mkdir(mode=0o755)
+    readable = shared / "tiny.gguf"
+    readable.write_bytes(model.read_bytes())
+    # pytest's temporary directories are 0700: open the path down to the agent's dirs,
+    # as an operator's /var/lib is.
+    for folder in (cluster.root, *cluster.root.parents):
+        if str(folder) in ("/", "/tmp"):
+            break
+        folder.chmod(0o755)
+    config = cluster.root / "u1.yaml"
+    config.write_text(f"release_source: {mirror.url}\nllamacpp_version: b1\nengine_user: nobody\n")
+    cluster.start_agent("u1", cluster.token(), ["--config", str(config)])
+    cluster.wait_state("u1", "Ready", 20)
+    start(cluster, "u1", "asuser", source=str(readable))
+    row = wait_replica(cluster, "asuser", "ready", 120)
+    process = psutil.Process(row["pid"])
+    assert process.uids().real == nobody.pw_uid
+    assert "installing: downloading llama-b1-bin-ubuntu-x64.tar.gz" in cluster.agents["u1"].text()
