@@ -86,15 +86,19 @@ async def keep_connected(
             await asyncio.gather(run, return_exceptions=True)
             break
         exc = run.exception()
-        if isinstance(exc, SessionEnded) and exc.registered:
-            delay = RETRY_FIRST
         log.warning("%s", exc)
         if session.control_planes:
             state.learn_control_planes(session.control_planes)
         index += 1
-        # Jitter keeps a thousand agents from reconnecting in the same instant.
-        wait = delay * (0.5 + random.random() / 2)
-        delay = min(delay * 2, RETRY_MAX)
+        if isinstance(exc, SessionEnded) and exc.registered:
+            # A stream that was up just ended: every agent of the cluster saw the same
+            # thing at the same moment (a restart, a failover). Spread their first try
+            # over the whole retry window, so thousands of handshakes do not land on the
+            # control plane in the same half second.
+            wait, delay = random.uniform(0.2, RETRY_MAX), RETRY_FIRST
+        else:
+            wait = delay * (0.5 + random.random() / 2)
+            delay = min(delay * 2, RETRY_MAX)
         try:
             await asyncio.wait_for(stop.wait(), timeout=wait)
         except TimeoutError:

@@ -87,7 +87,9 @@ class SessionSettings:
     heartbeat_interval: float = 5.0
     # A PING also goes with every heartbeat; this is the longest gap between PINGs.
     ping_interval: float = 2.5
-    ping_timeout: float = 4.0
+    # Longer than the pauses a busy control plane has (thousands of agents reconnecting),
+    # short enough that a stopped one is noticed within 10 s.
+    ping_timeout: float = 5.0
     connect_timeout: float = 5.0
     features: list[str] = field(default_factory=lambda: list(FEATURES))
 
