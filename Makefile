@@ -58,7 +58,7 @@ zipapp: venv
 	@echo $(ZIPAPP)
 
 demo: apt venv
-	$(BIN)/python packaging/demo.py
+	$(BIN)/python packaging/demo.py --llama-server "$$(packaging/build-llama-server.sh $(BIN)/pip)"
 
 bench: venv
 	$(BIN)/python bench/agents.py

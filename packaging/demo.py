@@ -1,7 +1,9 @@
-"""``make demo``: a one-machine cluster in ./.demo: control plane, agent, node Ready.
+"""``make demo``: a one-machine cluster in ./.demo: control plane, agent, and a tiny model
+served by llama.cpp with its own key.
 
-Runs in the foreground until Ctrl-C (or exits once Ready with ``--exit-when-ready``). A
-second run reuses the same data dir, so the node is not enrolled twice.
+Runs in the foreground until Ctrl-C (or exits once serving with ``--exit-when-ready``);
+either way the model is stopped before the agent. A second run reuses the same data dir,
+so the node is not enrolled twice.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
+REPO = Path(__file__).resolve().parents[1]
 LLMGW = [sys.executable, "-m", "llmgw"]
+REPLICA = "demo-tiny"
 
 
 def port_free(port: int) -> bool:
@@ -36,15 +41,44 @@ def pick_port(wanted: int) -> int:
         return int(s.getsockname()[1])
 
 
-def get(url: str, token: str) -> object:
-    req = urllib.request.Request(url, headers={"authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(req, timeout=3) as resp:
-        return json.loads(resp.read())
+class Api:
+    def __init__(self, url: str, token: str) -> None:
+        self.url, self.token = url, token
+
+    def call(self, path: str, body: dict[str, Any] | None = None, method: str = "") -> Any:
+        req = urllib.request.Request(
+            self.url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method or ("POST" if body is not None else "GET"),
+            headers={"authorization": f"Bearer {self.token}", "content-type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.loads(resp.read())
+
+
+def wait(check: Any, seconds: float, proc: subprocess.Popen[bytes] | None = None) -> Any:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return None
+        try:
+            found = check()
+        except OSError:
+            found = None
+        if found:
+            return found
+        time.sleep(0.3)
+    return None
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", default=".demo")
+    parser.add_argument(
+        "--llama-server",
+        help="a llama-server to serve the model with "
+        "(`make demo` passes the one `make llama-server` built)",
+    )
     parser.add_argument("--exit-when-ready", action="store_true")
     args = parser.parse_args()
     root = Path(args.dir).resolve()
@@ -52,7 +86,6 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
 
     if not (data_dir / "server.yaml").exists():
-        http, agent = pick_port(8080), pick_port(8443)
         subprocess.run(
             [
                 *LLMGW,
@@ -61,9 +94,9 @@ def main() -> int:
                 "--data-dir",
                 str(data_dir),
                 "--listen",
-                f"127.0.0.1:{http}",
+                f"127.0.0.1:{pick_port(8080)}",
                 "--agent-port",
-                str(agent),
+                str(pick_port(8443)),
                 "--yes",
             ],
             check=True,
@@ -76,14 +109,26 @@ def main() -> int:
     )
     token = (data_dir / "admin.token").read_text().strip()
     url = f"http://{listen}"
-
+    api = Api(url, token)
+    node = socket.gethostname().split(".")[0]
     procs: list[subprocess.Popen[bytes]] = []
+    serving = False
 
-    def stop(*_: object) -> None:
-        for p in procs:
+    def stop() -> None:
+        if serving:
+            try:
+                api.call(f"/api/v1/nodes/{node}/shards/{REPLICA}", method="DELETE")
+                wait(
+                    lambda: (
+                        not any(r["replica_id"] == REPLICA for r in api.call("/api/v1/replicas"))
+                    ),
+                    15,
+                )
+            except OSError:
+                pass
+        for p in reversed(procs):
             if p.poll() is None:
                 p.terminate()
-        for p in procs:
             try:
                 p.wait(5)
             except subprocess.TimeoutExpired:
@@ -91,24 +136,17 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        server_log = (root / "server.log").open("a")
-        procs.append(
-            subprocess.Popen(
-                [*LLMGW, "server", "run", "--data-dir", str(data_dir)],
-                stdout=server_log,
-                stderr=subprocess.STDOUT,
+        with (root / "server.log").open("a") as log:
+            procs.append(
+                subprocess.Popen(
+                    [*LLMGW, "server", "run", "--data-dir", str(data_dir)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
             )
-        )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                get(f"{url}/healthz", token)
-                break
-            except OSError:
-                if time.monotonic() > deadline or procs[0].poll() is not None:
-                    print(f"the control plane did not start; see {root / 'server.log'}")
-                    return 1
-                time.sleep(0.2)
+        if not wait(lambda: api.call("/healthz"), 30, procs[0]):
+            print(f"the control plane did not start; see {root / 'server.log'}")
+            return 1
 
         agent_cmd = [
             *LLMGW,
@@ -117,8 +155,12 @@ def main() -> int:
             "--state-dir",
             str(state_dir),
             "--node-id",
-            socket.gethostname().split(".")[0],
+            node,
+            "--weights-dir",
+            str(root / "weights"),
         ]
+        if args.llama_server:
+            agent_cmd += ["--engine", f"llama.cpp={args.llama_server}"]
         if not (state_dir / "node.crt").exists():
             join = subprocess.run(
                 [*LLMGW, "node", "token", "--data-dir", str(data_dir)],
@@ -127,27 +169,63 @@ def main() -> int:
                 text=True,
             ).stdout.strip()
             agent_cmd += ["--server", listen, "--token", join]
-        agent_log = (root / "agent.log").open("a")
-        procs.append(subprocess.Popen(agent_cmd, stdout=agent_log, stderr=subprocess.STDOUT))
-
-        deadline = time.monotonic() + 60
-        while True:
-            nodes = get(f"{url}/api/v1/nodes", token)
-            if isinstance(nodes, list) and any(n["state"] == "Ready" for n in nodes):
-                break
-            if time.monotonic() > deadline or procs[1].poll() is not None:
-                print(f"the node did not become Ready; see {root / 'agent.log'}")
-                return 1
-            time.sleep(0.3)
-
+        with (root / "agent.log").open("a") as log:
+            procs.append(subprocess.Popen(agent_cmd, stdout=log, stderr=subprocess.STDOUT))
+        if not wait(
+            lambda: any(n["state"] == "Ready" for n in api.call("/api/v1/nodes")), 60, procs[1]
+        ):
+            print(f"the node did not become Ready; see {root / 'agent.log'}")
+            return 1
         subprocess.run([*LLMGW, "ctl", "nodes", "--data-dir", str(data_dir)], check=False)
         print()
         print(f"llmgw is running: {url}")
         print(f"  admin API:   {url}/api/v1   (Authorization: Bearer {token})")
         cli = Path(sys.executable).parent / "llmgw"
         print(f"  try:         LLMGW_DATA_DIR={data_dir} {cli} ctl status")
-        print("  The OpenAI-compatible /v1 with a model served by llama.cpp arrives with the")
-        print("  engines and gateway work; for now the demo stops at a Ready node.")
+
+        if args.llama_server:
+            sys.path.insert(0, str(REPO))
+            from llmgw import pki
+            from tests.support.tinymodel import write_tiny_model
+
+            model = root / "tiny.gguf"
+            if not model.exists():
+                write_tiny_model(model)
+            port = pick_port(8081)
+            api.call(
+                f"/api/v1/nodes/{node}/shards",
+                {
+                    "replica_id": REPLICA,
+                    "engine": "llama.cpp",
+                    "source": str(model),
+                    "port": port,
+                    "model": "tiny",
+                    "cpu_cores": 1,
+                },
+            )
+            serving = True
+
+            def ready() -> dict[str, Any] | None:
+                rows = [r for r in api.call("/api/v1/replicas") if r["replica_id"] == REPLICA]
+                if rows and rows[0]["state"] == "failed":
+                    raise SystemExit(f"the model failed to start: {rows[0]['reason']}")
+                return rows[0] if rows and rows[0]["state"] == "ready" else None
+
+            row = wait(ready, 120)
+            if not row:
+                print(f"the model did not start; see {root / 'agent.log'}")
+                return 1
+            key = pki.engine_key((data_dir / "cluster.key").read_bytes(), REPLICA)
+            print()
+            print(f"A tiny model is served by llama.cpp (pid {row['pid']}), with its own key:")
+            print(f"  URL:         http://127.0.0.1:{row['port']}/v1")
+            print(f"  API key:     {key}")
+            print(
+                f"  try:         curl -s http://127.0.0.1:{row['port']}/v1/chat/completions "
+                f"-H 'Authorization: Bearer {key}' "
+                '-d \'{"messages":[{"role":"user","content":"hello"}],"max_tokens":8}\''
+            )
+            print("  The cluster-wide /v1 gateway in front of it comes with the gateway work.")
         print(f"  logs:        {root}/server.log, {root}/agent.log")
         if args.exit_when_ready:
             return 0

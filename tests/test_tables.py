@@ -55,3 +55,59 @@ def test_ago_and_status() -> None:
         }
     )
     assert "1 Ready of 2 (1 NotReady)" in text and "p99 0.2 ms" in text
+
+
+def test_replicas_table_shows_download_and_failure_lines() -> None:
+    from llmgw.tables import replicas_table
+
+    rows = [
+        {
+            "replica_id": "r1",
+            "node": "gpu01",
+            "state": "downloading",
+            "engine": "llama.cpp",
+            "port": 9001,
+            "pid": None,
+            "backend": None,
+            "devices": [],
+            "offloaded_layers": None,
+            "rss": None,
+            "download": {
+                "source": "hf:o/r:Q4_K_M",
+                "file": "r-Q4_K_M.gguf",
+                "done": 2_500_000,
+                "total": None,
+            },
+        },
+        {
+            "replica_id": "r2",
+            "node": "gpu01",
+            "state": "ready",
+            "engine": "llama.cpp",
+            "port": 9002,
+            "pid": 4242,
+            "backend": "CUDA",
+            "devices": ["CUDA0 (NVIDIA H100)"],
+            "offloaded_layers": 33,
+            "total_layers": 33,
+            "rss": 1_200_000_000,
+            "download": None,
+        },
+        {
+            "replica_id": "r3",
+            "node": "cpu01",
+            "state": "failed",
+            "engine": "llama.cpp",
+            "port": 9003,
+            "pid": None,
+            "rss": None,
+            "download": None,
+            "reason": "the engine exited (code 1)",
+        },
+    ]
+    lines = replicas_table(rows).splitlines()
+    assert lines[0].split()[:3] == ["REPLICA", "NODE", "STATE"]
+    # No total from the server: bytes so far, and no invented percentage.
+    assert lines[2].strip() == "downloading r-Q4_K_M.gguf: 2.5 MB so far"
+    assert "CUDA 33/33 layers CUDA0 (NVIDIA H100)" in lines[3] and "1.2 GB" in lines[3]
+    assert lines[5].strip() == "the engine exited (code 1)"
