@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,6 @@ from llmgw.wire.messages import Goodbye, decode_message, encode_message
 from tests.e2e.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.init()
-    c.start_server()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def _client_ctx(root: Path, pair: pki.KeyPair | None, ca_pem: bytes) -> ssl.SSLContext:

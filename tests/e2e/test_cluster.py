@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,17 +12,6 @@ import pytest
 from tests.e2e.cluster import Cluster, run, wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.init()
-    c.start_server()
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def test_two_agents_join_heartbeat_and_survive_restarts(cluster: Cluster) -> None:
@@ -88,85 +76,46 @@ def test_stopped_control_plane_is_noticed_by_ping(cluster: Cluster) -> None:
 
 
 def test_join_tokens_expired_reused_and_forged_are_refused(cluster: Cluster) -> None:
+    from llmgw import jointoken
+
+    def join_with(token: str, node_id: str) -> str:
+        """Enroll ``node_id`` with ``token``; it must be refused: the reason given."""
+        out = run(
+            "agent",
+            "run",
+            "--server",
+            cluster.listen,
+            "--token",
+            token,
+            "--state-dir",
+            str(cluster.root / node_id),
+            "--node-id",
+            node_id,
+            check=False,
+        )
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert not (cluster.root / node_id / "node.crt").exists()
+        return out.stderr
+
     token = cluster.token()
     cluster.start_agent("one", token)
     cluster.wait_state("one", "Ready", 20)
-
-    reused = run(
-        "agent",
-        "run",
-        "--server",
-        cluster.listen,
-        "--token",
-        token,
-        "--state-dir",
-        str(cluster.root / "reuse"),
-        "--node-id",
-        "two",
-        check=False,
-    )
-    assert reused.returncode == 1
-    assert "already used by node 'one'" in reused.stderr
+    assert "already used by node 'one'" in join_with(token, "two")
 
     short = cluster.token(ttl="1s")
     time.sleep(1.5)
-    expired = run(
-        "agent",
-        "run",
-        "--server",
-        cluster.listen,
-        "--token",
-        short,
-        "--state-dir",
-        str(cluster.root / "exp"),
-        "--node-id",
-        "three",
-        check=False,
-    )
-    assert expired.returncode == 1
-    assert "expired" in expired.stderr
-
-    from llmgw import jointoken
+    assert "expired" in join_with(short, "three")
 
     good = jointoken.parse(cluster.token())
     forged = jointoken.JoinToken(
         good.id, b"x" * 32, good.addresses, good.ca_fingerprint, good.expires_at
     )
-    out = run(
-        "agent",
-        "run",
-        "--server",
-        cluster.listen,
-        "--token",
-        forged.encode(),
-        "--state-dir",
-        str(cluster.root / "forged"),
-        "--node-id",
-        "four",
-        check=False,
-    )
-    assert out.returncode == 1
-    assert "forged" in out.stderr
+    assert "forged" in join_with(forged.encode(), "four")
     invented = jointoken.JoinToken(
         "0" * 16, b"y" * 32, good.addresses, good.ca_fingerprint, good.expires_at
     )
-    out = run(
-        "agent",
-        "run",
-        "--server",
-        cluster.listen,
-        "--token",
-        invented.encode(),
-        "--state-dir",
-        str(cluster.root / "invented"),
-        "--node-id",
-        "five",
-        check=False,
-    )
-    assert out.returncode == 1
-    assert "not issued by this control plane" in out.stderr
+    assert "not issued by this control plane" in join_with(invented.encode(), "five")
     assert set(cluster.nodes()) == {"one"}
-    assert not (cluster.root / "forged" / "node.crt").exists()
 
 
 def test_wrong_admin_token_gets_401_json(cluster: Cluster) -> None:

@@ -119,17 +119,6 @@ PermitRootLogin prohibit-password
             popen.wait(5)
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.init()
-    c.start_server()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
 def _agent_pid(prefix: Path) -> int | None:
     try:
         return int((prefix / "agent.pid").read_text().strip())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import psutil
 import pytest
 
 from llmgw import pki
-from tests.e2e.cluster import Cluster, run, wait_for
+from tests.e2e.cluster import Cluster, free_port, run, wait_for
 from tests.support.engines import (
     LoopThread,
     Mirror,
@@ -46,23 +45,6 @@ def mirror(tmp_path: Path, binary: Path) -> Iterator[Mirror]:
         yield m
     finally:
         m.close()
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.init()
-    c.start_server()
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def join(cluster: Cluster, node_id: str, mirror: Mirror, tag: str = "b1") -> None:
