@@ -115,6 +115,9 @@ def main() -> int:
     serving = False
 
     def stop() -> None:
+        # A second signal (make passes one on) must not cut the orderly stop short.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         if serving:
             try:
                 api.call(f"/api/v1/nodes/{node}/shards/{REPLICA}", method="DELETE")
@@ -134,7 +137,11 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 p.kill()
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    # Stop cleanly however we are told to: SIGINT even when started from a shell that
+    # ignores it for background jobs, SIGTERM and SIGHUP through SystemExit.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: sys.exit(0))
     try:
         with (root / "server.log").open("a") as log:
             procs.append(
@@ -170,7 +177,11 @@ def main() -> int:
             ).stdout.strip()
             agent_cmd += ["--server", listen, "--token", join]
         with (root / "agent.log").open("a") as log:
-            procs.append(subprocess.Popen(agent_cmd, stdout=log, stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    agent_cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
         if not wait(
             lambda: any(n["state"] == "Ready" for n in api.call("/api/v1/nodes")), 60, procs[1]
         ):

@@ -218,3 +218,18 @@ class Cluster:
             proc.stop()
         if self.server:
             self.server.stop()
+        kill_strays(self.root)
+
+
+def kill_strays(root: Path) -> None:
+    """Engines outlive their agent by design; a test's must not outlive the test."""
+    import psutil
+
+    mark = str(root)
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if p.pid != os.getpid() and any(mark in arg for arg in p.info["cmdline"] or []):
+                p.kill()
+                p.wait(5)
+        except (psutil.Error, OSError):
+            pass
