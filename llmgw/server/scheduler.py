@@ -1,0 +1,561 @@
+"""Placement: which node and which cards a replica runs on, and why not elsewhere.
+
+A pure module. The reconciler hands it frozen snapshots of each node's capacity
+(with what is already reserved there) and the replicas it wants; it answers with a
+`Placement` or a `Refusal` carrying every candidate's `Verdict`. Nothing here reads
+the store, talks to an agent or keeps state between calls, so the same inputs always
+give the same answer and `ctl explain` shows exactly the reasoning placement used.
+
+Filters, in order: node Ready and not cordoned; engine installed or installable;
+role label; node selector; host memory; disk (skipped where the weights already
+are); CPU cores; cards. Nodes where the model just failed are passed over while
+any other node fits. Scores: weights already on the node first, then binpack
+(least free after placing) or spread (most free), ties broken by node id.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Literal
+
+ROLE_LABEL = "llmgw.role"
+READY = "Ready"
+GIB = 1024**3
+
+Strategy = Literal["binpack", "spread"]
+
+
+@dataclass(frozen=True)
+class Card:
+    """One accelerator as placement sees it; `reserved` is held by placed replicas."""
+
+    uuid: str
+    index: int
+    name: str = ""
+    memory_total: int = 0
+    memory_free: int = 0
+    reserved: int = 0
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """A node's facts plus what placed replicas already hold on it."""
+
+    id: str
+    ready: bool = True
+    cordoned: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpu_cores: float = 0.0
+    cpu_reserved: float = 0.0
+    memory_total: int = 0
+    memory_available: int = 0
+    memory_reserved: int = 0
+    # None means the agent reported no local disk: unknown, not full.
+    disk_free: int | None = None
+    weights: frozenset[str] = frozenset()
+    engines_installed: frozenset[str] = frozenset()
+    engines_installable: frozenset[str] = frozenset()
+    cards: tuple[Card, ...] = ()
+
+    @classmethod
+    def from_node_json(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        cordoned: bool = False,
+        labels: Mapping[str, str] | None = None,
+        cpu_reserved: float = 0.0,
+        memory_reserved: int = 0,
+        card_reserved: Mapping[str, int] | None = None,
+        weights: Iterable[str] = (),
+        engines_installable: Iterable[str] = (),
+    ) -> NodeCapacity:
+        """Build from `NodeView.as_json()` plus what only the control plane knows."""
+        card_reserved = card_reserved or {}
+        cards = tuple(
+            Card(
+                uuid=str(g.get("uuid", "")),
+                index=int(g.get("index", i)),
+                name=str(g.get("name", "")),
+                memory_total=int(g.get("memory_total") or 0),
+                memory_free=int(g.get("memory_total") or 0) - int(g.get("memory_used") or 0),
+                reserved=card_reserved.get(str(g.get("uuid", "")), 0),
+            )
+            for i, g in enumerate(data.get("gpus") or [])
+        )
+        # A model file cannot span filesystems, and a shared filer's free space is
+        # everyone's, so the room a node has is its largest local filesystem.
+        disks = data.get("disks")
+        local = [int(d.get("free") or 0) for d in disks or [] if not d.get("shared")]
+        engines = {
+            e if isinstance(e, str) else str(e.get("name", "")) for e in data.get("engines") or []
+        }
+        return cls(
+            id=str(data["id"]),
+            ready=data.get("state") == READY,
+            cordoned=cordoned,
+            labels=dict(labels or {}),
+            cpu_cores=float(data.get("cpu_count") or 0),
+            cpu_reserved=cpu_reserved,
+            memory_total=int(data.get("memory_total") or 0),
+            memory_available=int(data.get("memory_available") or 0),
+            memory_reserved=memory_reserved,
+            disk_free=max(local) if local else None,
+            weights=frozenset(weights),
+            engines_installed=frozenset(engines),
+            engines_installable=frozenset(engines_installable),
+            cards=cards,
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One replica to place: what a profile asks of a node."""
+
+    model: str
+    profile: str
+    engine: str
+    source: str
+    memory: int = 0
+    disk: int = 0
+    cpu_cores: float = 0.0
+    cards: int = 0
+    card_memory: int = 0
+    role: str | None = None
+    selector: Mapping[str, str] = field(default_factory=dict)
+    # Nodes where this model failed recently (the reconciler's memory).
+    avoid: frozenset[str] = frozenset()
+
+    @property
+    def wanted_role(self) -> str | None:
+        # A selector naming the role label asks for that role as surely as `role` does.
+        return self.role if self.role is not None else self.selector.get(ROLE_LABEL)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One node's answer to one request, as `ctl explain` prints it."""
+
+    node: str
+    ok: bool
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    # Bytes free after placing (card memory when cards are asked, host memory if not).
+    score: int | None = None
+    rank: int | None = None  # 1 is where the replica would go
+    holds_weights: bool = False
+    cards: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "ok": self.ok,
+            "reasons": list(self.reasons),
+            "notes": list(self.notes),
+            "score": self.score,
+            "rank": self.rank,
+            "holds_weights": self.holds_weights,
+            "cards": list(self.cards),
+        }
+
+
+@dataclass(frozen=True)
+class Placement:
+    request: Request
+    node: str
+    cards: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.request.model,
+            "profile": self.request.profile,
+            "node": self.node,
+            "cards": list(self.cards),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Nowhere fits. Verdicts are judged when first read: a batch that refuses
+    thousands of replicas should not pay for explaining each one it never shows.
+    From `place_many` they judge the fleet as the whole batch left it."""
+
+    request: Request
+    judge: Callable[[], Sequence[Verdict]] = field(repr=False, compare=False)
+
+    @cached_property
+    def verdicts(self) -> tuple[Verdict, ...]:
+        return tuple(self.judge())
+
+    @property
+    def reason(self) -> str:
+        if not self.verdicts:
+            return "no nodes"
+        return "; ".join(f"{v.node}: {', '.join(v.reasons)}" for v in self.verdicts)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.request.model,
+            "profile": self.request.profile,
+            "node": None,
+            "verdicts": [v.as_json() for v in self.verdicts],
+        }
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.1f} GiB"
+
+
+def _cores(n: float) -> str:
+    return f"{n:g}"
+
+
+class _State:
+    """A node's free resources, mutable while one place_many call reserves them."""
+
+    __slots__ = ("node", "memory", "cpu", "disk", "card_free", "pending")
+
+    def __init__(self, node: NodeCapacity) -> None:
+        self.node = node
+        self.memory = node.memory_available - node.memory_reserved
+        self.cpu = node.cpu_cores - node.cpu_reserved
+        self.disk = node.disk_free
+        self.card_free = [c.memory_free - c.reserved for c in node.cards]
+        # Sources already placed here in this call: their weights arrive once.
+        self.pending: set[str] = set()
+
+    def card_total(self) -> int:
+        return sum(f for f in self.card_free if f > 0)
+
+    def resource(self, uses_cards: bool) -> int:
+        return self.card_total() if uses_cards else self.memory
+
+    def has_weights(self, source: str) -> bool:
+        return source in self.node.weights or source in self.pending
+
+    def choose_cards(self, req: Request, strategy: Strategy) -> list[int] | None:
+        """Positions of the cards to use, or None; the same state gives the same set."""
+        fits = [i for i, f in enumerate(self.card_free) if f >= req.card_memory]
+        if len(fits) < req.cards:
+            return None
+        cards = self.node.cards
+        # Binpack fills the fullest card that fits; spread takes the emptiest.
+        sign = 1 if strategy == "binpack" else -1
+        fits.sort(key=lambda i: (sign * self.card_free[i], cards[i].index))
+        return sorted(fits[: req.cards], key=lambda i: cards[i].index)
+
+    def reserve(self, req: Request, chosen: Sequence[int]) -> None:
+        self.memory -= req.memory
+        self.cpu -= req.cpu_cores
+        if not self.has_weights(req.source) and self.disk is not None:
+            self.disk -= req.disk
+        self.pending.add(req.source)
+        for i in chosen:
+            self.card_free[i] -= req.card_memory
+
+
+def _static_reasons(node: NodeCapacity, req: Request) -> list[str]:
+    """Filters that depend on the node and request only, never on reservations."""
+    reasons: list[str] = []
+    if not node.ready:
+        reasons.append("node not Ready")
+    if node.cordoned:
+        reasons.append("node cordoned")
+    if req.engine not in node.engines_installed and req.engine not in node.engines_installable:
+        reasons.append(f"engine: {req.engine} neither installed nor installable")
+    has, wants = node.labels.get(ROLE_LABEL), req.wanted_role
+    if has is not None and has != wants:
+        asks = f"asks role {wants!r}" if wants else "asks no role"
+        reasons.append(f"role: node is for role {has!r}, request {asks}")
+    elif has is None and wants is not None:
+        reasons.append(f"role: request asks role {wants!r}, node has none")
+    for key, want in sorted(req.selector.items()):
+        if key == ROLE_LABEL:
+            continue  # judged above, with the role rule's own words
+        got = node.labels.get(key)
+        if got != want:
+            reasons.append(f"selector: {key}={want} wanted, node has {key}={got or '(none)'}")
+    return reasons
+
+
+def _dynamic_reasons(
+    st: _State, req: Request, strategy: Strategy, all_reasons: bool
+) -> tuple[list[str], list[str], list[int]]:
+    """Resource filters against current free figures: (reasons, notes, cards chosen).
+
+    With `all_reasons` false it stops at the first refusal: the fast path only needs
+    to know the node does not fit, and formatting figures is most of the cost.
+    """
+    reasons: list[str] = []
+    notes: list[str] = []
+    if req.memory > st.memory:
+        reasons.append(f"memory: needs {_gib(req.memory)}, {_gib(max(st.memory, 0))} free")
+        if not all_reasons:
+            return reasons, notes, []
+    if st.has_weights(req.source):
+        notes.append("disk: weights already here")
+    elif st.disk is None:
+        if req.disk:
+            notes.append("disk: free space not reported, not checked")
+    elif req.disk > st.disk:
+        reasons.append(f"disk: needs {_gib(req.disk)}, {_gib(max(st.disk, 0))} free")
+        if not all_reasons:
+            return reasons, notes, []
+    if req.cpu_cores > st.cpu:
+        reasons.append(
+            f"cpu: needs {_cores(req.cpu_cores)} cores, {_cores(max(st.cpu, 0))} free"
+            f" of {_cores(st.node.cpu_cores)}"
+        )
+        if not all_reasons:
+            return reasons, notes, []
+    chosen: list[int] = []
+    if req.cards:
+        picked = st.choose_cards(req, strategy)
+        if picked is None:
+            have = sum(1 for f in st.card_free if f >= req.card_memory)
+            frees = ", ".join(
+                f"card {c.index}: {_gib(max(f, 0))} free"
+                for c, f in zip(st.node.cards, st.card_free, strict=True)
+            )
+            reasons.append(
+                f"cards: needs {req.cards} with {_gib(req.card_memory)} free each,"
+                f" {have} have it" + (f" ({frees})" if frees else "")
+            )
+        else:
+            chosen = picked
+    return reasons, notes, chosen
+
+
+def _order(st: _State, req: Request, strategy: Strategy) -> tuple[bool, bool, int, str]:
+    """Sort key, smallest first: not avoided, holds weights, binpack/spread, node id."""
+    free = st.resource(req.cards > 0)
+    return (
+        st.node.id in req.avoid,
+        req.source not in st.node.weights,
+        free if strategy == "binpack" else -free,
+        st.node.id,
+    )
+
+
+def explain(
+    request: Request, nodes: Iterable[NodeCapacity], strategy: Strategy = "binpack"
+) -> list[Verdict]:
+    """Every node's verdict for one request, sorted by node id, with all reasons."""
+    states = sorted((_State(n) for n in nodes), key=lambda s: s.node.id)
+    judged: list[tuple[_State, list[str], list[str], list[int]]] = []
+    for st in states:
+        reasons = _static_reasons(st.node, request)
+        dyn, notes, chosen = _dynamic_reasons(st, request, strategy, all_reasons=True)
+        judged.append((st, reasons + dyn, notes, chosen))
+    fitting = sorted((j for j in judged if not j[1]), key=lambda j: _order(j[0], request, strategy))
+    others_fit = any(j[0].node.id not in request.avoid for j in fitting)
+    ranks = {j[0].node.id: i + 1 for i, j in enumerate(fitting)}
+    verdicts: list[Verdict] = []
+    for st, reasons, notes, chosen in judged:
+        nid = st.node.id
+        if nid in request.avoid:
+            if reasons:
+                notes = [*notes, "model failed here recently"]
+            elif others_fit:
+                reasons = ["passed over: model failed here recently and another node fits"]
+            else:
+                notes = [*notes, "model failed here recently; used as no other node fits"]
+        ok = not reasons
+        uses_cards = request.cards > 0
+        need = request.cards * request.card_memory if uses_cards else request.memory
+        verdicts.append(
+            Verdict(
+                node=nid,
+                ok=ok,
+                reasons=tuple(reasons),
+                notes=tuple(notes),
+                score=st.resource(uses_cards) - need if ok else None,
+                rank=ranks.get(nid) if ok else None,
+                holds_weights=request.source in st.node.weights,
+                cards=tuple(st.node.cards[i].uuid for i in chosen) if ok else (),
+            )
+        )
+    return verdicts
+
+
+def place(
+    request: Request, nodes: Iterable[NodeCapacity], strategy: Strategy = "binpack"
+) -> Placement | Refusal:
+    """Place one replica; the same as `place_many` with a list of one."""
+    return place_many([request], nodes, strategy)[0]
+
+
+class _Fleet:
+    """Free figures for one place_many call, indexed so a placement is cheap.
+
+    Nodes passing a request's static filters form a group (shared by every request
+    with the same engine, role, selector and whether it uses cards), kept sorted by
+    the strategy's key. A request bisects to the first node with enough of the scored
+    resource and walks on until the dynamic filters pass, so it looks at a handful of
+    nodes rather than the fleet. Reserving re-sorts that node in each of its groups.
+    """
+
+    def __init__(self, nodes: Iterable[NodeCapacity], strategy: Strategy) -> None:
+        self.strategy = strategy
+        self.states = {n.id: _State(n) for n in nodes}
+        self.holders: dict[str, list[str]] = {}
+        for nid in sorted(self.states):
+            for src in self.states[nid].node.weights:
+                self.holders.setdefault(src, []).append(nid)
+        self.groups: dict[tuple[Any, ...], tuple[bool, list[tuple[int, str]], set[str]]] = {}
+        self.memberships: dict[str, list[tuple[bool, list[tuple[int, str]]]]] = {}
+        # Once a shape is refused it stays refused: a call only ever takes room away.
+        self.refused: set[tuple[Any, ...]] = set()
+        # Per group, the needs of refused requests: one asking at least as much of
+        # every resource is refused without a walk, which on a full fleet is the
+        # whole group. Disk counts only while no node holds or awaits the source,
+        # as a node holding it would skip the disk check.
+        self.refused_needs: dict[int, list[tuple[int, float, int, int, int]]] = {}
+        self.pending_sources: set[str] = set()
+
+    def _needs(self, req: Request) -> tuple[int, float, int, int, int]:
+        held = req.source in self.holders or req.source in self.pending_sources
+        return (req.memory, req.cpu_cores, req.cards, req.card_memory, 0 if held else req.disk)
+
+    def dominated(self, req: Request) -> bool:
+        needs = self._needs(req)
+        past = self.refused_needs.get(id(self.group(req)[1]), ())
+        return any(all(n >= p for n, p in zip(needs, old, strict=True)) for old in past)
+
+    def remember_refusal(self, req: Request) -> None:
+        if req.source in self.holders or req.source in self.pending_sources:
+            return  # its disk figure would not bound another request's
+        past = self.refused_needs.setdefault(id(self.group(req)[1]), [])
+        if len(past) < 64:  # a cache: dropping entries only costs a walk
+            past.append((req.memory, req.cpu_cores, req.cards, req.card_memory, req.disk))
+
+    def _key(self, st: _State, uses_cards: bool) -> tuple[int, str]:
+        free = st.resource(uses_cards)
+        return (free if self.strategy == "binpack" else -free, st.node.id)
+
+    def group(self, req: Request) -> tuple[bool, list[tuple[int, str]], set[str]]:
+        uses_cards = req.cards > 0
+        gkey = (req.engine, req.wanted_role, tuple(sorted(req.selector.items())), uses_cards)
+        found = self.groups.get(gkey)
+        if found is None:
+            members = [st for st in self.states.values() if not _static_reasons(st.node, req)]
+            order = sorted(self._key(st, uses_cards) for st in members)
+            found = (uses_cards, order, {st.node.id for st in members})
+            self.groups[gkey] = found
+            for st in members:
+                self.memberships.setdefault(st.node.id, []).append((uses_cards, order))
+        return found
+
+    def fits(self, st: _State, req: Request) -> list[int] | None:
+        reasons, _, chosen = _dynamic_reasons(st, req, self.strategy, all_reasons=False)
+        return None if reasons else chosen
+
+    def place(self, req: Request) -> Placement | Refusal:
+        # Everything placement reads from a request; the model's name is not part of it.
+        shape: tuple[Any, ...] = (
+            req.engine,
+            req.source,
+            req.memory,
+            req.disk,
+            req.cpu_cores,
+            req.cards,
+            req.card_memory,
+            req.wanted_role,
+            tuple(sorted(req.selector.items())),
+            tuple(sorted(req.avoid)),
+        )
+        if shape in self.refused or self.dominated(req):
+            return Refusal(req, lambda: self.explain(req))
+        uses_cards, order, members = self.group(req)
+        fallback: tuple[_State, list[int]] | None = None
+        best: tuple[_State, list[int]] | None = None
+        # Nodes holding the weights come first whatever their free figures.
+        held = [self.states[n] for n in self.holders.get(req.source, ()) if n in members]
+        held.sort(key=lambda s: self._key(s, uses_cards))
+        for st in held:
+            chosen = self.fits(st, req)
+            if chosen is None:
+                continue
+            if st.node.id not in req.avoid:
+                best = (st, chosen)
+                break
+            fallback = fallback or (st, chosen)
+        if best is None:
+            need = req.cards * req.card_memory if uses_cards else req.memory
+            if self.strategy == "binpack":
+                start, stop = bisect.bisect_left(order, (need, "")), len(order)
+            else:
+                start, stop = 0, bisect.bisect_right(order, (-need, "\U0010ffff"))
+            for _, nid in order[start:stop]:
+                st = self.states[nid]
+                if req.source in st.node.weights:
+                    continue  # already judged above
+                chosen = self.fits(st, req)
+                if chosen is None:
+                    continue
+                if nid not in req.avoid:
+                    best = (st, chosen)
+                    break
+                fallback = fallback or (st, chosen)
+        notes: tuple[str, ...] = ()
+        if best is None and fallback is not None:
+            best = fallback
+            notes = ("model failed here recently; used as no other node fits",)
+        if best is None:
+            self.refused.add(shape)
+            self.remember_refusal(req)
+            return Refusal(req, lambda: self.explain(req))
+        st, chosen = best
+        self.reserve(st, req, chosen)
+        return Placement(req, st.node.id, tuple(st.node.cards[i].uuid for i in chosen), notes)
+
+    def reserve(self, st: _State, req: Request, chosen: Sequence[int]) -> None:
+        groups = self.memberships.get(st.node.id, [])
+        old = [(order, self._key(st, uses_cards)) for uses_cards, order in groups]
+        st.reserve(req, chosen)
+        self.pending_sources.add(req.source)
+        for (uses_cards, order), (_, key) in zip(groups, old, strict=True):
+            del order[bisect.bisect_left(order, key)]
+            bisect.insort(order, self._key(st, uses_cards))
+
+    def explain(self, req: Request) -> list[Verdict]:
+        nodes = [self._snapshot(st) for st in self.states.values()]
+        return explain(req, nodes, self.strategy)
+
+    @staticmethod
+    def _snapshot(st: _State) -> NodeCapacity:
+        """The node as this call has left it, so a refusal shows current figures."""
+        n = st.node
+        cards = tuple(
+            Card(c.uuid, c.index, c.name, c.memory_total, c.memory_free, c.memory_free - f)
+            for c, f in zip(n.cards, st.card_free, strict=True)
+        )
+        return NodeCapacity(
+            id=n.id,
+            ready=n.ready,
+            cordoned=n.cordoned,
+            labels=n.labels,
+            cpu_cores=n.cpu_cores,
+            cpu_reserved=n.cpu_cores - st.cpu,
+            memory_total=n.memory_total,
+            memory_available=n.memory_available,
+            memory_reserved=n.memory_available - st.memory,
+            disk_free=st.disk,
+            weights=n.weights | frozenset(st.pending),
+            engines_installed=n.engines_installed,
+            engines_installable=n.engines_installable,
+            cards=cards,
+        )
+
+
+def place_many(
+    requests: Iterable[Request], nodes: Iterable[NodeCapacity], strategy: Strategy = "binpack"
+) -> list[Placement | Refusal]:
+    """Place replicas in order, each seeing the room the ones before it took."""
+    fleet = _Fleet(nodes, strategy)
+    return [fleet.place(req) for req in requests]
