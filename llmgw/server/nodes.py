@@ -103,6 +103,7 @@ class NodeRegistry:
         self.missed = missed_heartbeats
         self.nodes: dict[str, NodeView] = {}
         self._dirty: dict[str, NodeView] = {}
+        self._registered: dict[str, NodeView] = {}
         self.handle_times: deque[float] = deque(maxlen=50_000)
         self.heartbeats = 0
 
@@ -158,9 +159,9 @@ class NodeRegistry:
         view.shards = {s.replica_id: to_map(s) for s in msg.shards}
         view.usage = {}
         self._dirty.pop(view.id, None)
-        await self.store.register_node(
-            view.id, view.address, view.version, view.facts, view.last_seen
-        )
+        # Written with the next flush, in one transaction with every other node that
+        # registered meanwhile: a reconnect storm makes one commit a second, not thousands.
+        self._registered[view.id] = view
 
     def heartbeat(self, node_id: str, msg: Heartbeat) -> None:
         """Hot path: in memory only; the monitor writes what changed in batches."""
@@ -229,12 +230,26 @@ class NodeRegistry:
         return lost
 
     async def flush(self) -> None:
-        if not self._dirty:
-            return
+        """Write registrations, then state changes (a node lost after registering must
+        end NotReady in the store)."""
+        registered, self._registered = self._registered, {}
         dirty, self._dirty = self._dirty, {}
-        await self.store.set_node_states(
-            [(v.id, v.state, v.reason, v.last_seen) for v in dirty.values()]
-        )
+        try:
+            await self.store.register_nodes(
+                [
+                    (v.id, v.address, v.version, v.facts, v.last_seen or time.time())
+                    for v in registered.values()
+                ]
+            )
+            if dirty:
+                await self.store.set_node_states(
+                    [(v.id, v.state, v.reason, v.last_seen) for v in dirty.values()]
+                )
+        except Exception:
+            # Nothing is lost: what was not written is written with the next flush.
+            self._registered = {**registered, **self._registered}
+            self._dirty = {**dirty, **self._dirty}
+            raise
 
     async def monitor(self, stop: asyncio.Event) -> None:
         """Sweep every second and write changes; runs until ``stop`` is set."""

@@ -92,6 +92,12 @@ async def test_second_connection_replaces_first(tmp_path: Path) -> None:
 async def test_restart_loads_nodes_not_ready(tmp_path: Path) -> None:
     reg = await _registry(tmp_path)
     await reg.register(_register(), FakeSession())
+    # Registrations are written in batches, with the monitor's next flush.
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.state == NOT_READY and stored.facts is None
+    await reg.flush()
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.state == READY and stored.facts
     await reg.store.close()
     store = SQLiteStore(tmp_path / "s.db")
     await store.open()

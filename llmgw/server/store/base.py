@@ -81,9 +81,16 @@ class Store(abc.ABC):
     async def get_node(self, node_id: str) -> NodeRecord | None: ...
 
     @abc.abstractmethod
+    async def register_nodes(
+        self, records: list[tuple[str, str | None, str, dict[str, Any], float]]
+    ) -> None:
+        """Write (node id, address, version, facts, when) of nodes that registered, in one
+        transaction: after a restart thousands register within seconds."""
+
     async def register_node(
         self, node_id: str, address: str | None, version: str, facts: dict[str, Any], at: float
-    ) -> None: ...
+    ) -> None:
+        await self.register_nodes([(node_id, address, version, facts, at)])
 
     @abc.abstractmethod
     async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:

@@ -147,13 +147,18 @@ class SQLiteStore(Store):
             row = await cur.fetchone()
         return None if row is None else self._node(row)
 
-    async def register_node(
-        self, node_id: str, address: str | None, version: str, facts: dict[str, Any], at: float
+    async def register_nodes(
+        self, records: list[tuple[str, str | None, str, dict[str, Any], float]]
     ) -> None:
-        await self.db.execute(
+        if not records:
+            return
+        await self.db.executemany(
             "UPDATE nodes SET address = ?, version = ?, facts = ?, registered_at = ?, "
             "last_seen = ?, state = 'Ready', state_reason = '' WHERE id = ?",
-            (address, version, json.dumps(facts), at, at, node_id),
+            [
+                (address, version, json.dumps(facts), at, at, node_id)
+                for node_id, address, version, facts, at in records
+            ],
         )
         await self.db.commit()
 
