@@ -83,7 +83,10 @@ async def test_http1_client_is_refused(cluster: Cluster, tmp_path: Path) -> None
         raise ConnectionError("closed")
 
 
-async def _open_stream(cluster: Cluster, root: Path, node_id: str) -> tuple[H2Link, int]:
+async def _open_stream(
+    cluster: Cluster, root: Path, node_id: str, register_as: str | None = None
+) -> tuple[H2Link, int]:
+    """Enroll ``node_id``, open its stream and send a Register (as ``register_as``)."""
     state = await enroll(root / node_id, cluster.token(), node_id, cluster.listen)
     ctx = pki.client_tls(state.cert_path, state.key_path, state.ca_path)
     reader, writer = await asyncio.open_connection(
@@ -102,8 +105,9 @@ async def _open_stream(cluster: Cluster, root: Path, node_id: str) -> tuple[H2Li
             ("content-type", CONTENT_TYPE),
         ],
     )
-    host = HostFacts(hostname=node_id, os="test", arch="x86_64")
-    await link.send(sid, encode_message(Register(node_id=node_id, version="t", host=host)))
+    name = register_as or node_id
+    host = HostFacts(hostname=name, os="test", arch="x86_64")
+    await link.send(sid, encode_message(Register(node_id=name, version="t", host=host)))
     return link, sid
 
 
@@ -155,20 +159,7 @@ async def test_bad_frames_end_only_that_stream(
 
 
 async def test_register_for_another_node_is_refused(cluster: Cluster, tmp_path: Path) -> None:
-    state = await enroll(tmp_path / "m", cluster.token(), "mallory", cluster.listen)
-    ctx = pki.client_tls(state.cert_path, state.key_path, state.ca_path)
-    reader, writer = await asyncio.open_connection(
-        "127.0.0.1", cluster.agent_port, ssl=ctx, server_hostname="127.0.0.1"
-    )
-    link = H2Link(reader, writer, client_side=True)
-    link.start()
-    sid = link.conn.get_next_available_stream_id()
-    link.send_headers(
-        sid,
-        [(":method", "POST"), (":scheme", "https"), (":authority", "x"), (":path", STREAM_PATH)],
-    )
-    host = HostFacts(hostname="victim", os="test", arch="x86_64")
-    await link.send(sid, encode_message(Register(node_id="victim", version="t", host=host)))
+    link, sid = await _open_stream(cluster, tmp_path, "mallory", register_as="victim")
     reason = await _goodbye(link, sid)
     link.close()
     assert "certificate is for 'mallory'" in reason
