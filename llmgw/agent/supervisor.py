@@ -89,6 +89,8 @@ class Shard:
     stopping: bool = False
     adopted: bool = False
     process: psutil.Process | None = None
+    # The log tail and the child reaper: held here so the loop does not lose them.
+    helpers: list[asyncio.Task[Any]] = field(default_factory=list)
 
     def status(self, last_lines: list[str] | None = None) -> ShardStatus:
         return ShardStatus(
@@ -247,9 +249,11 @@ class Supervisor:
         shard.create_time = shard.process.create_time()
         shard.started_at = time.time()
         self._save(shard)
-        asyncio.create_task(follow_file(log_path, shard.ring, shard.stop_tail))
+        shard.helpers.append(
+            asyncio.create_task(follow_file(log_path, shard.ring, shard.stop_tail))
+        )
         # Reap our own child so it never lingers as a zombie that looks alive.
-        asyncio.create_task(proc.wait())
+        shard.helpers.append(asyncio.create_task(proc.wait()))
         self._set(shard, "loading", f"{spec.engine} started, pid {proc.pid}")
 
     def _alive(self, shard: Shard) -> bool:
@@ -375,8 +379,10 @@ class Supervisor:
             if await self._still_ours(shard):
                 shard.state = "ready"
                 engine = adapter(spec.engine)
-                asyncio.create_task(
-                    follow_file(self.log_path(spec.replica_id), shard.ring, shard.stop_tail)
+                shard.helpers.append(
+                    asyncio.create_task(
+                        follow_file(self.log_path(spec.replica_id), shard.ring, shard.stop_tail)
+                    )
                 )
                 shard.compute = engine.parse_startup(
                     last_lines_of(self.log_path(spec.replica_id), ENGINE_LINES)
@@ -420,14 +426,14 @@ class Supervisor:
 
     async def close(self) -> None:
         """The agent is going: stop watching, leave every engine running."""
+        tasks: list[asyncio.Task[Any]] = []
         for shard in self.shards.values():
             shard.stop_tail.set()
-            if shard.task is not None:
-                shard.task.cancel()
-        for shard in self.shards.values():
-            if shard.task is not None:
-                with contextlib.suppress(BaseException):
-                    await shard.task
+            tasks += [t for t in (shard.task, *shard.helpers) if t is not None]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
 
 
 def on_disk(root: Path) -> dict[str, dict[str, Any]]:
