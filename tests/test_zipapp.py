@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from llmgw import __version__
+from tests.support.procs import stop_process
 
 pytestmark = pytest.mark.e2e
 
@@ -130,12 +131,7 @@ def test_server_init_and_run_answer_health(zipapp: Path, tmp_path: Path) -> None
                     raise
                 time.sleep(0.2)
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(5)
+        stop_process(server, grace=10)
 
 
 def test_no_venv_leaks_into_the_bare_environment(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 import secrets
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 from llmgw import __version__, jointoken, pki
 from llmgw.server.replicas import routes as replica_routes
+from llmgw.server.responses import error, json_body, unauthorised
 from llmgw.server.store import JoinTokenRecord
 
 if TYPE_CHECKING:
@@ -28,31 +29,8 @@ NODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 MAX_TTL = 7 * 24 * 3600
 
 
-def error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
-
-
 def _iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-async def _json_body(request: Request) -> dict[str, Any] | JSONResponse:
-    try:
-        body = await request.json()
-    except ValueError:
-        return error(400, "bad_request", "the request body is not JSON")
-    if not isinstance(body, dict):
-        return error(400, "bad_request", "the request body must be a JSON object")
-    return body
-
-
-def unauthorised() -> JSONResponse:
-    return error(
-        401,
-        "unauthorized",
-        "missing or wrong admin token: send 'Authorization: Bearer <token>' with the "
-        "token from the data dir's admin.token",
-    )
 
 
 def build_app(cp: ControlPlane) -> Starlette:
@@ -85,7 +63,7 @@ def build_app(cp: ControlPlane) -> Starlette:
     async def tokens(request: Request) -> Response:
         if not authorised(request):
             return unauthorised()
-        body = await _json_body(request)
+        body = await json_body(request)
         if isinstance(body, JSONResponse):
             return body
         ttl = body.get("ttl_seconds", 3600)
@@ -103,7 +81,7 @@ def build_app(cp: ControlPlane) -> Starlette:
         )
 
     async def enroll(request: Request) -> Response:
-        body = await _json_body(request)
+        body = await json_body(request)
         if isinstance(body, JSONResponse):
             return body
         fields = {k: body.get(k) for k in ("token_id", "node_id", "csr", "mac")}

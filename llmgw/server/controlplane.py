@@ -12,12 +12,11 @@ from typing import Any
 from hypercorn.asyncio import serve
 from hypercorn.config import Config as HypercornConfig
 from starlette.requests import Request
-from starlette.responses import JSONResponse
 
 from llmgw import __version__, jointoken, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.server.agentport import AgentPort
-from llmgw.server.api import build_app, new_token_record, unauthorised
+from llmgw.server.api import build_app, new_token_record
 from llmgw.server.datadir import DataDir
 from llmgw.server.nodes import NodeRegistry
 from llmgw.server.store import Store, open_store
@@ -54,9 +53,6 @@ class ControlPlane:
         if not header.lower().startswith("bearer "):
             return False
         return self.admin_token_ok(header[7:].strip())
-
-    def unauthorised(self) -> JSONResponse:
-        return unauthorised()
 
     def wanted_sources(self) -> set[str]:
         """Weights some shard on some node uses now; the rest no model wants."""

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from llmgw import pki
+from llmgw.server.responses import error, json_body, unauthorised
 from llmgw.wire.messages import MessageError, ShardSpec, StartShard, StopShard, from_map
 
 if TYPE_CHECKING:
@@ -24,10 +25,6 @@ if TYPE_CHECKING:
     from llmgw.server.nodes import NodeView
 
 REPLICA_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
-
-
-def _error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
 
 
 def replica_rows(nodes: list[NodeView]) -> list[dict[str, Any]]:
@@ -69,13 +66,13 @@ def replica_rows(nodes: list[NodeView]) -> list[dict[str, Any]]:
 def routes(cp: ControlPlane) -> list[Route]:
     def node_or_error(request: Request) -> NodeView | JSONResponse:
         if not cp.authorised(request):
-            return cp.unauthorised()
+            return unauthorised()
         node_id = request.path_params["node_id"]
         view = cp.registry.nodes.get(node_id)
         if view is None:
-            return _error(404, "not_found", f"no node {node_id!r}; see `llmgw ctl nodes`")
+            return error(404, "not_found", f"no node {node_id!r}; see `llmgw ctl nodes`")
         if view.session is None:
-            return _error(
+            return error(
                 409,
                 "node_unavailable",
                 f"node {node_id!r} is not connected now "
@@ -85,28 +82,25 @@ def routes(cp: ControlPlane) -> list[Route]:
 
     async def replicas(request: Request) -> Response:
         if not cp.authorised(request):
-            return cp.unauthorised()
+            return unauthorised()
         return JSONResponse(replica_rows([v for _, v in sorted(cp.registry.nodes.items())]))
 
     async def start_shard(request: Request) -> Response:
         view = node_or_error(request)
         if isinstance(view, JSONResponse):
             return view
-        try:
-            body = await request.json()
-        except ValueError:
-            return _error(400, "bad_request", "the request body is not JSON")
-        if not isinstance(body, dict):
-            return _error(400, "bad_request", "the request body must be a JSON object")
+        body = await json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
         replica_id = str(body.get("replica_id", ""))
         if not REPLICA_ID.match(replica_id):
-            return _error(400, "bad_request", "replica_id: letters, digits, '.', '_', '-'")
+            return error(400, "bad_request", "replica_id: letters, digits, '.', '_', '-'")
         body["key"] = pki.engine_key(cp.cluster_secret, replica_id)
         body.setdefault("fingerprint", "direct")
         try:
             spec = from_map(ShardSpec, body)
         except MessageError as exc:
-            return _error(400, "bad_request", str(exc))
+            return error(400, "bad_request", str(exc))
         assert view.session is not None
         await view.session.send(StartShard(spec=spec))
         await cp.store.audit("admin", "shard.start", f"{view.id}/{replica_id}", spec.source)
@@ -131,7 +125,7 @@ def routes(cp: ControlPlane) -> list[Route]:
         try:
             n = int(request.query_params.get("n", "100"))
         except ValueError:
-            return _error(400, "bad_request", "n must be a number of lines")
+            return error(400, "bad_request", "n must be a number of lines")
         args = {
             "source": request.query_params.get("source", "agent"),
             "n": n,
@@ -141,11 +135,11 @@ def routes(cp: ControlPlane) -> list[Route]:
             try:
                 async for answer in session.ask("logs", args):
                     if not answer.ok:
-                        return _error(404, "not_found", answer.error or "no such log")
+                        return error(404, "not_found", answer.error or "no such log")
                     return JSONResponse(answer.result)
             except (TimeoutError, ConnectionError) as exc:
-                return _error(504, "node_timeout", str(exc))
-            return _error(504, "node_timeout", "no answer")
+                return error(504, "node_timeout", str(exc))
+            return error(504, "node_timeout", "no answer")
 
         async def lines() -> AsyncIterator[bytes]:
             # Followed: one JSON list of lines per answer, newline-delimited; the node
@@ -160,7 +154,7 @@ def routes(cp: ControlPlane) -> list[Route]:
 
     async def weights(request: Request) -> Response:
         if not cp.authorised(request):
-            return cp.unauthorised()
+            return unauthorised()
         wanted_node = request.query_params.get("node")
         out = []
         for node_id, view in sorted(cp.registry.nodes.items()):
@@ -189,7 +183,7 @@ def routes(cp: ControlPlane) -> list[Route]:
         """Ask each node to delete the weights no shard uses; each node re-checks every
         path itself, and the summary comes from what it lists afterwards."""
         if not cp.authorised(request):
-            return cp.unauthorised()
+            return unauthorised()
         try:
             body = await request.json()
         except ValueError:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.procs import stop_process
+
 LLMGW = [sys.executable, "-m", "llmgw"]
 
 
@@ -64,13 +66,8 @@ class Proc:
 
     def stop(self) -> None:
         if self.alive():
-            self.popen.send_signal(signal.SIGCONT)
-            self.popen.terminate()
-        try:
-            self.popen.wait(5)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(5)
+            self.popen.send_signal(signal.SIGCONT)  # a stopped process cannot exit
+        stop_process(self.popen)
 
 
 def spawn(args: list[str], log: Path) -> Proc:

@@ -27,6 +27,7 @@ import pytest
 
 from llmgw import nodeadd
 from tests.e2e.cluster import Cluster, free_port, run
+from tests.support.procs import stop_process
 
 SSHD = Path("/usr/sbin/sshd")
 
@@ -111,12 +112,7 @@ PermitRootLogin prohibit-password
             time.sleep(0.1)
         yield server
     finally:
-        popen.terminate()
-        try:
-            popen.wait(5)
-        except subprocess.TimeoutExpired:
-            popen.kill()
-            popen.wait(5)
+        stop_process(popen)
 
 
 def _agent_pid(prefix: Path) -> int | None:
