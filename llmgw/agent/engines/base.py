@@ -15,6 +15,7 @@ from typing import ClassVar
 
 import aiohttp
 
+from llmgw.enginerules import RULES
 from llmgw.wire.messages import Compute, ShardSpec
 
 
@@ -31,14 +32,16 @@ class EngineAdapter(abc.ABC):
     metrics_path: ClassVar[str] = "/metrics"
     # A path that answers only with the key: how a found process is told to be ours.
     models_path: ClassVar[str] = "/v1/models"
-    # False for engines that run on one card only (llama.cpp splits layers, but we give
-    # it one card per shard until placement learns its split).
-    multi_card: ClassVar[bool] = True
 
-    @abc.abstractmethod
+    @property
+    def multi_card(self) -> bool:
+        """False for engines given one card per shard (``llmgw.enginerules``)."""
+        return RULES[self.name].multi_card
+
     def refused_flag(self, args: Sequence[str]) -> str | None:
         """The first argument that reads files, fetches, moves files or picks devices
         (as this engine parses its arguments), or None when all may pass."""
+        return RULES[self.name].refused_flag(args)
 
     def check(self, spec: ShardSpec) -> None:
         """Refuse a spec this engine must not run, naming the field and the fix."""

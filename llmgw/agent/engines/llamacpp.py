@@ -22,35 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llmgw.agent.engines.base import EngineAdapter
-from llmgw.agent.engines.flags import ExactFlags
 from llmgw.wire.messages import Compute, ShardSpec
-
-# Every spelling llama.cpp's common/arg.cpp gives a flag that reads or fetches a file,
-# writes one, listens elsewhere, picks devices or CPUs, or sets what llmgw sets itself.
-REFUSED = (
-    # the model and whatever else it would load or fetch
-    *("-m", "--model", "-mu", "--model-url"),
-    *("-hf", "-hfr", "--hf-repo", "-hff", "--hf-file", "-hft", "--hf-token"),
-    *("-hfd", "-hfrd", "--hf-repo-draft", "-hfv", "-hfrv", "--hf-repo-v"),
-    *("-hffv", "--hf-file-v", "-md", "--model-draft", "-mv", "--model-vocoder"),
-    *("--lora", "--lora-scaled", "--control-vector", "--control-vector-scaled"),
-    *("-mm", "--mmproj", "-mmu", "--mmproj-url"),
-    *("--models-dir", "--models-preset"),
-    # other files read or written
-    *("--grammar-file", "-jf", "--json-schema-file", "--chat-template-file"),
-    *("-f", "--file", "-bf", "--binary-file"),
-    *("-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic"),
-    *("--slot-save-path", "--log-file", "--path", "--webui-config-file"),
-    *("--api-key", "--api-key-file", "--ssl-key-file", "--ssl-cert-file"),
-    # devices, CPUs, remote backends
-    *("-dev", "--device", "-devd", "--device-draft", "-mg", "--main-gpu"),
-    *("-ts", "--tensor-split", "-ot", "--override-tensor", "--rpc"),
-    *("-t", "--threads", "-tb", "--threads-batch"),
-    *("-C", "--cpu-mask", "-Cr", "--cpu-range", "-Cb", "--cpu-mask-batch"),
-    *("-Crb", "--cpu-range-batch"),
-    # where it listens and what it answers as: the router and the health check rely on it
-    *("--host", "--port", "-a", "--alias", "--api-prefix"),
-)
 
 _START = re.compile(
     r"\bload_backend: |\bggml_cuda_init: found |^build: \d+ \(|^--- llmgw: starting "
@@ -119,11 +91,6 @@ def parse_startup(lines: Sequence[str]) -> Compute:
 class LlamaCppAdapter(EngineAdapter):
     name = "llama.cpp"
     key_env = "LLAMA_API_KEY"
-    multi_card = False
-    flags = ExactFlags(REFUSED)
-
-    def refused_flag(self, args: Sequence[str]) -> str | None:
-        return self.flags.refused_flag(args)
 
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         argv = [binary, "-m", model_path, "--host", host, "--port", str(spec.port)]

@@ -25,7 +25,7 @@ from llmgw.agent.weights.fetch import DiskUsage, ProgressCallback, WeightStore
 from llmgw.agent.weights.hub import DEFAULT_ENDPOINT, HubClient, HubFile
 from llmgw.agent.weights.inventory import CachedFile, CachedSource, CollectResult, Inventory
 from llmgw.agent.weights.selection import Selection, select_files
-from llmgw.agent.weights.source import (
+from llmgw.sources import (
     ACCEPTED_FORMS,
     PICKLE_SUFFIXES,
     Source,

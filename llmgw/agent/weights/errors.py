@@ -7,17 +7,9 @@ shard's status: the operator reads it there, far from the node.
 
 from __future__ import annotations
 
+from llmgw.sources import PickleRefused, SourceError, WeightsError
 
-class WeightsError(Exception):
-    """Base of every refusal or failure of the weights package."""
-
-
-class SourceError(WeightsError, ValueError):
-    """A source string that is not one of the accepted forms, or names nothing usable."""
-
-
-class PickleRefused(WeightsError):
-    """The source is, or would fetch, Python pickles, and the model did not allow them."""
+__all__ = ["PickleRefused", "SourceError", "WeightsError"]
 
 
 class HubError(WeightsError):

@@ -48,7 +48,7 @@ from llmgw.agent.weights.errors import (
 from llmgw.agent.weights.hub import HubClient
 from llmgw.agent.weights.inventory import CachedSource, CollectResult, Inventory
 from llmgw.agent.weights.selection import select_files
-from llmgw.agent.weights.source import (
+from llmgw.sources import (
     Source,
     cache_name,
     check_named_pickle,

@@ -25,7 +25,7 @@ import aiohttp
 from yarl import URL
 
 from llmgw.agent.weights.errors import HubAuthError, HubError, HubNotFound, NetworkError
-from llmgw.agent.weights.source import is_loopback_host
+from llmgw.sources import is_loopback_host
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})

@@ -19,7 +19,7 @@ from pathlib import PurePosixPath
 
 from llmgw.agent.weights.errors import HubError, HubNotFound, SourceError
 from llmgw.agent.weights.hub import HubFile
-from llmgw.agent.weights.source import Source, is_pickled, repo_path_problem
+from llmgw.sources import Source, is_pickled, repo_path_problem
 
 _SPLIT = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 # Files a transformers-layout model needs beside its weights; all plain data.

@@ -13,7 +13,8 @@ Accepted forms:
 - ``/ABSOLUTE/PATH``: a file or directory already on the node, used where it is, never
   copied and never deleted.
 
-Nothing here does IO; the control plane may compute the same names from the catalog.
+Nothing here does IO; the control plane checks the catalog's sources with it and the
+agent fetches by it, so it lives outside both roles.
 """
 
 from __future__ import annotations
@@ -28,7 +29,18 @@ from urllib.parse import unquote
 
 from yarl import URL
 
-from llmgw.agent.weights.errors import PickleRefused, SourceError
+
+class WeightsError(Exception):
+    """Base of every refusal or failure about a model's weights."""
+
+
+class SourceError(WeightsError, ValueError):
+    """A source string that is not one of the accepted forms, or names nothing usable."""
+
+
+class PickleRefused(WeightsError):
+    """The source is, or would fetch, Python pickles, and the model did not allow them."""
+
 
 ACCEPTED_FORMS = (
     "accepted forms: hf:ORG/REPO, hf:ORG/REPO:QUANT (e.g. hf:ORG/REPO:Q4_K_M), "
