@@ -16,7 +16,7 @@ any other node fits. Scores: weights already on the node first, then binpack
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -218,7 +218,7 @@ def _cores(n: float) -> str:
 class _State:
     """A node's free resources, mutable while one place_many call reserves them."""
 
-    __slots__ = ("node", "memory", "cpu", "disk", "card_free", "pending")
+    __slots__ = ("node", "memory", "cpu", "disk", "card_free", "top", "pending")
 
     def __init__(self, node: NodeCapacity) -> None:
         self.node = node
@@ -226,6 +226,8 @@ class _State:
         self.cpu = node.cpu_cores - node.cpu_reserved
         self.disk = node.disk_free
         self.card_free = [c.memory_free - c.reserved for c in node.cards]
+        # Card frees largest first: `top[k - 1]` is the most each of k cards has free.
+        self.top = sorted(self.card_free, reverse=True)
         # Sources already placed here in this call: their weights arrive once.
         self.pending: set[str] = set()
 
@@ -257,6 +259,8 @@ class _State:
         self.pending.add(req.source)
         for i in chosen:
             self.card_free[i] -= req.card_memory
+        if chosen:
+            self.top = sorted(self.card_free, reverse=True)
 
 
 def _static_reasons(node: NodeCapacity, req: Request) -> list[str]:
@@ -390,14 +394,155 @@ def place(
     return place_many([request], nodes, strategy)[0]
 
 
+class _Bound:
+    """The most any node of a block has free of each resource.
+
+    An upper bound: a request it does not admit fits none of the block's nodes.
+    Taking a node out leaves it loose, still a bound but maybe a high one, until a
+    walk finds the block admitted a request that none of its nodes has room for.
+    """
+
+    __slots__ = ("memory", "cpu", "disk", "top")
+
+    def __init__(self, states: Sequence[_State]) -> None:
+        self.memory = max([st.memory for st in states])
+        self.cpu = max([st.cpu for st in states])
+        disks = [st.disk for st in states]
+        # None: a node reports no disk, so there is no bound.
+        self.disk = None if None in disks else max(d for d in disks if d is not None)
+        tops = [st.top for st in states]
+        width = max(map(len, tops))
+        self.top = [max([t[k] for t in tops if len(t) > k]) for k in range(width)]
+
+    def widen(self, st: _State) -> None:
+        self.memory = max(self.memory, st.memory)
+        self.cpu = max(self.cpu, st.cpu)
+        if self.disk is not None:
+            self.disk = None if st.disk is None else max(self.disk, st.disk)
+        top = self.top
+        for k, f in enumerate(st.top):
+            if k == len(top):
+                top.append(f)
+            elif f > top[k]:
+                top[k] = f
+
+
+def _admits(free: _State | _Bound, req: Request, check_disk: bool) -> bool:
+    """Whether free figures have room for the request in each resource taken alone.
+
+    Exact for a node (but for disk, which weights pending there would skip), and
+    for a block a condition every fitting member meets.
+    """
+    if req.memory > free.memory or req.cpu_cores > free.cpu:
+        return False
+    if check_disk and free.disk is not None and req.disk > free.disk:
+        return False
+    if req.cards:
+        top = free.top
+        return len(top) >= req.cards and top[req.cards - 1] >= req.card_memory
+    return True
+
+
+_Key = tuple[int, str]
+
+
+class _Order:
+    """One group's nodes sorted by the strategy's key, cut into blocks with bounds.
+
+    The walk for a request passes over whole blocks whose bound lacks room, so a
+    fleet whose nodes have the scored resource but not the cores or cards costs a
+    look per block rather than a failed fit per node.
+    """
+
+    BLOCK = 48
+
+    __slots__ = ("states", "blocks", "firsts", "bounds", "loose")
+
+    def __init__(self, keys: list[_Key], states: Mapping[str, _State]) -> None:
+        self.states = states
+        size = self.BLOCK
+        self.blocks = [keys[i : i + size] for i in range(0, len(keys), size)]
+        self.firsts = [b[0] for b in self.blocks]
+        self.bounds = [self._bound(b) for b in self.blocks]
+        self.loose = [False] * len(self.blocks)
+
+    def _bound(self, block: list[_Key]) -> _Bound:
+        return _Bound([self.states[nid] for _, nid in block])
+
+    def _find(self, key: _Key) -> int:
+        return max(bisect.bisect_right(self.firsts, key) - 1, 0)
+
+    def remove(self, key: _Key) -> None:
+        i = self._find(key)
+        block = self.blocks[i]
+        del block[bisect.bisect_left(block, key)]
+        if not block:
+            del self.blocks[i], self.firsts[i], self.bounds[i], self.loose[i]
+            return
+        self.firsts[i] = block[0]
+        self.loose[i] = True
+
+    def insert(self, key: _Key) -> None:
+        st = self.states[key[1]]
+        if not self.blocks:
+            self.blocks.append([key])
+            self.firsts.append(key)
+            self.bounds.append(_Bound([st]))
+            self.loose.append(False)
+            return
+        i = self._find(key)
+        block = self.blocks[i]
+        bisect.insort(block, key)
+        self.firsts[i] = block[0]
+        self.bounds[i].widen(st)
+        if len(block) >= 2 * self.BLOCK:
+            half = len(block) // 2
+            lo, hi = block[:half], block[half:]
+            self.blocks[i : i + 1] = [lo, hi]
+            self.firsts[i : i + 1] = [lo[0], hi[0]]
+            self.bounds[i : i + 1] = [self._bound(lo), self._bound(hi)]
+            self.loose[i : i + 1] = [False, False]
+
+    def candidates(
+        self, req: Request, lo: _Key | None, hi: _Key | None, check_disk: bool
+    ) -> Iterator[_State]:
+        """Nodes keyed from `lo` to `hi` (both included) with room, in order.
+
+        Callers stop before reserving: the walk does not survive a change to the order.
+        """
+        start = 0 if lo is None else self._find(lo)
+        for i in range(start, len(self.blocks)):
+            block = self.blocks[i]
+            if hi is not None and block[0] > hi:
+                return
+            if not _admits(self.bounds[i], req, check_disk):
+                continue
+            j = bisect.bisect_left(block, lo) if lo is not None and i == start else 0
+            roomy = False
+            for k in range(j, len(block)):
+                key = block[k]
+                if hi is not None and key > hi:
+                    return
+                st = self.states[key[1]]
+                if _admits(st, req, check_disk):
+                    roomy = True
+                    yield st
+            # Tightening costs a pass over the block, worth it only once the loose
+            # bound has let a walk in for nothing: on a filling fleet, it will again.
+            if not roomy and self.loose[i]:
+                self.bounds[i] = self._bound(block)
+                self.loose[i] = False
+
+
 class _Fleet:
     """Free figures for one place_many call, indexed so a placement is cheap.
 
     Nodes passing a request's static filters form a group (shared by every request
     with the same engine, role, selector and whether it uses cards), kept sorted by
     the strategy's key. A request bisects to the first node with enough of the scored
-    resource and walks on until the dynamic filters pass, so it looks at a handful of
-    nodes rather than the fleet. Reserving re-sorts that node in each of its groups.
+    resource and walks on until the dynamic filters pass, passing over blocks of
+    nodes short of memory, cores, disk or cards, so it looks at a handful of nodes
+    rather than the fleet. Reserving re-sorts that node in each of its groups.
     """
 
     def __init__(self, nodes: Iterable[NodeCapacity], strategy: Strategy) -> None:
@@ -407,8 +552,8 @@ class _Fleet:
         for nid in sorted(self.states):
             for src in self.states[nid].node.weights:
                 self.holders.setdefault(src, []).append(nid)
-        self.groups: dict[tuple[Any, ...], tuple[bool, list[tuple[int, str]], set[str]]] = {}
-        self.memberships: dict[str, list[tuple[bool, list[tuple[int, str]]]]] = {}
+        self.groups: dict[tuple[Any, ...], tuple[bool, _Order, set[str]]] = {}
+        self.memberships: dict[str, list[tuple[bool, _Order]]] = {}
         # Once a shape is refused it stays refused: a call only ever takes room away.
         self.refused: set[tuple[Any, ...]] = set()
         # Per group, the needs of refused requests: one asking at least as much of
@@ -438,13 +583,13 @@ class _Fleet:
         free = st.resource(uses_cards)
         return (free if self.strategy == "binpack" else -free, st.node.id)
 
-    def group(self, req: Request) -> tuple[bool, list[tuple[int, str]], set[str]]:
+    def group(self, req: Request) -> tuple[bool, _Order, set[str]]:
         uses_cards = req.cards > 0
         gkey = (req.engine, req.wanted_role, tuple(sorted(req.selector.items())), uses_cards)
         found = self.groups.get(gkey)
         if found is None:
             members = [st for st in self.states.values() if not _static_reasons(st.node, req)]
-            order = sorted(self._key(st, uses_cards) for st in members)
+            order = _Order(sorted(self._key(st, uses_cards) for st in members), self.states)
             found = (uses_cards, order, {st.node.id for st in members})
             self.groups[gkey] = found
             for st in members:
@@ -488,17 +633,18 @@ class _Fleet:
         if best is None:
             need = req.cards * req.card_memory if uses_cards else req.memory
             if self.strategy == "binpack":
-                start, stop = bisect.bisect_left(order, (need, "")), len(order)
+                lo, hi = (need, ""), None
             else:
-                start, stop = 0, bisect.bisect_right(order, (-need, "\U0010ffff"))
-            for _, nid in order[start:stop]:
-                st = self.states[nid]
+                lo, hi = None, (-need, "\U0010ffff")
+            # Walked nodes lack the weights, so unless a node awaits them, disk counts.
+            check_disk = req.source not in self.pending_sources
+            for st in order.candidates(req, lo, hi, check_disk):
                 if req.source in st.node.weights:
                     continue  # already judged above
                 chosen = self.fits(st, req)
                 if chosen is None:
                     continue
-                if nid not in req.avoid:
+                if st.node.id not in req.avoid:
                     best = (st, chosen)
                     break
                 fallback = fallback or (st, chosen)
@@ -520,8 +666,8 @@ class _Fleet:
         st.reserve(req, chosen)
         self.pending_sources.add(req.source)
         for (uses_cards, order), (_, key) in zip(groups, old, strict=True):
-            del order[bisect.bisect_left(order, key)]
-            bisect.insort(order, self._key(st, uses_cards))
+            order.remove(key)
+            order.insert(self._key(st, uses_cards))
 
     def explain(self, req: Request) -> list[Verdict]:
         nodes = [self._snapshot(st) for st in self.states.values()]
