@@ -1,8 +1,9 @@
 """The agent's work beyond the stream: shards, engines, weights and the requests the
-control plane makes of the node (logs, the weights list, collecting).
+control plane makes of the node (logs, the weights list, collecting, a model's shape).
 
 ``NodeRuntime`` is what the session calls: it adds engines and running shards to
-Register, per-shard usage to heartbeats, and handles StartShard, StopShard and Request.
+Register, per-shard usage and the memory read rate to heartbeats, and handles
+StartShard, StopShard and Request.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ from typing import Any
 from llmgw.agent.engines.install import LlamaCppInstaller
 from llmgw.agent.engines.provision import NodeEngines
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
+from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import HubClient, WeightStore
+from llmgw.agent.weights.cache import manifest_holds, read_manifest
+from llmgw.modelfiles import ShapeError, inspect_local
+from llmgw.sources import SourceError, cache_name, parse_source
 from llmgw.wire.messages import (
     EngineInfo,
     EngineStatus,
@@ -47,6 +52,8 @@ class RuntimeOptions:
     hf_endpoint: str | None = None
     engine_user: str | None = None
     engine_host: str = "0.0.0.0"
+    # Measure the memory read rate once in the background (cached in the state dir).
+    measure_memory: bool = True
 
 
 class NodeRuntime:
@@ -76,11 +83,14 @@ class NodeRuntime:
         )
         self._follows: dict[str, asyncio.Task[None]] = {}
         self._probe_task: asyncio.Task[None] | None = None
+        self.memrate = MemoryRateProbe(opts.state_dir)
 
     # --- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
         """Adopt what a previous agent left running, then look at the engines."""
+        if self.opts.measure_memory:
+            self.memrate.start()
         adopted = await self.supervisor.adopt()
         if adopted:
             log.info("adopted %d running shard(s): %s", len(adopted), ", ".join(adopted))
@@ -113,6 +123,7 @@ class NodeRuntime:
         """The agent is going: stop watching; engines keep serving for the next agent."""
         if self._probe_task is not None:
             self._probe_task.cancel()
+        await self.memrate.close()
         for task in self._follows.values():
             task.cancel()
         await self.supervisor.close()
@@ -143,7 +154,7 @@ class NodeRuntime:
         }
 
     def heartbeat_fields(self) -> dict[str, Any]:
-        return {"shards": self.supervisor.usage()}
+        return {"shards": self.supervisor.usage(), **self.memrate.heartbeat_fields()}
 
     async def handle(self, msg: Message) -> None:
         if isinstance(msg, StartShard):
@@ -182,10 +193,47 @@ class NodeRuntime:
                     },
                 )
             )
+        elif req.kind == "weights.inspect":
+            await self._inspect(req)
         else:
             self.emit(
                 Response(id=req.id, ok=False, error=f"this agent does not answer {req.kind!r}")
             )
+
+    async def _inspect(self, req: Request) -> None:
+        """A model's shape from files this node holds: a local path, or the cache."""
+        source = str(req.args.get("source", ""))
+        try:
+            result = await asyncio.to_thread(self._inspect_held, source)
+        except (ShapeError, SourceError) as exc:
+            self.emit(Response(id=req.id, ok=False, error=str(exc)))
+            return
+        self.emit(Response(id=req.id, result=result))
+
+    def _inspect_held(self, source: str) -> dict[str, Any]:
+        src = parse_source(source, allow_http=True)
+        path: Path | None = None
+        if src.kind == "local":
+            assert src.path is not None
+            path = src.path if src.path.exists() else None
+        else:
+            name = cache_name(src)
+            directory = self.weights.cache_dir / name
+            manifest = read_manifest(directory)
+            # Read only, never repaired here: fetching owns the cache's markers.
+            if (
+                manifest is not None
+                and manifest.name == name
+                and manifest_holds(directory, manifest)
+            ):
+                path = directory / manifest.entry if manifest.entry else directory
+        if path is None:
+            raise ShapeError(
+                f"{src.text} is not on this node (neither a local path nor whole in its "
+                "weights cache)"
+            )
+        # Pickles are only named, never loaded: the control plane applies the rule.
+        return inspect_local(path, allow_pickle=True)
 
     def _ring(self, source: str) -> LogRing | None:
         if source == "agent":

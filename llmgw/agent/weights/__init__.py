@@ -3,7 +3,7 @@
 ``WeightStore.fetch`` gives the supervisor a local path for a source (single flight,
 resumed, verified, pickles refused); ``list_cache`` and ``collect`` answer the control
 plane's weights requests. Module by responsibility: ``source`` (forms, cache names, the
-pickle rule), ``selection`` (which files of a repository), ``hub`` (HTTP), ``cache``
+pickle rule), ``llmgw.hub`` (HTTP, and which files of a repository), ``cache``
 (layout and markers), ``fetch``, ``inventory``.
 """
 
@@ -22,9 +22,8 @@ from llmgw.agent.weights.errors import (
     WeightsError,
 )
 from llmgw.agent.weights.fetch import DiskUsage, ProgressCallback, WeightStore
-from llmgw.agent.weights.hub import DEFAULT_ENDPOINT, HubClient, HubFile
 from llmgw.agent.weights.inventory import CachedFile, CachedSource, CollectResult, Inventory
-from llmgw.agent.weights.selection import Selection, select_files
+from llmgw.hub import DEFAULT_ENDPOINT, HubClient, HubFile, Selection, select_files
 from llmgw.sources import (
     ACCEPTED_FORMS,
     PICKLE_SUFFIXES,

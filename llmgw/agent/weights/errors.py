@@ -7,25 +7,18 @@ shard's status: the operator reads it there, far from the node.
 
 from __future__ import annotations
 
+from llmgw.hub import HubAuthError, HubError, HubNotFound, NetworkError
 from llmgw.sources import PickleRefused, SourceError, WeightsError
 
-__all__ = ["PickleRefused", "SourceError", "WeightsError"]
-
-
-class HubError(WeightsError):
-    """The hub (or a plain HTTP server) answered something other than the file."""
-
-
-class HubAuthError(HubError):
-    """401/403: a gated or private repository, or a token that was refused."""
-
-
-class HubNotFound(HubError):
-    """404: no such repository, revision or file."""
-
-
-class NetworkError(HubError):
-    """The connection failed or was cut; what was written so far is kept for resuming."""
+__all__ = [
+    "HubAuthError",
+    "HubError",
+    "HubNotFound",
+    "NetworkError",
+    "PickleRefused",
+    "SourceError",
+    "WeightsError",
+]
 
 
 class ChecksumError(WeightsError):

@@ -45,9 +45,8 @@ from llmgw.agent.weights.errors import (
     NetworkError,
     SourceError,
 )
-from llmgw.agent.weights.hub import HubClient
 from llmgw.agent.weights.inventory import CachedSource, CollectResult, Inventory
-from llmgw.agent.weights.selection import select_files
+from llmgw.hub import HubClient, select_files
 from llmgw.sources import (
     Source,
     cache_name,

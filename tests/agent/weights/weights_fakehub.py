@@ -48,6 +48,7 @@ class Seen:
     method: str
     path: str
     headers: dict[str, str]
+    sent: int = 0  # body bytes served
 
 
 @dataclass
@@ -129,34 +130,40 @@ class FakeHub:
             return web.Response(status=404, headers={"X-Error-Code": "EntryNotFound"})
         if self.cdn:
             raise web.HTTPFound(f"{self.cdn}/cdn/{repo}/{path}")
-        return await serve(request, self.repos[repo][path])
+        return await serve(request, self.repos[repo][path], self.requests[-1])
 
     async def cdn_file(self, request: web.Request) -> web.StreamResponse:
         self._record(request)
         repo = f"{request.match_info['org']}/{request.match_info['name']}"
-        return await serve(request, self.repos[repo][request.match_info["path"]])
+        return await serve(request, self.repos[repo][request.match_info["path"]], self.requests[-1])
 
     async def plain_file(self, request: web.Request) -> web.StreamResponse:
         self._record(request)
         served = self.urls.get(request.match_info["name"])
         if served is None:
             return web.Response(status=404)
-        return await serve(request, served)
+        return await serve(request, served, self.requests[-1])
 
 
-async def serve(request: web.Request, served: Served) -> web.StreamResponse:
+async def serve(
+    request: web.Request, served: Served, seen: Seen | None = None
+) -> web.StreamResponse:
     content = served.content
     start = 0
     status = 200
     headers: dict[str, str] = {}
     ranged = request.headers.get("Range", "")
+    stop = len(content)
     if ranged.startswith("bytes=") and not served.ignore_range:
-        start = int(ranged[6:].split("-", 1)[0])
+        first, _, last = ranged[6:].partition("-")
+        start = int(first)
         if start >= len(content):
             return web.Response(status=416, headers={"Content-Range": f"bytes */{len(content)}"})
+        if last:
+            stop = min(stop, int(last) + 1)
         status = 206
-        headers["Content-Range"] = f"bytes {start}-{len(content) - 1}/{len(content)}"
-    body = content[start:]
+        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(content)}"
+    body = content[start:stop]
     resp = web.StreamResponse(status=status, headers=headers)
     if served.no_length:
         resp.enable_chunked_encoding()
@@ -175,6 +182,8 @@ async def serve(request: web.Request, served: Served) -> web.StreamResponse:
         piece = body[sent : min(sent + step, limit)]
         await resp.write(piece)
         sent += len(piece)
+        if seen is not None:
+            seen.sent = sent
         if served.hold is not None and sent >= limit // 2:
             await served.hold.wait()
     if cutting:

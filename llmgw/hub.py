@@ -1,36 +1,82 @@
-"""The Hugging Face hub client (and plain HTTPS downloads) over aiohttp.
+"""The Hugging Face hub: its client over aiohttp (and plain HTTPS downloads), and which
+files of a repository a source means.
+
+Shared by both roles: the agent fetches weights with it, the control plane's planner
+reads a model's listing and the first bytes of its GGUF header with it.
 
 Two calls: a repository's file listing with sizes and sha256
 (``GET {endpoint}/api/models/{repo}/tree/{rev}?recursive=true``, following the
 ``Link: rel="next"`` pages), and a download of one file
 (``GET {endpoint}/{repo}/resolve/{rev}/{path}``, or any https:// URL) from a byte
-offset with ``Range``.
+offset with ``Range`` (optionally up to an end, for reading a header).
 
 The endpoint is configuration, else ``HF_ENDPOINT``, else https://huggingface.co; the
 token is configuration, else ``HF_TOKEN``. The token goes only to the endpoint's own
 origin: redirects are followed here rather than by aiohttp so a hop to a CDN or to any
 other host never carries it.
+
+Which files a source selects:
+
+- A quantisation picks the GGUF whose path carries it as a whole word (``Q4_K`` is not
+  ``Q4_K_M``, ``Q4_XS`` is not ``IQ4_XS``), case-insensitive, leaving out multimodal
+  projectors (``mmproj-*``); a split GGUF comes with all its parts. More than one match
+  is ambiguous and names the candidates.
+- A file comes alone, or with its sibling parts when it is one part of a split GGUF.
+- A whole repository means its safetensors with the JSON and tokenizer files beside
+  them; never the ``training_args.bin`` or ``optimizer.pt`` pickles such repositories
+  often also hold. Only where a repository has no safetensors at all are its pickled
+  weights chosen, for the pickle rule to refuse unless the model allows them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
 import aiohttp
 from yarl import URL
 
-from llmgw.agent.weights.errors import HubAuthError, HubError, HubNotFound, NetworkError
-from llmgw.sources import is_loopback_host
+from llmgw.sources import (
+    Source,
+    SourceError,
+    WeightsError,
+    is_loopback_host,
+    is_pickled,
+    repo_path_problem,
+)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 10
 _MAX_PAGES = 1000
+
+
+class HubError(WeightsError):
+    """The hub (or a plain HTTP server) answered something other than the file."""
+
+
+class HubAuthError(HubError):
+    """401/403: a gated or private repository, or a token that was refused."""
+
+
+class HubNotFound(HubError):
+    """404: no such repository, revision or file."""
+
+
+class NetworkError(HubError):
+    """The connection failed or was cut; what was written so far is kept for resuming."""
+
+
+_SPLIT = re.compile(r"^(?P<stem>.*)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+# Files a transformers-layout model needs beside its weights; all plain data.
+_AUX_NAMES = frozenset({"tokenizer.model", "merges.txt", "vocab.txt", "spiece.model"})
+_AUX_SUFFIXES = (".json", ".tiktoken", ".jinja")
 
 
 @dataclass(frozen=True)
@@ -212,14 +258,18 @@ class HubClient:
         url: str,
         *,
         offset: int = 0,
+        end: int | None = None,
         repo: str | None = None,
         path: str | None = None,
     ) -> AsyncIterator[Body]:
-        """Open ``url`` from ``offset``; 200, 206 and 416 are given to the caller, every
-        other answer raises naming the file (``repo``/``path`` when it is a hub file)."""
+        """Open ``url`` from ``offset`` (up to ``end``, exclusive, when given); 200, 206
+        and 416 are given to the caller, every other answer raises naming the file
+        (``repo``/``path`` when it is a hub file)."""
         target = URL(url)
         headers: dict[str, str] = {}
-        if offset:
+        if end is not None:
+            headers["Range"] = f"bytes={offset}-{end - 1}"
+        elif offset:
             headers["Range"] = f"bytes={offset}-"
         resp = await self._follow(target, headers)
         try:
@@ -249,6 +299,34 @@ class HubClient:
             # Closing (not releasing) a body left unread keeps a half-read connection
             # out of the pool.
             resp.close()
+
+    async def read_range(
+        self,
+        url: str,
+        offset: int,
+        end: int,
+        *,
+        repo: str | None = None,
+        path: str | None = None,
+    ) -> tuple[bytes, int | None]:
+        """Bytes ``offset`` to ``end`` (exclusive) of a file, fewer at its end, and the
+        file's size when the server said. A server that ignores Range is read only as
+        far as asked, then the connection is dropped: never the whole file."""
+        async with self.download(url, offset=offset, end=end, repo=repo, path=path) as body:
+            if body.status == 416:
+                return b"", body.total
+            skip = offset - body.offset
+            wanted = end - body.offset
+            chunks: list[bytes] = []
+            got = 0
+            while got < wanted:
+                chunk = await body.read(min(1 << 20, wanted - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            data = b"".join(chunks)[max(0, skip) : wanted]
+            return data, body.total
 
     async def _status_error(
         self,
@@ -346,3 +424,147 @@ def _content_range(value: str | None) -> tuple[int | None, int | None]:
 
 def _origin(url: URL) -> tuple[str, str, int | None]:
     return (url.scheme, (url.host or "").lower(), url.port)
+
+
+# ------------------------------------------------------------------------ selection
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The files to fetch, and the one the engine is given (``""``: the directory)."""
+
+    files: list[HubFile]
+    entry: str
+
+
+def _listed(files: list[HubFile], limit: int = 12) -> str:
+    names = [f.path for f in files[:limit]]
+    more = f" and {len(files) - limit} more" if len(files) > limit else ""
+    return ", ".join(names) + more if names else "none"
+
+
+def _check_paths(source: Source, files: list[HubFile]) -> None:
+    for f in files:
+        problem = repo_path_problem(f.path)
+        if problem:
+            raise HubError(f"{source.text}: the hub listed an unsafe path {f.path!r}: {problem}")
+
+
+def _hidden(path: str) -> bool:
+    return any(
+        segment.startswith(".") and segment not in (".", "..") for segment in path.split("/")
+    )
+
+
+def is_gguf(path: str) -> bool:
+    return path.lower().endswith(".gguf")
+
+
+def split_key(path: str) -> tuple[str, int, int] | None:
+    """(stem, part, count) of a ``-0000N-of-0000M.gguf`` path, else None."""
+    m = _SPLIT.match(path)
+    if not m:
+        return None
+    return m.group("stem"), int(m.group("part")), int(m.group("count"))
+
+
+def _quant_pattern(quant: str) -> re.Pattern[str]:
+    # Word boundaries by hand: '_' continues a quantisation name (Q4_K -> Q4_K_M) but may
+    # also precede one (model_Q4_K_M.gguf).
+    return re.compile(rf"(?<![A-Za-z0-9]){re.escape(quant)}(?![A-Za-z0-9_])", re.IGNORECASE)
+
+
+def _is_projector(path: str) -> bool:
+    return PurePosixPath(path).name.lower().startswith("mmproj")
+
+
+def _group(source: Source, chosen: HubFile, listing: list[HubFile]) -> list[HubFile]:
+    """A file with every part of its split set, checked complete, first part first."""
+    key = split_key(chosen.path)
+    if key is None:
+        return [chosen]
+    stem, _, count = key
+    parts: dict[int, HubFile] = {}
+    for f in listing:
+        k = split_key(f.path)
+        if k is not None and k[0] == stem and k[2] == count:
+            parts[k[1]] = f
+    missing = [n for n in range(1, count + 1) if n not in parts]
+    if missing:
+        raise HubNotFound(
+            f"{source.text}: split GGUF {stem} has {count} parts but the repository lacks "
+            f"part(s) {', '.join(str(n) for n in missing)}"
+        )
+    return [parts[n] for n in range(1, count + 1)]
+
+
+def _groups(files: list[HubFile]) -> dict[str, list[HubFile]]:
+    groups: dict[str, list[HubFile]] = {}
+    for f in files:
+        key = split_key(f.path)
+        groups.setdefault(f"{key[0]}@{key[2]}" if key else f.path, []).append(f)
+    return groups
+
+
+def select_files(source: Source, listing: list[HubFile]) -> Selection:
+    """The files of ``listing`` that ``source`` (an hf: source) means."""
+    # Hidden files (.gitattributes, .cache/) are never weights, and could shadow our
+    # own markers; a path that climbs out means a hub not to be trusted at all.
+    listing = [f for f in listing if not _hidden(f.path)]
+    _check_paths(source, listing)
+    ggufs = sorted((f for f in listing if is_gguf(f.path)), key=lambda f: f.path)
+    if source.file is not None:
+        chosen = next((f for f in listing if f.path == source.file), None)
+        if chosen is None:
+            raise HubNotFound(
+                f"{source.text}: no file {source.file!r} in the repository "
+                f"(GGUF files there: {_listed(ggufs)})"
+            )
+        files = _group(source, chosen, listing)
+        return Selection(files=files, entry=files[0].path)
+    if source.quant is not None:
+        pattern = _quant_pattern(source.quant)
+        matches = [f for f in ggufs if pattern.search(f.path) and not _is_projector(f.path)]
+        if not matches:
+            raise HubNotFound(
+                f"{source.text}: no GGUF file carries {source.quant} "
+                f"(GGUF files there: {_listed(ggufs)}); name another quantisation, or a "
+                "file as hf:ORG/REPO:PATH.gguf"
+            )
+        groups = _groups(matches)
+        if len(groups) > 1:
+            firsts = sorted(min(g, key=lambda f: f.path).path for g in groups.values())
+            raise SourceError(
+                f"{source.text}: {source.quant} matches {len(groups)} files "
+                f"({', '.join(firsts)}); name one as hf:ORG/REPO:PATH.gguf"
+            )
+        (group,) = groups.values()
+        files = _group(source, min(group, key=lambda f: f.path), listing)
+        return Selection(files=files, entry=files[0].path)
+    return _whole_repository(source, listing, ggufs)
+
+
+def _is_aux(path: str) -> bool:
+    name = PurePosixPath(path).name
+    return name in _AUX_NAMES or name.lower().endswith(_AUX_SUFFIXES)
+
+
+def _whole_repository(source: Source, listing: list[HubFile], ggufs: list[HubFile]) -> Selection:
+    weights = [f for f in listing if f.path.lower().endswith(".safetensors")]
+    if not weights:
+        # Left for the pickle rule to refuse by name, or to fetch when allowed.
+        weights = [f for f in listing if is_pickled(f.path)]
+    if not weights:
+        if ggufs:
+            raise SourceError(
+                f"{source.text} holds GGUF files, not safetensors: name one as "
+                f"{source.text}:QUANT (e.g. :Q4_K_M) or {source.text}:PATH.gguf "
+                f"(GGUF files there: {_listed(ggufs)})"
+            )
+        raise HubNotFound(
+            f"{source.text}: no weights in the repository (no .safetensors or .gguf files; "
+            f"files there: {_listed(listing)})"
+        )
+    aux = [f for f in listing if _is_aux(f.path)]
+    files = sorted({f.path: f for f in [*weights, *aux]}.values(), key=lambda f: f.path)
+    return Selection(files=files, entry="")
