@@ -442,6 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(p)
     p.set_defaults(handler=cmd_ctl_shard_stop)
 
+    from llmgw.ctlmodels import add_parsers as add_catalog_parsers
+
+    add_catalog_parsers(ctl_cmds, _client, _client_options)
+
     p = roles.add_parser("doctor", help="check this machine (and its link to the cluster)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--state-dir", help="agent state dir (default: the usual one, if present)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,6 +85,38 @@ class StoreConfig:
     dsn: str = "store.db"
 
 
+def _check_port_range(value: Any) -> str | None:
+    m = re.fullmatch(r"(\d+)-(\d+)", str(value))
+    if not m or not 1024 <= int(m[1]) <= int(m[2]) <= 65535:
+        return "must be FIRST-LAST, ports 1024 to 65535 (like 41000-41999)"
+    return None
+
+
+@dataclass(frozen=True)
+class SchedulingConfig:
+    """How the reconciler places, restarts and replaces replicas (server.yaml)."""
+
+    # binpack fills the fullest node that fits; spread takes the emptiest.
+    strategy: str = _checked(_check_one_of("binpack", "spread"), "binpack")
+    # Seconds between passes when nothing changes (a change wakes it at once).
+    interval: float = _checked(_check_positive, 2.0)
+    # A node NotReady this long has its replicas placed elsewhere; after a restart of
+    # the control plane, new replicas wait this long for every node to report.
+    node_lost_grace: float = _checked(_check_positive, 60.0)
+    # A replica not Ready this long after it last made progress (a state change, a
+    # downloaded byte) is stopped and counted as failed.
+    start_timeout: float = _checked(_check_positive, 600.0)
+    # Restarts after failures wait base x 2^(failures-1) seconds, up to max.
+    backoff_base: float = _checked(_check_positive, 10.0)
+    backoff_max: float = _checked(_check_positive, 300.0)
+    # An on-demand model failing this many times in a row is parked.
+    park_after: int = _checked(_check_positive, 3)
+    # An on-demand model goes back to zero replicas this long after its last demand.
+    on_demand_idle: float = _checked(_check_positive, 900.0)
+    # Ports engines listen on, chosen per host.
+    engine_ports: str = _checked(_check_port_range, "41000-41999")
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """server.yaml, in the data dir."""
@@ -98,6 +131,7 @@ class ServerConfig:
     heartbeat_interval: float = _checked(_check_positive, 5.0)
     missed_heartbeats: int = _checked(_check_positive, 3)
     store: StoreConfig = field(default_factory=StoreConfig)
+    scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
 
 
 @dataclass(frozen=True)

@@ -126,19 +126,23 @@ def replicas_table(rows: list[dict[str, Any]]) -> str:
             compute += f" {r['offloaded_layers']}/{r.get('total_layers')} layers"
         if r.get("devices"):
             compute += " " + ",".join(r["devices"])
+        cards = r.get("cards") or []
         out.append(
             [
                 r["replica_id"],
+                r.get("model") or DASH,
                 r["node"],
                 r.get("state") or DASH,
                 r.get("engine") or DASH,
+                ",".join(c[:12] for c in cards) if cards else DASH,
                 str(r["port"]) if r.get("port") else DASH,
                 str(r["pid"]) if r.get("pid") else DASH,
                 compute,
                 size(r.get("rss")),
             ]
         )
-    table = render(["REPLICA", "NODE", "STATE", "ENGINE", "PORT", "PID", "COMPUTE", "RSS"], out)
+    headers = ["REPLICA", "MODEL", "NODE", "STATE", "ENGINE", "CARDS", "PORT", "PID", "COMPUTE"]
+    table = render([*headers, "RSS"], out)
     for row, r in zip(table.splitlines()[1:], rows, strict=True):
         lines.append(row)
         download = r.get("download")
@@ -151,6 +155,8 @@ def replicas_table(rows: list[dict[str, Any]]) -> str:
             )
         if r.get("state") == "failed" and r.get("reason"):
             lines.append(f"    {r['reason']}")
+        if r.get("note"):
+            lines.append(f"    {r['note']}")
     return "\n".join([table.splitlines()[0], *lines])
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 LLMGW = [sys.executable, "-m", "llmgw"]
-REPLICA = "demo-tiny"
+MODEL = "tiny"
 
 
 def port_free(port: int) -> bool:
@@ -120,11 +120,10 @@ def main() -> int:
             signal.signal(sig, signal.SIG_IGN)
         if serving:
             try:
-                api.call(f"/api/v1/nodes/{node}/shards/{REPLICA}", method="DELETE")
+                # Stopped in the catalog, so the next demo starts it again.
+                api.call(f"/api/v1/models/{MODEL}/stop", {})
                 wait(
-                    lambda: (
-                        not any(r["replica_id"] == REPLICA for r in api.call("/api/v1/replicas"))
-                    ),
+                    lambda: not any(r["model"] == MODEL for r in api.call("/api/v1/replicas")),
                     15,
                 )
             except OSError:
@@ -202,22 +201,17 @@ def main() -> int:
             model = root / "tiny.gguf"
             if not model.exists():
                 write_tiny_model(model)
-            port = pick_port(8081)
-            api.call(
-                f"/api/v1/nodes/{node}/shards",
-                {
-                    "replica_id": REPLICA,
-                    "engine": "llama.cpp",
-                    "source": str(model),
-                    "port": port,
-                    "model": "tiny",
-                    "cpu_cores": 1,
-                },
-            )
+            if any(m["name"] == MODEL for m in api.call("/api/v1/models")):
+                api.call(f"/api/v1/models/{MODEL}/start", {})
+            else:
+                api.call(
+                    "/api/v1/models",
+                    {"source": str(model), "name": MODEL, "cpu_cores": 1, "replicas": 1},
+                )
             serving = True
 
             def ready() -> dict[str, Any] | None:
-                rows = [r for r in api.call("/api/v1/replicas") if r["replica_id"] == REPLICA]
+                rows = [r for r in api.call("/api/v1/replicas") if r["model"] == MODEL]
                 if rows and rows[0]["state"] == "failed":
                     raise SystemExit(f"the model failed to start: {rows[0]['reason']}")
                 return rows[0] if rows and rows[0]["state"] == "ready" else None
@@ -226,7 +220,8 @@ def main() -> int:
             if not row:
                 print(f"the model did not start; see {root / 'agent.log'}")
                 return 1
-            key = pki.engine_key((data_dir / "cluster.key").read_bytes(), REPLICA)
+            key = pki.engine_key((data_dir / "cluster.key").read_bytes(), row["replica_id"])
+            subprocess.run([*LLMGW, "ctl", "models", "--data-dir", str(data_dir)], check=False)
             print()
             print(f"A tiny model is served by llama.cpp (pid {row['pid']}), with its own key:")
             print(f"  URL:         http://127.0.0.1:{row['port']}/v1")

@@ -105,8 +105,10 @@ def test_replicas_table_shows_download_and_failure_lines() -> None:
             "reason": "the engine exited (code 1)",
         },
     ]
+    rows[1].update(model="qwen", cards=["GPU-5d2f7c1a-0000-0000-0000-000000000000"])
     lines = replicas_table(rows).splitlines()
-    assert lines[0].split()[:3] == ["REPLICA", "NODE", "STATE"]
+    assert lines[0].split()[:6] == ["REPLICA", "MODEL", "NODE", "STATE", "ENGINE", "CARDS"]
+    assert lines[3].split()[:6] == ["r2", "qwen", "gpu01", "ready", "llama.cpp", "GPU-5d2f7c1a"]
     # No total from the server: bytes so far, and no invented percentage.
     assert lines[2].strip() == "downloading r-Q4_K_M.gguf: 2.5 MB so far"
     assert "CUDA 33/33 layers CUDA0 (NVIDIA H100)" in lines[3] and "1.2 GB" in lines[3]

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,6 +106,7 @@ class Shard:
             compute=self.compute,
             started_at=self.started_at,
             last_lines=last_lines,
+            cards=list(self.spec.cards),
         )
 
 
@@ -213,6 +215,7 @@ class Supervisor:
                 replica_id=spec.replica_id,
                 progress=self.emit,
             )
+            port_in_use(self.host, spec.port)
             await self._launch(shard, engine, info, model)
             await self._until_ready(shard, engine)
             await self._watch(shard)
@@ -443,3 +446,19 @@ def on_disk(root: Path) -> dict[str, dict[str, Any]]:
         with contextlib.suppress(ValueError, OSError):
             out[path.stem] = json.loads(path.read_text())
     return out
+
+
+def port_in_use(host: str, port: int) -> None:
+    """Refuse a port something else listens on: its health answers would pass for our
+    engine's. The message says "address in use", which the control plane reads to
+    pick another port on this host next time."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise EngineError(
+                f"port {port} on this node is taken by another process (address in use: "
+                f"{exc.strerror}); the control plane will pick another"
+            ) from None

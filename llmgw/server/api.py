@@ -18,6 +18,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llmgw import __version__, jointoken, pki
+from llmgw.server.models import routes as model_routes
+from llmgw.server.planner import routes as plan_routes
 from llmgw.server.replicas import routes as replica_routes
 from llmgw.server.responses import error, json_body, unauthorised
 from llmgw.server.store import JoinTokenRecord
@@ -116,6 +118,8 @@ def build_app(cp: ControlPlane) -> Starlette:
         Route("/admin", admin_placeholder),
         Route("/admin/{rest:path}", admin_placeholder),
         *replica_routes(cp),
+        *model_routes(cp, cp.models),
+        *plan_routes(cp),
     ]
     return Starlette(routes=routes)
 

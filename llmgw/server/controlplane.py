@@ -15,10 +15,13 @@ from starlette.requests import Request
 
 from llmgw import __version__, jointoken, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
+from llmgw.modelplan import ModelShape
 from llmgw.server.agentport import AgentPort
 from llmgw.server.api import build_app, new_token_record
 from llmgw.server.datadir import DataDir
+from llmgw.server.models import ModelService
 from llmgw.server.nodes import NodeRegistry
+from llmgw.server.planner import make_inspector
 from llmgw.server.store import Store, open_store
 
 log = logging.getLogger("llmgw.server")
@@ -40,10 +43,18 @@ class ControlPlane:
         self.started = time.time()
         self.stopping = asyncio.Event()
         self.agent_port: AgentPort | None = None
+        self.inspector = make_inspector(self)
+        self.models = ModelService(self, inspect=self.inspect_shape)
+        self.registry.on_change = self.models.wake
 
     async def load(self) -> None:
         self._admin_hashes = set(await self.store.admin_token_hashes())
         await self.registry.load()
+        await self.models.load()
+
+    async def inspect_shape(self, source: str, allow_pickle: bool) -> ModelShape:
+        """What a model is, read from the hub, the control plane's disk, or a node."""
+        return (await self.inspector.inspect(source, allow_pickle=allow_pickle)).shape
 
     def admin_token_ok(self, token: str) -> bool:
         return pki.token_hash(token) in self._admin_hashes
@@ -124,10 +135,13 @@ class ControlPlane:
             self.config.store.backend,
         )
         monitor = asyncio.create_task(self.registry.monitor(self.stopping))
+        reconciler = asyncio.create_task(self.models.run(self.stopping))
         try:
             await asyncio.gather(*servers)
         finally:
             self.stopping.set()
+            await reconciler
+            await self.inspector.close()
             await self.agent_port.stop()
             await monitor
             await self.registry.flush()

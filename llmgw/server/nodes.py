@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,6 +62,11 @@ class NodeView:
     engines: list[dict[str, Any]] = field(default_factory=list)
     engines_probed: bool = False
     engine_message: str | None = None
+    installable: list[str] = field(default_factory=list)
+    # Scheduling, set by an operator and kept in the store.
+    cordoned: bool = False
+    draining: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         """The node as the admin API shows it: a flat object of plain fields."""
@@ -90,9 +95,16 @@ class NodeView:
             "gpus": facts.get("gpus", []),
             "gpu_source": facts.get("gpu_source"),
             "warnings": facts.get("warnings", []),
+            # GB/s, measured once by the agent; None until it has.
+            "memory_read_gbs": facts.get("memory_read_gbs"),
+            "memory_read_one_core_gbs": facts.get("memory_read_one_core_gbs"),
             # None until the agent has looked; then [] means it has none.
             "engines": self.engines if self.engines_probed else None,
             "engine_message": self.engine_message,
+            "engines_installable": list(self.installable),
+            "cordoned": self.cordoned,
+            "draining": self.draining,
+            "labels": dict(self.labels),
         }
 
 
@@ -106,6 +118,8 @@ class NodeRegistry:
         self._registered: dict[str, NodeView] = {}
         self.handle_times: deque[float] = deque(maxlen=50_000)
         self.heartbeats = 0
+        # Called when what a node runs may have changed (the reconciler's wake-up).
+        self.on_change: Callable[[], None] = lambda: None
 
     async def load(self) -> None:
         """Every enrolled node, NotReady until its agent reports again."""
@@ -118,6 +132,9 @@ class NodeRegistry:
                 facts=rec.facts or {},
                 last_seen=rec.last_seen,
                 reason="waiting for its agent since the control plane started",
+                cordoned=rec.cordoned,
+                draining=rec.draining,
+                labels=dict(rec.labels or {}),
             )
             self.nodes[rec.id] = view
             if rec.state != NOT_READY:
@@ -155,6 +172,7 @@ class NodeRegistry:
         view.state, view.reason = READY, ""
         view.engines = [to_map(e) for e in msg.engines]
         view.engines_probed = msg.engines_probed
+        view.installable = list(msg.installable_engines)
         # What the node runs now is the truth; statuses from before the reconnect go.
         view.shards = {s.replica_id: to_map(s) for s in msg.shards}
         view.usage = {}
@@ -162,6 +180,7 @@ class NodeRegistry:
         # Written with the next flush, in one transaction with every other node that
         # registered meanwhile: a reconnect storm makes one commit a second, not thousands.
         self._registered[view.id] = view
+        self.on_change()
 
     def heartbeat(self, node_id: str, msg: Heartbeat) -> None:
         """Hot path: in memory only; the monitor writes what changed in batches."""
@@ -177,6 +196,10 @@ class NodeRegistry:
             live["disks"] = to_map(msg.disks)
         if msg.gpus is not None:
             live["gpus"] = to_map(msg.gpus)
+        if msg.memory_read_gbs is not None:
+            live["memory_read_gbs"] = msg.memory_read_gbs
+        if msg.memory_read_one_core_gbs is not None:
+            live["memory_read_one_core_gbs"] = msg.memory_read_one_core_gbs
         if msg.shards is not None:
             view.usage = {u.replica_id: to_map(u) for u in msg.shards}
         view.last_heartbeat = time.monotonic()
@@ -190,6 +213,8 @@ class NodeRegistry:
     def report(self, node_id: str, msg: ShardStatus | DownloadProgress | EngineStatus) -> None:
         """Keep the latest word of a shard, a download or the node's engines."""
         view = self.nodes[node_id]
+        if not isinstance(msg, DownloadProgress):
+            self.on_change()
         if isinstance(msg, ShardStatus):
             if msg.state == "stopped":
                 view.shards.pop(msg.replica_id, None)

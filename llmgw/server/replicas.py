@@ -83,7 +83,13 @@ def routes(cp: ControlPlane) -> list[Route]:
     async def replicas(request: Request) -> Response:
         if not cp.authorised(request):
             return unauthorised()
-        return JSONResponse(replica_rows([v for _, v in sorted(cp.registry.nodes.items())]))
+        rows = replica_rows([v for _, v in sorted(cp.registry.nodes.items())])
+        reconciler = cp.models.reconciler
+        for row in rows:
+            row.update(reconciler.describe(row["replica_id"], cp.models.models, row["fingerprint"]))
+            track = reconciler.tracks.get(row["replica_id"])
+            row["cards"] = list(track.cards) if track else []
+        return JSONResponse(rows)
 
     async def start_shard(request: Request) -> Response:
         view = node_or_error(request)

@@ -8,8 +8,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 
-def error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"type": kind, "message": message}}, status_code=status)
+def error(status: int, kind: str, message: str, **details: Any) -> JSONResponse:
+    """An error answer; ``details`` (a field's name, per-node verdicts) go beside the
+    message for scripts, which the message already says in words."""
+    return JSONResponse(
+        {"error": {"type": kind, "message": message, **details}}, status_code=status
+    )
 
 
 def unauthorised() -> JSONResponse:

@@ -144,6 +144,9 @@ class Heartbeat(Message):
     disks: list[Disk] | None = None
     gpus: list[GPU] | None = None
     shards: list[ShardUsage] | None = None
+    # Measured once by the agent, in the background; absent until it has (GB/s).
+    memory_read_gbs: float | None = None
+    memory_read_one_core_gbs: float | None = None
 
 
 @dataclass(frozen=True)
@@ -195,6 +198,8 @@ class ShardStatus(Message):
     compute: Compute | None = None
     started_at: float | None = None
     last_lines: list[str] | None = None
+    # The cards it was given (UUIDs): a restarted control plane reserves them again.
+    cards: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,7 @@ class Cluster:
         auth: bool = True,
         token: str | None = None,
         body: dict[str, Any] | None = None,
+        method: str | None = None,
     ) -> Any:
         headers = {"content-type": "application/json"}
         if auth:
@@ -154,16 +155,22 @@ class Cluster:
             f"http://{self.listen}{path}",
             headers=headers,
             data=None if body is None else json.dumps(body).encode(),
+            method=method,
         )
-        with urllib.request.urlopen(req, timeout=5) as resp:
+        with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read())
 
     def api_error(
-        self, path: str, *, auth: bool = True, token: str | None = None
+        self,
+        path: str,
+        *,
+        auth: bool = True,
+        token: str | None = None,
+        body: dict[str, Any] | None = None,
     ) -> tuple[int, Any]:
         """The status and JSON body of a request that must fail."""
         try:
-            self.api(path, auth=auth, token=token)
+            self.api(path, auth=auth, token=token, body=body)
         except urllib.error.HTTPError as exc:
             with exc:
                 return exc.code, json.loads(exc.read())

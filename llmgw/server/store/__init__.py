@@ -5,10 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.config import ServerConfig
-from llmgw.server.store.base import JoinTokenRecord, NodeRecord, Store, StoreError
+from llmgw.server.store.base import (
+    Audit,
+    JoinTokenRecord,
+    ModelRecord,
+    NodeRecord,
+    Store,
+    StoreError,
+)
 from llmgw.server.store.sqlite import SQLiteStore
 
-__all__ = ["JoinTokenRecord", "NodeRecord", "SQLiteStore", "Store", "StoreError", "open_store"]
+__all__ = [
+    "Audit",
+    "JoinTokenRecord",
+    "ModelRecord",
+    "NodeRecord",
+    "SQLiteStore",
+    "Store",
+    "StoreError",
+    "open_store",
+]
 
 
 async def open_store(config: ServerConfig, data_dir: Path) -> Store:

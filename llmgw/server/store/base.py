@@ -11,6 +11,16 @@ from dataclasses import dataclass
 from typing import Any
 
 
+@dataclass(frozen=True)
+class Audit:
+    """Who did what to what: written with the change it describes."""
+
+    actor: str
+    action: str
+    target: str
+    detail: str = ""
+
+
 class StoreError(RuntimeError):
     """The store cannot do what was asked."""
 
@@ -27,6 +37,19 @@ class NodeRecord:
     facts: dict[str, Any] | None = None
     registered_at: float | None = None
     last_seen: float | None = None
+    cordoned: bool = False
+    draining: bool = False
+    labels: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    """A catalog entry; ``spec`` is the model as ``llmgw.server.catalog`` writes it."""
+
+    name: str
+    spec: dict[str, Any]
+    created_at: float
+    updated_at: float
 
 
 @dataclass(frozen=True)
@@ -95,6 +118,24 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:
         """Write (node id, state, reason, last seen) for several nodes in one transaction."""
+
+    @abc.abstractmethod
+    async def set_node_scheduling(
+        self, node_id: str, cordoned: bool, draining: bool, labels: dict[str, str], audit: Audit
+    ) -> None:
+        """Write whether a node takes new replicas, is being emptied, and its labels."""
+
+    # models: each change is written in one transaction with its audit entry
+    @abc.abstractmethod
+    async def list_models(self) -> list[ModelRecord]: ...
+
+    @abc.abstractmethod
+    async def put_model(self, name: str, spec: dict[str, Any], audit: Audit) -> None:
+        """Create or replace a model's spec."""
+
+    @abc.abstractmethod
+    async def delete_model(self, name: str, audit: Audit) -> bool:
+        """Remove a model; False when there was none."""
 
     # audit
     @abc.abstractmethod

@@ -10,7 +10,14 @@ from typing import Any
 
 import aiosqlite
 
-from llmgw.server.store.base import JoinTokenRecord, NodeRecord, Store, StoreError
+from llmgw.server.store.base import (
+    Audit,
+    JoinTokenRecord,
+    ModelRecord,
+    NodeRecord,
+    Store,
+    StoreError,
+)
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -136,6 +143,9 @@ class SQLiteStore(Store):
     def _node(row: aiosqlite.Row) -> NodeRecord:
         data = dict(row)
         data["facts"] = json.loads(data["facts"] or "{}") or None
+        data["labels"] = json.loads(data.get("labels") or "{}")
+        data["cordoned"] = bool(data.get("cordoned"))
+        data["draining"] = bool(data.get("draining"))
         return NodeRecord(**data)
 
     async def list_nodes(self) -> list[NodeRecord]:
@@ -171,6 +181,60 @@ class SQLiteStore(Store):
             [(state, reason, seen, node_id) for node_id, state, reason, seen in changes],
         )
         await self.db.commit()
+
+    async def _audit(self, entry: Audit) -> None:
+        await self.db.execute(
+            "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+            (time.time(), entry.actor, entry.action, entry.target, entry.detail),
+        )
+
+    async def set_node_scheduling(
+        self, node_id: str, cordoned: bool, draining: bool, labels: dict[str, str], audit: Audit
+    ) -> None:
+        try:
+            await self.db.execute(
+                "UPDATE nodes SET cordoned = ?, draining = ?, labels = ? WHERE id = ?",
+                (int(cordoned), int(draining), json.dumps(labels, sort_keys=True), node_id),
+            )
+            await self._audit(audit)
+            await self.db.commit()
+        except Exception:
+            await self.db.rollback()
+            raise
+
+    async def list_models(self) -> list[ModelRecord]:
+        async with self.db.execute("SELECT * FROM models ORDER BY name") as cur:
+            rows = await cur.fetchall()
+        return [
+            ModelRecord(r["name"], json.loads(r["spec"]), r["created_at"], r["updated_at"])
+            for r in rows
+        ]
+
+    async def put_model(self, name: str, spec: dict[str, Any], audit: Audit) -> None:
+        now = time.time()
+        try:
+            await self.db.execute(
+                "INSERT INTO models (name, spec, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(name) DO UPDATE SET spec = excluded.spec, "
+                "updated_at = excluded.updated_at",
+                (name, json.dumps(spec, sort_keys=True), now, now),
+            )
+            await self._audit(audit)
+            await self.db.commit()
+        except Exception:
+            await self.db.rollback()
+            raise
+
+    async def delete_model(self, name: str, audit: Audit) -> bool:
+        try:
+            cur = await self.db.execute("DELETE FROM models WHERE name = ?", (name,))
+            if cur.rowcount:
+                await self._audit(audit)
+            await self.db.commit()
+        except Exception:
+            await self.db.rollback()
+            raise
+        return bool(cur.rowcount)
 
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
         await self.db.execute(
