@@ -22,6 +22,7 @@ from llmgw.enginerules import RULES
 from llmgw.modelplan import ModelShape
 from llmgw.server import catalog, scheduler
 from llmgw.server.catalog import CatalogError, Model, Profile
+from llmgw.server.planner import PickledWeights
 from llmgw.server.reconciler import Plan, Reconciler
 from llmgw.server.responses import error, json_body, unauthorised
 from llmgw.server.store import Audit
@@ -154,6 +155,8 @@ class ModelService:
     async def shape(self, source: str, allow_pickle: bool) -> tuple[ModelShape | None, str]:
         try:
             return await self.inspect(source, allow_pickle), ""
+        except PickledWeights as exc:
+            raise Refused(error(400, "invalid", f"source: {exc}", field="source")) from None
         except Exception as exc:  # any reason it could not be read is said, not raised
             return None, str(exc) or type(exc).__name__
 

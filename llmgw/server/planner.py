@@ -77,6 +77,10 @@ class PlanError(ValueError):
     """A plan that cannot be made as asked; the message says what and the fix."""
 
 
+class PickledWeights(PlanError):
+    """The source holds only Python pickles, and the model did not allow them."""
+
+
 @dataclass(frozen=True)
 class Inspection:
     """What a source is: its normal form, format, shape, bytes of weights and files."""
@@ -152,7 +156,7 @@ class Inspector:
                 found = await self._inspect(src)
                 self._cache[src.text] = found
         if found.format == "pickle" and not allow_pickle:
-            raise PlanError(str(pickle_refusal(src.text, list(found.files))))
+            raise PickledWeights(str(pickle_refusal(src.text, list(found.files))))
         return found
 
     async def _inspect(self, src: Source) -> Inspection:

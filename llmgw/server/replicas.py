@@ -1,8 +1,9 @@
 """Replicas as the admin API shows them, and the direct shard controls of the nodes.
 
-Until the catalog and reconciler decide what runs where, an operator (or a test) starts
-a shard on a named node with ``POST /api/v1/nodes/{id}/shards``; the control plane adds
-the engine key, derived from the cluster secret and the replica id, and sends StartShard.
+The catalog's replicas are started by the reconciler; beside them an operator (or a
+test) may start a shard on a named node by hand with ``POST /api/v1/nodes/{id}/shards``
+(fingerprint ``direct``, which the reconciler leaves alone); the control plane adds the
+engine key, derived from the cluster secret and the replica id, and sends StartShard.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ where they cannot fit, explained, and kept across a control plane restart."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -19,7 +20,7 @@ import pytest
 
 from llmgw import pki
 from tests.e2e.cluster import Cluster, run, wait_for
-from tests.support.engines import llama_server_binary
+from tests.support.engines import Mirror, llama_server_binary
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
@@ -353,3 +354,59 @@ def test_a_change_with_no_room_beside_is_refused_unless_in_place(
     )
     assert cmdline(new["pid"])[-4:-2] == ["--ctx-size", "512"]
     assert not psutil.pid_exists(old["pid"])
+
+
+def test_on_demand_a_second_profile_cards_refused_and_remove_with_files(
+    cluster: Cluster, binary: Path, model: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "files").mkdir()
+    mirror = Mirror(tmp_path / "files")
+    shutil.copy(model, mirror.root / "tiny.gguf")
+    try:
+        join(cluster, "a", binary)
+        # The control plane reads the header over HTTP; the node downloads the file.
+        served = ctl_json(
+            cluster,
+            "model",
+            "serve",
+            f"{mirror.url}/tiny.gguf",
+            "--name",
+            "od",
+            "--on-demand",
+            "--context",
+            "256",
+        )
+        assert served["shape"]["trained_context"] == 512
+        assert served["state"] == "idle" and served["desired"] == 0
+        time.sleep(1.5)
+        assert replicas(cluster, "od") == []
+        cluster.api("/api/v1/models/od/demand", body={})
+        (first,) = wait_ready(cluster, "od", 1)
+
+        # A second profile, on the CPU, below the first.
+        shown = ctl_json(cluster, "model", "replicas", "od", "1", "--profile", "cpu2")
+        profiles = {p["name"]: p for p in shown["profiles"]}
+        assert profiles["cpu2"]["priority"] < profiles["default"]["priority"]
+        rows = wait_ready(cluster, "od", 2)
+        assert sorted(r["profile"] for r in rows) == ["cpu2", "default"]
+
+        # Cards no node has, and two cards for an engine that runs on one.
+        out = ctl(cluster, "model", "gpus", "od", "1", "--profile", "default", check=False)
+        assert out.returncode != 0 and "fits no node" in out.stderr
+        assert "a: cards: needs 1 with" in out.stderr
+        out = ctl(cluster, "model", "gpus", "od", "2", "--profile", "default", check=False)
+        assert out.returncode != 0 and "runs on one card" in out.stderr
+
+        def held() -> list[Any]:
+            return [w for w in cluster.api("/api/v1/weights") if w["source"] == served["source"]]
+
+        assert held() and held()[0]["wanted"]
+        ctl(cluster, "model", "remove", "od", "--with-files")
+        wait_ready(cluster, "od", 0, timeout=30)
+        wait_for(lambda: not held(), 30, "the node to delete the model's files")
+        assert cluster.api("/api/v1/models") == []
+        assert not psutil.pid_exists(first["pid"]) or wait_for(
+            lambda: not psutil.pid_exists(first["pid"]), 10, "the engine to exit"
+        )
+    finally:
+        mirror.close()

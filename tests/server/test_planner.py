@@ -16,7 +16,14 @@ from starlette.requests import Request
 from llmgw.modelfiles import NeedMore, gguf_header_length, shape_from_gguf_prefix
 from llmgw.modelplan import GiB, ModelShape, cpu_tokens_per_second, read_gguf_header
 from llmgw.server.nodes import NodeRegistry, NodeView
-from llmgw.server.planner import Inspection, Inspector, PlanError, plan, routes
+from llmgw.server.planner import (
+    Inspection,
+    Inspector,
+    PickledWeights,
+    PlanError,
+    plan,
+    routes,
+)
 from llmgw.wire.messages import Heartbeat
 from tests.agent.weights.weights_fakehub import FakeHub, Served, start_hub
 from tests.support.tinymodel import write_tiny_model
@@ -153,7 +160,7 @@ async def test_pickle_only_repository_refused_unless_allowed(hub: FakeHub) -> No
     hub.add("org/old", "pytorch_model.bin", b"p" * 100)
     inspector = Inspector(hub.endpoint, environ={})
     try:
-        with pytest.raises(PlanError, match="pickle"):
+        with pytest.raises(PickledWeights, match="pickle"):
             await inspector.inspect("hf:org/old")
         found = await inspector.inspect("hf:org/old", allow_pickle=True)
     finally:
