@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from llmgw.tables import gib, render
+from llmgw.tables import binary, count, render
 
 Client = Callable[[argparse.Namespace], Any]
 
@@ -88,13 +88,13 @@ def model_text(m: dict[str, Any]) -> str:
                 x
                 for x in (
                     shape.get("architecture"),
-                    f"{params / 1e9:.2f}B parameters" if params else None,
+                    f"{count(params)} parameters" if params else None,
                     f"{shape['layers']} layers" if shape.get("layers") else None,
                     f"{shape['kv_heads']} KV heads" if shape.get("kv_heads") else None,
                     f"trained for {shape['trained_context']}"
                     if shape.get("trained_context")
                     else None,
-                    gib(m.get("weight_bytes")) + " of weights" if m.get("weight_bytes") else None,
+                    f"{binary(m['weight_bytes'])} of weights" if m.get("weight_bytes") else None,
                 )
                 if x
             )
@@ -106,10 +106,10 @@ def model_text(m: dict[str, Any]) -> str:
     lines.append("  profiles:")
     for p in m["profiles"]:
         status = p.get("status") or {}
-        where = f"{p['cards']} card(s), {gib(p['card_memory'])} each" if p["cards"] else "CPU"
+        where = f"{p['cards']} card(s), {binary(p['card_memory'])} each" if p["cards"] else "CPU"
         lines.append(
             f"    {p['name']}: {status.get('ready', 0)}/{p['replicas']} ready, {p['engine']} on "
-            f"{where}, {gib(p['memory'])} memory"
+            f"{where}, {binary(p['memory'])} memory"
             + (f", {p['cpu_cores']:g} cores" if p["cpu_cores"] else "")
             + f", priority {p['priority']}"
         )
@@ -127,13 +127,13 @@ def model_text(m: dict[str, Any]) -> str:
 def explain_text(profiles: list[dict[str, Any]]) -> str:
     out = []
     for p in profiles:
-        need = [f"{gib(p['memory'])} memory"]
+        need = [f"{binary(p['memory'])} memory"]
         if p["cards"]:
-            need.append(f"{p['cards']} card(s) with {gib(p['card_memory'])} free")
+            need.append(f"{p['cards']} card(s) with {binary(p['card_memory'])} free")
         if p["cpu_cores"]:
             need.append(f"{p['cpu_cores']:g} cores")
         if p["disk"]:
-            need.append(f"{gib(p['disk'])} disk unless the weights are there")
+            need.append(f"{binary(p['disk'])} disk unless the weights are there")
         out.append(
             f"{p['model']} / {p['profile']} ({p['engine']}): {p['desired']} wanted, "
             f"running on {', '.join(p['running_on']) or 'no node'}; a replica needs "

@@ -15,6 +15,26 @@ def gib(value: Any) -> str:
     return f"{value / 2**30:.1f}"
 
 
+def binary(value: Any) -> str:
+    """Bytes in binary units, as memory is sold: 0.5 GiB, 498 KiB."""
+    if not isinstance(value, int | float):
+        return DASH
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            return f"{value / scale:.1f} {unit}"
+    return f"{value} B"
+
+
+def count(value: Any) -> str:
+    """A large count shortly: 8.03B, 125K."""
+    if not isinstance(value, int | float):
+        return DASH
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g}{unit}"
+    return str(value)
+
+
 def ago(ts: Any, now: float | None = None) -> str:
     if not isinstance(ts, int | float):
         return DASH
@@ -65,10 +85,15 @@ def nodes_table(nodes: list[dict[str, Any]]) -> str:
             names = sorted({g.get("name", "?") for g in gpus})
             gpu_text += " " + ",".join(names)
         load = n.get("load")
+        state = n["state"]
+        if n.get("draining"):
+            state += ",Draining"
+        elif n.get("cordoned"):
+            state += ",Cordoned"
         rows.append(
             [
                 n["id"],
-                n["state"],
+                state,
                 n.get("address") or DASH,
                 str(n["cpu_count"]) if n.get("cpu_count") else DASH,
                 f"{n['cpu_percent']:.0f}%"

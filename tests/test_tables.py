@@ -113,3 +113,15 @@ def test_replicas_table_shows_download_and_failure_lines() -> None:
     assert lines[2].strip() == "downloading r-Q4_K_M.gguf: 2.5 MB so far"
     assert "CUDA 33/33 layers CUDA0 (NVIDIA H100)" in lines[3] and "1.2 GB" in lines[3]
     assert lines[5].strip() == "the engine exited (code 1)"
+
+
+def test_nodes_table_says_cordoned_and_draining() -> None:
+    from llmgw.tables import nodes_table
+
+    nodes = [
+        {"id": "a", "state": "Ready", "cordoned": True, "draining": False},
+        {"id": "b", "state": "NotReady", "cordoned": True, "draining": True},
+        {"id": "c", "state": "Ready"},
+    ]
+    states = [line.split()[1] for line in nodes_table(nodes).splitlines()[1:]]
+    assert states == ["Ready,Cordoned", "NotReady,Draining", "Ready"]
