@@ -445,6 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.ctlmodels import add_parsers as add_catalog_parsers
 
     add_catalog_parsers(ctl_cmds, _client, _client_options)
+    from llmgw.ctlkeys import add_parsers as add_key_parsers
+
+    add_key_parsers(roles, ctl_cmds, _client, _client_options)
 
     p = roles.add_parser("doctor", help="check this machine (and its link to the cluster)")
     p.add_argument("--json", action="store_true")

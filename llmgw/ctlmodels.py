@@ -311,7 +311,9 @@ def add_parsers(
     p.add_argument("--cpu-cores", type=float, help="cores reserved per replica")
     p.add_argument("--memory", type=parse_size, help="memory per replica (default: estimated)")
     p.add_argument("--on-demand", action="store_true", help="start on the first request")
-    p.add_argument("--arg", action="append", help="an engine argument (repeat)")
+    p.add_argument(
+        "--arg", action="append", help="an engine argument (repeat; --arg=--flag for a flag)"
+    )
     p.add_argument("--allow-pickle", action="store_true", help="allow pickled weights")
     p.add_argument("--profile", help="the profile's name (default 'default')")
     p.add_argument("--priority", type=int, help="higher profiles are used first")

@@ -90,7 +90,7 @@ def _free_port() -> int:
 
 
 def test_server_init_and_run_answer_health(zipapp: Path, tmp_path: Path) -> None:
-    # The control plane's web stack (starlette, hypercorn, aiosqlite) must be in the pyz.
+    # The control plane's web stack (aiohttp, starlette, aiosqlite) must be in the pyz.
     data_dir = tmp_path / "cp"
     http_port = _free_port()
     proc = _run_pyz(

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from llmgw import __version__, jointoken, pki
+from llmgw.server.keys import routes as key_routes
 from llmgw.server.models import routes as model_routes
 from llmgw.server.planner import routes as plan_routes
 from llmgw.server.replicas import routes as replica_routes
@@ -92,13 +93,6 @@ def build_app(cp: ControlPlane) -> Starlette:
             return error(400, "bad_request", f"missing fields: {', '.join(missing)}")
         return await enroll_node(cp, **{k: str(v) for k, v in fields.items()})
 
-    async def gateway_placeholder(request: Request) -> Response:
-        return error(
-            503,
-            "unavailable",
-            "the OpenAI-compatible gateway is not in this version of llmgw yet",
-        )
-
     async def admin_placeholder(request: Request) -> Response:
         return Response(
             "llmgw admin pages are not in this version yet; use `llmgw ctl`.\n",
@@ -114,12 +108,12 @@ def build_app(cp: ControlPlane) -> Starlette:
         Route("/api/v1/nodes/{node_id}", node),
         Route("/api/v1/tokens", tokens, methods=["POST"]),
         Route("/api/v1/enroll", enroll, methods=["POST"]),
-        Route("/v1/{rest:path}", gateway_placeholder, methods=["GET", "POST"]),
         Route("/admin", admin_placeholder),
         Route("/admin/{rest:path}", admin_placeholder),
         *replica_routes(cp),
         *model_routes(cp, cp.models),
         *plan_routes(cp),
+        *key_routes(cp),
     ]
     return Starlette(routes=routes)
 

@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hypercorn.asyncio import serve
-from hypercorn.config import Config as HypercornConfig
 from starlette.requests import Request
 
 from llmgw import __version__, jointoken, pki
@@ -19,6 +17,8 @@ from llmgw.modelplan import ModelShape
 from llmgw.server.agentport import AgentPort
 from llmgw.server.api import build_app, new_token_record
 from llmgw.server.datadir import DataDir
+from llmgw.server.front import AsgiBridge, Listener
+from llmgw.server.gateway import Gateway
 from llmgw.server.models import ModelService
 from llmgw.server.nodes import NodeRegistry
 from llmgw.server.planner import make_inspector
@@ -45,12 +45,22 @@ class ControlPlane:
         self.agent_port: AgentPort | None = None
         self.inspector = make_inspector(self)
         self.models = ModelService(self, inspect=self.inspect_shape)
+        self.gateway = Gateway(self)
         self.registry.on_change = self.models.wake
 
     async def load(self) -> None:
         self._admin_hashes = set(await self.store.admin_token_hashes())
         await self.registry.load()
         await self.models.load()
+        await self.gateway.load()
+        self.set_stopped(self.gateway.stopped)
+
+    def set_stopped(self, stopped: bool) -> None:
+        """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
+        self.gateway.stopped = stopped
+        self.models.reconciler.halted = stopped
+        self.models.version += 1
+        self.models.wake()
 
     async def inspect_shape(self, source: str, allow_pickle: bool) -> ModelShape:
         """What a model is, read from the hub, the control plane's disk, or a node."""
@@ -93,6 +103,7 @@ class ControlPlane:
             "version": __version__,
             "uptime_seconds": round(time.time() - self.started, 1),
             "leader": True,
+            "serving": "stopped" if self.gateway.stopped else "serving",
             "store": self.config.store.backend,
             "listen": self.config.listen,
             "agent_port": self.config.agent_port,
@@ -114,33 +125,33 @@ class ControlPlane:
             self.agent_addresses,
         )
         await self.agent_port.start()
-        app = build_app(self)
-        hc = HypercornConfig()
-        hc.bind = [self.config.listen]
-        hc.accesslog = None
-        hc.errorlog = logging.getLogger("hypercorn.error")
-        hc.graceful_timeout = 3
-        hc.keep_alive_max_requests = 100_000
-        servers = [serve(app, hc, shutdown_trigger=self.stopping.wait)]  # type: ignore[arg-type]
+        bridge = AsgiBridge(build_app(self))
+        listeners = [Listener(self.config.listen, self.gateway.handle, bridge)]
         if self.config.admin_listen:
-            admin = HypercornConfig()
-            admin.bind = [self.config.admin_listen]
-            admin.accesslog = None
-            servers.append(serve(app, admin, shutdown_trigger=self.stopping.wait))  # type: ignore[arg-type]
-        log.info(
-            "control plane %s: HTTP on %s, agents on port %d, store %s",
-            __version__,
-            self.config.listen,
-            self.config.agent_port,
-            self.config.store.backend,
-        )
+            # The admin listener serves the admin API and pages, never /v1.
+            listeners.append(Listener(self.config.admin_listen, None, bridge))
         monitor = asyncio.create_task(self.registry.monitor(self.stopping))
         reconciler = asyncio.create_task(self.models.run(self.stopping))
+        usage = asyncio.create_task(self.gateway.run(self.stopping))
         try:
-            await asyncio.gather(*servers)
+            for listener in listeners:
+                await listener.start()
+            log.info(
+                "control plane %s: HTTP on %s, agents on port %d, store %s",
+                __version__,
+                self.config.listen,
+                self.config.agent_port,
+                self.config.store.backend,
+            )
+            await self.stopping.wait()
         finally:
             self.stopping.set()
+            for listener in listeners:
+                await listener.stop()
             await reconciler
+            await usage
+            await self.gateway.flush()
+            await self.gateway.close()
             await self.inspector.close()
             await self.agent_port.stop()
             await monitor

@@ -76,6 +76,8 @@ class ModelService:
         self._wake = asyncio.Event()
         self.last_plan = Plan()
         self._tasks: set[asyncio.Task[None]] = set()
+        # Bumped on every change of the catalog: the gateway rebuilds its routes.
+        self.version = 0
 
     async def load(self) -> None:
         for record in await self.cp.store.list_models():
@@ -148,6 +150,7 @@ class ModelService:
     async def _save(self, model: Model, audit: Audit) -> None:
         await self.cp.store.put_model(model.name, model.to_spec(), audit)
         self.models[model.name] = model
+        self.version += 1
         self.wake()
 
     # ------------------------------------------------------------------ checking
@@ -496,6 +499,7 @@ class ModelService:
         )
         if deleted:
             self.models.pop(model.name, None)
+            self.version += 1
             self.wake()
         if with_files:
             task = asyncio.create_task(self._remove_files(model.source))

@@ -120,6 +120,8 @@ class NodeRegistry:
         self.heartbeats = 0
         # Called when what a node runs may have changed (the reconciler's wake-up).
         self.on_change: Callable[[], None] = lambda: None
+        # Bumped on every change of what runs where: the gateway rebuilds its routes.
+        self.version = 0
 
     async def load(self) -> None:
         """Every enrolled node, NotReady until its agent reports again."""
@@ -180,6 +182,7 @@ class NodeRegistry:
         # Written with the next flush, in one transaction with every other node that
         # registered meanwhile: a reconnect storm makes one commit a second, not thousands.
         self._registered[view.id] = view
+        self.version += 1
         self.on_change()
 
     def heartbeat(self, node_id: str, msg: Heartbeat) -> None:
@@ -208,12 +211,14 @@ class NodeRegistry:
             log.info("node %s is Ready again", node_id)
             view.state, view.reason = READY, ""
             self._dirty[node_id] = view
+            self.version += 1
         self.heartbeats += 1
 
     def report(self, node_id: str, msg: ShardStatus | DownloadProgress | EngineStatus) -> None:
         """Keep the latest word of a shard, a download or the node's engines."""
         view = self.nodes[node_id]
         if not isinstance(msg, DownloadProgress):
+            self.version += 1
             self.on_change()
         if isinstance(msg, ShardStatus):
             if msg.state == "stopped":
@@ -237,6 +242,7 @@ class NodeRegistry:
         view = self.nodes.get(node_id)
         if view is not None and view.session is session:
             view.session = None
+            self.version += 1
 
     def sweep(self, now: float | None = None) -> list[str]:
         """Mark NotReady each node past its missed heartbeats; returns their ids."""
@@ -252,6 +258,7 @@ class NodeRegistry:
                 log.warning("node %s is NotReady: %s", view.id, view.reason)
                 self._dirty[view.id] = view
                 lost.append(view.id)
+                self.version += 1
         return lost
 
     async def flush(self) -> None:

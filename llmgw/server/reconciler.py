@@ -153,6 +153,8 @@ class Reconciler:
         self.bad_ports: dict[tuple[str, int], float] = {}
         self._profiles: dict[tuple[str, str], Profile] = {}
         self._notes: dict[tuple[str, str], tuple[float, str]] = {}
+        # `llmgw stop`: every model at zero, the catalog untouched.
+        self.halted = False
         self.passes = 0
 
     # ------------------------------------------------------------------ observing
@@ -251,7 +253,7 @@ class Reconciler:
     # ------------------------------------------------------------------------ a pass
 
     def desired(self, model: Model, profile: Profile, now: float) -> int:
-        if model.stopped or model.parked:
+        if self.halted or model.stopped or model.parked:
             return 0
         if model.on_demand and self.demand.get(model.name, 0.0) <= now:
             return 0

@@ -129,10 +129,12 @@ def test_wrong_admin_token_gets_401_json(cluster: Cluster) -> None:
     assert out.returncode == 1 and "admin token" in out.stderr
 
 
-def test_gateway_is_a_503_placeholder(cluster: Cluster) -> None:
+def test_gateway_wants_a_key_and_the_admin_token_is_not_one(cluster: Cluster) -> None:
     code, body = cluster.api_error("/v1/models", auth=False)
-    assert code == 503
-    assert body["error"]["type"] == "unavailable"
+    assert code == 401 and body["error"]["type"] == "authentication_error"
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    code, body = cluster.api_error("/v1/models")  # with the admin token
+    assert code == 401 and body["error"]["code"] == "invalid_api_key"
 
 
 def test_ctl_reads_the_data_dir_and_env(cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:

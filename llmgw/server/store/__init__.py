@@ -6,6 +6,7 @@ from pathlib import Path
 
 from llmgw.config import ServerConfig
 from llmgw.server.store.base import (
+    ApiKeyRecord,
     Audit,
     JoinTokenRecord,
     ModelRecord,
@@ -16,6 +17,7 @@ from llmgw.server.store.base import (
 from llmgw.server.store.sqlite import SQLiteStore
 
 __all__ = [
+    "ApiKeyRecord",
     "Audit",
     "JoinTokenRecord",
     "ModelRecord",

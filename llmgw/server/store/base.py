@@ -12,6 +12,22 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class ApiKeyRecord:
+    """A gateway key as kept: its hash only, never the key."""
+
+    id: str
+    name: str
+    key_hash: str
+    models: tuple[str, ...] = ()
+    rpm: int | None = None
+    tpm: int | None = None
+    budget: int | None = None
+    expires_at: float | None = None
+    created_at: float = 0.0
+    revoked_at: float | None = None
+
+
+@dataclass(frozen=True)
 class Audit:
     """Who did what to what: written with the change it describes."""
 
@@ -136,6 +152,26 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def delete_model(self, name: str, audit: Audit) -> bool:
         """Remove a model; False when there was none."""
+
+    # gateway keys
+    @abc.abstractmethod
+    async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None: ...
+
+    @abc.abstractmethod
+    async def list_api_keys(self) -> list[ApiKeyRecord]: ...
+
+    @abc.abstractmethod
+    async def revoke_api_key(self, key_id: str, at: float, audit: Audit) -> bool:
+        """Mark a key revoked; False when there is no such key or it already was."""
+
+    # usage: (day, key id, model, replica) -> (requests, prompt, completion tokens)
+    @abc.abstractmethod
+    async def add_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
+        """Add counts to each (day, key, model, replica), in one transaction."""
+
+    @abc.abstractmethod
+    async def usage(self, since_day: str) -> list[dict[str, Any]]:
+        """Every row from ``since_day`` (YYYY-MM-DD) on."""
 
     # audit
     @abc.abstractmethod

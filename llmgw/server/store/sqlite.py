@@ -11,6 +11,7 @@ from typing import Any
 import aiosqlite
 
 from llmgw.server.store.base import (
+    ApiKeyRecord,
     Audit,
     JoinTokenRecord,
     ModelRecord,
@@ -235,6 +236,74 @@ class SQLiteStore(Store):
             await self.db.rollback()
             raise
         return bool(cur.rowcount)
+
+    async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None:
+        try:
+            await self.db.execute(
+                "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, "
+                "expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    record.id,
+                    record.name,
+                    record.key_hash,
+                    json.dumps(list(record.models)),
+                    record.rpm,
+                    record.tpm,
+                    record.budget,
+                    record.expires_at,
+                    record.created_at,
+                ),
+            )
+            await self._audit(audit)
+            await self.db.commit()
+        except Exception:
+            await self.db.rollback()
+            raise
+
+    async def list_api_keys(self) -> list[ApiKeyRecord]:
+        async with self.db.execute("SELECT * FROM api_keys ORDER BY created_at") as cur:
+            rows = await cur.fetchall()
+        out = []
+        for row in rows:
+            data = dict(row)
+            data["models"] = tuple(json.loads(data["models"] or "[]"))
+            out.append(ApiKeyRecord(**data))
+        return out
+
+    async def revoke_api_key(self, key_id: str, at: float, audit: Audit) -> bool:
+        try:
+            cur = await self.db.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                (at, key_id),
+            )
+            if cur.rowcount:
+                await self._audit(audit)
+            await self.db.commit()
+        except Exception:
+            await self.db.rollback()
+            raise
+        return bool(cur.rowcount)
+
+    async def add_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
+        if not rows:
+            return
+        await self.db.executemany(
+            "INSERT INTO usage (day, key_id, model, replica, requests, prompt_tokens, "
+            "completion_tokens) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT(day, key_id, model, replica) DO UPDATE SET "
+            "requests = requests + excluded.requests, "
+            "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
+            "completion_tokens = completion_tokens + excluded.completion_tokens",
+            rows,
+        )
+        await self.db.commit()
+
+    async def usage(self, since_day: str) -> list[dict[str, Any]]:
+        async with self.db.execute(
+            "SELECT * FROM usage WHERE day >= ? ORDER BY day, key_id, model, replica",
+            (since_day,),
+        ) as cur:
+            return [dict(r) for r in await cur.fetchall()]
 
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
         await self.db.execute(

@@ -1,0 +1,307 @@
+"""The gateway with the official openai SDK against real llama-server replicas: chat,
+streams, embeddings, models, keys and their limits, a replica killed under load, and
+`llmgw stop` / `llmgw start`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.e2e.cluster import Cluster, run, wait_for
+from tests.e2e.test_models import SCHEDULING, ctl, ctl_json, join, replicas, wait_ready
+from tests.support.engines import llama_server_binary
+from tests.support.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def binary() -> Path:
+    return llama_server_binary()
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    return write_tiny_model(tmp_path / "tiny.gguf")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    c = Cluster(tmp_path)
+    c.init()
+    config = c.data_dir / "server.yaml"
+    config.write_text(config.read_text() + SCHEDULING)
+    c.start_server()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def make_key(cluster: Cluster, *extra: str) -> str:
+    made = ctl_json(cluster, "keys", "create", "--name", "tester", *extra)
+    assert made["key"].startswith("sk-llmgw-") and made["state"] == "active"
+    return str(made["key"])
+
+
+_OPEN: list[openai.OpenAI] = []
+
+
+@pytest.fixture(autouse=True)
+def close_clients() -> Iterator[None]:
+    """Every SDK client a test made is closed after it, so no socket is left to GC."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()
+
+
+def client(cluster: Cluster, key: str) -> openai.OpenAI:
+    sdk = openai.OpenAI(base_url=f"http://{cluster.listen}/v1", api_key=key, max_retries=0)
+    _OPEN.append(sdk)
+    return sdk
+
+
+def post(cluster: Cluster, path: str, data: bytes, key: str) -> tuple[int, dict[str, Any], Any]:
+    req = urllib.request.Request(
+        f"http://{cluster.listen}{path}",
+        data=data,
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return resp.status, dict(resp.headers), json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, dict(exc.headers), json.loads(exc.read())
+
+
+CHAT = {"role": "user", "content": "hello"}
+
+
+def test_sdk_chat_stream_embeddings_and_models(cluster: Cluster, binary: Path, model: Path) -> None:
+    join(cluster, "a", binary)
+    ctl(
+        cluster,
+        "model",
+        "serve",
+        str(model),
+        "--name",
+        "tiny",
+        "--context",
+        "256",
+        "--max-output",
+        "8",
+    )
+    ctl(
+        cluster,
+        "model",
+        "serve",
+        str(model),
+        "--name",
+        "tiny-embed",
+        "--context",
+        "256",
+        "--arg=--embeddings",
+        "--arg=--pooling",
+        "--arg=mean",
+    )
+    wait_ready(cluster, "tiny", 1)
+    wait_ready(cluster, "tiny-embed", 1)
+    key = make_key(cluster)
+    sdk = client(cluster, key)
+
+    assert sorted(m.id for m in sdk.models.list()) == ["tiny", "tiny-embed"]
+
+    reply = sdk.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=500)
+    assert reply.choices[0].message.content is not None
+    assert reply.usage is not None and 0 < reply.usage.completion_tokens <= 8  # max_output
+
+    chunks = list(
+        sdk.chat.completions.create(
+            model="tiny",
+            messages=[CHAT],
+            max_tokens=6,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert len(chunks) > 2
+    assert any(c.choices and c.choices[0].delta.content for c in chunks)
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+    text = sdk.completions.create(model="tiny", prompt="once upon", max_tokens=4)
+    assert text.choices[0].text is not None
+
+    vectors = sdk.embeddings.create(model="tiny-embed", input=["one", "two"])
+    assert len(vectors.data) == 2 and len(vectors.data[0].embedding) > 0
+
+    async def async_calls() -> list[str]:
+        aclient = openai.AsyncOpenAI(
+            base_url=f"http://{cluster.listen}/v1", api_key=key, max_retries=0
+        )
+        async with aclient:
+            answers = await asyncio.gather(
+                *(
+                    aclient.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=3)
+                    for _ in range(4)
+                )
+            )
+        return [a.choices[0].finish_reason or "" for a in answers]
+
+    assert len(asyncio.run(async_calls())) == 4
+
+    with pytest.raises(openai.NotFoundError) as missing:
+        sdk.chat.completions.create(model="nope", messages=[CHAT])
+    assert missing.value.code == "model_not_found"
+    status, _, body = post(cluster, "/v1/chat/completions", b"{not json", key)
+    assert status == 400 and body["error"]["code"] == "invalid_json"
+    status, _, body = post(cluster, "/v1/chat/completions", b'{"messages": []}', key)
+    assert status == 400 and body["error"]["param"] == "model"
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+
+
+def test_keys_revoked_expired_not_allowed_and_over_rpm(
+    cluster: Cluster, binary: Path, model: Path
+) -> None:
+    join(cluster, "a", binary)
+    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
+    wait_ready(cluster, "tiny", 1)
+
+    with pytest.raises(openai.AuthenticationError):
+        client(cluster, "sk-llmgw-unknown").models.list()
+
+    revoked = make_key(cluster)
+    client(cluster, revoked).models.list()
+    key_id = next(k["id"] for k in ctl_json(cluster, "keys", "list") if k["state"] == "active")
+    assert ctl_json(cluster, "keys", "revoke", key_id)["state"] == "revoked"
+    with pytest.raises(openai.AuthenticationError):
+        client(cluster, revoked).models.list()
+
+    soon = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() + 3))
+    expiring = make_key(cluster, "--expires", soon)
+    client(cluster, expiring).models.list()
+    time.sleep(3.5)
+    with pytest.raises(openai.AuthenticationError) as expired:
+        client(cluster, expiring).models.list()
+    assert expired.value.code == "expired_api_key"
+
+    others = make_key(cluster, "--models", "other*,qwen-*")
+    assert client(cluster, others).models.list().data == []
+    with pytest.raises(openai.NotFoundError):
+        client(cluster, others).chat.completions.create(model="tiny", messages=[CHAT])
+
+    limited = make_key(cluster, "--rpm", "2")
+    sdk = client(cluster, limited)
+    for _ in range(2):
+        sdk.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=2)
+    body = json.dumps({"model": "tiny", "messages": [CHAT], "max_tokens": 2}).encode()
+    status, headers, answer = post(cluster, "/v1/chat/completions", body, limited)
+    assert status == 429 and answer["error"]["type"] == "rate_limit_error"
+    assert "requests per minute" in answer["error"]["message"]
+    assert 1 <= int(headers["Retry-After"]) <= 60
+
+
+def test_a_replica_killed_under_load_fails_over_before_streaming(
+    cluster: Cluster, binary: Path, model: Path
+) -> None:
+    join(cluster, "a", binary)
+    ctl(
+        cluster,
+        "model",
+        "serve",
+        str(model),
+        "--name",
+        "tiny",
+        "--context",
+        "256",
+        "--replicas",
+        "2",
+    )
+    rows = wait_ready(cluster, "tiny", 2)
+    sdk = client(cluster, make_key(cluster))
+    errors: list[BaseException] = []
+    done = 0
+    stop = threading.Event()
+
+    def load() -> None:
+        nonlocal done
+        while not stop.is_set():
+            try:
+                sdk.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=2)
+                done += 1
+            except Exception as exc:  # every failure is counted, none hidden
+                errors.append(exc)
+
+    workers = [threading.Thread(target=load) for _ in range(4)]
+    for w in workers:
+        w.start()
+    wait_for(lambda: done >= 20, 30, "requests to flow")
+    os.kill(rows[0]["pid"], signal.SIGKILL)
+    before = done
+    wait_for(lambda: done >= before + 40, 30, "requests to go on")
+    stop.set()
+    for w in workers:
+        w.join(10)
+    assert errors == []
+
+
+def test_stop_and_start(cluster: Cluster, binary: Path, model: Path) -> None:
+    join(cluster, "a", binary)
+    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
+    wait_ready(cluster, "tiny", 1)
+    key = make_key(cluster)
+    out = run("stop", "--data-dir", str(cluster.data_dir))
+    assert out.stdout.startswith("stopped")
+    body = json.dumps({"model": "tiny", "messages": [CHAT]}).encode()
+    status, _, answer = post(cluster, "/v1/chat/completions", body, key)
+    assert status == 503 and answer["error"]["code"] == "system_stopped"
+    wait_for(lambda: not replicas(cluster, "tiny"), 30, "every replica to stop")
+    assert ctl_json(cluster, "model", "show", "tiny")["replicas"] == 1  # catalog unchanged
+    status_json = json.loads(run("status", "--json", "--data-dir", str(cluster.data_dir)).stdout)
+    assert status_json["serving"] == "stopped"
+
+    run("start", "--data-dir", str(cluster.data_dir))
+    wait_ready(cluster, "tiny", 1)
+    reply = client(cluster, key).chat.completions.create(
+        model="tiny", messages=[CHAT], max_tokens=2
+    )
+    assert reply.choices
+
+
+def test_tokens_a_minute_a_budget_and_usage(cluster: Cluster, binary: Path, model: Path) -> None:
+    join(cluster, "a", binary)
+    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
+    wait_ready(cluster, "tiny", 1)
+    body = json.dumps({"model": "tiny", "messages": [CHAT], "max_tokens": 3}).encode()
+    for flag, words in (("--tpm", "tokens per minute"), ("--budget", "tokens a month")):
+        key = make_key(cluster, flag, "5")
+        status, _, first = post(cluster, "/v1/chat/completions", body, key)
+        assert status == 200 and first["usage"]["total_tokens"] > 5
+        status, headers, answer = post(cluster, "/v1/chat/completions", body, key)
+        assert status == 429 and words in answer["error"]["message"]
+        assert int(headers["Retry-After"]) >= 1
+
+    streamer = make_key(cluster)
+    sdk = client(cluster, streamer)
+    # A stream without include_usage: its events are counted.
+    list(sdk.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=4, stream=True))
+    rows = ctl_json(cluster, "usage")
+    tester = [r for r in rows if r["key_name"] == "tester"]
+    assert sum(r["requests"] for r in tester) == 3  # the two keys' first requests, the stream
+    assert all(r["model"] == "tiny" and r["replica"].startswith("tiny.default.") for r in rows)
+    assert sum(r["completion_tokens"] for r in tester) >= 3
+    by_model = ctl(cluster, "usage", "--by", "model").stdout.splitlines()
+    assert by_model[0].split() == ["MODEL", "REQUESTS", "PROMPT", "COMPLETION", "TOKENS"]
+    assert by_model[1].split()[:2] == ["tiny", "3"]

@@ -1,0 +1,119 @@
+"""The gateway's router, windows and usage reading, without processes."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from llmgw.server import gateway as gw
+from llmgw.server.gateway import Endpoint, Gateway, Window, prompt_prefix
+
+
+def router(*endpoints: Endpoint) -> Gateway:
+    cp: Any = SimpleNamespace(
+        registry=SimpleNamespace(version=1), models=SimpleNamespace(version=1)
+    )
+    g = Gateway(cp)
+    g._table = {"m": sorted(endpoints, key=lambda e: -e.priority)}
+    g._version = (1, 1)
+    return g
+
+
+def ep(name: str, priority: int = 0, outstanding: int = 0) -> Endpoint:
+    return Endpoint(name, f"http://{name}", "k", priority, outstanding)
+
+
+def long_chat(system: str, question: str) -> dict[str, Any]:
+    return {
+        "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": question},
+        ]
+    }
+
+
+def test_higher_pool_first_then_least_outstanding() -> None:
+    gpu1, gpu2, cpu = ep("gpu1", 10, 3), ep("gpu2", 10, 1), ep("cpu", 0, 0)
+    g = router(gpu1, gpu2, cpu)
+    assert g.pick("m") is gpu2
+    gpu2.open_until = time.monotonic() + 10  # its breaker is open
+    assert g.pick("m") is gpu1
+    gpu1.open_until = time.monotonic() + 10
+    assert g.pick("m") is cpu  # the lower pool only when the higher has none
+    assert g.pick("m", exclude=cpu) is None
+    assert g.pick("other") is None
+
+
+def test_a_long_shared_prefix_goes_where_it_was_sent_unless_that_replica_is_much_busier() -> None:
+    a, b = ep("a"), ep("b")
+    g = router(a, b)
+    system = "You are a careful assistant. " * 40  # ~1,200 characters
+    first = g.pick("m", prefix=prompt_prefix(long_chat(system, "one")))
+    assert first is a  # a tie: the first by order
+    a.outstanding = 3  # busier, but within the slack
+    again = g.pick("m", prefix=prompt_prefix(long_chat(system, "two")))
+    assert again is a and g.prefix_hits == {"m": 1}
+    other = g.pick("m", prefix=prompt_prefix(long_chat("Something else entirely. " * 40, "x")))
+    assert other is b  # no shared prefix: the least busy
+    a.outstanding = 3 + gw.PREFIX_SLACK + 1
+    assert g.pick("m", prefix=prompt_prefix(long_chat(system, "three"))) is b
+
+
+def test_short_prompts_are_not_hashed_and_blocks_nest() -> None:
+    assert prompt_prefix({"messages": [{"role": "user", "content": "hi"}]}) == []
+    assert prompt_prefix({"input": "x" * 5000}) == []
+    one = prompt_prefix({"prompt": "a" * 600 + "b" * 600})
+    two = prompt_prefix({"prompt": "a" * 600 + "c" * 600})
+    assert len(one) == len(two) == 1200 // gw.PREFIX_BLOCK
+    # The same first two blocks, then different: each hash covers all before it.
+    assert one[:2] == two[:2] and one[3:] != two[3:]
+    e = ep("e")
+    e.remember(one)
+    assert e.match(one) == len(one) and e.match(two) == 2
+
+
+def test_prefix_memory_is_bounded() -> None:
+    e = ep("e")
+    e.remember(list(range(gw.PREFIX_MEMORY + 10)))
+    assert len(e.prefixes) == gw.PREFIX_MEMORY and 0 not in e.prefixes
+
+
+def test_window_counts_the_last_minute_and_says_when_there_is_room() -> None:
+    w = Window()
+    w.add(1000.0, 3)
+    w.add(1030.5, 2)
+    assert w.count(1031) == 5
+    assert w.retry_after(1031, 5) == 29  # the first 3 leave at 1060
+    assert w.count(1060) == 2
+    assert w.count(1091) == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (b'{"usage": {"prompt_tokens": 7, "completion_tokens": 3}}', (7, 3)),
+        (b'{"usage": {"prompt_tokens": 4, "total_tokens": 4}}', (4, 0)),
+        (b'{"choices": []}', (0, 0)),
+        (b'not json but has "usage"', (0, 0)),
+    ],
+)
+def test_usage_from_an_answer(data: bytes, expected: tuple[int, int]) -> None:
+    assert gw._usage(data) == expected
+
+
+def test_usage_from_a_stream_tail() -> None:
+    tail = (
+        b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}\n\n'
+        b"data: [DONE]\n\n"
+    )
+    assert gw._stream_usage(tail) == (9, 2)
+    assert gw._stream_usage(b'data: {"choices":[]}\n\ndata: [DONE]\n\n') == (0, 0)
+
+
+def test_budget_resets_at_the_next_month() -> None:
+    # 2026-12-31 23:59:00 UTC: one minute to January.
+    assert gw._seconds_to_next_month(1798761540.0) == 60
