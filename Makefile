@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++
+APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all demo test check apt venv zipapp bench clean llama-server
@@ -60,8 +60,14 @@ zipapp: venv
 demo: apt venv
 	$(BIN)/python packaging/demo.py --llama-server "$$(packaging/build-llama-server.sh $(BIN)/pip)"
 
-bench: venv
+LITELLM_VENV := $(HOME)/.cache/llmgw/bench-litellm
+
+bench: apt venv llama-server
+	[ -x $(LITELLM_VENV)/bin/litellm ] || ($(PYTHON) -m venv $(LITELLM_VENV) && \
+		$(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]')
 	$(BIN)/python bench/agents.py
+	$(BIN)/python bench/scheduler.py
+	$(BIN)/python bench/gateway.py
 
 clean:
 	rm -rf $(VENV) dist build .demo .pytest_cache .mypy_cache .ruff_cache

@@ -118,6 +118,14 @@ class SchedulingConfig:
 
 
 @dataclass(frozen=True)
+class GatewayConfig:
+    """The OpenAI-compatible /v1 (server.yaml)."""
+
+    # How long a request for an on-demand model at zero waits for its first replica.
+    on_demand_wait: float = _checked(_check_positive, 600.0)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """server.yaml, in the data dir."""
 
@@ -132,6 +140,7 @@ class ServerConfig:
     missed_heartbeats: int = _checked(_check_positive, 3)
     store: StoreConfig = field(default_factory=StoreConfig)
     scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import argparse
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -72,6 +73,8 @@ def models_table(models: list[dict[str, Any]]) -> str:
 
 
 def model_text(m: dict[str, Any]) -> str:
+    if m.get("external"):
+        return external_text(m)
     shape = m.get("shape") or {}
     lines = [
         f"{m['name']}: {m['state']}, {m['ready']} of {m['desired']} ready",
@@ -121,6 +124,17 @@ def model_text(m: dict[str, Any]) -> str:
             )
         if status.get("note"):
             lines.append(f"      {status['note']}")
+    return "\n".join(lines)
+
+
+def external_text(m: dict[str, Any]) -> str:
+    ext = m.get("external") or {}
+    lines = [f"{m['name']}: {m['state']}, external provider {ext.get('base_url')}"]
+    if ext.get("upstream_model"):
+        lines.append(f"  asked for as: {ext['upstream_model']}")
+    for e in ext.get("endpoints", []):
+        problem = f" ({e['problem']})" if e.get("problem") else ""
+        lines.append(f"  {e['name']}: weight {e['weight']:g}, {e['state']}{problem}")
     return "\n".join(lines)
 
 
@@ -234,6 +248,29 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
             body["profile"] = args.profile
         return show(args, client(args).post(f"{_path(args.model)}/replicas", body), model_text)
 
+    def external(args: argparse.Namespace) -> int:
+        keys = []
+        for option in args.key_file:
+            path, weight = option, 1.0
+            head, _, tail = option.rpartition(":")
+            if head and tail.replace(".", "", 1).isdigit():
+                path, weight = head, float(tail)
+            from llmgw.cli import UsageError
+
+            try:
+                secret = Path(path).read_text().strip()
+            except OSError as exc:
+                raise UsageError(f"--key-file {path}: {exc.strerror}") from None
+            if not secret:
+                raise UsageError(f"--key-file {path} is empty: it should hold one API key")
+            keys.append({"key": secret, "weight": weight})
+        body: dict[str, Any] = {"name": args.name, "base_url": args.base_url, "keys": keys}
+        if args.upstream_model:
+            body["upstream_model"] = args.upstream_model
+        if args.max_output:
+            body["max_output"] = args.max_output
+        return show(args, client(args).post("/api/v1/models/external", body), external_text)
+
     def explain(args: argparse.Namespace) -> int:
         return show(args, client(args).get(f"{_path(args.model)}/explain"), explain_text)
 
@@ -268,6 +305,7 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         "gpus": gpus,
         "replicas": replicas,
         "explain": explain,
+        "external": external,
         "cordon": node("cordon"),
         "uncordon": node("uncordon"),
         "drain": node("drain"),
@@ -319,6 +357,17 @@ def add_parsers(
     p.add_argument("--priority", type=int, help="higher profiles are used first")
     p.add_argument("--selector", action="append", type=_label, help="KEY=VALUE node label")
     p.add_argument("--role", help="run only on nodes labelled llmgw.role=ROLE")
+    p = leaf(sub, "external", "external", "an OpenAI-compatible provider as a model")
+    p.add_argument("name")
+    p.add_argument("--base-url", required=True, help="the provider's /v1 URL")
+    p.add_argument(
+        "--key-file",
+        action="append",
+        required=True,
+        help="a file holding one API key, optionally :WEIGHT (repeat for several keys)",
+    )
+    p.add_argument("--upstream-model", help="the provider's name for the model")
+    p.add_argument("--max-output", type=int, help="longest answer in tokens")
     from llmgw.ctlplan import add_plan_parser
 
     add_plan_parser(sub)

@@ -58,6 +58,11 @@ def build_app(cp: ControlPlane) -> Starlette:
             return error(404, "not_found", f"no node {request.path_params['node_id']!r}")
         return JSONResponse(view.as_json())
 
+    async def metrics(request: Request) -> Response:
+        if not authorised(request):
+            return unauthorised()
+        return Response(await cp.gateway.metrics_text(), media_type="text/plain; version=0.0.4")
+
     async def status(request: Request) -> Response:
         if not authorised(request):
             return unauthorised()
@@ -104,6 +109,7 @@ def build_app(cp: ControlPlane) -> Starlette:
         Route("/healthz", healthz),
         Route("/api/v1/version", version),
         Route("/api/v1/status", status),
+        Route("/metrics", metrics),
         Route("/api/v1/nodes", nodes),
         Route("/api/v1/nodes/{node_id}", node),
         Route("/api/v1/tokens", tokens, methods=["POST"]),

@@ -102,6 +102,9 @@ class Model:
     # What the model is, as inspected when it was written (plain fields, for showing).
     shape: Mapping[str, Any] = field(default_factory=dict)
     weight_bytes: int = 0
+    # An OpenAI-compatible provider instead of replicas: {"base_url", "upstream_model",
+    # "keys": [{"sealed": ..., "weight": ...}]}; the keys sealed with the cluster key.
+    external: Mapping[str, Any] | None = None
 
     def profile(self, name: str) -> Profile | None:
         return next((p for p in self.profiles if p.name == name), None)
@@ -115,6 +118,7 @@ class Model:
         out["profiles"] = [p.to_spec() for p in self.profiles]
         out["replaced"] = list(self.replaced)
         out["shape"] = dict(self.shape)
+        out["external"] = dict(self.external) if self.external else None
         return out
 
     @classmethod
@@ -309,6 +313,8 @@ def check_context(model: Model, shape: ModelShape | None) -> None:
 def check_model(model: Model, shape: ModelShape | None) -> Model:
     """The model as it will be kept, or CatalogError naming the field and the fix."""
     check_name(model.name)
+    if model.external:
+        return model  # no replicas: nothing to place or size
     source = check_source(model.source, model.allow_pickle)
     if not model.profiles:
         raise CatalogError("profiles", "a model needs at least one profile")

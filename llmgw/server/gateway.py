@@ -32,7 +32,8 @@ import aiohttp
 from aiohttp import web
 
 from llmgw import pki
-from llmgw.server.catalog import parse_replica_id
+from llmgw.server.catalog import Model, parse_replica_id
+from llmgw.server.metrics import Metrics, scrape
 from llmgw.server.store import ApiKeyRecord
 
 if TYPE_CHECKING:
@@ -53,8 +54,6 @@ PREFIX_BLOCK = 256
 PREFIX_MIN_BLOCKS = 2
 PREFIX_SLACK = 4
 PREFIX_MEMORY = 4096
-# How long a request for an on-demand model waits for its first replica.
-ON_DEMAND_WAIT = 600.0
 _JSON = "application/json"
 _HOP = frozenset(
     {
@@ -148,6 +147,12 @@ class Endpoint:
     outstanding: int = 0
     failures: int = 0
     open_until: float = 0.0
+    weight: float = 1.0
+    # An external provider's key: its answers are judged by key (429, 401).
+    external: bool = False
+    upstream_model: str | None = None
+    # Why this endpoint is passed over now, in words (never the key).
+    problem: str = ""
     # Hashes of the prompt prefixes sent here lately, oldest first: what its cache
     # likely holds. Approximate on purpose: a miss costs a prefill, not a wrong answer.
     prefixes: OrderedDict[int, None] = field(default_factory=OrderedDict)
@@ -200,6 +205,17 @@ def prompt_prefix(body: dict[str, Any]) -> list[int]:
     return out
 
 
+class Trace:
+    """One request's times and model, for the metrics."""
+
+    __slots__ = ("start", "first", "model")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.first = 0.0
+        self.model = ""
+
+
 class Gateway:
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
@@ -211,6 +227,7 @@ class Gateway:
         self._version: tuple[int, int] = (-1, -1)
         self.requests = 0
         self.prefix_hits: dict[str, int] = {}
+        self.metrics = Metrics()
         # Usage not yet written: (key id, model, replica) -> [requests, prompt, completion].
         self.pending: dict[tuple[str, str, str], list[int]] = {}
         # Tokens each key has used this month (the store's and what is pending).
@@ -243,6 +260,7 @@ class Gateway:
         entry[1] += prompt
         entry[2] += completion
         used = prompt + completion
+        self.metrics.add_tokens(model, prompt, completion)
         key.tokens.add(time.time(), used)
         self.month[key.record.id] = self.month.get(key.record.id, 0) + used
 
@@ -320,9 +338,9 @@ class Gateway:
                     continue
                 host = view.address
                 url = (
-                    f"http://[{host}]:{shard['port']}"
+                    f"http://[{host}]:{shard['port']}/v1"
                     if ":" in host
-                    else (f"http://{host}:{shard['port']}")
+                    else (f"http://{host}:{shard['port']}/v1")
                 )
                 endpoint = self._endpoints.get(rid)
                 if endpoint is None or endpoint.url != url:
@@ -330,10 +348,38 @@ class Gateway:
                 endpoint.priority = profile.priority
                 seen[rid] = endpoint
                 table.setdefault(model.name, []).append(endpoint)
+        for model in models.values():
+            if model.external:
+                table[model.name] = self._external(model, seen, secret)
         for endpoints in table.values():
             endpoints.sort(key=lambda e: -e.priority)
         self._endpoints, self._table, self._version = seen, table, version
         return table
+
+    def _external(self, model: Model, seen: dict[str, Endpoint], secret: bytes) -> list[Endpoint]:
+        """One endpoint per key of an external provider: ``external:MODEL#N``."""
+        spec = model.external or {}
+        base = str(spec["base_url"]).rstrip("/")
+        out = []
+        for i, entry in enumerate(spec.get("keys") or [], start=1):
+            name = f"external:{model.name}#{i}"
+            endpoint = self._endpoints.get(name)
+            if endpoint is None or endpoint.url != base:
+                endpoint = Endpoint(
+                    name,
+                    base,
+                    pki.unseal(secret, entry["sealed"]).decode(),
+                    0,
+                    external=True,
+                )
+            endpoint.weight = float(entry.get("weight") or 1.0)
+            endpoint.upstream_model = spec.get("upstream_model") or None
+            seen[name] = endpoint
+            out.append(endpoint)
+        return out
+
+    def endpoints_of(self, model: str) -> list[Endpoint]:
+        return list(self.table().get(model, ()))
 
     def pick(
         self, model: str, exclude: Endpoint | None = None, prefix: Sequence[int] = ()
@@ -351,7 +397,7 @@ class Gateway:
             pool.append(endpoint)
         if not pool:
             return None
-        best = min(pool, key=lambda e: e.outstanding)
+        best = min(pool, key=lambda e: (e.outstanding + 1) / e.weight)
         if prefix:
             longest, affine = 0, None
             for endpoint in pool:
@@ -390,6 +436,29 @@ class Gateway:
         return key
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        trace = Trace(time.perf_counter())
+        response = await self._handle(request, trace)
+        self.metrics.request(
+            trace.model,
+            response.status,
+            time.perf_counter() - trace.start,
+            trace.first - trace.start if trace.first else None,
+        )
+        return response
+
+    async def metrics_text(self) -> str:
+        """``/metrics``: the gateway's counters and every Ready replica's own."""
+        inflight: dict[tuple[str, str], int] = {}
+        targets: list[tuple[str, str, str, str]] = []
+        for model, endpoints in self.table().items():
+            for e in endpoints:
+                inflight[(model, e.replica_id)] = e.outstanding
+                if not e.external:
+                    targets.append((model, e.replica_id, e.url[:-3] + "/metrics", e.key))
+        engines = await scrape(self.session, targets)
+        return self.metrics.render(inflight, self.prefix_hits, engines)
+
+    async def _handle(self, request: web.BaseRequest, trace: Trace) -> web.StreamResponse:
         self.requests += 1
         key = self.authorise(request)
         if isinstance(key, web.Response):
@@ -457,6 +526,14 @@ class Gateway:
                 "model_not_found",
                 "model",
             )
+        trace.model = name  # a catalog model: labels stay bounded
+        if model.stopped:
+            return fail(
+                503,
+                f"the model '{name}' is stopped (`llmgw ctl model start {name}`)",
+                "service_unavailable",
+                "model_stopped",
+            )
         limited = self.check_limits(key)
         if limited is not None:
             return limited
@@ -489,7 +566,9 @@ class Gateway:
         elif model.on_demand:
             self.cp.models.reconciler.want(model.name)
         key.requests.add(time.time(), 1)
-        return await self.proxy(request, path, raw, bool(body.get("stream")), name, endpoint, key)
+        return await self.proxy(
+            request, path, raw, bool(body.get("stream")), name, endpoint, key, trace
+        )
 
     def check_limits(self, key: Key) -> web.Response | None:
         record = key.record
@@ -524,7 +603,7 @@ class Gateway:
             return None
         self.cp.models.reconciler.want(model)
         self.cp.models.wake()
-        deadline = time.monotonic() + ON_DEMAND_WAIT
+        deadline = time.monotonic() + self.cp.config.gateway.on_demand_wait
         while time.monotonic() < deadline:
             await asyncio.sleep(0.25)
             endpoint = self.pick(model)
@@ -551,44 +630,80 @@ class Gateway:
         model: str,
         endpoint: Endpoint,
         key: Key,
+        trace: Trace,
     ) -> web.StreamResponse:
         last: _Retryable | None = None
-        for _attempt in range(2):
+        # One retry after a replica's failure; a provider's refused key is passed over
+        # without using it up (its breaker keeps it out of the next pick).
+        retries = 1
+        for _attempt in range(16):
             current = endpoint
             current.outstanding += 1
             try:
                 response, prompt, completion = await self._forward(
-                    request, path, raw, stream, current
+                    request, path, raw, stream, current, trace
                 )
                 self.record(key, model, current.replica_id, prompt, completion)
                 return response
             except _Retryable as exc:
-                self._failed(current)
-                log.info("replica %s failed before answering: %s", current.replica_id, exc)
+                if current.external and current.open_until > time.monotonic():
+                    pass  # a refused key: the next key, as many as there are
+                else:
+                    self._failed(current)
+                    retries -= 1
+                log.info("%s failed before answering: %s", current.replica_id, exc)
                 last = exc
             finally:
                 current.outstanding -= 1
             nxt = self.pick(model, exclude=current)
-            if nxt is None:
+            if nxt is None or retries < 0:
                 break
             endpoint = nxt
         assert last is not None
         return last.answer
+
+    def _key_refused(self, endpoint: Endpoint, status: int, retry_after: str | None) -> None:
+        """A provider's key answered 429 (pass it over a while) or 401/403 (pass it
+        over until its key changes); said by endpoint name, never by key."""
+        now = time.monotonic()
+        if status == 429:
+            try:
+                wait = min(300.0, max(1.0, float(retry_after or 30)))
+            except ValueError:
+                wait = 30.0
+            endpoint.open_until = now + wait
+            endpoint.problem = f"answered 429 (rate limited): passed over for {wait:g} s"
+        else:
+            endpoint.open_until = now + 3600
+            endpoint.problem = f"answered {status}: the provider refused this key"
+        log.warning("%s %s", endpoint.replica_id, endpoint.problem)
 
     def _failed(self, endpoint: Endpoint) -> None:
         endpoint.failures += 1
         if endpoint.failures >= BREAKER_FAILURES:
             endpoint.open_until = time.monotonic() + BREAKER_OPEN
             endpoint.failures = 0
+            endpoint.problem = ""
 
     async def _forward(
-        self, request: web.BaseRequest, path: str, raw: bytes, stream: bool, endpoint: Endpoint
+        self,
+        request: web.BaseRequest,
+        path: str,
+        raw: bytes,
+        stream: bool,
+        endpoint: Endpoint,
+        trace: Trace,
     ) -> tuple[web.StreamResponse, int, int]:
         """The answer and its (prompt, completion) tokens: the engine's usage where it
         gave one, else a stream's content events counted."""
         headers = {"Authorization": f"Bearer {endpoint.key}", "Content-Type": _JSON}
+        if endpoint.upstream_model:
+            body = json.loads(raw)
+            body["model"] = endpoint.upstream_model
+            raw = json.dumps(body).encode()
         try:
-            upstream = await self.session.post(endpoint.url + path, data=raw, headers=headers)
+            # Every base ends in the provider's /v1 (or its equivalent): path less "/v1".
+            upstream = await self.session.post(endpoint.url + path[3:], data=raw, headers=headers)
         except (aiohttp.ClientConnectionError, OSError) as exc:
             raise _Retryable(
                 fail(
@@ -600,6 +715,17 @@ class Gateway:
                 str(exc),
             ) from None
         async with upstream:
+            if endpoint.external and upstream.status in (401, 403, 429):
+                data = await upstream.read()
+                self._key_refused(endpoint, upstream.status, upstream.headers.get("Retry-After"))
+                raise _Retryable(
+                    web.Response(
+                        status=upstream.status,
+                        body=data,
+                        content_type=upstream.content_type or _JSON,
+                    ),
+                    f"HTTP {upstream.status}",
+                )
             if upstream.status >= 500:
                 data = await upstream.read()
                 raise _Retryable(
@@ -629,6 +755,8 @@ class Gateway:
             events = 0
             tail = b""
             async for chunk in upstream.content.iter_any():
+                if not trace.first:
+                    trace.first = time.perf_counter()
                 await response.write(chunk)
                 events += chunk.count(b"data: ")
                 tail = (tail + chunk)[-8192:]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,19 @@ log = logging.getLogger("llmgw.models")
 
 # The shape of a model: read on the control plane, else from a node that holds it.
 Inspect = Callable[[str, bool], Awaitable[ModelShape]]
+
+
+def _provider_url(url: str) -> bool:
+    """https://, or http:// to this machine only: a key sent in plain text elsewhere
+    could be read on the way."""
+    from urllib.parse import urlsplit
+
+    from llmgw.sources import is_loopback_host
+
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return True
+    return parts.scheme == "http" and is_loopback_host(parts.hostname)
 
 
 class Refused(Exception):
@@ -264,9 +278,10 @@ class ModelService:
             profiles.append(
                 {**p.to_spec(), "fingerprint": catalog.fingerprint(model, p), "status": shown}
             )
-        desired = sum(
-            self.reconciler.desired(model, p, self.reconciler.clock()) for p in model.profiles
-        )
+        if model.external:
+            return self.external_json(model)
+        now = self.reconciler.clock()
+        desired = sum(self.reconciler.desired(model, p, now) for p in model.profiles)
         if model.parked:
             state = "parked"
         elif model.stopped:
@@ -300,6 +315,109 @@ class ModelService:
             "shape": dict(model.shape),
             "profiles": profiles,
         }
+
+    def external_json(self, model: Model) -> dict[str, Any]:
+        """An external provider's model: its endpoints by name and weight, never a key."""
+        spec = model.external or {}
+        gateway = getattr(self.cp, "gateway", None)
+        live = {e.replica_id: e for e in gateway.endpoints_of(model.name)} if gateway else {}
+        endpoints = []
+        for i, entry in enumerate(spec.get("keys") or [], start=1):
+            name = f"external:{model.name}#{i}"
+            endpoint = live.get(name)
+            problem = endpoint.problem if endpoint else ""
+            passed_over = bool(endpoint and endpoint.open_until > time.monotonic())
+            endpoints.append(
+                {
+                    "name": name,
+                    "weight": entry.get("weight", 1.0),
+                    "state": "passed over" if passed_over else "ok",
+                    "problem": problem,
+                }
+            )
+        usable = sum(1 for e in endpoints if e["state"] == "ok")
+        return {
+            "name": model.name,
+            "source": spec.get("base_url"),
+            "engine": "external",
+            "state": "serving" if usable else "unavailable",
+            "replicas": len(endpoints),
+            "desired": len(endpoints),
+            "ready": usable,
+            "starting": 0,
+            "stale": 0,
+            "context": model.context,
+            "slots": model.slots,
+            "max_output": model.max_output,
+            "on_demand": False,
+            "stopped": model.stopped,
+            "parked": None,
+            "allow_pickle": False,
+            "weight_bytes": None,
+            "shape": {},
+            "profiles": [],
+            "external": {
+                "base_url": spec.get("base_url"),
+                "upstream_model": spec.get("upstream_model"),
+                "endpoints": endpoints,
+            },
+        }
+
+    async def add_external(self, body: dict[str, Any], actor: str) -> Model:
+        """An OpenAI-compatible provider as a model: its keys sealed in the store."""
+        name = body.get("name")
+        base_url = body.get("base_url")
+        keys = body.get("keys")
+        try:
+            catalog.check_name(str(name or ""))
+        except CatalogError as exc:
+            raise _invalid(exc) from None
+        assert isinstance(name, str)
+        if name in self.models:
+            raise Refused(error(409, "exists", f"a model named {name!r} is already in the catalog"))
+        if not isinstance(base_url, str) or not _provider_url(base_url):
+            raise Refused(
+                error(
+                    400,
+                    "invalid",
+                    "base_url: an https:// URL (http:// only to this machine), like "
+                    "https://api.example.com/v1",
+                    field="base_url",
+                )
+            )
+        if not isinstance(keys, list) or not keys:
+            raise Refused(error(400, "invalid", "keys: at least one key", field="keys"))
+        sealed = []
+        for entry in keys:
+            secret = entry.get("key") if isinstance(entry, dict) else None
+            weight = entry.get("weight", 1.0) if isinstance(entry, dict) else None
+            if not isinstance(secret, str) or not secret.strip():
+                raise Refused(error(400, "invalid", "keys: each needs a key", field="keys"))
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
+                raise Refused(error(400, "invalid", "keys: a weight must be above 0", field="keys"))
+            sealed.append(
+                {
+                    "sealed": pki.seal(self.cp.cluster_secret, secret.strip().encode()),
+                    "weight": float(weight),
+                }
+            )
+        upstream = body.get("upstream_model")
+        model = Model(
+            name=name,
+            source=base_url,
+            engine="external",
+            profiles=(),
+            context=_int(body, "context", catalog.DEFAULT_CONTEXT) or catalog.DEFAULT_CONTEXT,
+            max_output=_int(body, "max_output"),
+            external={
+                "base_url": base_url.rstrip("/"),
+                "upstream_model": str(upstream) if upstream else None,
+                "keys": sealed,
+            },
+        )
+        detail = f"{base_url}, {len(sealed)} key(s)"
+        await self._save(model, Audit(actor, "model.external", name, detail))
+        return model
 
     def explain(self, model: Model) -> list[dict[str, Any]]:
         caps = self.fleet(at_rest=False)
@@ -565,6 +683,10 @@ def routes(cp: ControlPlane, service: ModelService) -> list[Route]:
             raise Refused(body)
         return body
 
+    async def external(request: Request) -> Response:
+        model = await service.add_external(await body_of(request), actor(request))
+        return JSONResponse(service.model_json(model), status_code=201)
+
     async def list_models(request: Request) -> Response:
         return JSONResponse([service.model_json(m) for _, m in sorted(service.models.items())])
 
@@ -713,6 +835,7 @@ def routes(cp: ControlPlane, service: ModelService) -> list[Route]:
     return [
         Route("/api/v1/models", guarded(list_models)),
         Route("/api/v1/models", guarded(serve), methods=["POST"]),
+        Route("/api/v1/models/external", guarded(external), methods=["POST"]),
         Route("/api/v1/models/{name}", guarded(show)),
         Route("/api/v1/models/{name}", guarded(remove), methods=["DELETE"]),
         Route("/api/v1/models/{name}/stop", guarded(stop), methods=["POST"]),

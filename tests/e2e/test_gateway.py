@@ -42,7 +42,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
     c = Cluster(tmp_path)
     c.init()
     config = c.data_dir / "server.yaml"
-    config.write_text(config.read_text() + SCHEDULING)
+    # On-demand models go back to zero after 4 s idle here.
+    config.write_text(config.read_text() + SCHEDULING + "  on_demand_idle: 4\n")
     c.start_server()
     try:
         yield c
@@ -170,6 +171,20 @@ def test_sdk_chat_stream_embeddings_and_models(cluster: Cluster, binary: Path, m
     status, _, body = post(cluster, "/v1/chat/completions", b'{"messages": []}', key)
     assert status == 400 and body["error"]["param"] == "model"
     assert set(body["error"]) == {"message", "type", "param", "code"}
+
+    req = urllib.request.Request(
+        f"http://{cluster.listen}/metrics",
+        headers={"authorization": f"Bearer {cluster.admin_token}"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        metrics = resp.read().decode()
+    assert 'llmgw_requests_total{model="tiny",code="200"} ' in metrics
+    assert 'llmgw_errors_total{model="",type="not_found_error"} 1' in metrics
+    assert 'llmgw_time_to_first_token_seconds_bucket{model="tiny",le="+Inf"}' in metrics
+    assert 'llmgw_tokens_total{model="tiny",kind="completion"}' in metrics
+    assert 'llmgw_replica_inflight{model="tiny",replica="tiny.default.' in metrics
+    # llama-server's own metrics, scraped with the replica's key and relabelled.
+    assert 'llamacpp:prompt_tokens_total{model="tiny",replica="tiny.default.' in metrics
 
 
 def test_keys_revoked_expired_not_allowed_and_over_rpm(
@@ -305,3 +320,122 @@ def test_tokens_a_minute_a_budget_and_usage(cluster: Cluster, binary: Path, mode
     by_model = ctl(cluster, "usage", "--by", "model").stdout.splitlines()
     assert by_model[0].split() == ["MODEL", "REQUESTS", "PROMPT", "COMPLETION", "TOKENS"]
     assert by_model[1].split()[:2] == ["tiny", "3"]
+
+
+def test_an_external_provider_with_keys_rate_limited_and_refused(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    from aiohttp import web
+
+    from tests.support.engines import LoopThread
+
+    seen: list[tuple[str, str]] = []
+
+    async def chat(request: web.Request) -> web.Response:
+        auth = request.headers.get("Authorization", "")
+        body = await request.json()
+        seen.append((auth, body["model"]))
+        if auth == "Bearer key-limited":
+            return web.json_response(
+                {"error": {"message": "slow down"}}, status=429, headers={"Retry-After": "120"}
+            )
+        if auth != "Bearer key-good":
+            return web.json_response({"error": {"message": "bad key"}}, status=401)
+        return web.json_response(
+            {
+                "id": "x",
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "from the provider"},
+                        "finish_reason": "stop",
+                    }
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7},
+            }
+        )
+
+    loop = LoopThread()
+
+    async def serve() -> tuple[web.AppRunner, int]:
+        app = web.Application()
+        app.router.add_post("/openai/v1/chat/completions", chat)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return runner, site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    runner, port = loop.run(serve())
+    try:
+        files = []
+        for name in ("good", "limited", "refused"):
+            path = tmp_path / f"{name}.key"
+            path.write_text(f"key-{name}\n")
+            files.append(str(path))
+        shown = ctl_json(
+            cluster,
+            "model",
+            "external",
+            "gpt",
+            "--base-url",
+            f"http://127.0.0.1:{port}/openai/v1",
+            "--key-file",
+            files[0] + ":1",
+            "--key-file",
+            files[1] + ":4",
+            "--key-file",
+            files[2] + ":4",
+            "--upstream-model",
+            "big-model-2",
+        )
+        assert [e["name"] for e in shown["external"]["endpoints"]] == [
+            "external:gpt#1",
+            "external:gpt#2",
+            "external:gpt#3",
+        ]
+        sdk = client(cluster, make_key(cluster))
+        for _ in range(6):
+            reply = sdk.chat.completions.create(model="gpt", messages=[CHAT])
+            assert reply.choices[0].message.content == "from the provider"
+        # The heavier keys were tried first, then passed over: each once.
+        tried = [auth for auth, _ in seen]
+        assert tried.count("Bearer key-limited") == 1 and tried.count("Bearer key-refused") == 1
+        assert tried.count("Bearer key-good") == 6
+        assert {model for _, model in seen} == {"big-model-2"}
+        state = {
+            e["name"]: e for e in ctl_json(cluster, "model", "show", "gpt")["external"]["endpoints"]
+        }
+        assert state["external:gpt#1"]["state"] == "ok"
+        assert "429" in state["external:gpt#2"]["problem"]
+        assert "401" in state["external:gpt#3"]["problem"]
+        # Keys are never shown, nor logged.
+        everything = (
+            json.dumps(cluster.api("/api/v1/models")) + (cluster.root / "server.log").read_text()
+        )
+        assert "key-good" not in everything and "key-refused" not in everything
+        usage = {r["replica"] for r in ctl_json(cluster, "usage")}
+        assert usage == {"external:gpt#1"}
+    finally:
+        loop.run(runner.cleanup())
+        loop.close()
+
+
+def test_on_demand_starts_on_the_first_request_and_idles_back_to_zero(
+    cluster: Cluster, binary: Path, model: Path
+) -> None:
+    join(cluster, "a", binary)
+    ctl(cluster, "model", "serve", str(model), "--name", "lazy", "--context", "256", "--on-demand")
+    time.sleep(1)
+    assert replicas(cluster, "lazy") == []
+    sdk = client(cluster, make_key(cluster))
+    started = time.monotonic()
+    reply = sdk.chat.completions.create(model="lazy", messages=[CHAT], max_tokens=2)
+    assert reply.choices and time.monotonic() - started < 60
+    assert len(replicas(cluster, "lazy")) == 1
+    # Idle past on_demand_idle: back to zero, and the catalog still has it.
+    wait_for(lambda: not replicas(cluster, "lazy"), 30, "the idle model to go to zero")
+    assert ctl_json(cluster, "model", "show", "lazy")["state"] == "idle"

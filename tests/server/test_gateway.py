@@ -117,3 +117,42 @@ def test_usage_from_a_stream_tail() -> None:
 def test_budget_resets_at_the_next_month() -> None:
     # 2026-12-31 23:59:00 UTC: one minute to January.
     assert gw._seconds_to_next_month(1798761540.0) == 60
+
+
+def test_engine_metrics_are_relabelled_and_families_said_once() -> None:
+    from llmgw.server.metrics import relabel
+
+    text = (
+        "# HELP llamacpp:tokens_total Tokens.\n# TYPE llamacpp:tokens_total counter\n"
+        'llamacpp:tokens_total 12\nvllm:running{engine="0"} 1\n\n'
+    )
+    seen: set[str] = set()
+    first = relabel(text, "m", "m.default.1", seen)
+    again = relabel(text, "m", "m.default.2", seen)
+    assert first == [
+        "# HELP llamacpp:tokens_total Tokens.",
+        "# TYPE llamacpp:tokens_total counter",
+        'llamacpp:tokens_total{model="m",replica="m.default.1"} 12',
+        'vllm:running{model="m",replica="m.default.1",engine="0"} 1',
+    ]
+    assert again == [
+        'llamacpp:tokens_total{model="m",replica="m.default.2"} 12',
+        'vllm:running{model="m",replica="m.default.2",engine="0"} 1',
+    ]
+
+
+def test_gateway_metrics_render_histograms_and_error_types() -> None:
+    from llmgw.server.metrics import Metrics
+
+    m = Metrics()
+    m.request("tiny", 200, 0.02, 0.004)
+    m.request("tiny", 429, 0.001, None)
+    m.add_tokens("tiny", 10, 3)
+    text = m.render({("tiny", "tiny.default.1"): 2}, {"tiny": 5})
+    assert 'llmgw_request_seconds_bucket{model="tiny",le="0.025"} 1' in text
+    assert 'llmgw_request_seconds_bucket{model="tiny",le="0.01"} 0' in text
+    assert 'llmgw_time_to_first_token_seconds_bucket{model="tiny",le="0.005"} 1' in text
+    assert 'llmgw_errors_total{model="tiny",type="rate_limit_error"} 1' in text
+    assert 'llmgw_tokens_total{model="tiny",kind="prompt"} 10' in text
+    assert 'llmgw_replica_inflight{model="tiny",replica="tiny.default.1"} 2' in text
+    assert 'llmgw_router_prefix_hits_total{model="tiny"} 5' in text

@@ -1,0 +1,181 @@
+"""``/metrics``: the gateway's counters and the engines' own metrics, as Prometheus text.
+
+The gateway counts in plain dicts on the request path (a few dictionary updates and a
+bisect a request) and this module writes them out when scraped. Each Ready replica's
+engine is scraped then too, with its key, and its samples re-exported with ``model``
+and ``replica`` labels added.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import aiohttp
+
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(.*)$")
+
+
+@dataclass
+class Histogram:
+    counts: list[int] = field(default_factory=lambda: [0] * (len(BUCKETS) + 1))
+    total: float = 0.0
+    n: int = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(BUCKETS, value)] += 1
+        self.total += value
+        self.n += 1
+
+    def lines(self, name: str, labels: str) -> Iterable[str]:
+        running = 0
+        for bound, count in zip((*BUCKETS, float("inf")), self.counts, strict=True):
+            running += count
+            le = "+Inf" if bound == float("inf") else f"{bound:g}"
+            yield f'{name}_bucket{{{labels},le="{le}"}} {running}'
+        yield f"{name}_sum{{{labels}}} {self.total:.6f}"
+        yield f"{name}_count{{{labels}}} {self.n}"
+
+
+def _esc(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.requests: dict[tuple[str, int], int] = {}
+        self.errors: dict[tuple[str, str], int] = {}
+        self.latency: dict[str, Histogram] = {}
+        self.first_byte: dict[str, Histogram] = {}
+        self.tokens: dict[tuple[str, str], int] = {}
+
+    def request(self, model: str, status: int, seconds: float, first: float | None) -> None:
+        key = (model, status)
+        self.requests[key] = self.requests.get(key, 0) + 1
+        if status >= 400:
+            kind = ERROR_TYPES.get(status, "api_error" if status < 503 else "unavailable")
+            ekey = (model, kind)
+            self.errors[ekey] = self.errors.get(ekey, 0) + 1
+            return
+        hist = self.latency.get(model)
+        if hist is None:
+            hist = self.latency[model] = Histogram()
+            self.first_byte[model] = Histogram()
+        hist.observe(seconds)
+        self.first_byte[model].observe(first if first is not None else seconds)
+
+    def add_tokens(self, model: str, prompt: int, completion: int) -> None:
+        for kind, n in (("prompt", prompt), ("completion", completion)):
+            if n:
+                self.tokens[(model, kind)] = self.tokens.get((model, kind), 0) + n
+
+    def render(
+        self,
+        inflight: dict[tuple[str, str], int],
+        prefix_hits: dict[str, int],
+        engines: Iterable[str] = (),
+    ) -> str:
+        out: list[str] = []
+
+        def family(name: str, kind: str, text: str) -> None:
+            out.append(f"# HELP {name} {text}")
+            out.append(f"# TYPE {name} {kind}")
+
+        family("llmgw_requests_total", "counter", "Gateway requests by model and status.")
+        for (model, status), n in sorted(self.requests.items()):
+            out.append(f'llmgw_requests_total{{model="{_esc(model)}",code="{status}"}} {n}')
+        family("llmgw_errors_total", "counter", "Gateway failures by model and error type.")
+        for (model, kind), n in sorted(self.errors.items()):
+            out.append(f'llmgw_errors_total{{model="{_esc(model)}",type="{kind}"}} {n}')
+        family("llmgw_request_seconds", "histogram", "Whole request time, answered requests.")
+        for model, hist in sorted(self.latency.items()):
+            out.extend(hist.lines("llmgw_request_seconds", f'model="{_esc(model)}"'))
+        family(
+            "llmgw_time_to_first_token_seconds",
+            "histogram",
+            "Time to the first byte of the answer (a stream's first token).",
+        )
+        for model, hist in sorted(self.first_byte.items()):
+            out.extend(hist.lines("llmgw_time_to_first_token_seconds", f'model="{_esc(model)}"'))
+        family("llmgw_tokens_total", "counter", "Tokens by model and kind (prompt, completion).")
+        for (model, kind), n in sorted(self.tokens.items()):
+            out.append(f'llmgw_tokens_total{{model="{_esc(model)}",kind="{kind}"}} {n}')
+        family("llmgw_replica_inflight", "gauge", "Requests in flight per replica.")
+        for (model, replica), n in sorted(inflight.items()):
+            out.append(
+                f'llmgw_replica_inflight{{model="{_esc(model)}",replica="{_esc(replica)}"}} {n}'
+            )
+        family(
+            "llmgw_router_prefix_hits_total",
+            "counter",
+            "Requests sent to a replica for its cached prompt prefix rather than the least busy.",
+        )
+        for model, n in sorted(prefix_hits.items()):
+            out.append(f'llmgw_router_prefix_hits_total{{model="{_esc(model)}"}} {n}')
+        out.extend(engines)
+        return "\n".join(out) + "\n"
+
+
+def relabel(text: str, model: str, replica: str, seen: set[str]) -> list[str]:
+    """An engine's metrics with model and replica labels added to every sample; HELP
+    and TYPE lines once per family across replicas."""
+    extra = f'model="{_esc(model)}",replica="{_esc(replica)}"'
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
+                mark = f"{parts[1]} {parts[2]}"
+                if mark in seen:
+                    continue
+                seen.add(mark)
+            out.append(line)
+            continue
+        m = _SAMPLE.match(line)
+        if m is None:
+            continue
+        name, labels, value = m.groups()
+        inner = labels[1:-1] if labels else ""
+        merged = f"{extra},{inner}" if inner else extra
+        out.append(f"{name}{{{merged}}} {value}")
+    return out
+
+
+async def scrape(
+    session: aiohttp.ClientSession, targets: list[tuple[str, str, str, str]]
+) -> list[str]:
+    """(model, replica, url, key) of each Ready replica: its /metrics, relabelled."""
+    seen: set[str] = set()
+
+    async def one(url: str, key: str) -> str | None:
+        try:
+            async with session.get(
+                url,
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=aiohttp.ClientTimeout(total=2),
+            ) as resp:
+                return await resp.text() if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
+    texts = await asyncio.gather(*(one(url, key) for _, _, url, key in targets))
+    out: list[str] = []
+    for (model, replica, _, _), text in zip(targets, texts, strict=True):
+        if text:
+            out.extend(relabel(text, model, replica, seen))
+    return out
