@@ -47,6 +47,8 @@ STOPPED_SETTING = "serving.stopped"
 # A replica failing this many times in a row is passed over for BREAKER_OPEN seconds.
 BREAKER_FAILURES = 3
 BREAKER_OPEN = 10.0
+# A stream waiting for an on-demand model's first replica gets a comment this often.
+KEEPALIVE = 10.0
 # Prefix affinity: prompts are hashed in blocks of this many characters; a replica is
 # affine when it likely holds at least PREFIX_MIN_BLOCKS of them, and chosen unless it
 # has more than PREFIX_SLACK requests outstanding beyond the least busy.
@@ -482,16 +484,16 @@ class Gateway:
             )
         if request.content_length is not None and request.content_length > MAX_BODY:
             return fail(
-                413,
-                f"the request body is over {MAX_BODY} bytes",
+                400,
+                f"the request body is over {MAX_BODY // 2**20} MiB; send less",
                 "invalid_request_error",
                 "body_too_large",
             )
         raw = await request.read()
         if len(raw) > MAX_BODY:
             return fail(
-                413,
-                f"the request body is over {MAX_BODY} bytes",
+                400,
+                f"the request body is over {MAX_BODY // 2**20} MiB; send less",
                 "invalid_request_error",
                 "body_too_large",
             )
@@ -554,6 +556,8 @@ class Gateway:
             raw = json.dumps(body).encode()
         prefix = prompt_prefix(body) if kind != "embedding" else []
         endpoint = self.pick(name, prefix=prefix)
+        if endpoint is None and model.on_demand and body.get("stream"):
+            return await self.stream_when_ready(request, path, raw, name, key, trace)
         if endpoint is None:
             endpoint = await self.wait_for_replica(model.name, model.on_demand)
             if endpoint is None:
@@ -693,6 +697,7 @@ class Gateway:
         stream: bool,
         endpoint: Endpoint,
         trace: Trace,
+        prepared: web.StreamResponse | None = None,
     ) -> tuple[web.StreamResponse, int, int]:
         """The answer and its (prompt, completion) tokens: the engine's usage where it
         gave one, else a stream's content events counted."""
@@ -737,6 +742,8 @@ class Gateway:
                     f"HTTP {upstream.status}",
                 )
             endpoint.failures = 0
+            if prepared is not None and upstream.status != 200:
+                raise _Retryable(fail(502, "", "api_error"), f"HTTP {upstream.status}")
             if not stream or upstream.status != 200:
                 data = await upstream.read()
                 prompt, completion = _usage(data) if upstream.status == 200 else (0, 0)
@@ -746,11 +753,13 @@ class Gateway:
                     content_type=upstream.content_type or _JSON,
                 )
                 return answer, prompt, completion
-            response = web.StreamResponse(status=200)
-            for name, value in upstream.headers.items():
-                if name.lower() not in _HOP:
-                    response.headers[name] = value
-            await response.prepare(request)
+            response = prepared
+            if response is None:
+                response = web.StreamResponse(status=200)
+                for name, value in upstream.headers.items():
+                    if name.lower() not in _HOP:
+                        response.headers[name] = value
+                await response.prepare(request)
             # Once a byte is sent there is no failing over: the stream ends as it ends.
             events = 0
             tail = b""
@@ -765,6 +774,60 @@ class Gateway:
             if not completion:
                 completion = max(0, events - 1)  # every event but [DONE], about a token each
             return response, prompt, completion
+
+    async def stream_when_ready(
+        self,
+        request: web.BaseRequest,
+        path: str,
+        raw: bytes,
+        model: str,
+        key: Key,
+        trace: Trace,
+    ) -> web.StreamResponse:
+        """A stream asked of an on-demand model at zero: the stream begins at once and a
+        comment line every KEEPALIVE seconds keeps the connection (and its proxies)
+        alive while a replica starts; then the replica's stream follows."""
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        self.cp.models.reconciler.want(model)
+        self.cp.models.wake()
+        deadline = time.monotonic() + self.cp.config.gateway.on_demand_wait
+        said = 0.0
+        endpoint = self.pick(model)
+        while endpoint is None:
+            now = time.monotonic()
+            if now > deadline:
+                await _stream_error(
+                    response, f"no replica of '{model}' started in time", "no_replica"
+                )
+                return response
+            if now - said >= KEEPALIVE:
+                await response.write(f": llmgw: starting a replica of {model}\n\n".encode())
+                said = now
+            await asyncio.sleep(0.25)
+            endpoint = self.pick(model)
+        key.requests.add(time.time(), 1)
+        endpoint.outstanding += 1
+        try:
+            _, prompt, completion = await self._forward(
+                request, path, raw, True, endpoint, trace, prepared=response
+            )
+        except _Retryable as exc:
+            await _stream_error(response, f"the replica failed: {exc}", "upstream_error")
+            return response
+        finally:
+            endpoint.outstanding -= 1
+        self.record(key, model, endpoint.replica_id, prompt, completion)
+        return response
+
+
+async def _stream_error(response: web.StreamResponse, message: str, code: str) -> None:
+    """An error once a stream has begun: an event in OpenAI's error shape, then the end."""
+    error = {"error": {"message": message, "type": "api_error", "param": None, "code": code}}
+    await response.write(b"data: " + json.dumps(error).encode() + b"\n\n")
+    await response.write_eof()
 
 
 def _usage(data: bytes) -> tuple[int, int]:

@@ -168,6 +168,9 @@ def test_sdk_chat_stream_embeddings_and_models(cluster: Cluster, binary: Path, m
     assert missing.value.code == "model_not_found"
     status, _, body = post(cluster, "/v1/chat/completions", b"{not json", key)
     assert status == 400 and body["error"]["code"] == "invalid_json"
+    status, _, body = post(cluster, "/v1/chat/completions", b" " * (33 * 2**20), key)
+    assert status == 400 and body["error"]["code"] == "body_too_large"
+    assert "32 MiB" in body["error"]["message"]
     status, _, body = post(cluster, "/v1/chat/completions", b'{"messages": []}', key)
     assert status == 400 and body["error"]["param"] == "model"
     assert set(body["error"]) == {"message", "type", "param", "code"}
@@ -439,3 +442,25 @@ def test_on_demand_starts_on_the_first_request_and_idles_back_to_zero(
     # Idle past on_demand_idle: back to zero, and the catalog still has it.
     wait_for(lambda: not replicas(cluster, "lazy"), 30, "the idle model to go to zero")
     assert ctl_json(cluster, "model", "show", "lazy")["state"] == "idle"
+
+    # A stream asked at zero begins at once, kept alive while the replica starts.
+    key = make_key(cluster)
+    body = json.dumps(
+        {"model": "lazy", "messages": [CHAT], "max_tokens": 3, "stream": True}
+    ).encode()
+    req = urllib.request.Request(
+        f"http://{cluster.listen}/v1/chat/completions",
+        data=body,
+        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        assert resp.headers["Content-Type"].startswith("text/event-stream")
+        streamed = resp.read().decode()
+    assert streamed.startswith(": llmgw: starting a replica of lazy\n\n")
+    assert '"delta"' in streamed and streamed.rstrip().endswith("data: [DONE]")
+    chunks = list(
+        client(cluster, key).chat.completions.create(
+            model="lazy", messages=[CHAT], max_tokens=3, stream=True
+        )
+    )
+    assert chunks
