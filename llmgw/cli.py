@@ -270,6 +270,17 @@ def cmd_ctl_weights(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- console --------------------------------------------------------------------------
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    from llmgw.tui.api import ConsoleApi
+    from llmgw.tui.app import ConsoleApp
+
+    ConsoleApp(ConsoleApi(_client(args))).run()
+    return 0
+
+
 # --- doctor ---------------------------------------------------------------------------
 
 
@@ -448,6 +459,10 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.ctlkeys import add_parsers as add_key_parsers
 
     add_key_parsers(roles, ctl_cmds, _client, _client_options)
+
+    p = roles.add_parser("console", help="the full-screen console of the cluster")
+    _client_options(p)
+    p.set_defaults(handler=cmd_console)
 
     p = roles.add_parser("doctor", help="check this machine (and its link to the cluster)")
     p.add_argument("--json", action="store_true")

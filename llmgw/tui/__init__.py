@@ -1,0 +1,1 @@
+"""``llmgw console``: the full-screen Textual UI, a client of the admin API only."""
