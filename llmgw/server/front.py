@@ -20,6 +20,9 @@ from llmgw.config import parse_hostport
 
 log = logging.getLogger("llmgw.http")
 
+# Past the gateway's own limit (32 MiB), so it is the gateway that says no, in its words.
+MAX_BODY = 64 * 1024 * 1024
+
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 Asgi = Callable[..., Awaitable[None]]
 
@@ -100,7 +103,19 @@ class Listener:
         return await self.other(request)
 
     async def start(self) -> None:
-        server = web.Server(self.handle, access_log=None, handler_cancellation=True)
+        loop = asyncio.get_running_loop()
+
+        def request(
+            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+        ) -> web.BaseRequest:
+            # aiohttp's default refuses bodies over 1 MiB; the gateway judges size itself.
+            return web.BaseRequest(
+                message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY
+            )
+
+        server = web.Server(
+            self.handle, request_factory=request, access_log=None, handler_cancellation=True
+        )
         self.runner = web.ServerRunner(server, shutdown_timeout=3.0)
         await self.runner.setup()
         host, port = parse_hostport(self.address)

@@ -168,6 +168,12 @@ def test_sdk_chat_stream_embeddings_and_models(cluster: Cluster, binary: Path, m
     assert missing.value.code == "model_not_found"
     status, _, body = post(cluster, "/v1/chat/completions", b"{not json", key)
     assert status == 400 and body["error"]["code"] == "invalid_json"
+    # A long prompt past aiohttp's default 1 MiB: accepted, and answered.
+    long = json.dumps(
+        {"model": "tiny", "messages": [CHAT], "max_tokens": 1, "pad": "x" * (3 * 2**20)}
+    ).encode()
+    status, _, body = post(cluster, "/v1/chat/completions", long, key)
+    assert status == 200, body
     status, _, body = post(cluster, "/v1/chat/completions", b" " * (33 * 2**20), key)
     assert status == 400 and body["error"]["code"] == "body_too_large"
     assert "32 MiB" in body["error"]["message"]
