@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk
+APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all demo test check apt venv zipapp bench clean llama-server

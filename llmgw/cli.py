@@ -66,6 +66,18 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     from llmgw.server.datadir import DataDir, InitError, init
 
     root = _data_dir(args)
+    flags = (args.listen, args.agent_port, args.advertise)
+    if all(f is None for f in flags) and not args.yes and _terminal():
+        from llmgw.tui.setup import SetupApp
+
+        result = SetupApp(root).run()
+        if result is None:
+            print("Nothing was changed.")
+            return 1
+        print(f"Initialised the control plane in {result.root}")
+        print(f"Admin token kept, readable by you alone, in {result.root / 'admin.token'}")
+        print(f"Next: llmgw server run --data-dir {result.root}")
+        return 0
     if not args.yes and sys.stdin.isatty():
         present = DataDir(root).existing()
         if not present:
@@ -73,10 +85,14 @@ def cmd_server_init(args: argparse.Namespace) -> int:
             if answer.lower() not in ("", "y", "yes"):
                 print("Nothing was changed.")
                 return 1
+    # Only the flags given: init's own defaults are the flag form's.
+    given: dict[str, Any] = {"advertise": args.advertise or None}
+    if args.listen is not None:
+        given["listen"] = args.listen
+    if args.agent_port is not None:
+        given["agent_port"] = args.agent_port
     try:
-        config, token = init(
-            root, listen=args.listen, agent_port=args.agent_port, advertise=args.advertise or None
-        )
+        config, token = init(root, **given)
     except InitError as exc:
         raise UsageError(str(exc)) from exc
     from llmgw.adminclient import local_url
@@ -91,6 +107,11 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     print()
     print(f"Next: llmgw server run --data-dir {root}")
     return 0
+
+
+def _terminal() -> bool:
+    """Both ends are a terminal: a full-screen form can be shown and answered."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def cmd_server_run(args: argparse.Namespace) -> int:
@@ -161,6 +182,13 @@ def cmd_node_token(args: argparse.Namespace) -> int:
 def cmd_node_add(args: argparse.Namespace) -> int:
     from llmgw.nodeadd import add_node
 
+    if args.host is None:
+        if not _terminal():
+            args.usage_error("the following arguments are required: host")
+        from llmgw.tui.nodeadd import NodeAddApp
+
+        code = NodeAddApp(_client(args), args).run()
+        return 1 if code is None else code
     return add_node(args, _client(args))
 
 
@@ -312,13 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="where to keep state (or LLMGW_DATA_DIR)")
     p.add_argument(
         "--listen",
-        default="0.0.0.0:8080",
         help="HTTP listener of /v1, /api/v1 and /admin (default 0.0.0.0:8080)",
     )
     p.add_argument(
         "--agent-port",
         type=int,
-        default=8443,
         help="port of the agents' mutual-TLS HTTP/2 stream (default 8443)",
     )
     p.add_argument(
@@ -374,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(p)
     p.set_defaults(handler=cmd_node_token)
     p = node_cmds.add_parser("add", help="install and start an agent on HOST over ssh")
-    p.add_argument("host")
+    p.add_argument("host", nargs="?", help="the node (left out, in a terminal: a form)")
     p.add_argument("--user", help="ssh user (default: yours)")
     p.add_argument("--ssh-port", type=int, default=22)
     p.add_argument("--ssh-key", help="ssh identity file")
@@ -389,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--control-plane", help="HOST:PORT the node reaches the control plane at")
     p.add_argument("--timeout", type=float, default=120, help="seconds to wait for Ready")
     _client_options(p)
-    p.set_defaults(handler=cmd_node_add)
+    p.set_defaults(handler=cmd_node_add, usage_error=p.error)
 
     ctl = roles.add_parser("ctl", help="look at and steer the cluster")
     ctl_cmds = ctl.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")

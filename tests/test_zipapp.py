@@ -83,6 +83,32 @@ def test_doctor_answers_in_json(zipapp: Path, tmp_path: Path) -> None:
     assert checks and all("status" in c for c in checks)
 
 
+def test_console_runs_from_the_zipapp(zipapp: Path, tmp_path: Path) -> None:
+    proc = _run_pyz(zipapp, tmp_path, "console", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: llmgw console" in proc.stdout
+    # The console's styles come from inside the pyz, through importlib.resources, and the
+    # setup forms' with them.
+    script = (
+        "import json, llmgw.tui.app as a, llmgw.tui.setup as s, llmgw.tui.nodeadd as n; "
+        "print(json.dumps([a.__file__, a.ConsoleApp.CSS, s.SetupApp.CSS, n.NodeAddApp.CSS]))"
+    )
+    proc = subprocess.run(
+        [_system_python(), str(zipapp), "-c", script],
+        env={**_bare_env(tmp_path), "SHIV_INTERPRETER": "1"},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    where, console_css, setup_css, node_add_css = json.loads(proc.stdout)
+    # Loaded from what shiv unpacked under HOME, not from this checkout.
+    assert Path(where).is_relative_to(tmp_path), where
+    assert "#sidebar" in console_css
+    assert console_css in setup_css and console_css in node_add_css
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -12,6 +12,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.widgets import ContentSwitcher, Footer, ListItem, ListView, Static
 
 from llmgw.tui.api import ConsoleApi, Snapshot
@@ -40,7 +41,8 @@ class ConsoleApp(App[None]):
     CSS = resources.files("llmgw.tui").joinpath("console.tcss").read_text()
     TITLE = "llmgw"
     BINDINGS: ClassVar[list[BindingType]] = [
-        *(Binding(p.KEY, f"show('{p.ID}')", p.TITLE) for p in PANES),
+        # The sidebar shows each screen's key; the key bar keeps room for the pane's own.
+        *(Binding(p.KEY, f"show('{p.ID}')", p.TITLE, show=False) for p in PANES),
         Binding("r", "refresh_now", "Refresh"),
         Binding("q", "quit", "Quit"),
     ]
@@ -83,6 +85,11 @@ class ConsoleApp(App[None]):
             if pane.ID == pane_id:
                 sidebar.index = i
         self.current.border_title = self.current.TITLE
+        # Keys go to the pane shown, not the sidebar: its first focusable widget.
+        for widget in self.current.query("*"):
+            if widget.focusable:
+                widget.focus()
+                break
 
     def on_list_view_selected(self, event: ListView.Selected) -> None:
         if event.item.id and event.item.id.startswith("nav-"):
@@ -101,7 +108,10 @@ class ConsoleApp(App[None]):
         self.show_snapshot(snapshot)
 
     def show_snapshot(self, snapshot: Snapshot) -> None:
-        banner = self.query_one("#banner", Static)
+        try:
+            banner = self.query_one("#banner", Static)
+        except NoMatches:
+            return  # the app is closing
         if snapshot.error:
             # Keep showing the last good figures, and say they are stale.
             banner.update(f"Cannot reach the control plane: {snapshot.error}")
