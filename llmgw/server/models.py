@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from llmgw import pki
+from llmgw import modelplan, pki
 from llmgw.enginerules import RULES
 from llmgw.modelplan import ModelShape
 from llmgw.server import catalog, scheduler
@@ -276,7 +276,12 @@ class ModelService:
                 starting += status.starting
                 stale += status.stale
             profiles.append(
-                {**p.to_spec(), "fingerprint": catalog.fingerprint(model, p), "status": shown}
+                {
+                    **p.to_spec(),
+                    "fingerprint": catalog.fingerprint(model, p),
+                    "status": shown,
+                    "cpu_tokens_per_second": self.cpu_speed(model, p),
+                }
             )
         if model.external:
             return self.external_json(model)
@@ -315,6 +320,28 @@ class ModelService:
             "shape": dict(model.shape),
             "profiles": profiles,
         }
+
+    def cpu_speed(self, model: Model, profile: Profile) -> float | None:
+        """A CPU profile's reply speed on the fastest Ready node that measured its
+        memory read rate; None on cards (not estimated) or when no node measured."""
+        if profile.cards:
+            return None
+        shape = catalog.shape_of(model)
+        if shape is None:
+            return None
+        best: float | None = None
+        threads = int(profile.cpu_cores) or None
+        for view in self.cp.registry.nodes.values():
+            rate = view.live.get("memory_read_gbs")
+            if view.state != "Ready" or not isinstance(rate, int | float):
+                continue
+            one = view.live.get("memory_read_one_core_gbs")
+            speed = modelplan.cpu_tokens_per_second(
+                shape, float(rate), threads, float(one) if isinstance(one, int | float) else None
+            )
+            if speed and (best is None or speed > best):
+                best = round(speed, 1)
+        return best
 
     def external_json(self, model: Model) -> dict[str, Any]:
         """An external provider's model: its endpoints by name and weight, never a key."""

@@ -20,7 +20,17 @@ from llmgw.tui.api import ConsoleApi, Snapshot
 from llmgw.tui.base import DASH, Pane, fill, gib
 from llmgw.tui.dialogs import ConfirmDialog, Field, FormDialog
 
-COLUMNS = ("MODEL", "STATE", "READY", "ENGINE", "CONTEXT", "MAX OUTPUT", "PROFILES", "NOTE")
+COLUMNS = (
+    "MODEL",
+    "STATE",
+    "READY",
+    "ENGINE",
+    "CONTEXT",
+    "MAX OUTPUT",
+    "PROFILES",
+    "CPU SPEED",
+    "NOTE",
+)
 # The serve form's fields the planner takes; a change of any asks it again.
 PLANNED = ("source", "engine", "context", "gpus", "cpu_cores")
 PLAN_DELAY = 0.6
@@ -147,6 +157,19 @@ class ServeDialog(FormDialog):
         shown.update(plan_summary(plan))
 
 
+def cpu_speed(m: dict[str, Any]) -> str:
+    """The fastest CPU profile's estimated reply speed, with a warning when slow."""
+    speeds = [
+        p["cpu_tokens_per_second"]
+        for p in m.get("profiles") or []
+        if isinstance(p.get("cpu_tokens_per_second"), int | float)
+    ]
+    if not speeds:
+        return DASH
+    best = max(speeds)
+    return f"~{best:.1f} tok/s" + (" (slow)" if best < 2 else "")
+
+
 class ModelsPane(Pane):
     TITLE = "Models"
     ID = "models"
@@ -191,6 +214,7 @@ class ModelsPane(Pane):
                 str(m["context"]),
                 str(m["max_output"] or DASH),
                 profiles or DASH,
+                cpu_speed(m),
                 m.get("parked") or "; ".join(n for n in notes if n),
             )
         fill(self.query_one(DataTable), COLUMNS, rows)

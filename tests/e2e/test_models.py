@@ -117,6 +117,13 @@ def test_serve_scale_change_context_and_scale_to_zero(
 
     (first,) = wait_ready(cluster, "tiny", 1)
     assert first["node"] == "n1" and first["profile"] == "default" and not first["stale"]
+    # Once the agent has measured its memory read rate, a CPU profile has a speed.
+    speed = wait_for(
+        lambda: ctl_json(cluster, "model", "show", "tiny")["profiles"][0]["cpu_tokens_per_second"],
+        30,
+        "a CPU speed estimate",
+    )
+    assert speed > 1
     assert ["--ctx-size", "256"] == cmdline(first["pid"])[-4:-2]
     client = openai.OpenAI(
         base_url=f"http://127.0.0.1:{first['port']}/v1",

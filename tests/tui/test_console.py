@@ -67,6 +67,12 @@ async def test_screens_show_the_cluster(cluster: Cluster) -> None:
         await pilot.press("3")
         models = cells(app.query_one("#models-table", DataTable))
         assert models[0][:3] == ["tiny", "serving", "1/1"]
+        for _ in range(100):  # the speed shows once the agent has measured its memory
+            if models[0][7].endswith("tok/s"):
+                break
+            await pilot.pause(0.1)
+            models = cells(app.query_one("#models-table", DataTable))
+        assert models[0][7].startswith("~") and models[0][7].endswith("tok/s")
         await pilot.press("4")
         replicas = cells(app.query_one("#replicas-table", DataTable))
         assert replicas[0][1:4] == ["tiny", "a", "ready"]
