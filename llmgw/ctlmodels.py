@@ -115,6 +115,11 @@ def model_text(m: dict[str, Any]) -> str:
             f"{where}, {binary(p['memory'])} memory"
             + (f", {p['cpu_cores']:g} cores" if p["cpu_cores"] else "")
             + f", priority {p['priority']}"
+            + (
+                f", ~{p['cpu_tokens_per_second']:.1f} tokens/s a reply"
+                if isinstance(p.get("cpu_tokens_per_second"), int | float)
+                else ""
+            )
         )
         if p.get("args"):
             lines.append(f"      args: {' '.join(p['args'])}")

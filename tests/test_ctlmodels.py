@@ -56,6 +56,7 @@ def model_json(**kw: Any) -> dict[str, Any]:
                 "replicas": 1,
                 "priority": -1,
                 "selector": {"zone": "b"},
+                "cpu_tokens_per_second": 14.2,
                 "status": {"ready": 0, "note": "no node fits (memory: 3 nodes)"},
             },
         ],
@@ -78,7 +79,10 @@ def test_model_text_says_shape_profiles_and_figures_in_binary_units() -> None:
     assert "8192 tokens x 2 slot(s), longest answer 1024" in text
     assert "qwen3, 8.19B parameters, 36 layers, 5.0 GiB of weights" in text
     assert "gpu: 2/2 ready, llama.cpp on 1 card(s), 7.0 GiB each, 1.0 GiB memory" in text
-    assert "cpu: 0/1 ready, llama.cpp on CPU, 7.0 GiB memory, 8 cores, priority -1" in text
+    assert (
+        "cpu: 0/1 ready, llama.cpp on CPU, 7.0 GiB memory, 8 cores, priority -1, "
+        "~14.2 tokens/s a reply" in text
+    )
     assert "on nodes with: zone=b" in text and "args: --jinja" in text
 
 
