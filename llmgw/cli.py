@@ -62,6 +62,21 @@ def _print_json(value: Any) -> None:
 # --- server ---------------------------------------------------------------------------
 
 
+def init_hooks() -> Any:
+    """The data dir code the setup form runs: handed in, as the console never imports
+    the control plane."""
+    from llmgw.server.datadir import DataDir, InitError, default_advertise, init
+    from llmgw.tui.setup import InitHooks
+
+    return InitHooks(
+        init=init,
+        existing=lambda root: DataDir(root).existing(),
+        default_advertise=default_advertise,
+        token_path=lambda root: DataDir(root).admin_token,
+        errors=(InitError,),
+    )
+
+
 def cmd_server_init(args: argparse.Namespace) -> int:
     from llmgw.server.datadir import DataDir, InitError, init
 
@@ -70,7 +85,7 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     if all(f is None for f in flags) and not args.yes and _terminal():
         from llmgw.tui.setup import SetupApp
 
-        result = SetupApp(root).run()
+        result = SetupApp(root, init_hooks()).run()
         if result is None:
             print("Nothing was changed.")
             return 1

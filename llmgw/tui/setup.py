@@ -1,13 +1,16 @@
 """``llmgw server init`` as a form: data dir, addresses, what it will create, then the
-admin token, shown once. It runs the flag form's own code (``llmgw.server.datadir.init``),
-so the two cannot drift apart; a refusal is shown in the form and nothing is changed."""
+admin token, shown once. It runs the flag form's own code (``llmgw.server.datadir.init``,
+handed in by the command line as ``InitHooks``, since the console never imports the
+control plane), so the two cannot drift apart; a refusal is shown in the form and
+nothing is changed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -17,7 +20,23 @@ from textual.widgets import Button, Footer, Input, Label, Static
 
 from llmgw.adminclient import local_url
 from llmgw.config import ConfigError, ServerConfig, parse_hostport
-from llmgw.server.datadir import DataDir, InitError, default_advertise, init
+
+
+@dataclass(frozen=True)
+class InitHooks:
+    """What the form needs of the control plane's data dir code."""
+
+    # (root, listen=, agent_port=, advertise=) -> (ServerConfig, admin token)
+    init: Callable[..., tuple[Any, str]]
+    # What of a data dir is already there.
+    existing: Callable[[Path], list[str]]
+    # This machine's addresses, for a host name.
+    default_advertise: Callable[[str], list[str]]
+    # Where a data dir keeps its admin token.
+    token_path: Callable[[Path], Path]
+    # The refusals init raises, shown in the form.
+    errors: tuple[type[Exception], ...]
+
 
 DEFAULT_LISTEN = "0.0.0.0:8080"
 DEFAULT_AGENT_PORT = 8443
@@ -65,9 +84,10 @@ class SetupApp(App[SetupResult | None]):
         Binding("escape", "leave", "Leave"),
     ]
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, hooks: InitHooks) -> None:
         super().__init__()
         self.root = root
+        self.hooks = hooks
         self.result: SetupResult | None = None
 
     def compose(self) -> ComposeResult:
@@ -120,11 +140,11 @@ class SetupApp(App[SetupResult | None]):
         lines += [f"  {name:<32} {what}" for name, what in CREATES]
         try:
             host, _ = parse_hostport(self.value("listen"))
-            found = ", ".join(self.advertise() or default_advertise(host))
+            found = ", ".join(self.advertise() or self.hooks.default_advertise(host))
             lines.append(f"Agents will be told to reach it at: {found}")
         except ConfigError:
             pass
-        present = DataDir(root).existing() if self.value("data-dir") else []
+        present = self.hooks.existing(root) if self.value("data-dir") else []
         if present:
             lines.append(f"{root} already holds {', '.join(present)}: it will not be touched.")
         self.query_one("#summary", Static).update("\n".join(lines))
@@ -153,11 +173,12 @@ class SetupApp(App[SetupResult | None]):
     @work(thread=True, exclusive=True, group="init")
     def create(self, root: Path, listen: str, agent_port: int, advertise: list[str]) -> None:
         # A thread: init runs its own event loop to create the store.
+        refusals: tuple[type[Exception], ...] = (*self.hooks.errors, ConfigError)
         try:
-            config, token = init(
+            config, token = self.hooks.init(
                 root, listen=listen, agent_port=agent_port, advertise=advertise or None
             )
-        except (InitError, ConfigError) as exc:
+        except refusals as exc:
             self.call_from_thread(self.refused, str(exc))
             return
         self.call_from_thread(self.created, SetupResult(root, config, token))
@@ -182,7 +203,7 @@ class SetupApp(App[SetupResult | None]):
             f"  agents' port (mutual TLS, HTTP/2): {config.agent_port}\n"
             f"  advertised as: {', '.join(config.advertise)}\n\n"
             f"Admin token (shown once; also kept, readable by you alone, in "
-            f"{DataDir(root).admin_token}):"
+            f"{self.hooks.token_path(root)}):"
         )
         self.query_one("#token", Static).update(result.token)
         self.query_one("#done").display = True

@@ -15,7 +15,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, Log, Static
 
 from llmgw.adminclient import AdminClient
-from llmgw.cli import build_parser, main
+from llmgw.cli import build_parser, init_hooks, main
 from llmgw.server.datadir import init
 from llmgw.tui.nodeadd import NodeAddApp
 from llmgw.tui.setup import SetupApp
@@ -42,7 +42,7 @@ async def settle(pilot: Pilot[Any], done: Callable[[], object], timeout: float) 
 
 async def test_setup_form_creates_a_data_dir_and_shows_its_token(tmp_path: Path) -> None:
     root = tmp_path / "cp"
-    app = SetupApp(tmp_path / "elsewhere")
+    app = SetupApp(tmp_path / "elsewhere", init_hooks())
     async with app.run_test(size=(120, 40)) as pilot:
         assert "server.yaml" in text(app, "#summary") and "admin.token" in text(app, "#summary")
         app.query_one("#data-dir", Input).value = str(root)
@@ -73,7 +73,7 @@ async def test_setup_form_refuses_an_existing_data_dir_and_changes_nothing(
     # init runs its own event loop; the test's is running.
     await asyncio.to_thread(init, root, listen="127.0.0.1:18081")
     before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
-    app = SetupApp(root)
+    app = SetupApp(root, init_hooks())
     async with app.run_test(size=(120, 40)) as pilot:
         assert "will not be touched" in text(app, "#summary")
         await pilot.click("#create")
