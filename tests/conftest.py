@@ -1,4 +1,5 @@
-"""Fixtures shared across the test tree: the zipapp, built once per session."""
+"""Fixtures shared across the test tree: the zipapp and llama-server, built once a
+session."""
 
 from __future__ import annotations
 
@@ -28,3 +29,11 @@ def zipapp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if proc.returncode != 0 or not target.is_file():
         pytest.fail(f"`make zipapp` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return target
+
+
+@pytest.fixture(scope="session")
+def binary() -> Path:
+    """The llama-server `make llama-server` builds (from its cache when there)."""
+    from tests.support.engines import llama_server_binary
+
+    return llama_server_binary()

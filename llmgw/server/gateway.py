@@ -720,27 +720,18 @@ class Gateway:
                 str(exc),
             ) from None
         async with upstream:
-            if endpoint.external and upstream.status in (401, 403, 429):
-                data = await upstream.read()
-                self._key_refused(endpoint, upstream.status, upstream.headers.get("Retry-After"))
-                raise _Retryable(
-                    web.Response(
-                        status=upstream.status,
-                        body=data,
-                        content_type=upstream.content_type or _JSON,
-                    ),
-                    f"HTTP {upstream.status}",
+            refused_key = endpoint.external and upstream.status in (401, 403, 429)
+            if refused_key or upstream.status >= 500:
+                # Not the client's answer yet: another replica or key may give a better one.
+                if refused_key:
+                    retry_after = upstream.headers.get("Retry-After")
+                    self._key_refused(endpoint, upstream.status, retry_after)
+                answer = web.Response(
+                    status=upstream.status,
+                    body=await upstream.read(),
+                    content_type=upstream.content_type or _JSON,
                 )
-            if upstream.status >= 500:
-                data = await upstream.read()
-                raise _Retryable(
-                    web.Response(
-                        status=upstream.status,
-                        body=data,
-                        content_type=upstream.content_type or _JSON,
-                    ),
-                    f"HTTP {upstream.status}",
-                )
+                raise _Retryable(answer, f"HTTP {upstream.status}")
             endpoint.failures = 0
             if prepared is not None and upstream.status != 200:
                 raise _Retryable(fail(502, "", "api_error"), f"HTTP {upstream.status}")

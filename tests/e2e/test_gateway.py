@@ -19,17 +19,11 @@ from typing import Any
 import openai
 import pytest
 
+from tests.e2e.catalog import ctl, ctl_json, join, replicas, scheduled, wait_ready
 from tests.e2e.cluster import Cluster, run, wait_for
-from tests.e2e.test_models import SCHEDULING, ctl, ctl_json, join, replicas, wait_ready
-from tests.support.engines import llama_server_binary
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    return llama_server_binary()
 
 
 @pytest.fixture
@@ -39,12 +33,8 @@ def model(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.init()
-    config = c.data_dir / "server.yaml"
     # On-demand models go back to zero after 4 s idle here.
-    config.write_text(config.read_text() + SCHEDULING + "  on_demand_idle: 4\n")
-    c.start_server()
+    c = scheduled(tmp_path, "  on_demand_idle: 4\n")
     try:
         yield c
     finally:

@@ -8,7 +8,6 @@ import json
 import shutil
 import signal
 import sqlite3
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,27 +17,20 @@ import openai
 import psutil
 import pytest
 
-from llmgw import pki
-from tests.e2e.cluster import Cluster, run, wait_for
-from tests.support.engines import Mirror, llama_server_binary
+from tests.e2e.catalog import (
+    ctl,
+    ctl_json,
+    engine_key,
+    join,
+    replicas,
+    scheduled,
+    wait_ready,
+)
+from tests.e2e.cluster import Cluster, wait_for
+from tests.support.engines import Mirror
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
-
-# Short periods so a lost node, a failure's backoff and a pass take seconds.
-SCHEDULING = """
-scheduling:
-  interval: 0.5
-  node_lost_grace: 3
-  backoff_base: 1
-  backoff_max: 4
-  engine_ports: 42100-42199
-"""
-
-
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    return llama_server_binary()
 
 
 @pytest.fixture
@@ -49,55 +41,11 @@ def model(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.init()
-    config = c.data_dir / "server.yaml"
-    config.write_text(config.read_text() + SCHEDULING)
-    c.start_server()
+    c = scheduled(tmp_path)
     try:
         yield c
     finally:
         c.stop()
-
-
-def join(cluster: Cluster, node_id: str, binary: Path, token: bool = True) -> None:
-    cluster.start_agent(
-        node_id, cluster.token() if token else None, ["--engine", f"llama.cpp={binary}"]
-    )
-    cluster.wait_state(node_id, "Ready", 20)
-
-
-def ctl(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return run("ctl", *args, "--data-dir", str(cluster.data_dir), check=check)
-
-
-def ctl_json(cluster: Cluster, *args: str) -> Any:
-    return json.loads(ctl(cluster, *args, "--json").stdout)
-
-
-def replicas(cluster: Cluster, name: str) -> list[dict[str, Any]]:
-    return [r for r in cluster.api("/api/v1/replicas") if r["model"] == name]
-
-
-def wait_ready(cluster: Cluster, name: str, count: int, timeout: float = 60) -> list[Any]:
-    """Exactly ``count`` replicas of the model, every one Ready."""
-
-    def check() -> list[dict[str, Any]] | None:
-        rows = replicas(cluster, name)
-        for row in rows:
-            if row["state"] == "failed":
-                raise AssertionError(f"{row['replica_id']} failed: {row['reason']}")
-        ready = [r for r in rows if r["state"] == "ready"]
-        return rows if len(rows) == count and len(ready) == count else None
-
-    if count == 0:
-        wait_for(lambda: not replicas(cluster, name), timeout, f"{name} to have no replicas")
-        return []
-    return wait_for(check, timeout, f"{name} to have {count} ready replicas", step=0.2)  # type: ignore[no-any-return]
-
-
-def engine_key(cluster: Cluster, replica_id: str) -> str:
-    return pki.engine_key((cluster.data_dir / "cluster.key").read_bytes(), replica_id)
 
 
 def cmdline(pid: int) -> list[str]:

@@ -19,17 +19,11 @@ from tests.e2e.cluster import Cluster, free_port, run, wait_for
 from tests.support.engines import (
     LoopThread,
     Mirror,
-    llama_server_binary,
     missing_library_binary,
 )
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    return llama_server_binary()
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -17,9 +18,9 @@ from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
 from llmgw.tui.dialogs import ConfirmDialog, FormDialog, MessageDialog, Tick
 from llmgw.tui.models import ServeDialog
+from tests.e2e.catalog import join, replicas, scheduled
 from tests.e2e.cluster import Cluster
-from tests.e2e.test_models import SCHEDULING, join, replicas
-from tests.support.engines import Mirror, llama_server_binary
+from tests.support.engines import Mirror
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
@@ -28,17 +29,11 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory, binary: Path) -> Iterator[Cluster]:
     """One control plane and node for the module: each test leaves it as it found it."""
-    root = tmp_path_factory.mktemp("console-actions")
-    c = Cluster(root)
-    c.init()
-    config = c.data_dir / "server.yaml"
-    config.write_text(config.read_text() + SCHEDULING)
-    c.start_server()
+    c = scheduled(tmp_path_factory.mktemp("console-actions"))
     try:
-        join(c, "a", llama_server_binary())
-        c.wait_state("a", "Ready", 20)
+        join(c, "a", binary)
         yield c
     finally:
         c.stop()

@@ -17,31 +17,17 @@ from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
 from llmgw.tui.gpumap import SHADES, UNKNOWN, card_share, shade
 from llmgw.tui.nodepage import NodePage
+from tests.e2e.catalog import scheduled, serve_tiny
 from tests.e2e.cluster import Cluster, free_port
-from tests.e2e.test_models import SCHEDULING, ctl, join, wait_ready
-from tests.support.engines import llama_server_binary
-from tests.support.tinymodel import write_tiny_model
 from tests.tui import fleet
 from tests.tui.fleet import FleetApi
 
 
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    return llama_server_binary()
-
-
 @pytest.fixture
 def cluster(tmp_path: Path, binary: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.init()
-    config = c.data_dir / "server.yaml"
-    config.write_text(config.read_text() + SCHEDULING)
-    c.start_server()
+    c = scheduled(tmp_path)
     try:
-        join(c, "a", binary)
-        model = write_tiny_model(tmp_path / "tiny.gguf")
-        ctl(c, "model", "serve", str(model), "--name", "tiny", "--context", "256")
-        wait_ready(c, "tiny", 1)
+        serve_tiny(c, binary, "a")
         yield c
     finally:
         c.stop()

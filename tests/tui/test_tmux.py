@@ -12,10 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.catalog import scheduled, serve_tiny
 from tests.e2e.cluster import Cluster
-from tests.e2e.test_models import SCHEDULING, ctl, join, wait_ready
-from tests.support.engines import llama_server_binary
-from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
 
@@ -23,23 +21,11 @@ REPO = Path(__file__).resolve().parents[2]
 NODE = "tmuxnode"
 
 
-@pytest.fixture(scope="module")
-def binary() -> Path:
-    return llama_server_binary()
-
-
 @pytest.fixture
 def cluster(tmp_path: Path, binary: Path) -> Iterator[Cluster]:
-    c = Cluster(tmp_path)
-    c.init()
-    config = c.data_dir / "server.yaml"
-    config.write_text(config.read_text() + SCHEDULING)
-    c.start_server()
+    c = scheduled(tmp_path)
     try:
-        join(c, NODE, binary)
-        model = write_tiny_model(tmp_path / "tiny.gguf")
-        ctl(c, "model", "serve", str(model), "--name", "tiny", "--context", "256")
-        wait_ready(c, "tiny", 1)
+        serve_tiny(c, binary, NODE)
         yield c
     finally:
         c.stop()

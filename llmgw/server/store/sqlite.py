@@ -183,25 +183,32 @@ class SQLiteStore(Store):
         )
         await self.db.commit()
 
-    async def _audit(self, entry: Audit) -> None:
-        await self.db.execute(
-            "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
-            (time.time(), entry.actor, entry.action, entry.target, entry.detail),
-        )
-
-    async def set_node_scheduling(
-        self, node_id: str, cordoned: bool, draining: bool, labels: dict[str, str], audit: Audit
-    ) -> None:
+    async def _audited(
+        self, sql: str, params: tuple[Any, ...], audit: Audit, *, if_changed: bool = False
+    ) -> int:
+        """One change and its audit entry in one transaction; the rows it touched.
+        With ``if_changed`` a change that touched nothing is not audited."""
         try:
-            await self.db.execute(
-                "UPDATE nodes SET cordoned = ?, draining = ?, labels = ? WHERE id = ?",
-                (int(cordoned), int(draining), json.dumps(labels, sort_keys=True), node_id),
-            )
-            await self._audit(audit)
+            cur = await self.db.execute(sql, params)
+            if cur.rowcount or not if_changed:
+                await self.db.execute(
+                    "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+                    (time.time(), audit.actor, audit.action, audit.target, audit.detail),
+                )
             await self.db.commit()
         except Exception:
             await self.db.rollback()
             raise
+        return int(cur.rowcount)
+
+    async def set_node_scheduling(
+        self, node_id: str, cordoned: bool, draining: bool, labels: dict[str, str], audit: Audit
+    ) -> None:
+        await self._audited(
+            "UPDATE nodes SET cordoned = ?, draining = ?, labels = ? WHERE id = ?",
+            (int(cordoned), int(draining), json.dumps(labels, sort_keys=True), node_id),
+            audit,
+        )
 
     async def list_models(self) -> list[ModelRecord]:
         async with self.db.execute("SELECT * FROM models ORDER BY name") as cur:
@@ -213,52 +220,35 @@ class SQLiteStore(Store):
 
     async def put_model(self, name: str, spec: dict[str, Any], audit: Audit) -> None:
         now = time.time()
-        try:
-            await self.db.execute(
-                "INSERT INTO models (name, spec, created_at, updated_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(name) DO UPDATE SET spec = excluded.spec, "
-                "updated_at = excluded.updated_at",
-                (name, json.dumps(spec, sort_keys=True), now, now),
-            )
-            await self._audit(audit)
-            await self.db.commit()
-        except Exception:
-            await self.db.rollback()
-            raise
+        await self._audited(
+            "INSERT INTO models (name, spec, created_at, updated_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET spec = excluded.spec, "
+            "updated_at = excluded.updated_at",
+            (name, json.dumps(spec, sort_keys=True), now, now),
+            audit,
+        )
 
     async def delete_model(self, name: str, audit: Audit) -> bool:
-        try:
-            cur = await self.db.execute("DELETE FROM models WHERE name = ?", (name,))
-            if cur.rowcount:
-                await self._audit(audit)
-            await self.db.commit()
-        except Exception:
-            await self.db.rollback()
-            raise
-        return bool(cur.rowcount)
+        sql = "DELETE FROM models WHERE name = ?"
+        return bool(await self._audited(sql, (name,), audit, if_changed=True))
 
     async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None:
-        try:
-            await self.db.execute(
-                "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, "
-                "expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    record.id,
-                    record.name,
-                    record.key_hash,
-                    json.dumps(list(record.models)),
-                    record.rpm,
-                    record.tpm,
-                    record.budget,
-                    record.expires_at,
-                    record.created_at,
-                ),
-            )
-            await self._audit(audit)
-            await self.db.commit()
-        except Exception:
-            await self.db.rollback()
-            raise
+        await self._audited(
+            "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, "
+            "expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                record.id,
+                record.name,
+                record.key_hash,
+                json.dumps(list(record.models)),
+                record.rpm,
+                record.tpm,
+                record.budget,
+                record.expires_at,
+                record.created_at,
+            ),
+            audit,
+        )
 
     async def list_api_keys(self) -> list[ApiKeyRecord]:
         async with self.db.execute("SELECT * FROM api_keys ORDER BY created_at") as cur:
@@ -271,18 +261,8 @@ class SQLiteStore(Store):
         return out
 
     async def revoke_api_key(self, key_id: str, at: float, audit: Audit) -> bool:
-        try:
-            cur = await self.db.execute(
-                "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                (at, key_id),
-            )
-            if cur.rowcount:
-                await self._audit(audit)
-            await self.db.commit()
-        except Exception:
-            await self.db.rollback()
-            raise
-        return bool(cur.rowcount)
+        sql = "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
+        return bool(await self._audited(sql, (at, key_id), audit, if_changed=True))
 
     async def add_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
         if not rows:
