@@ -195,7 +195,6 @@ def main() -> int:
 
         if args.llama_server:
             sys.path.insert(0, str(REPO))
-            from llmgw import pki
             from tests.support.tinymodel import write_tiny_model
 
             model = root / "tiny.gguf"
@@ -220,18 +219,19 @@ def main() -> int:
             if not row:
                 print(f"the model did not start; see {root / 'agent.log'}")
                 return 1
-            key = pki.engine_key((data_dir / "cluster.key").read_bytes(), row["replica_id"])
+            # A gateway key of its own each run: keys are shown once and kept hashed.
+            key = api.call("/api/v1/keys", {"name": "demo", "models": [MODEL]})["key"]
             subprocess.run([*LLMGW, "ctl", "models", "--data-dir", str(data_dir)], check=False)
             print()
-            print(f"A tiny model is served by llama.cpp (pid {row['pid']}), with its own key:")
-            print(f"  URL:         http://127.0.0.1:{row['port']}/v1")
+            print(f"A tiny model is served by llama.cpp (pid {row['pid']}) behind llmgw's /v1:")
+            print(f"  URL:         {url}/v1")
             print(f"  API key:     {key}")
             print(
-                f"  try:         curl -s http://127.0.0.1:{row['port']}/v1/chat/completions "
-                f"-H 'Authorization: Bearer {key}' "
-                '-d \'{"messages":[{"role":"user","content":"hello"}],"max_tokens":8}\''
+                f"  try:         curl -s {url}/v1/chat/completions "
+                f"-H 'Authorization: Bearer {key}' -H 'Content-Type: application/json' "
+                '-d \'{"model":"tiny","messages":[{"role":"user","content":"hello"}],'
+                '"max_tokens":8}\''
             )
-            print("  The cluster-wide /v1 gateway in front of it comes with the gateway work.")
         print(f"  logs:        {root}/server.log, {root}/agent.log")
         if args.exit_when_ready:
             return 0

@@ -1,4 +1,4 @@
-"""``make demo``'s script: a one-machine cluster serving a tiny model with its own key."""
+"""``make demo``'s script: a one-machine cluster serving a tiny model behind llmgw's /v1."""
 
 from __future__ import annotations
 
