@@ -139,7 +139,7 @@ class ModelService:
             if view is None or view.session is None:
                 track = self.reconciler.tracks.pop(start.replica_id, None)
                 if track is not None:
-                    self.reconciler._failed(track, self.reconciler.clock(), "node not connected")
+                    self.reconciler.failed(track, self.reconciler.clock(), "node not connected")
                 continue
             key = pki.engine_key(self.cp.cluster_secret, start.replica_id)
             spec = catalog.shard_spec(

@@ -213,7 +213,7 @@ class Reconciler:
             home = nodes.get(track.node)
             if track.sent_at is not None:
                 if now - track.sent_at > REPORT_TIMEOUT:
-                    self._failed(track, now, "the node never reported starting it")
+                    self.failed(track, now, "the node never reported starting it")
                     del self.tracks[rid]
             elif track.stop_sent is not None or home is None or home.session is not None:
                 # Stopped, or its node is connected and no longer runs it.
@@ -221,7 +221,8 @@ class Reconciler:
 
     # -------------------------------------------------------------------- failures
 
-    def _failed(self, track: Track, now: float, reason: str) -> None:
+    def failed(self, track: Track, now: float, reason: str) -> None:
+        """Count a failure of the track's profile: backoff, and its node passed over."""
         if track.failure_counted:
             return
         track.failure_counted = True
@@ -287,7 +288,7 @@ class Reconciler:
                 self._stop(plan, track, now, f"its {what} is no longer in the catalog")
                 continue
             if track.state == "failed":
-                self._failed(track, now, track.reason or "the engine failed")
+                self.failed(track, now, track.reason or "the engine failed")
                 self._stop(plan, track, now, "failed: " + (track.reason or "no reason given"))
                 continue
             if track.state == "ready":
@@ -297,7 +298,7 @@ class Reconciler:
                     f"not Ready {self.config.start_timeout:g} s after it last made progress "
                     f"(state {track.state})"
                 )
-                self._failed(track, now, reason)
+                self.failed(track, now, reason)
                 self._stop(plan, track, now, reason)
                 continue
             if track.node in lost:

@@ -41,11 +41,15 @@ def join(cluster: Cluster, node_id: str, binary: Path, token: bool = True) -> No
     cluster.wait_state(node_id, "Ready", 20)
 
 
+def serve(cluster: Cluster, model: Path, name: str, *flags: str) -> None:
+    """`ctl model serve` of a tiny model at a context it was trained for."""
+    ctl(cluster, "model", "serve", str(model), "--name", name, "--context", "256", *flags)
+
+
 def serve_tiny(cluster: Cluster, binary: Path, node_id: str = "a") -> None:
     """A node running the built llama-server, serving the tiny model as ``tiny``."""
     join(cluster, node_id, binary)
-    model = write_tiny_model(cluster.root / "tiny.gguf")
-    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
+    serve(cluster, write_tiny_model(cluster.root / "tiny.gguf"), "tiny")
     wait_ready(cluster, "tiny", 1)
 
 

@@ -1,4 +1,5 @@
-"""The end-to-end tests' shared fixture: a control plane running for one test."""
+"""The end-to-end tests' shared fixtures: a control plane running for one test, and the
+tiny model."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cluster import Cluster
+from tests.support.tinymodel import write_tiny_model
 
 
 @pytest.fixture
@@ -19,3 +21,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """The tiny GGUF under the test's own directory, so the cluster's teardown finds the
+    engines that serve it."""
+    return write_tiny_model(tmp_path / "tiny.gguf")

@@ -19,16 +19,19 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.catalog import ctl, ctl_json, join, replicas, scheduled, wait_ready
+from tests.e2e.catalog import (
+    ctl,
+    ctl_json,
+    join,
+    replicas,
+    scheduled,
+    serve,
+    serve_tiny,
+    wait_ready,
+)
 from tests.e2e.cluster import Cluster, run, wait_for
-from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    return write_tiny_model(tmp_path / "tiny.gguf")
 
 
 @pytest.fixture
@@ -83,31 +86,8 @@ CHAT = {"role": "user", "content": "hello"}
 
 def test_sdk_chat_stream_embeddings_and_models(cluster: Cluster, binary: Path, model: Path) -> None:
     join(cluster, "a", binary)
-    ctl(
-        cluster,
-        "model",
-        "serve",
-        str(model),
-        "--name",
-        "tiny",
-        "--context",
-        "256",
-        "--max-output",
-        "8",
-    )
-    ctl(
-        cluster,
-        "model",
-        "serve",
-        str(model),
-        "--name",
-        "tiny-embed",
-        "--context",
-        "256",
-        "--arg=--embeddings",
-        "--arg=--pooling",
-        "--arg=mean",
-    )
+    serve(cluster, model, "tiny", "--max-output", "8")
+    serve(cluster, model, "tiny-embed", "--arg=--embeddings", "--arg=--pooling", "--arg=mean")
     wait_ready(cluster, "tiny", 1)
     wait_ready(cluster, "tiny-embed", 1)
     key = make_key(cluster)
@@ -186,12 +166,8 @@ def test_sdk_chat_stream_embeddings_and_models(cluster: Cluster, binary: Path, m
     assert 'llamacpp:prompt_tokens_total{model="tiny",replica="tiny.default.' in metrics
 
 
-def test_keys_revoked_expired_not_allowed_and_over_rpm(
-    cluster: Cluster, binary: Path, model: Path
-) -> None:
-    join(cluster, "a", binary)
-    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
-    wait_ready(cluster, "tiny", 1)
+def test_keys_revoked_expired_not_allowed_and_over_rpm(cluster: Cluster, binary: Path) -> None:
+    serve_tiny(cluster, binary)
 
     with pytest.raises(openai.AuthenticationError):
         client(cluster, "sk-llmgw-unknown").models.list()
@@ -231,18 +207,7 @@ def test_a_replica_killed_under_load_fails_over_before_streaming(
     cluster: Cluster, binary: Path, model: Path
 ) -> None:
     join(cluster, "a", binary)
-    ctl(
-        cluster,
-        "model",
-        "serve",
-        str(model),
-        "--name",
-        "tiny",
-        "--context",
-        "256",
-        "--replicas",
-        "2",
-    )
+    serve(cluster, model, "tiny", "--replicas", "2")
     rows = wait_ready(cluster, "tiny", 2)
     sdk = client(cluster, make_key(cluster))
     errors: list[BaseException] = []
@@ -271,10 +236,8 @@ def test_a_replica_killed_under_load_fails_over_before_streaming(
     assert errors == []
 
 
-def test_stop_and_start(cluster: Cluster, binary: Path, model: Path) -> None:
-    join(cluster, "a", binary)
-    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
-    wait_ready(cluster, "tiny", 1)
+def test_stop_and_start(cluster: Cluster, binary: Path) -> None:
+    serve_tiny(cluster, binary)
     key = make_key(cluster)
     out = run("stop", "--data-dir", str(cluster.data_dir))
     assert out.stdout.startswith("stopped")
@@ -294,10 +257,8 @@ def test_stop_and_start(cluster: Cluster, binary: Path, model: Path) -> None:
     assert reply.choices
 
 
-def test_tokens_a_minute_a_budget_and_usage(cluster: Cluster, binary: Path, model: Path) -> None:
-    join(cluster, "a", binary)
-    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
-    wait_ready(cluster, "tiny", 1)
+def test_tokens_a_minute_a_budget_and_usage(cluster: Cluster, binary: Path) -> None:
+    serve_tiny(cluster, binary)
     body = json.dumps({"model": "tiny", "messages": [CHAT], "max_tokens": 3}).encode()
     for flag, words in (("--tpm", "tokens per minute"), ("--budget", "tokens a month")):
         key = make_key(cluster, flag, "5")
@@ -427,7 +388,7 @@ def test_on_demand_starts_on_the_first_request_and_idles_back_to_zero(
     cluster: Cluster, binary: Path, model: Path
 ) -> None:
     join(cluster, "a", binary)
-    ctl(cluster, "model", "serve", str(model), "--name", "lazy", "--context", "256", "--on-demand")
+    serve(cluster, model, "lazy", "--on-demand")
     time.sleep(1)
     assert replicas(cluster, "lazy") == []
     sdk = client(cluster, make_key(cluster))

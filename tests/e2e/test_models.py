@@ -24,19 +24,13 @@ from tests.e2e.catalog import (
     join,
     replicas,
     scheduled,
+    serve,
     wait_ready,
 )
 from tests.e2e.cluster import Cluster, wait_for
 from tests.support.engines import Mirror
-from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def model(tmp_path: Path) -> Path:
-    # Under the test's own directory, so the cluster's teardown finds its engines.
-    return write_tiny_model(tmp_path / "tiny.gguf")
 
 
 @pytest.fixture
@@ -144,7 +138,7 @@ def test_replicas_move_off_a_drained_node_and_a_lost_one_without_duplicates(
 ) -> None:
     join(cluster, "a", binary)
     join(cluster, "b", binary)
-    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
+    serve(cluster, model, "tiny")
     (on_x,) = wait_ready(cluster, "tiny", 1)
     # Binpack takes whichever node has less free memory at that moment: call it x.
     x = on_x["node"]
@@ -232,7 +226,7 @@ def test_restart_of_the_control_plane_rebuilds_replicas_and_flags_stale_ones(
     cluster: Cluster, binary: Path, model: Path
 ) -> None:
     join(cluster, "a", binary)
-    ctl(cluster, "model", "serve", str(model), "--name", "tiny", "--context", "256")
+    serve(cluster, model, "tiny")
     ctl(cluster, "model", "replicas", "tiny", "2")
     before = {r["replica_id"]: r["pid"] for r in wait_ready(cluster, "tiny", 2)}
 
@@ -279,18 +273,7 @@ def test_a_change_with_no_room_beside_is_refused_unless_in_place(
     node = cluster.nodes()["a"]
     # Room for one replica's promise on this node, not for a second beside it.
     memory = int(node["memory_available"] * 0.75) // 1024**2 * 1024**2
-    ctl(
-        cluster,
-        "model",
-        "serve",
-        str(model),
-        "--name",
-        "tiny",
-        "--context",
-        "256",
-        "--memory",
-        str(memory),
-    )
+    serve(cluster, model, "tiny", "--memory", str(memory))
     (old,) = wait_ready(cluster, "tiny", 1)
 
     out = ctl(cluster, "model", "context", "tiny", "512", check=False)
