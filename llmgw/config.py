@@ -117,12 +117,44 @@ class SchedulingConfig:
     engine_ports: str = _checked(_check_port_range, "41000-41999")
 
 
+def _check_not_negative(value: Any) -> str | None:
+    return None if value >= 0 else "must be 0 or more"
+
+
+def _check_between(low: float, high: float) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        return None if low <= value <= high else f"must be from {low:,g} to {high:,g}"
+
+    return check
+
+
 @dataclass(frozen=True)
 class GatewayConfig:
-    """The OpenAI-compatible /v1 (server.yaml)."""
+    """The OpenAI-compatible /v1 and the HTTP listener's limits (server.yaml)."""
 
     # How long a request for an on-demand model at zero waits for its first replica.
     on_demand_wait: float = _checked(_check_positive, 600.0)
+    # The longest a request may take from its replica's pick to its answer's end: a 504
+    # past it (a stream ends with an error event).
+    request_timeout: float = _checked(_check_positive, 600.0)
+    # A request's headers must arrive within this many seconds of its first byte (or of
+    # the connection, for its first request).
+    header_timeout: float = _checked(_check_positive, 10.0)
+    # A body must arrive within this many seconds of its headers.
+    body_timeout: float = _checked(_check_positive, 60.0)
+    # An idle keep-alive connection is closed after this many seconds.
+    keepalive_timeout: float = _checked(_check_positive, 75.0)
+    # Client connections open at once on a listener; 0 works it out from the process's
+    # file limit (raised to its hard limit at start), keeping room for engines, agents
+    # and the store. Past it the longest-idle connection is closed to make room, or the
+    # new one answered 503 when none is idle.
+    max_connections: int = _checked(_check_not_negative, 0)
+    # The size of one request's work: body bytes, JSON nesting, messages (or prompts, or
+    # inputs), and characters of prompt; past any of them, a 400 naming the limit.
+    max_body: int = _checked(_check_between(1024, 2**30), 32 * 2**20)
+    max_depth: int = _checked(_check_between(8, 512), 64)
+    max_messages: int = _checked(_check_between(1, 10**6), 4096)
+    max_prompt_chars: int = _checked(_check_between(1024, 2**30), 8 * 2**20)
 
 
 @dataclass(frozen=True)
@@ -188,51 +220,88 @@ def _describe(tp: Any) -> str:
     )
 
 
-def _convert(value: Any, tp: Any, where: str) -> Any:
+class _Problems:
+    """Every problem found in one file, so a user fixes them all in one go."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.found.append(text)
+
+    def raise_if_any(self, where: str) -> None:
+        if len(self.found) == 1:
+            raise ConfigError(self.found[0])
+        if self.found:
+            lines = "\n".join(f"  - {p}" for p in self.found)
+            raise ConfigError(f"{where}: {len(self.found)} problems:\n{lines}")
+
+
+class _Bad(Exception):
+    """A value that cannot be used; the problem is already noted."""
+
+
+def _convert(value: Any, tp: Any, where: str, problems: _Problems) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if args and type(None) in args:
         if value is None:
             return None
         (inner,) = [a for a in args if a is not type(None)]
-        return _convert(value, inner, where)
-    bad = ConfigError(f"{where}: expected {_describe(tp)}, got {value!r}")
+        return _convert(value, inner, where, problems)
+
+    def bad() -> _Bad:
+        problems.add(f"{where}: expected {_describe(tp)}, got {value!r}")
+        return _Bad()
+
     if origin is dict:
         if not isinstance(value, dict):
-            raise bad
-        return {
-            _convert(k, args[0], f"{where} key"): _convert(v, args[1], f"{where}.{k}")
-            for k, v in value.items()
-        }
+            raise bad()
+        out = {}
+        for k, v in value.items():
+            try:
+                out[_convert(k, args[0], f"{where} key", problems)] = _convert(
+                    v, args[1], f"{where}.{k}", problems
+                )
+            except _Bad:
+                pass
+        return out
     if origin is list:
         if not isinstance(value, list):
-            raise bad
-        return [_convert(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+            raise bad()
+        items = []
+        for i, v in enumerate(value):
+            try:
+                items.append(_convert(v, args[0], f"{where}[{i}]", problems))
+            except _Bad:
+                pass
+        return items
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, dict):
-            raise bad
-        return build(tp, value, where)
+            raise bad()
+        return _build(tp, value, where, problems)
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise bad
+        raise bad()
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise bad
+        raise bad()
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
+            if value != value or value in (float("inf"), float("-inf")):
+                raise bad()
             return float(value)
-        raise bad
+        raise bad()
     if tp is str:
         if isinstance(value, str):
             return value
-        raise bad
-    raise bad
+        raise bad()
+    raise bad()
 
 
-def build(cls: type[_T], data: dict[str, Any], where: str) -> _T:
-    """Make ``cls`` from a map, refusing unknown keys and values of the wrong kind."""
+def _build(cls: type[_T], data: dict[str, Any], where: str, problems: _Problems) -> _T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     kwargs: dict[str, Any] = {}
@@ -240,16 +309,30 @@ def build(cls: type[_T], data: dict[str, Any], where: str) -> _T:
         f = fields.get(str(key))
         if f is None:
             allowed = ", ".join(sorted(fields))
-            raise ConfigError(f"{where}: unknown key {key!r} (allowed: {allowed})")
+            problems.add(f"{where}: unknown key {key!r} (allowed: {allowed})")
+            continue
         name = f"{where}.{key}" if where.endswith(".yaml") is False else f"{where}: {key}"
-        converted = _convert(value, hints[f.name], name)
+        try:
+            converted = _convert(value, hints[f.name], name, problems)
+        except _Bad:
+            continue
         check = f.metadata.get("check")
         if check is not None and converted is not None:
             problem = check(converted)
             if problem:
-                raise ConfigError(f"{name}: {problem} (got {value!r})")
+                problems.add(f"{name}: {problem} (got {value!r})")
+                continue
         kwargs[f.name] = converted
     return cls(**kwargs)
+
+
+def build(cls: type[_T], data: dict[str, Any], where: str) -> _T:
+    """Make ``cls`` from a map, refusing unknown keys and values of the wrong kind: every
+    problem in the map is named in one ConfigError, not only the first."""
+    problems = _Problems()
+    built = _build(cls, data, where, problems)
+    problems.raise_if_any(where)
+    return built
 
 
 def load(cls: type[_T], path: Path) -> _T:

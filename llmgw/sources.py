@@ -52,13 +52,13 @@ ACCEPTED_FORMS = (
 PICKLE_SUFFIXES = frozenset({".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".pt2", ".joblib"})
 
 # Hugging Face's own rule for an owner or a repository name.
-_HF_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
+_HF_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?\Z")
 # Quantisation names never hold a dot; that is what tells one from a file path.
-_QUANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
+_QUANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}\Z")
 # The name of every directory this package creates in the cache: a readable prefix
 # and the first 16 hex digits of sha256(normalised source). Collecting deletes nothing
 # else.
-CACHE_NAME = re.compile(r"^(?:hf|url)--[a-z0-9._-]{1,160}--[0-9a-f]{16}$")
+CACHE_NAME = re.compile(r"^(?:hf|url)--[a-z0-9._-]{1,160}--[0-9a-f]{16}\Z")
 _HASH_LEN = 16
 _PART_MAX = 48
 

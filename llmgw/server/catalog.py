@@ -28,10 +28,10 @@ from llmgw.wire.messages import ShardSpec
 GIB = 1024**3
 # Model names end up in replica ids (``MODEL.PROFILE.HEX``, at most 80 characters) and
 # in /v1 requests; profile names hold no dot so a replica id splits unambiguously.
-MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}$")
-PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}$")
-LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
-_REPLICA = re.compile(r"^(?P<model>.+)\.(?P<profile>[a-z0-9][a-z0-9-]{0,15})\.[0-9a-f]{8}$")
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}\Z")
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}\Z")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}\Z")
+_REPLICA = re.compile(r"^(?P<model>.+)\.(?P<profile>[a-z0-9][a-z0-9-]{0,15})\.[0-9a-f]{8}\Z")
 # Host memory a replica on cards holds besides what its cards hold.
 CARD_HOST_MEMORY = 1 * GIB
 DEFAULT_CONTEXT = 4096

@@ -9,16 +9,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from starlette.requests import Request
-
 from llmgw import __version__, jointoken, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.modelplan import ModelShape
 from llmgw.server.agentport import AgentPort
-from llmgw.server.api import build_app, new_token_record
+from llmgw.server.api import Gate, Op, build_app, cluster, keys, models, openapi, plan, replicas
 from llmgw.server.datadir import DataDir
-from llmgw.server.front import AsgiBridge, Listener
+from llmgw.server.front import AsgiBridge, Listener, connection_cap, raise_file_limit
 from llmgw.server.gateway import Gateway
+from llmgw.server.gateway.service import bounds_of
 from llmgw.server.models import ModelService
 from llmgw.server.nodes import NodeRegistry
 from llmgw.server.planner import make_inspector
@@ -43,9 +42,17 @@ class ControlPlane:
         self.started = time.time()
         self.stopping = asyncio.Event()
         self.agent_port: AgentPort | None = None
-        self.inspector = make_inspector(self)
+        self.listeners: list[Listener] = []
+        self.inspector = make_inspector(self.registry)
         self.models = ModelService(self, inspect=self.inspect_shape)
-        self.gateway = Gateway(self)
+        self.gateway = Gateway(
+            store,
+            self.registry,
+            self.models,
+            self.cluster_secret,
+            config.gateway,
+            self.models.demand,
+        )
         self.registry.on_change = self.models.wake
 
     async def load(self) -> None:
@@ -69,12 +76,6 @@ class ControlPlane:
     def admin_token_ok(self, token: str) -> bool:
         return pki.token_hash(token) in self._admin_hashes
 
-    def authorised(self, request: Request) -> bool:
-        header = request.headers.get("authorization", "")
-        if not header.lower().startswith("bearer "):
-            return False
-        return self.admin_token_ok(header[7:].strip())
-
     def wanted_sources(self) -> set[str]:
         """Weights some shard on some node uses now; the rest no model wants."""
         return {
@@ -84,11 +85,11 @@ class ControlPlane:
             if shard.get("source")
         }
 
-    async def mint_join_token(self, ttl: int) -> jointoken.JoinToken:
+    async def mint_join_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
         secret = pki.new_secret()
-        record = new_token_record(self, ttl, secret)
+        record = cluster.new_token_record(self.cluster_secret, ttl, secret, actor)
         await self.store.add_join_token(record)
-        await self.store.audit("admin", "token.create", record.id, f"ttl {ttl}s")
+        await self.store.audit(actor, "token.create", record.id, f"ttl {ttl}s")
         return jointoken.JoinToken(
             id=record.id,
             secret=secret,
@@ -97,14 +98,26 @@ class ControlPlane:
             expires_at=record.expires_at,
         )
 
+    def health(self) -> dict[str, Any]:
+        """``/healthz``: 200 while this process answers; ``ok`` false, with each problem
+        in words, when part of it does not work (serving goes on from memory)."""
+        problems = []
+        writable = self.store.writable()
+        if not writable.ok:
+            problems.append(f"store: {writable.problem}")
+        return {"ok": not problems, "problems": problems, "store_writable": writable.ok}
+
     def status(self) -> dict[str, Any]:
         port = self.agent_port
+        writable = self.store.writable()
         return {
             "version": __version__,
             "uptime_seconds": round(time.time() - self.started, 1),
             "leader": True,
             "serving": "stopped" if self.gateway.stopped else "serving",
             "store": self.config.store.backend,
+            "store_writable": writable.ok,
+            "store_problem": writable.problem or None,
             "listen": self.config.listen,
             "agent_port": self.config.agent_port,
             "advertise": list(self.config.advertise),
@@ -113,7 +126,32 @@ class ControlPlane:
             "agent_streams": len(port.connections) if port else 0,
             "heartbeats": self.registry.heartbeats,
             "heartbeat_handling": self.registry.handle_percentiles(),
+            "reconcile_passes": self.models.passes,
+            "connections": {listener.address: listener.counts() for listener in self.listeners},
+            "usage_pending": len(self.gateway.usage.pending),
         }
+
+    def routes(self) -> list[Op]:
+        """Every admin route, each with who may call it."""
+        ops: list[Op] = []
+        enrollment = cluster.Enrollment(
+            self.store, self.cluster_secret, self.ca, self.registry, self.agent_addresses
+        )
+        ops += cluster.routes(
+            self.health,
+            self.status,
+            self.gateway.metrics_text,
+            self.mint_join_token,
+            enrollment,
+            lambda: openapi.document(ops, bounds_of(self.config.gateway)),
+        )
+        ops += replicas.routes(
+            self.registry, self.models, self.store, self.cluster_secret, self.wanted_sources
+        )
+        ops += models.routes(self.models, self.registry, self.store)
+        ops += plan.routes(self.inspector, self.registry)
+        ops += keys.routes(self.gateway, self.store, self.set_stopped)
+        return ops
 
     async def run(self) -> None:
         agent_host = parse_hostport(self.config.listen)[0]
@@ -125,37 +163,55 @@ class ControlPlane:
             self.agent_addresses,
         )
         await self.agent_port.start()
-        bridge = AsgiBridge(build_app(self))
-        listeners = [Listener(self.config.listen, self.gateway.handle, bridge)]
+        gw = self.config.gateway
+        bridge = AsgiBridge(build_app(self.routes(), Gate(self.admin_token_ok), gw.body_timeout))
+        cap = connection_cap(gw.max_connections, raise_file_limit())
+        limits: dict[str, Any] = {
+            "header_timeout": gw.header_timeout,
+            "keepalive_timeout": gw.keepalive_timeout,
+        }
+        self.listeners = [
+            Listener(self.config.listen, self.gateway.handle, bridge, cap=cap, **limits)
+        ]
         if self.config.admin_listen:
             # The admin listener serves the admin API and pages, never /v1.
-            listeners.append(Listener(self.config.admin_listen, None, bridge))
+            self.listeners.append(Listener(self.config.admin_listen, None, bridge, **limits))
         monitor = asyncio.create_task(self.registry.monitor(self.stopping))
         reconciler = asyncio.create_task(self.models.run(self.stopping))
         usage = asyncio.create_task(self.gateway.run(self.stopping))
+        store = asyncio.create_task(self.store.watch(self.stopping))
         try:
-            for listener in listeners:
+            for listener in self.listeners:
                 await listener.start()
             log.info(
-                "control plane %s: HTTP on %s, agents on port %d, store %s",
+                "control plane %s: HTTP on %s, agents on port %d, store %s, "
+                "at most %d client connections",
                 __version__,
                 self.config.listen,
                 self.config.agent_port,
                 self.config.store.backend,
+                cap,
             )
             await self.stopping.wait()
         finally:
             self.stopping.set()
-            for listener in listeners:
+            for listener in self.listeners:
                 await listener.stop()
             await reconciler
             await usage
-            await self.gateway.flush()
+            try:
+                await self.gateway.flush()
+            except Exception as exc:
+                log.error("usage of the last seconds could not be written: %s", exc)
             await self.gateway.close()
             await self.inspector.close()
             await self.agent_port.stop()
             await monitor
-            await self.registry.flush()
+            await store
+            try:
+                await self.registry.flush()
+            except Exception as exc:
+                log.error("node states of the last second could not be written: %s", exc)
 
 
 async def run_server(root: Path) -> None:

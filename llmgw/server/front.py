@@ -4,38 +4,78 @@
 so a request costs as little as it can (Hypercorn under an ASGI app measured 1,500
 proxied requests a second here, aiohttp's server 3,100). Every other path (the admin
 API, enrollment, the admin pages) is the Starlette app, reached through a small ASGI
-bridge: those requests are few, and Starlette keeps them easy to write.
+bridge that hands the app the body only as it asks for it: the app's gate refuses a
+caller without a token, or a body too large, before it is read.
+
+No client can hold the listener: a request's headers must arrive within
+``header_timeout`` of its first byte (or of the connection), an idle keep-alive
+connection is closed after ``keepalive_timeout``, and at most ``max_connections`` are
+open at once. Past that cap the connection idle longest (no request in flight: a
+client that connected and sent nothing, or half its headers) is closed to make room,
+and only when none is idle is the new one answered 503. The process raises its own file
+limit to the hard limit at start, so the cap, not the file limit, is what binds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import resource
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 
 from llmgw.config import parse_hostport
 
 log = logging.getLogger("llmgw.http")
 
-# Past the gateway's own limit (32 MiB), so it is the gateway that says no, in its words.
-MAX_BODY = 64 * 1024 * 1024
+# aiohttp's own cap on what it buffers of a body; each route judges size itself first.
+MAX_BODY = 1 << 30
+# File descriptors kept for what is not a client connection: engines' connections,
+# agents' streams, the store, the admin listener.
+RESERVED_FILES = 256
+# What aiohttp reads and discards of a body left unread (a refused one) before it
+# closes the connection.
+LINGER = 2.0
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 Asgi = Callable[..., Awaitable[None]]
 
 
+def raise_file_limit() -> int:
+    """The soft limit on open files raised to the hard one; returns the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20)
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open file limit from %d to %d: %s", soft, hard, exc)
+    return int(soft)
+
+
+def connection_cap(configured: int, files: int) -> int:
+    """Client connections a listener holds at once: as configured, or half of what the
+    file limit leaves (each connection may have an engine's beside it)."""
+    if configured:
+        return configured
+    return max(16, (files - RESERVED_FILES) // 2)
+
+
 class AsgiBridge:
-    """Run an ASGI app for one aiohttp request: the body read whole (admin requests
-    are small), the answer written as the app sends it (so a followed log streams)."""
+    """Run an ASGI app for one aiohttp request; the body reaches the app as it reads
+    it, the answer is written as the app sends it (so a followed log streams)."""
 
     def __init__(self, app: Asgi) -> None:
         self.app = app
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
-        body = await request.read()
         peer = request.transport.get_extra_info("peername") if request.transport else None
         sock = request.transport.get_extra_info("sockname") if request.transport else None
         scope: dict[str, Any] = {
@@ -52,15 +92,16 @@ class AsgiBridge:
             "client": tuple(peer[:2]) if peer else None,
             "server": tuple(sock[:2]) if sock else None,
         }
-        delivered = False
+        body_done = False
         finished = asyncio.Event()
         response: web.StreamResponse | None = None
 
         async def receive() -> dict[str, Any]:
-            nonlocal delivered
-            if not delivered:
-                delivered = True
-                return {"type": "http.request", "body": body, "more_body": False}
+            nonlocal body_done
+            if not body_done:
+                chunk = await request.content.readany()
+                body_done = not chunk or request.content.at_eof()
+                return {"type": "http.request", "body": chunk, "more_body": not body_done}
             await finished.wait()
             return {"type": "http.disconnect"}
 
@@ -81,26 +122,170 @@ class AsgiBridge:
 
         try:
             await self.app(scope, receive, send)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            if response is None:
+                return _json(500, "internal_error", "the control plane failed; its log says why")
+            raise
         finally:
             finished.set()
         if response is None:
-            return web.Response(status=500, text="the app sent no answer")
+            return _json(500, "internal_error", "the app sent no answer")
         return response
+
+
+def _json(status: int, kind: str, message: str) -> web.Response:
+    body = {"error": {"type": kind, "message": message}}
+    return web.Response(
+        status=status, body=json.dumps(body).encode(), content_type="application/json"
+    )
+
+
+_FULL = json.dumps(
+    {
+        "error": {
+            "message": "the control plane holds as many connections as it may, all busy; "
+            "try again shortly",
+            "type": "service_unavailable",
+            "param": None,
+            "code": "too_many_connections",
+        }
+    }
+).encode()
+_FULL_ANSWER = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Connection: close\r\nRetry-After: 1\r\nContent-Length: "
+    + str(len(_FULL)).encode()
+    + b"\r\n\r\n"
+    + _FULL
+)
+
+
+class _Guarded(RequestHandler):
+    """aiohttp's connection, with a deadline for each request's headers."""
+
+    def __init__(self, guard: Guard, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.guard = guard
+        self.busy = 0
+        self.idle_since = time.monotonic()
+        self.header_deadline: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        if self.header_deadline is None:
+            self.header_deadline = asyncio.get_running_loop().call_later(
+                self.guard.header_timeout, self._headers_late
+            )
+
+    def disarm(self) -> None:
+        if self.header_deadline is not None:
+            self.header_deadline.cancel()
+            self.header_deadline = None
+
+    def _headers_late(self) -> None:
+        self.header_deadline = None
+        if not self.busy:
+            self.guard.timed_out += 1
+            self.force_close()
+
+    def data_received(self, data: bytes) -> None:
+        if not self.busy:
+            self.arm()  # the first byte of a request: its headers are due
+        super().data_received(data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self.disarm()
+        super().connection_lost(exc)
+
+
+class Guard(web.Server):
+    """aiohttp's server with the connection cap and the header deadline."""
+
+    def __init__(self, handler: Handler, cap: int, header_timeout: float, **kwargs: Any) -> None:
+        super().__init__(handler, **kwargs)
+        self.cap = cap
+        self.header_timeout = header_timeout
+        self.open: dict[_Guarded, None] = {}
+        self.refused = 0
+        self.evicted = 0
+        self.timed_out = 0
+
+    def __call__(self) -> RequestHandler:
+        return _Guarded(self, self, loop=self._loop, **self._kwargs)
+
+    def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
+        super().connection_made(handler, transport)
+        assert isinstance(handler, _Guarded)
+        if len(self.open) >= self.cap:
+            victim = min(
+                (h for h in self.open if not h.busy), key=lambda h: h.idle_since, default=None
+            )
+            if victim is None:
+                self.refused += 1
+                transport.write(_FULL_ANSWER)
+                transport.close()
+                return
+            self.evicted += 1
+            self.open.pop(victim, None)
+            victim.force_close()
+        self.open[handler] = None
+        handler.arm()
+
+    def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
+        self.open.pop(handler, None)  # type: ignore[call-overload]
+        super().connection_lost(handler, exc)
 
 
 class Listener:
     """One address served by aiohttp: ``/v1/`` to ``gateway``, the rest to ``other``."""
 
-    def __init__(self, address: str, gateway: Handler | None, other: Handler) -> None:
+    def __init__(
+        self,
+        address: str,
+        gateway: Handler | None,
+        other: Handler,
+        *,
+        cap: int = 1024,
+        header_timeout: float = 10.0,
+        keepalive_timeout: float = 75.0,
+    ) -> None:
         self.address = address
         self.gateway = gateway
         self.other = other
+        self.cap = cap
+        self.header_timeout = header_timeout
+        self.keepalive_timeout = keepalive_timeout
         self.runner: web.ServerRunner | None = None
+        self.server: Guard | None = None
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        proto = request.protocol
+        if not isinstance(proto, _Guarded):
+            return await self._route(request)
+        proto.busy += 1
+        proto.disarm()
+        try:
+            return await self._route(request)
+        finally:
+            proto.busy -= 1
+            proto.idle_since = time.monotonic()
+
+    async def _route(self, request: web.BaseRequest) -> web.StreamResponse:
         if self.gateway is not None and request.path.startswith("/v1/"):
             return await self.gateway(request)
         return await self.other(request)
+
+    def counts(self) -> dict[str, int]:
+        server = self.server
+        if server is None:
+            return {}
+        return {
+            "open": len(server.open),
+            "cap": server.cap,
+            "refused": server.refused,
+            "evicted": server.evicted,
+            "header_timeouts": server.timed_out,
+        }
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -108,15 +293,22 @@ class Listener:
         def request(
             message: Any, payload: Any, protocol: Any, writer: Any, task: Any
         ) -> web.BaseRequest:
-            # aiohttp's default refuses bodies over 1 MiB; the gateway judges size itself.
+            # Each route judges a body's size itself, before and while reading it.
             return web.BaseRequest(
                 message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY
             )
 
-        server = web.Server(
-            self.handle, request_factory=request, access_log=None, handler_cancellation=True
+        self.server = Guard(
+            self.handle,
+            self.cap,
+            self.header_timeout,
+            request_factory=request,
+            access_log=None,
+            handler_cancellation=True,
+            keepalive_timeout=self.keepalive_timeout,
+            lingering_time=LINGER,
         )
-        self.runner = web.ServerRunner(server, shutdown_timeout=3.0)
+        self.runner = web.ServerRunner(self.server, shutdown_timeout=3.0)
         await self.runner.setup()
         host, port = parse_hostport(self.address)
         site = web.TCPSite(self.runner, host, port, backlog=1024)

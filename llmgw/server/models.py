@@ -1,8 +1,10 @@
-"""Models: the catalog's admin API, and the loop that makes the nodes run what it says.
+"""Models: the catalog as a service, and the loop that makes the nodes run what it says.
 
 ``ModelService`` holds the catalog in memory (written through to the store with an
-audit entry per change), runs the reconciler on every change and on a timer, and
-turns its plan into StartShard and StopShard messages on the agents' streams.
+audit entry per change), takes typed requests (``requests.py``) and refuses with
+``Refusal``, runs the reconciler on every change and on a timer, and turns its plan
+into StartShard and StopShard messages on the agents' streams. Its routes are in
+``api/models.py``.
 """
 
 from __future__ import annotations
@@ -14,10 +16,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
-
 from llmgw import modelplan, pki
 from llmgw.enginerules import RULES
 from llmgw.modelplan import ModelShape
@@ -25,8 +23,9 @@ from llmgw.server import catalog, scheduler
 from llmgw.server.catalog import CatalogError, Model, Profile
 from llmgw.server.planner import PickledWeights
 from llmgw.server.reconciler import Plan, Reconciler
-from llmgw.server.responses import error, json_body, unauthorised
-from llmgw.server.store import Audit
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import ExternalRequest, ServeRequest
+from llmgw.server.store import Audit, StoreUnavailable
 from llmgw.wire.messages import StartShard, StopShard
 
 if TYPE_CHECKING:
@@ -51,34 +50,8 @@ def _provider_url(url: str) -> bool:
     return parts.scheme == "http" and is_loopback_host(parts.hostname)
 
 
-class Refused(Exception):
-    """A change the API answers with an error; carries the answer."""
-
-    def __init__(self, answer: JSONResponse) -> None:
-        super().__init__("refused")
-        self.answer = answer
-
-
-def _int(body: dict[str, Any], key: str, default: int | None = None) -> int | None:
-    value = body.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise Refused(error(400, "bad_request", f"{key} must be a whole number", field=key))
-    return value
-
-
-def _number(body: dict[str, Any], key: str, default: float = 0.0) -> float:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Refused(error(400, "bad_request", f"{key} must be a number", field=key))
-    return float(value)
-
-
-def _invalid(exc: CatalogError) -> Refused:
-    return Refused(error(400, "invalid", str(exc), field=exc.field))
+def _invalid(exc: CatalogError) -> Refusal:
+    return Refusal(400, "invalid", str(exc), exc.field)
 
 
 class ModelService:
@@ -92,6 +65,8 @@ class ModelService:
         self._tasks: set[asyncio.Task[None]] = set()
         # Bumped on every change of the catalog: the gateway rebuilds its routes.
         self.version = 0
+        # Reconcile passes made: a test waits for this to move on rather than sleeping.
+        self.passes = 0
 
     async def load(self) -> None:
         for record in await self.cp.store.list_models():
@@ -103,6 +78,21 @@ class ModelService:
     def wake(self) -> None:
         self._wake.set()
 
+    def demand(self, name: str, start: bool) -> None:
+        """A client asked for an on-demand model: keep it up, and start it if it is
+        at zero (``start``)."""
+        self.reconciler.want(name)
+        if start:
+            self.wake()
+
+    def find(self, name: str) -> Model:
+        model = self.models.get(name)
+        if model is None:
+            raise Refusal(
+                404, "not_found", f"no model {name!r} in the catalog; see `llmgw ctl models`"
+            )
+        return model
+
     # ----------------------------------------------------------------- the loop
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -110,6 +100,8 @@ class ModelService:
         while not stop.is_set():
             try:
                 await self.reconcile()
+            except StoreUnavailable as exc:
+                log.warning("reconcile pass could not write the store (trying again): %s", exc)
             except Exception:
                 log.exception("reconcile pass failed; trying again")
             self._wake.clear()
@@ -126,6 +118,7 @@ class ModelService:
         nodes = self.cp.registry.nodes
         plan = self.reconciler.plan(list(self.models.values()), nodes)
         self.last_plan = plan
+        self.passes += 1
         for stop in plan.stops:
             view = nodes.get(stop.node)
             log.info("stopping %s on %s: %s", stop.replica_id, stop.node, stop.reason)
@@ -173,7 +166,7 @@ class ModelService:
         try:
             return await self.inspect(source, allow_pickle), ""
         except PickledWeights as exc:
-            raise Refused(error(400, "invalid", f"source: {exc}", field="source")) from None
+            raise Refusal(400, "invalid", f"source: {exc}", "source") from None
         except Exception as exc:  # any reason it could not be read is said, not raised
             return None, str(exc) or type(exc).__name__
 
@@ -215,14 +208,12 @@ class ModelService:
             if any(v.ok for v in verdicts):
                 continue
             reasons = "; ".join(f"{v.node}: {', '.join(v.reasons)}" for v in verdicts)
-            raise Refused(
-                error(
-                    409,
-                    "does_not_fit",
-                    f"{model.name} (profile {profile.name}) fits no node even with nothing "
-                    f"else running: {reasons}",
-                    verdicts=[v.as_json() for v in verdicts],
-                )
+            raise Refusal(
+                409,
+                "does_not_fit",
+                f"{model.name} (profile {profile.name}) fits no node even with nothing "
+                f"else running: {reasons}",
+                verdicts=[v.as_json() for v in verdicts],
             )
 
     def check_room(self, model: Model, changed: Model) -> None:
@@ -244,15 +235,13 @@ class ModelService:
                 continue  # nothing runs now: nothing to be beside
             result = scheduler.place(self.reconciler.request(changed, profile, 0.0), caps)
             if isinstance(result, scheduler.Refusal):
-                raise Refused(
-                    error(
-                        409,
-                        "no_room",
-                        f"no room to start the changed replicas of {model.name} beside the "
-                        f"running ones ({result.reason}); add --in-place to stop each "
-                        "replica before its replacement starts",
-                        verdicts=[v.as_json() for v in result.verdicts],
-                    )
+                raise Refusal(
+                    409,
+                    "no_room",
+                    f"no room to start the changed replicas of {model.name} beside the "
+                    f"running ones ({result.reason}); add --in-place to stop each "
+                    "replica before its replacement starts",
+                    verdicts=[v.as_json() for v in result.verdicts],
                 )
 
     def largest_room(self, cards: int) -> int | None:
@@ -390,59 +379,46 @@ class ModelService:
             },
         }
 
-    async def add_external(self, body: dict[str, Any], actor: str) -> Model:
+    async def add_external(self, ask: ExternalRequest, actor: str) -> Model:
         """An OpenAI-compatible provider as a model: its keys sealed in the store."""
-        name = body.get("name")
-        base_url = body.get("base_url")
-        keys = body.get("keys")
-        try:
-            catalog.check_name(str(name or ""))
-        except CatalogError as exc:
-            raise _invalid(exc) from None
-        assert isinstance(name, str)
+        name = ask.name
         if name in self.models:
-            raise Refused(error(409, "exists", f"a model named {name!r} is already in the catalog"))
-        if not isinstance(base_url, str) or not _provider_url(base_url):
-            raise Refused(
-                error(
-                    400,
-                    "invalid",
-                    "base_url: an https:// URL (http:// only to this machine), like "
-                    "https://api.example.com/v1",
-                    field="base_url",
-                )
+            raise Refusal(
+                409, "exists", f"a model named {name!r} is already in the catalog", "name"
             )
-        if not isinstance(keys, list) or not keys:
-            raise Refused(error(400, "invalid", "keys: at least one key", field="keys"))
+        if not _provider_url(ask.base_url):
+            raise Refusal(
+                400,
+                "invalid",
+                "base_url: an https:// URL (http:// only to this machine), like "
+                "https://api.example.com/v1",
+                "base_url",
+            )
         sealed = []
-        for entry in keys:
-            secret = entry.get("key") if isinstance(entry, dict) else None
-            weight = entry.get("weight", 1.0) if isinstance(entry, dict) else None
-            if not isinstance(secret, str) or not secret.strip():
-                raise Refused(error(400, "invalid", "keys: each needs a key", field="keys"))
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or weight <= 0:
-                raise Refused(error(400, "invalid", "keys: a weight must be above 0", field="keys"))
+        for entry in ask.keys:
+            secret = entry.key.strip()
+            if not secret:
+                raise Refusal(400, "invalid", "keys: each needs a key", "keys")
             sealed.append(
                 {
-                    "sealed": pki.seal(self.cp.cluster_secret, secret.strip().encode()),
-                    "weight": float(weight),
+                    "sealed": pki.seal(self.cp.cluster_secret, secret.encode()),
+                    "weight": entry.weight,
                 }
             )
-        upstream = body.get("upstream_model")
         model = Model(
             name=name,
-            source=base_url,
+            source=ask.base_url,
             engine="external",
             profiles=(),
-            context=_int(body, "context", catalog.DEFAULT_CONTEXT) or catalog.DEFAULT_CONTEXT,
-            max_output=_int(body, "max_output"),
+            context=ask.context or catalog.DEFAULT_CONTEXT,
+            max_output=ask.max_output,
             external={
-                "base_url": base_url.rstrip("/"),
-                "upstream_model": str(upstream) if upstream else None,
+                "base_url": ask.base_url.rstrip("/"),
+                "upstream_model": ask.upstream_model or None,
                 "keys": sealed,
             },
         )
-        detail = f"{base_url}, {len(sealed)} key(s)"
+        detail = f"{ask.base_url}, {len(sealed)} key(s)"
         await self._save(model, Audit(actor, "model.external", name, detail))
         return model
 
@@ -484,71 +460,53 @@ class ModelService:
 
     # ------------------------------------------------------------------ changing
 
-    async def serve(self, body: dict[str, Any], actor: str) -> Model:
-        source = body.get("source")
-        if not isinstance(source, str) or not source:
-            raise Refused(error(400, "bad_request", "source is required", field="source"))
-        allow_pickle = bool(body.get("allow_pickle", False))
+    async def serve(self, ask: ServeRequest, actor: str) -> Model:
+        allow_pickle = ask.allow_pickle
         try:
-            source = catalog.check_source(source, allow_pickle)
-            name = catalog.check_name(str(body.get("name") or catalog.default_name(source)))
+            source = catalog.check_source(ask.source, allow_pickle)
+            name = catalog.check_name(ask.name or catalog.default_name(source))
         except CatalogError as exc:
             raise _invalid(exc) from None
         if name in self.models:
-            raise Refused(
-                error(
-                    409,
-                    "exists",
-                    f"a model named {name!r} is already in the catalog; change it with "
-                    f"`llmgw ctl model ...`, or give another --name",
-                    field="name",
-                )
+            raise Refusal(
+                409,
+                "exists",
+                f"a model named {name!r} is already in the catalog; change it with "
+                f"`llmgw ctl model ...`, or give another --name",
+                "name",
             )
-        engine = str(body.get("engine") or catalog.default_engine(source))
+        engine = ask.engine or catalog.default_engine(source)
         if engine not in RULES:
-            raise Refused(
-                error(
-                    400,
-                    "invalid",
-                    f"engine: unknown engine {engine!r}; llmgw runs {', '.join(sorted(RULES))}",
-                    field="engine",
-                )
+            raise Refusal(
+                400,
+                "invalid",
+                f"engine: unknown engine {engine!r}; llmgw runs {', '.join(sorted(RULES))}",
+                "engine",
             )
-        cards = _int(body, "gpus", 0) or 0
-        slots = _int(body, "slots", 1) or 1
-        memory = _int(body, "memory")
-        args = body.get("args") or []
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise Refused(error(400, "bad_request", "args must be a list of strings"))
-        selector = body.get("selector") or {}
-        if not isinstance(selector, dict):
-            raise Refused(error(400, "bad_request", "selector must be an object of labels"))
         shape, why = await self.shape(source, allow_pickle)
-        if shape is None and memory is None:
-            raise Refused(
-                error(
-                    400,
-                    "cannot_inspect",
-                    f"could not read the model's shape ({why}), so its memory cannot be "
-                    "estimated; give --memory (per replica, like 8GiB) to serve it anyway",
-                    field="source",
-                )
+        if shape is None and ask.memory is None:
+            raise Refusal(
+                400,
+                "cannot_inspect",
+                f"could not read the model's shape ({why}), so its memory cannot be "
+                "estimated; give --memory (per replica, like 8GiB) to serve it anyway",
+                "source",
             )
-        context = _int(body, "context") or catalog.default_context(
-            shape, self.largest_room(cards), slots
+        context = ask.context or catalog.default_context(
+            shape, self.largest_room(ask.gpus), ask.slots
         )
         profile = Profile(
-            name=str(body.get("profile") or "default"),
+            name=ask.profile or "default",
             engine=engine,
-            args=tuple(args),
-            cards=cards,
-            cpu_cores=_number(body, "cpu_cores"),
-            replicas=_int(body, "replicas", 1) or 0,
-            priority=_int(body, "priority", 0) or 0,
-            selector={str(k): str(v) for k, v in selector.items()},
-            role=str(body["role"]) if body.get("role") else None,
-            memory=memory or 0,
-            memory_set=memory is not None,
+            args=ask.args,
+            cards=ask.gpus,
+            cpu_cores=ask.cpu_cores,
+            replicas=ask.replicas,
+            priority=ask.priority,
+            selector=dict(ask.selector or {}),
+            role=ask.role,
+            memory=ask.memory or 0,
+            memory_set=ask.memory is not None,
         )
         model = Model(
             name=name,
@@ -556,10 +514,10 @@ class ModelService:
             engine=engine,
             profiles=(profile,),
             context=context,
-            slots=slots,
-            max_output=_int(body, "max_output"),
+            slots=ask.slots,
+            max_output=ask.max_output,
             allow_pickle=allow_pickle,
-            on_demand=bool(body.get("on_demand", False)),
+            on_demand=ask.on_demand,
         )
         try:
             model = catalog.check_model(model, shape)
@@ -605,13 +563,11 @@ class ModelService:
             found = model.profile(name)
             if found is None and not create:
                 known = ", ".join(p.name for p in model.profiles)
-                raise Refused(
-                    error(
-                        404,
-                        "not_found",
-                        f"{model.name} has no profile {name!r} (it has {known})",
-                        field="profile",
-                    )
+                raise Refusal(
+                    404,
+                    "not_found",
+                    f"{model.name} has no profile {name!r} (it has {known})",
+                    "profile",
                 )
             if found is None:
                 try:
@@ -629,12 +585,11 @@ class ModelService:
         if len(model.profiles) == 1:
             return model.profiles[0]
         known = ", ".join(p.name for p in model.profiles)
-        raise Refused(
-            error(
-                400,
-                "bad_request",
-                f"{model.name} has several profiles ({known}); name one with --profile",
-            )
+        raise Refusal(
+            400,
+            "bad_request",
+            f"{model.name} has several profiles ({known}); name one with --profile",
+            "profile",
         )
 
     async def remove(self, model: Model, with_files: bool, actor: str) -> None:
@@ -675,206 +630,3 @@ class ModelService:
                         )
             except (TimeoutError, ConnectionError) as exc:
                 log.warning("could not remove %s from %s: %s", source, view.id, exc)
-
-
-def routes(cp: ControlPlane, service: ModelService) -> list[Route]:
-    def actor(request: Request) -> str:
-        host = request.client.host if request.client else "?"
-        return f"admin@{host}"
-
-    def found(request: Request) -> Model:
-        name = request.path_params["name"]
-        model = service.models.get(name)
-        if model is None:
-            raise Refused(
-                error(404, "not_found", f"no model {name!r} in the catalog; see `llmgw ctl models`")
-            )
-        return model
-
-    def guarded(
-        handler: Callable[[Request], Awaitable[Response]],
-    ) -> Callable[[Request], Awaitable[Response]]:
-        async def run(request: Request) -> Response:
-            if not cp.authorised(request):
-                return unauthorised()
-            try:
-                return await handler(request)
-            except Refused as exc:
-                return exc.answer
-
-        return run
-
-    async def body_of(request: Request) -> dict[str, Any]:
-        body = await json_body(request)
-        if isinstance(body, JSONResponse):
-            raise Refused(body)
-        return body
-
-    async def external(request: Request) -> Response:
-        model = await service.add_external(await body_of(request), actor(request))
-        return JSONResponse(service.model_json(model), status_code=201)
-
-    async def list_models(request: Request) -> Response:
-        return JSONResponse([service.model_json(m) for _, m in sorted(service.models.items())])
-
-    async def serve(request: Request) -> Response:
-        model = await service.serve(await body_of(request), actor(request))
-        return JSONResponse(service.model_json(model), status_code=201)
-
-    async def show(request: Request) -> Response:
-        return JSONResponse(service.model_json(found(request)))
-
-    async def remove(request: Request) -> Response:
-        model = found(request)
-        with_files = request.query_params.get("with_files") in ("1", "true")
-        await service.remove(model, with_files, actor(request))
-        return JSONResponse({"name": model.name, "removed": True, "with_files": with_files})
-
-    async def stop(request: Request) -> Response:
-        model = found(request)
-        changed = await service.change(
-            model, replace(model, stopped=True), actor(request), "model.stop", ""
-        )
-        return JSONResponse(service.model_json(changed))
-
-    async def start(request: Request) -> Response:
-        model = found(request)
-        service.reconciler.forget_failures(model.name)
-        if model.on_demand:
-            service.reconciler.want(model.name)
-        changed = await service.change(
-            model, replace(model, stopped=False, parked=None), actor(request), "model.start", ""
-        )
-        return JSONResponse(service.model_json(changed))
-
-    async def restart(request: Request) -> Response:
-        model = found(request)
-        body = await body_of(request) if await request.body() else {}
-        changed = replace(
-            model, restart=model.restart + 1, in_place=bool(body.get("in_place", False))
-        )
-        changed = await service.change(
-            model, changed, actor(request), "model.restart", "", replace_running=True
-        )
-        return JSONResponse(service.model_json(changed))
-
-    async def context(request: Request) -> Response:
-        model = found(request)
-        body = await body_of(request)
-        tokens = _int(body, "context")
-        slots = _int(body, "slots")
-        max_output = _int(body, "max_output")
-        if tokens is None and slots is None and max_output is None:
-            raise Refused(error(400, "bad_request", "give context, slots or max_output"))
-        changed = replace(
-            model,
-            context=tokens or model.context,
-            slots=slots or model.slots,
-            max_output=max_output if max_output is not None else model.max_output,
-            in_place=bool(body.get("in_place", False)),
-        )
-        if changed.max_output is not None and changed.max_output > changed.context:
-            if max_output is None:
-                changed = replace(changed, max_output=changed.context)
-        detail = (
-            f"context {changed.context}, slots {changed.slots}, max_output {changed.max_output}"
-        )
-        changed = await service.change(model, changed, actor(request), "model.context", detail)
-        return JSONResponse(service.model_json(changed))
-
-    async def gpus(request: Request) -> Response:
-        model = found(request)
-        body = await body_of(request)
-        count = _int(body, "gpus")
-        if count is None or count < 0:
-            raise Refused(error(400, "bad_request", "gpus: give a number of cards (0 for CPU)"))
-        profile = service.pick_profile(model, body.get("profile"))
-        new = replace(profile, cards=count)
-        if not profile.memory_set:
-            new = replace(new, memory=0)
-        changed = replace(
-            model,
-            profiles=tuple(new if p.name == profile.name else p for p in model.profiles),
-            in_place=bool(body.get("in_place", False)),
-        )
-        detail = f"profile {profile.name}: {profile.cards} -> {count} card(s)"
-        changed = await service.change(model, changed, actor(request), "model.gpus", detail)
-        return JSONResponse(service.model_json(changed))
-
-    async def replicas(request: Request) -> Response:
-        model = found(request)
-        body = await body_of(request)
-        count = _int(body, "replicas")
-        if count is None or count < 0:
-            raise Refused(error(400, "bad_request", "replicas: give 0 or more"))
-        profile = service.pick_profile(model, body.get("profile"), create=True)
-        new = replace(profile, replicas=count)
-        names = [p.name for p in model.profiles]
-        if profile.name in names:
-            profiles = tuple(new if p.name == profile.name else p for p in model.profiles)
-        else:
-            profiles = (*model.profiles, new)
-        changed = replace(model, profiles=profiles)
-        detail = f"profile {profile.name}: {profile.replicas} -> {count}"
-        changed = await service.change(model, changed, actor(request), "model.replicas", detail)
-        return JSONResponse(service.model_json(changed))
-
-    async def explain(request: Request) -> Response:
-        return JSONResponse(service.explain(found(request)))
-
-    async def demand(request: Request) -> Response:
-        model = found(request)
-        service.reconciler.want(model.name)
-        service.wake()
-        return JSONResponse({"name": model.name, "on_demand": model.on_demand})
-
-    async def schedule(request: Request) -> Response:
-        node_id = request.path_params["node_id"]
-        action = request.url.path.rsplit("/", 1)[1]
-        view = cp.registry.nodes.get(node_id)
-        if view is None:
-            raise Refused(error(404, "not_found", f"no node {node_id!r}; see `llmgw ctl nodes`"))
-        labels = dict(view.labels)
-        if action == "cordon":
-            cordoned, draining = True, view.draining
-        elif action == "uncordon":
-            cordoned, draining = False, False
-        elif action == "drain":
-            cordoned, draining = True, True
-        elif action == "labels":
-            body = await body_of(request)
-            for key, value in (body.get("set") or {}).items():
-                if not catalog.LABEL.match(str(key)) or not catalog.LABEL.match(str(value)):
-                    raise Refused(error(400, "bad_request", f"{key}={value} is not a label"))
-                labels[str(key)] = str(value)
-            for key in body.get("remove") or []:
-                labels.pop(str(key), None)
-            cordoned, draining = view.cordoned, view.draining
-        else:
-            raise Refused(error(404, "not_found", f"no node action {action!r}"))
-        await cp.store.set_node_scheduling(
-            node_id, cordoned, draining, labels, Audit(actor(request), f"node.{action}", node_id)
-        )
-        view.cordoned, view.draining, view.labels = cordoned, draining, labels
-        service.wake()
-        return JSONResponse(view.as_json())
-
-    return [
-        Route("/api/v1/models", guarded(list_models)),
-        Route("/api/v1/models", guarded(serve), methods=["POST"]),
-        Route("/api/v1/models/external", guarded(external), methods=["POST"]),
-        Route("/api/v1/models/{name}", guarded(show)),
-        Route("/api/v1/models/{name}", guarded(remove), methods=["DELETE"]),
-        Route("/api/v1/models/{name}/stop", guarded(stop), methods=["POST"]),
-        Route("/api/v1/models/{name}/start", guarded(start), methods=["POST"]),
-        Route("/api/v1/models/{name}/restart", guarded(restart), methods=["POST"]),
-        Route("/api/v1/models/{name}/context", guarded(context), methods=["POST"]),
-        Route("/api/v1/models/{name}/gpus", guarded(gpus), methods=["POST"]),
-        Route("/api/v1/models/{name}/replicas", guarded(replicas), methods=["POST"]),
-        Route("/api/v1/models/{name}/explain", guarded(explain)),
-        Route("/api/v1/models/{name}/demand", guarded(demand), methods=["POST"]),
-        *(
-            Route(f"/api/v1/nodes/{{node_id}}/{action}", guarded(schedule), methods=["POST"])
-            for action in ("cordon", "uncordon", "drain", "labels")
-        ),
-    ]

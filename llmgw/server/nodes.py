@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmgw.server.store import Store
+from llmgw.server.store import Store, StoreUnavailable
 from llmgw.wire import Heartbeat, Register
 from llmgw.wire.messages import (
     DownloadProgress,
@@ -289,6 +289,8 @@ class NodeRegistry:
             self.sweep()
             try:
                 await self.flush()
+            except StoreUnavailable:
+                pass  # said once by the store; kept and written when it can be
             except Exception:
                 log.exception("could not write node states; will retry")
             try:

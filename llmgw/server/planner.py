@@ -5,7 +5,8 @@ where it is (here, or by a node that has it), a hub repository from its listing 
 first bytes of its GGUF header (HTTP Range), a safetensors repository from its
 config.json and the listed sizes. ``plan`` turns a shape and the nodes' latest figures
 into memory per replica and per card, a verdict per node with its reasons, and the
-CPU speed from each node's measured memory read rate. ``GET /api/v1/plan`` serves it.
+CPU speed from each node's measured memory read rate. ``GET /api/v1/plan`` serves it
+(``api/plan.py``).
 """
 
 from __future__ import annotations
@@ -16,10 +17,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from llmgw import enginerules
 from llmgw.hub import HubClient, HubError, HubFile, NetworkError, is_gguf, select_files
@@ -45,7 +42,6 @@ from llmgw.modelplan import (
     shape_from_config,
     slow_warning,
 )
-from llmgw.server.responses import error, unauthorised
 from llmgw.sources import (
     PickleRefused,
     Source,
@@ -57,7 +53,7 @@ from llmgw.sources import (
 )
 
 if TYPE_CHECKING:
-    from llmgw.server.controlplane import ControlPlane
+    from llmgw.server.nodes import NodeRegistry
 
 log = logging.getLogger("llmgw.planner")
 
@@ -616,11 +612,11 @@ def plan(
 # ---------------------------------------------------------------------------- wiring
 
 
-def make_inspector(cp: ControlPlane) -> Inspector:
+def make_inspector(registry: NodeRegistry) -> Inspector:
     """An Inspector whose nodes are asked through their streams (``weights.inspect``)."""
 
     async def ask_one(node_id: str, source: str) -> dict[str, Any] | None:
-        view = cp.registry.nodes.get(node_id)
+        view = registry.nodes.get(node_id)
         if view is None or view.session is None:
             return None
         try:
@@ -635,61 +631,8 @@ def make_inspector(cp: ControlPlane) -> Inspector:
         return None
 
     async def ask_node(source: str) -> dict[str, Any] | None:
-        ids = sorted(i for i, v in cp.registry.nodes.items() if v.session is not None)
+        ids = sorted(i for i, v in registry.nodes.items() if v.session is not None)
         answers = await asyncio.gather(*(ask_one(i, source) for i in ids))
         return next((a for a in answers if a is not None), None)
 
     return Inspector(ask_node=ask_node)
-
-
-def _int_param(request: Request, name: str) -> int | None:
-    value = request.query_params.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise PlanError(f"{name} must be a whole number, not {value!r}") from None
-
-
-def routes(cp: ControlPlane) -> list[Route]:
-    """``GET /api/v1/plan``; uses ``cp.inspector`` when the control plane has one."""
-    own: list[Inspector] = []
-
-    def inspector() -> Inspector:
-        wired = getattr(cp, "inspector", None)
-        if isinstance(wired, Inspector):
-            return wired
-        if not own:
-            own.append(make_inspector(cp))
-        return own[0]
-
-    async def get_plan(request: Request) -> Response:
-        if not cp.authorised(request):
-            return unauthorised()
-        source = request.query_params.get("source")
-        if not source:
-            return error(400, "bad_request", "name a source: /api/v1/plan?source=hf:ORG/REPO")
-        allow_pickle = request.query_params.get("allow_pickle", "") in ("1", "true", "yes")
-        try:
-            context = _int_param(request, "context")
-            slots = _int_param(request, "slots")
-            gpus = _int_param(request, "gpus")
-            cpu_cores = _int_param(request, "cpu_cores")
-            inspection = await inspector().inspect(source, allow_pickle=allow_pickle)
-            nodes = [v.as_json() for v in cp.registry.nodes.values()]
-            return JSONResponse(
-                plan(
-                    inspection,
-                    nodes,
-                    context=context,
-                    slots=1 if slots is None else slots,
-                    cards=gpus,
-                    cpu_cores=cpu_cores,
-                    engine=request.query_params.get("engine") or None,
-                )
-            )
-        except PlanError as exc:
-            return error(400, "plan_refused", str(exc))
-
-    return [Route("/api/v1/plan", get_plan)]

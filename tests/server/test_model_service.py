@@ -11,9 +11,12 @@ import pytest
 
 from llmgw.config import SchedulingConfig
 from llmgw.modelplan import ModelShape
-from llmgw.server.models import ModelService, Refused
+from llmgw.server.models import ModelService
 from llmgw.server.nodes import NodeView
 from llmgw.server.planner import PickledWeights
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import ServeRequest
+from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
 
 GIB = 1024**3
@@ -67,18 +70,21 @@ async def service(tmp_path: Path) -> AsyncIterator[ModelService]:
         await store.close()
 
 
-async def refusal(service: ModelService, body: dict[str, Any]) -> dict[str, Any]:
-    with pytest.raises(Refused) as refused:
-        await service.serve(body, "admin@test")
-    import json
+def serve(service: ModelService, body: dict[str, Any]) -> Any:
+    """``serve`` as the admin API calls it: the body read into its type first."""
+    return service.serve(read(ServeRequest, body), "admin@test")
 
-    answer: dict[str, Any] = json.loads(bytes(refused.value.answer.body))["error"]
-    answer["status"] = refused.value.answer.status_code
+
+async def refusal(service: ModelService, body: dict[str, Any]) -> dict[str, Any]:
+    with pytest.raises(Refusal) as refused:
+        await serve(service, body)
+    answer: dict[str, Any] = refused.value.as_json()["error"]
+    answer["status"] = refused.value.status
     return answer
 
 
 async def test_serve_keeps_the_model_with_its_figures_and_audits(service: ModelService) -> None:
-    model = await service.serve({"source": "hf:org/repo:Q4_K_M", "replicas": 2}, "admin@test")
+    model = await serve(service, {"source": "hf:org/repo:Q4_K_M", "replicas": 2})
     assert model.name == "repo-q4_k_m" and model.engine == "llama.cpp"
     # Trained for 8192, and that fits the 16 GiB node beside 2 GiB of weights.
     assert model.context == 8192
@@ -96,14 +102,14 @@ async def test_pickles_are_refused_even_with_memory_given(service: ModelService)
     )
     assert answer["status"] == 400 and answer["field"] == "source"
     assert "pickle" in answer["message"]
-    model = await service.serve(
+    model = await serve(
+        service,
         {
             "source": "hf:org/pickled",
             "memory": 4 * GIB,
             "allow_pickle": True,
             "engine": "llama.cpp",
         },
-        "admin@test",
     )
     assert model.allow_pickle
 
@@ -112,8 +118,8 @@ async def test_an_unreadable_shape_needs_memory(service: ModelService) -> None:
     answer = await refusal(service, {"source": "hf:org/unreadable"})
     assert answer["type"] == "cannot_inspect" and "--memory" in answer["message"]
     assert "the hub did not answer" in answer["message"]
-    model = await service.serve(
-        {"source": "hf:org/unreadable", "memory": GIB, "engine": "llama.cpp"}, "admin@test"
+    model = await serve(
+        service, {"source": "hf:org/unreadable", "memory": GIB, "engine": "llama.cpp"}
     )
     assert model.profiles[0].memory == GIB and model.context == 4096
 
@@ -121,7 +127,7 @@ async def test_an_unreadable_shape_needs_memory(service: ModelService) -> None:
 async def test_a_second_model_of_the_same_name_and_one_too_big_are_refused(
     service: ModelService,
 ) -> None:
-    await service.serve({"source": "hf:org/repo:Q4_K_M", "name": "m"}, "admin@test")
+    await serve(service, {"source": "hf:org/repo:Q4_K_M", "name": "m"})
     answer = await refusal(service, {"source": "hf:org/other:Q4_K_M", "name": "m"})
     assert answer["status"] == 409 and answer["type"] == "exists"
     answer = await refusal(service, {"source": "hf:org/big:Q8_0", "memory": 64 * GIB})

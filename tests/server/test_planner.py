@@ -10,11 +10,11 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from starlette.applications import Starlette
-from starlette.requests import Request
 
 from llmgw.modelfiles import NeedMore, gguf_header_length, shape_from_gguf_prefix
 from llmgw.modelplan import GiB, ModelShape, cpu_tokens_per_second, read_gguf_header
+from llmgw.server.api import Gate, build_app
+from llmgw.server.api.plan import routes as plan_routes
 from llmgw.server.nodes import NodeRegistry, NodeView
 from llmgw.server.planner import (
     Inspection,
@@ -22,7 +22,6 @@ from llmgw.server.planner import (
     PickledWeights,
     PlanError,
     plan,
-    routes,
 )
 from llmgw.wire.messages import Heartbeat
 from tests.agent.weights.weights_fakehub import FakeHub, Served, start_hub
@@ -355,23 +354,15 @@ def test_heartbeat_keeps_memory_read_rates() -> None:
 # ------------------------------------------------------------------------ the route
 
 
-class FakeControlPlane:
-    def __init__(self, nodes: dict[str, NodeView]) -> None:
-        self.registry = NodeRegistry(cast(Any, None), 5.0, 3)
-        self.registry.nodes.update(nodes)
-        self.inspector = Inspector(environ={})
-
-    def authorised(self, request: Request) -> bool:
-        return request.headers.get("authorization") == "Bearer secret"
-
-
 async def test_plan_route(tiny: Path) -> None:
     view = NodeView(id="n1", cert_serial=1, state="Ready")
     view.facts = {"memory_available": 8 * GiB, "cpu_count": 4}
     view.live = {"memory_read_gbs": 10.0, "memory_read_one_core_gbs": 5.0}
     view.session = cast(Any, object())  # connected
-    cp = FakeControlPlane({"n1": view})
-    app = Starlette(routes=routes(cast(Any, cp)))
+    registry = NodeRegistry(cast(Any, None), 5.0, 3)
+    registry.nodes["n1"] = view
+    inspector = Inspector(environ={})
+    app = build_app(plan_routes(inspector, registry), Gate("secret".__eq__), body_timeout=10)
     transport = httpx.ASGITransport(app=app)
     auth = {"authorization": "Bearer secret"}
     async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
@@ -393,4 +384,4 @@ async def test_plan_route(tiny: Path) -> None:
         assert past.status_code == 400 and "trained context" in past.json()["error"]["message"]
         missing = await client.get("/api/v1/plan", headers=auth)
         assert missing.status_code == 400
-    await cp.inspector.close()
+    await inspector.close()

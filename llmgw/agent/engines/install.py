@@ -59,8 +59,8 @@ ASSETS: Mapping[str, str] = {
     "cuda": "llama-{tag}-bin-ubuntu-cuda-{cuda}-{arch}.tar.gz",
 }
 _ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
-_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
-_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}\Z")
+_TAG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 # Unpacked trees take up to about twice the archive; keep room for that and the archive.
 DISK_FACTOR = 3
 REPORT_EVERY = 2.0

@@ -13,6 +13,8 @@ from llmgw.server.store.base import (
     NodeRecord,
     Store,
     StoreError,
+    StoreUnavailable,
+    Writability,
 )
 from llmgw.server.store.sqlite import SQLiteStore
 
@@ -25,6 +27,8 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "StoreError",
+    "StoreUnavailable",
+    "Writability",
     "open_store",
 ]
 

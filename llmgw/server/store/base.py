@@ -7,6 +7,7 @@ Patroni can stand in for SQLite without the callers knowing.
 from __future__ import annotations
 
 import abc
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,19 @@ class Audit:
 
 class StoreError(RuntimeError):
     """The store cannot do what was asked."""
+
+
+@dataclass(frozen=True)
+class Writability:
+    """Whether the store takes writes now, and if not, why and the fix, in words."""
+
+    ok: bool
+    problem: str = ""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be written now (an unwritable file, a full disk, a lock held
+    elsewhere): the message says what and how to fix it. Nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +96,15 @@ class JoinTokenRecord:
 class Store(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    # Every write raises StoreUnavailable when the store itself refuses it (nothing is
+    # changed then); ``writable`` says so until a write works again, which ``watch``
+    # tries on its own while the control plane runs.
+    @abc.abstractmethod
+    def writable(self) -> Writability: ...
+
+    @abc.abstractmethod
+    async def watch(self, stop: asyncio.Event) -> None: ...
 
     # settings
     @abc.abstractmethod

@@ -1,12 +1,25 @@
-"""The SQLite backend: one connection, WAL, numbered migrations run at open."""
+"""The SQLite backend: one connection, numbered migrations run at open.
+
+The journal is a rollback journal (``TRUNCATE``), not WAL. WAL keeps its index in a
+memory-mapped ``-shm`` file: when that file cannot be written (made immutable, or its
+disk failing), the process dies of SIGBUS on the next write. With a rollback journal a
+store that cannot be written fails each write with an error, reads go on, and the
+control plane says so (``writable()``), keeps serving from memory, and recovers by
+itself when the store can be written again (``watch``). Writes are few and batched
+(node states once a second, usage every two), so WAL's speed is not missed.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -18,7 +31,18 @@ from llmgw.server.store.base import (
     NodeRecord,
     Store,
     StoreError,
+    StoreUnavailable,
+    Writability,
 )
+
+log = logging.getLogger("llmgw.store")
+T = TypeVar("T")
+# How often a store that cannot be written is tried again.
+RETRY = 2.0
+# SQLite's words for "this store cannot be written now", by the error's first name.
+_FULL = ("SQLITE_FULL",)
+_LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")
+_UNWRITABLE = ("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_PERM")
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -36,6 +60,8 @@ class SQLiteStore(Store):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
+        self._problem = ""
+        self._read_only = False
 
     @property
     def db(self) -> aiosqlite.Connection:
@@ -44,13 +70,134 @@ class SQLiteStore(Store):
         return self._db
 
     async def open(self) -> None:
+        """Open and migrate; a store that exists but cannot be written is opened to be
+        read, and said to be unwritable until ``watch`` finds it writable."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = await aiosqlite.connect(self.path)
-        self._db.row_factory = aiosqlite.Row
-        await self._db.execute("PRAGMA journal_mode=WAL")
-        await self._db.execute("PRAGMA synchronous=NORMAL")
-        await self._db.execute("PRAGMA busy_timeout=5000")
-        await self._migrate()
+        try:
+            self._db = await self._connect()
+            await self._migrate()
+        except (sqlite3.Error, StoreError) as exc:
+            if not self.path.exists():
+                raise StoreError(f"the store {self.path} cannot be created: {exc}") from exc
+            if self._db is not None:
+                await self._db.close()
+                self._db = None
+            self._db = await self._connect(read_only=True)
+            pending = [n for n, _ in migrations() if n not in await self._applied()]
+            if pending:
+                raise StoreError(
+                    f"the store {self.path} cannot be written ({exc}) and needs migrating "
+                    f"to this version (migrations {pending}); make it writable and start again"
+                ) from exc
+            self._problem = self._words(exc)
+            log.error("the store cannot be written; serving from what it holds: %s", self._problem)
+
+    async def _connect(self, read_only: bool = False) -> aiosqlite.Connection:
+        if read_only:
+            # immutable: read without the locks and journal a read-only file cannot take.
+            db = await aiosqlite.connect(f"file:{self.path}?immutable=1", uri=True)
+        else:
+            db = await aiosqlite.connect(self.path)
+        db.row_factory = aiosqlite.Row
+        if not read_only:
+            await db.execute("PRAGMA busy_timeout=5000")
+            await db.execute("PRAGMA journal_mode=TRUNCATE")
+            await db.execute("PRAGMA synchronous=NORMAL")
+        self._read_only = read_only
+        return db
+
+    async def _applied(self) -> set[int]:
+        try:
+            async with self.db.execute("SELECT version FROM schema_migrations") as cur:
+                return {int(row[0]) for row in await cur.fetchall()}
+        except sqlite3.OperationalError:
+            return set()
+
+    # --------------------------------------------------------- can it be written
+
+    def writable(self) -> Writability:
+        return Writability(not self._problem, self._problem)
+
+    def _words(self, exc: BaseException) -> str:
+        name = str(getattr(exc, "sqlite_errorname", "") or "")
+        where = self.path
+        if name.startswith(_FULL):
+            return f"the disk holding {where} is full ({exc}): free space there"
+        if name.startswith(_LOCKED):
+            return (
+                f"{where} is locked by another process ({exc}): is a second control plane "
+                "or a sqlite3 shell holding it?"
+            )
+        return (
+            f"{where} cannot be written ({exc}): let the control plane's user write it and "
+            "its directory (ls -l; lsattr, chattr -i), and check the disk (dmesg)"
+        )
+
+    def _storage_error(self, exc: sqlite3.Error) -> bool:
+        name = str(getattr(exc, "sqlite_errorname", "") or "")
+        return self._read_only or name.startswith((*_FULL, *_LOCKED, *_UNWRITABLE))
+
+    async def _write(self, work: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """One change in one transaction: committed whole, or undone and, when the store
+        itself refused, ``StoreUnavailable`` saying why and what to do."""
+        db = self.db
+        try:
+            result = await work(db)
+            await db.commit()
+        except sqlite3.Error as exc:
+            try:
+                await db.rollback()
+            except sqlite3.Error:
+                pass
+            if not self._storage_error(exc):
+                raise
+            problem = self._words(exc)
+            if problem != self._problem:
+                log.error("the store cannot be written: %s", problem)
+            self._problem = problem
+            raise StoreUnavailable(problem) from exc
+        if self._problem:
+            log.warning("the store can be written again")
+            self._problem = ""
+        return result
+
+    async def check_writable(self) -> bool:
+        """Try a write (opening the store again if it was opened read-only)."""
+        if self._read_only:
+            try:
+                db = await self._connect()
+            except sqlite3.Error:
+                return False
+            old, self._db = self._db, db
+            if old is not None:
+                await old.close()
+            try:
+                await self._migrate()
+            except StoreError:
+                return False
+
+        async def touch(db: aiosqlite.Connection) -> None:
+            await db.execute(
+                "INSERT INTO settings (key, value) VALUES ('store.checked_at', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(time.time()),),
+            )
+
+        try:
+            await self._write(touch)
+        except StoreUnavailable:
+            return False
+        return True
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """While the store cannot be written, try it again every RETRY seconds."""
+        while not stop.is_set():
+            if self._problem:
+                await self.check_writable()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=RETRY)
+            except TimeoutError:
+                pass
 
     async def _migrate(self) -> None:
         db = self.db
@@ -72,6 +219,21 @@ class SQLiteStore(Store):
                 await db.rollback()
                 raise StoreError(f"migration {number:04d} failed: {exc}") from exc
 
+    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+        """One statement as one change; the rows it touched."""
+
+        async def work(db: aiosqlite.Connection) -> int:
+            cur = await db.execute(sql, params)
+            return int(cur.rowcount)
+
+        return await self._write(work)
+
+    async def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        async def work(db: aiosqlite.Connection) -> None:
+            await db.executemany(sql, rows)
+
+        await self._write(work)
+
     async def close(self) -> None:
         if self._db is not None:
             await self._db.close()
@@ -83,26 +245,24 @@ class SQLiteStore(Store):
         return None if row is None else str(row[0])
 
     async def put_setting(self, key: str, value: str) -> None:
-        await self.db.execute(
+        await self._execute(
             "INSERT INTO settings (key, value) VALUES (?, ?) "
             "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (key, value),
         )
-        await self.db.commit()
 
     async def add_admin_token(self, token_id: str, token_hash: str) -> None:
-        await self.db.execute(
+        await self._execute(
             "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES (?, ?, ?)",
             (token_id, token_hash, time.time()),
         )
-        await self.db.commit()
 
     async def admin_token_hashes(self) -> list[str]:
         async with self.db.execute("SELECT token_hash FROM admin_tokens") as cur:
             return [str(r[0]) for r in await cur.fetchall()]
 
     async def add_join_token(self, record: JoinTokenRecord) -> None:
-        await self.db.execute(
+        await self._execute(
             "INSERT INTO join_tokens (id, secret_sealed, created_at, expires_at, created_by) "
             "VALUES (?, ?, ?, ?, ?)",
             (
@@ -113,7 +273,6 @@ class SQLiteStore(Store):
                 record.created_by,
             ),
         )
-        await self.db.commit()
 
     async def get_join_token(self, token_id: str) -> JoinTokenRecord | None:
         async with self.db.execute("SELECT * FROM join_tokens WHERE id = ?", (token_id,)) as cur:
@@ -123,22 +282,20 @@ class SQLiteStore(Store):
         return JoinTokenRecord(**dict(row))
 
     async def use_join_token(self, token_id: str, node_id: str, at: float) -> bool:
-        cur = await self.db.execute(
+        touched = await self._execute(
             "UPDATE join_tokens SET used_at = ?, used_by = ? WHERE id = ? AND used_at IS NULL",
             (at, node_id, token_id),
         )
-        await self.db.commit()
-        return cur.rowcount == 1
+        return touched == 1
 
     async def enroll_node(self, node_id: str, cert_serial: str, at: float) -> None:
-        await self.db.execute(
+        await self._execute(
             "INSERT INTO nodes (id, state, state_reason, cert_serial, enrolled_at) "
             "VALUES (?, 'NotReady', 'enrolled, not yet connected', ?, ?) "
             "ON CONFLICT(id) DO UPDATE SET cert_serial = excluded.cert_serial, "
             "enrolled_at = excluded.enrolled_at",
             (node_id, cert_serial, at),
         )
-        await self.db.commit()
 
     @staticmethod
     def _node(row: aiosqlite.Row) -> NodeRecord:
@@ -163,7 +320,7 @@ class SQLiteStore(Store):
     ) -> None:
         if not records:
             return
-        await self.db.executemany(
+        await self._execute_many(
             "UPDATE nodes SET address = ?, version = ?, facts = ?, registered_at = ?, "
             "last_seen = ?, state = 'Ready', state_reason = '' WHERE id = ?",
             [
@@ -171,35 +328,32 @@ class SQLiteStore(Store):
                 for node_id, address, version, facts, at in records
             ],
         )
-        await self.db.commit()
 
     async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:
         if not changes:
             return
-        await self.db.executemany(
+        await self._execute_many(
             "UPDATE nodes SET state = ?, state_reason = ?, "
             "last_seen = COALESCE(?, last_seen) WHERE id = ?",
             [(state, reason, seen, node_id) for node_id, state, reason, seen in changes],
         )
-        await self.db.commit()
 
     async def _audited(
         self, sql: str, params: tuple[Any, ...], audit: Audit, *, if_changed: bool = False
     ) -> int:
         """One change and its audit entry in one transaction; the rows it touched.
         With ``if_changed`` a change that touched nothing is not audited."""
-        try:
-            cur = await self.db.execute(sql, params)
+
+        async def work(db: aiosqlite.Connection) -> int:
+            cur = await db.execute(sql, params)
             if cur.rowcount or not if_changed:
-                await self.db.execute(
+                await db.execute(
                     "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
                     (time.time(), audit.actor, audit.action, audit.target, audit.detail),
                 )
-            await self.db.commit()
-        except Exception:
-            await self.db.rollback()
-            raise
-        return int(cur.rowcount)
+            return int(cur.rowcount)
+
+        return await self._write(work)
 
     async def set_node_scheduling(
         self, node_id: str, cordoned: bool, draining: bool, labels: dict[str, str], audit: Audit
@@ -267,7 +421,7 @@ class SQLiteStore(Store):
     async def add_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
         if not rows:
             return
-        await self.db.executemany(
+        await self._execute_many(
             "INSERT INTO usage (day, key_id, model, replica, requests, prompt_tokens, "
             "completion_tokens) VALUES (?, ?, ?, ?, ?, ?, ?) "
             "ON CONFLICT(day, key_id, model, replica) DO UPDATE SET "
@@ -276,7 +430,6 @@ class SQLiteStore(Store):
             "completion_tokens = completion_tokens + excluded.completion_tokens",
             rows,
         )
-        await self.db.commit()
 
     async def usage(self, since_day: str) -> list[dict[str, Any]]:
         async with self.db.execute(
@@ -286,11 +439,10 @@ class SQLiteStore(Store):
             return [dict(r) for r in await cur.fetchall()]
 
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
-        await self.db.execute(
+        await self._execute(
             "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
             (time.time(), actor, action, target, detail),
         )
-        await self.db.commit()
 
     async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
         async with self.db.execute("SELECT * FROM audit ORDER BY id DESC LIMIT ?", (limit,)) as cur:

@@ -23,8 +23,10 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
+    504: "timeout_error",
 }
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(.*)$")
 
@@ -87,6 +89,9 @@ class Metrics:
         inflight: dict[tuple[str, str], int],
         prefix_hits: dict[str, int],
         engines: Iterable[str] = (),
+        failures: dict[tuple[str, str], int] | None = None,
+        breaker_opens: dict[tuple[str, str], int] | None = None,
+        vouched: dict[tuple[str, str], int] | None = None,
     ) -> str:
         out: list[str] = []
 
@@ -125,6 +130,32 @@ class Metrics:
         )
         for model, n in sorted(prefix_hits.items()):
             out.append(f'llmgw_router_prefix_hits_total{{model="{_esc(model)}"}} {n}')
+        per_replica = (
+            (
+                "llmgw_replica_failures_total",
+                "counter",
+                "Failures of a replica itself (refused, reset, connect timeout, 5xx to a "
+                "checked request); never an answer about the request.",
+                failures,
+            ),
+            (
+                "llmgw_replica_breaker_opens_total",
+                "counter",
+                "Times a replica's breaker opened after failures in a row.",
+                breaker_opens,
+            ),
+            (
+                "llmgw_replica_vouched_by_probe",
+                "gauge",
+                "1 while a replica is routed to on the control plane's own probe because "
+                "its node's agent is silent.",
+                vouched,
+            ),
+        )
+        for name, kind, text, counts in per_replica:
+            family(name, kind, text)
+            for (model, replica), n in sorted((counts or {}).items()):
+                out.append(f'{name}{{model="{_esc(model)}",replica="{_esc(replica)}"}} {n}')
         out.extend(engines)
         return "\n".join(out) + "\n"
 

@@ -1,4 +1,5 @@
-"""Replicas as the admin API shows them, and the direct shard controls of the nodes.
+"""Replicas and nodes as the admin API shows them, the direct shard controls, logs and
+weights.
 
 The catalog's replicas are started by the reconciler; beside them an operator (or a
 test) may start a shard on a named node by hand with ``POST /api/v1/nodes/{id}/shards``
@@ -9,23 +10,28 @@ engine key, derived from the cluster secret and the replica id, and sends StartS
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
+from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import StreamingResponse
 
 from llmgw import pki
-from llmgw.server.responses import error, json_body, unauthorised
-from llmgw.wire.messages import MessageError, ShardSpec, StartShard, StopShard, from_map
+from llmgw.server.api.routing import Call, Op
+from llmgw.server.models import ModelService
+from llmgw.server.nodes import NodeRegistry, NodeView
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import (
+    CollectRequest,
+    LogsQuery,
+    StartShardRequest,
+    WeightsQuery,
+)
+from llmgw.server.store import Store
+from llmgw.wire.messages import ShardSpec, StartShard, StopShard
 
-if TYPE_CHECKING:
-    from llmgw.server.controlplane import ControlPlane
-    from llmgw.server.nodes import NodeView
-
-REPLICA_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$")
+LIST = {"type": "array", "items": {"type": "object"}}
+NODE = {"type": "object", "required": ["id", "state"]}
 
 
 def replica_rows(nodes: list[NodeView]) -> list[dict[str, Any]]:
@@ -64,16 +70,23 @@ def replica_rows(nodes: list[NodeView]) -> list[dict[str, Any]]:
     return rows
 
 
-def routes(cp: ControlPlane) -> list[Route]:
-    def node_or_error(request: Request) -> NodeView | JSONResponse:
-        if not cp.authorised(request):
-            return unauthorised()
-        node_id = request.path_params["node_id"]
-        view = cp.registry.nodes.get(node_id)
+def routes(
+    nodes: NodeRegistry,
+    models: ModelService,
+    store: Store,
+    secret: bytes,
+    wanted_sources: Callable[[], set[str]],
+) -> list[Op]:
+    def node(node_id: str) -> NodeView:
+        view = nodes.nodes.get(node_id)
         if view is None:
-            return error(404, "not_found", f"no node {node_id!r}; see `llmgw ctl nodes`")
+            raise Refusal(404, "not_found", f"no node {node_id!r}; see `llmgw ctl nodes`")
+        return view
+
+    def connected(node_id: str) -> NodeView:
+        view = node(node_id)
         if view.session is None:
-            return error(
+            raise Refusal(
                 409,
                 "node_unavailable",
                 f"node {node_id!r} is not connected now "
@@ -81,72 +94,55 @@ def routes(cp: ControlPlane) -> list[Route]:
             )
         return view
 
-    async def replicas(request: Request) -> Response:
-        if not cp.authorised(request):
-            return unauthorised()
-        rows = replica_rows([v for _, v in sorted(cp.registry.nodes.items())])
-        reconciler = cp.models.reconciler
+    async def list_nodes(call: Call) -> Any:
+        return [v.as_json() for _, v in sorted(nodes.nodes.items())]
+
+    async def show_node(call: Call) -> Any:
+        return node(call.params["node_id"]).as_json()
+
+    async def replicas(call: Call) -> Any:
+        rows = replica_rows([v for _, v in sorted(nodes.nodes.items())])
+        reconciler = models.reconciler
         for row in rows:
-            row.update(reconciler.describe(row["replica_id"], cp.models.models, row["fingerprint"]))
+            row.update(reconciler.describe(row["replica_id"], models.models, row["fingerprint"]))
             track = reconciler.tracks.get(row["replica_id"])
             row["cards"] = list(track.cards) if track else []
-        return JSONResponse(rows)
+        return rows
 
-    async def start_shard(request: Request) -> Response:
-        view = node_or_error(request)
-        if isinstance(view, JSONResponse):
-            return view
-        body = await json_body(request)
-        if isinstance(body, JSONResponse):
-            return body
-        replica_id = str(body.get("replica_id", ""))
-        if not REPLICA_ID.match(replica_id):
-            return error(400, "bad_request", "replica_id: letters, digits, '.', '_', '-'")
-        body["key"] = pki.engine_key(cp.cluster_secret, replica_id)
-        body.setdefault("fingerprint", "direct")
-        try:
-            spec = from_map(ShardSpec, body)
-        except MessageError as exc:
-            return error(400, "bad_request", str(exc))
+    async def start_shard(call: Call) -> Any:
+        view = connected(call.params["node_id"])
+        ask: StartShardRequest = call.body
+        fields = asdict(ask)
+        fields.update(args=list(ask.args), cards=list(ask.cards))
+        spec = ShardSpec(**fields, key=pki.engine_key(secret, ask.replica_id))
         assert view.session is not None
         await view.session.send(StartShard(spec=spec))
-        await cp.store.audit("admin", "shard.start", f"{view.id}/{replica_id}", spec.source)
-        return JSONResponse({"replica_id": replica_id, "node": view.id}, status_code=202)
+        await store.audit(call.actor, "shard.start", f"{view.id}/{ask.replica_id}", spec.source)
+        return {"replica_id": ask.replica_id, "node": view.id}
 
-    async def stop_shard(request: Request) -> Response:
-        view = node_or_error(request)
-        if isinstance(view, JSONResponse):
-            return view
-        replica_id = request.path_params["replica_id"]
+    async def stop_shard(call: Call) -> Any:
+        view = connected(call.params["node_id"])
+        replica_id = call.params["replica_id"]
         assert view.session is not None
         await view.session.send(StopShard(replica_id=replica_id))
-        await cp.store.audit("admin", "shard.stop", f"{view.id}/{replica_id}")
-        return JSONResponse({"replica_id": replica_id, "node": view.id}, status_code=202)
+        await store.audit(call.actor, "shard.stop", f"{view.id}/{replica_id}")
+        return {"replica_id": replica_id, "node": view.id}
 
-    async def logs(request: Request) -> Response:
-        view = node_or_error(request)
-        if isinstance(view, JSONResponse):
-            return view
-        assert view.session is not None
+    async def logs(call: Call) -> Any:
+        view = connected(call.params["node_id"])
         session = view.session
-        try:
-            n = int(request.query_params.get("n", "100"))
-        except ValueError:
-            return error(400, "bad_request", "n must be a number of lines")
-        args = {
-            "source": request.query_params.get("source", "agent"),
-            "n": n,
-            "follow": request.query_params.get("follow") in ("1", "true"),
-        }
-        if not args["follow"]:
+        assert session is not None
+        ask: LogsQuery = call.query
+        args = {"source": ask.source, "n": ask.n, "follow": ask.follow}
+        if not ask.follow:
             try:
                 async for answer in session.ask("logs", args):
                     if not answer.ok:
-                        return error(404, "not_found", answer.error or "no such log")
-                    return JSONResponse(answer.result)
+                        raise Refusal(404, "not_found", answer.error or "no such log")
+                    return answer.result
             except (TimeoutError, ConnectionError) as exc:
-                return error(504, "node_timeout", str(exc))
-            return error(504, "node_timeout", "no answer")
+                raise Refusal(504, "node_timeout", str(exc) or "no answer") from None
+            raise Refusal(504, "node_timeout", "no answer")
 
         async def lines() -> AsyncIterator[bytes]:
             # Followed: one JSON list of lines per answer, newline-delimited; the node
@@ -159,15 +155,13 @@ def routes(cp: ControlPlane) -> list[Route]:
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
-    async def weights(request: Request) -> Response:
-        if not cp.authorised(request):
-            return unauthorised()
-        wanted_node = request.query_params.get("node")
+    async def weights(call: Call) -> Any:
+        wanted_node = call.query.node
         out = []
-        for node_id, view in sorted(cp.registry.nodes.items()):
+        wanted = wanted_sources()
+        for node_id, view in sorted(nodes.nodes.items()):
             if wanted_node and node_id != wanted_node or view.session is None:
                 continue
-            wanted = cp.wanted_sources()
             try:
                 async for answer in view.session.ask("weights.list", {}):
                     for entry in answer.result or []:
@@ -176,7 +170,7 @@ def routes(cp: ControlPlane) -> list[Route]:
                         out.append(entry)
             except (TimeoutError, ConnectionError) as exc:
                 out.append({"node": node_id, "error": str(exc)})
-        return JSONResponse(out)
+        return out
 
     async def one_answer(view: NodeView, kind: str, args: dict[str, Any]) -> Any:
         assert view.session is not None
@@ -186,19 +180,13 @@ def routes(cp: ControlPlane) -> list[Route]:
             return answer.result
         raise ConnectionError(f"node {view.id} gave no answer")
 
-    async def collect(request: Request) -> Response:
+    async def collect(call: Call) -> Any:
         """Ask each node to delete the weights no shard uses; each node re-checks every
         path itself, and the summary comes from what it lists afterwards."""
-        if not cp.authorised(request):
-            return unauthorised()
-        try:
-            body = await request.json()
-        except ValueError:
-            body = {}
-        wanted_node = body.get("node") if isinstance(body, dict) else None
-        wanted = cp.wanted_sources()
+        wanted_node = call.body.node
+        wanted = wanted_sources()
         out: list[dict[str, Any]] = []
-        for node_id, view in sorted(cp.registry.nodes.items()):
+        for node_id, view in sorted(nodes.nodes.items()):
             if wanted_node and node_id != wanted_node or view.session is None:
                 continue
             try:
@@ -209,8 +197,8 @@ def routes(cp: ControlPlane) -> list[Route]:
             except (TimeoutError, ConnectionError, RuntimeError) as exc:
                 out.append({"node": node_id, "error": str(exc)})
                 continue
-            await cp.store.audit(
-                "admin",
+            await store.audit(
+                call.actor,
                 "weights.collect",
                 node_id,
                 f"asked {len(unused)}, removed {len(done['removed'])}",
@@ -225,13 +213,62 @@ def routes(cp: ControlPlane) -> list[Route]:
                     "still_listed": sorted(after & set(unused)),
                 }
             )
-        return JSONResponse(out)
+        return out
 
+    shard = {"type": "object", "required": ["replica_id", "node"]}
     return [
-        Route("/api/v1/replicas", replicas),
-        Route("/api/v1/weights/collect", collect, methods=["POST"]),
-        Route("/api/v1/nodes/{node_id}/shards", start_shard, methods=["POST"]),
-        Route("/api/v1/nodes/{node_id}/shards/{replica_id}", stop_shard, methods=["DELETE"]),
-        Route("/api/v1/nodes/{node_id}/logs", logs),
-        Route("/api/v1/weights", weights),
+        Op(
+            "GET",
+            "/api/v1/nodes",
+            list_nodes,
+            "Every node",
+            answer={"type": "array", "items": NODE},
+        ),
+        Op("GET", "/api/v1/nodes/{node_id}", show_node, "One node", answer=NODE, errors=(404,)),
+        Op("GET", "/api/v1/replicas", replicas, "Every shard every node reports", answer=LIST),
+        Op(
+            "POST",
+            "/api/v1/nodes/{node_id}/shards",
+            start_shard,
+            "Start a shard on a node by hand",
+            body=StartShardRequest,
+            status=202,
+            answer=shard,
+            errors=(404, 409),
+        ),
+        Op(
+            "DELETE",
+            "/api/v1/nodes/{node_id}/shards/{replica_id}",
+            stop_shard,
+            "Stop a shard",
+            status=202,
+            answer=shard,
+            errors=(404, 409),
+        ),
+        Op(
+            "GET",
+            "/api/v1/nodes/{node_id}/logs",
+            logs,
+            "A node's or a shard's last log lines (followed: newline-delimited JSON)",
+            query=LogsQuery,
+            answer=LIST,
+            errors=(404, 409, 504),
+        ),
+        Op(
+            "GET",
+            "/api/v1/weights",
+            weights,
+            "Each node's weights cache",
+            query=WeightsQuery,
+            answer=LIST,
+        ),
+        Op(
+            "POST",
+            "/api/v1/weights/collect",
+            collect,
+            "Delete the weights no shard uses",
+            body=CollectRequest,
+            body_optional=True,
+            answer=LIST,
+        ),
     ]

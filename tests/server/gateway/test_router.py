@@ -1,4 +1,4 @@
-"""The gateway's router, windows and usage reading, without processes."""
+"""The gateway's router, windows, usage reading and metrics, without processes."""
 
 from __future__ import annotations
 
@@ -8,17 +8,17 @@ from typing import Any
 
 import pytest
 
-from llmgw.server import gateway as gw
-from llmgw.server.gateway import Endpoint, Gateway, Window, prompt_prefix
+from llmgw.server.gateway import router as gw
+from llmgw.server.gateway.limits import Window, seconds_to_next_month
+from llmgw.server.gateway.proxy import answer_usage
+from llmgw.server.gateway.router import Endpoint, Router, prompt_prefix
 
 
-def router(*endpoints: Endpoint) -> Gateway:
-    cp: Any = SimpleNamespace(
-        registry=SimpleNamespace(version=1), models=SimpleNamespace(version=1)
-    )
-    g = Gateway(cp)
+def router(*endpoints: Endpoint) -> Router:
+    fake: Any = SimpleNamespace(version=1, nodes={}, models={}, answers=lambda rid: True)
+    g = Router(fake, fake, fake, b"secret")
     g._table = {"m": sorted(endpoints, key=lambda e: -e.priority)}
-    g._version = (1, 1)
+    g._version = (1, 1, 1)
     return g
 
 
@@ -101,26 +101,16 @@ def test_window_counts_the_last_minute_and_says_when_there_is_room() -> None:
     ],
 )
 def test_usage_from_an_answer(data: bytes, expected: tuple[int, int]) -> None:
-    assert gw._usage(data) == expected
-
-
-def test_usage_from_a_stream_tail() -> None:
-    tail = (
-        b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
-        b'data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2}}\n\n'
-        b"data: [DONE]\n\n"
-    )
-    assert gw._stream_usage(tail) == (9, 2)
-    assert gw._stream_usage(b'data: {"choices":[]}\n\ndata: [DONE]\n\n') == (0, 0)
+    assert answer_usage(data) == expected
 
 
 def test_budget_resets_at_the_next_month() -> None:
     # 2026-12-31 23:59:00 UTC: one minute to January.
-    assert gw._seconds_to_next_month(1798761540.0) == 60
+    assert seconds_to_next_month(1798761540.0) == 60
 
 
 def test_engine_metrics_are_relabelled_and_families_said_once() -> None:
-    from llmgw.server.metrics import relabel
+    from llmgw.server.gateway.metrics import relabel
 
     text = (
         "# HELP llamacpp:tokens_total Tokens.\n# TYPE llamacpp:tokens_total counter\n"
@@ -142,7 +132,7 @@ def test_engine_metrics_are_relabelled_and_families_said_once() -> None:
 
 
 def test_gateway_metrics_render_histograms_and_error_types() -> None:
-    from llmgw.server.metrics import Metrics
+    from llmgw.server.gateway.metrics import Metrics
 
     m = Metrics()
     m.request("tiny", 200, 0.02, 0.004)

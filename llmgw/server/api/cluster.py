@@ -1,0 +1,234 @@
+"""The cluster's own routes: health, version, status, metrics, join tokens, enrollment.
+
+Health, version, enrollment and the OpenAPI document are public; everything else
+wants the admin token (the gate in ``routing.py`` decides, from each route's access).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.responses import Response
+
+from llmgw import __version__, jointoken, pki
+from llmgw.server.api.routing import Call, Op
+from llmgw.server.nodes import NodeRegistry
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import Enroll, MintToken
+from llmgw.server.store import JoinTokenRecord, Store
+
+NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# An enrollment is a token id, a node id, a CSR and a MAC: a few KiB at most.
+ENROLL_BODY = 16 * 1024
+
+
+def _iso(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@dataclass(frozen=True)
+class Enrollment:
+    """What signing a node's certificate needs."""
+
+    store: Store
+    secret: bytes
+    ca: pki.KeyPair
+    registry: NodeRegistry
+    addresses: list[str]
+
+
+def routes(
+    health: Callable[[], dict[str, Any]],
+    status: Callable[[], dict[str, Any]],
+    metrics_text: Callable[[], Awaitable[str]],
+    mint: Callable[[int, str], Awaitable[jointoken.JoinToken]],
+    enrollment: Enrollment,
+    openapi: Callable[[], dict[str, Any]],
+) -> list[Op]:
+    async def version(call: Call) -> Any:
+        return {"version": __version__}
+
+    async def healthz(call: Call) -> Any:
+        return health()
+
+    async def show_status(call: Call) -> Any:
+        return status()
+
+    async def metrics(call: Call) -> Any:
+        return Response(await metrics_text(), media_type="text/plain; version=0.0.4")
+
+    async def tokens(call: Call) -> Any:
+        ask: MintToken = call.body
+        token = await mint(ask.ttl_seconds, call.actor)
+        return {
+            "token": token.encode(),
+            "id": token.id,
+            "expires_at": token.expires_at,
+            "addresses": token.addresses,
+        }
+
+    async def enroll(call: Call) -> Any:
+        ask: Enroll = call.body
+        return await enroll_node(enrollment, ask.token_id, ask.node_id, ask.csr, ask.mac)
+
+    async def document(call: Call) -> Any:
+        return openapi()
+
+    async def admin_placeholder(call: Call) -> Any:
+        return Response(
+            "llmgw admin pages are not in this version yet; use `llmgw ctl`.\n",
+            status_code=503,
+            media_type="text/plain",
+        )
+
+    token_answer = {"type": "object", "required": ["token", "id", "expires_at", "addresses"]}
+    return [
+        Op(
+            "GET",
+            "/healthz",
+            healthz,
+            "Whether this control plane works, and what does not",
+            access="public",
+            answer={"type": "object", "required": ["ok"]},
+        ),
+        Op(
+            "GET",
+            "/api/v1/version",
+            version,
+            "This control plane's version",
+            access="public",
+            answer={"type": "object", "required": ["version"]},
+        ),
+        Op("GET", "/api/v1/openapi.json", document, "This document", access="public"),
+        Op(
+            "GET",
+            "/api/v1/status",
+            show_status,
+            "The control plane, its nodes and its store",
+            answer={"type": "object", "required": ["version", "serving", "store_writable"]},
+        ),
+        Op(
+            "GET",
+            "/metrics",
+            metrics,
+            "Prometheus text: the gateway's and the engines'",
+            media="text/plain",
+        ),
+        Op(
+            "POST",
+            "/api/v1/tokens",
+            tokens,
+            "Mint a join token for a node",
+            body=MintToken,
+            body_optional=True,
+            status=201,
+            answer=token_answer,
+        ),
+        Op(
+            "POST",
+            "/api/v1/enroll",
+            enroll,
+            "An agent's enrollment (used by `agent run`)",
+            access="public",
+            body=Enroll,
+            max_body=ENROLL_BODY,
+            errors=(403,),
+            answer={"type": "object", "required": ["node_id", "cert", "ca", "mac"]},
+        ),
+        Op(
+            "GET",
+            "/admin",
+            admin_placeholder,
+            "The admin pages (later)",
+            access="public",
+            media="text/plain",
+            status=503,
+        ),
+        Op(
+            "GET",
+            "/admin/{rest:path}",
+            admin_placeholder,
+            "The admin pages (later)",
+            access="public",
+            media="text/plain",
+            status=503,
+        ),
+    ]
+
+
+async def enroll_node(
+    cp: Enrollment, token_id: str, node_id: str, csr: str, mac: str
+) -> dict[str, Any]:
+    """Check the token, sign the node's CSR, and answer with proof we hold the token."""
+    if not NODE_ID.fullmatch(node_id):
+        raise Refusal(
+            400,
+            "bad_node_id",
+            f"node id {node_id!r} is not valid: use letters, digits, '.', '_' or '-', "
+            "up to 63 characters, starting with a letter or digit",
+        )
+    record = await cp.store.get_join_token(token_id)
+    if record is None:
+        raise Refusal(
+            403,
+            "token_forged",
+            "this join token was not issued by this control plane (forged, or from another "
+            "cluster); make one with `llmgw node token` on the control plane",
+        )
+    secret = pki.unseal(cp.secret, record.secret_sealed)
+    if not jointoken.check(jointoken.enroll_mac(secret, node_id, csr.encode()), mac):
+        raise Refusal(
+            403,
+            "token_forged",
+            "the join token's secret does not match the one issued (forged or altered); "
+            "make a new one with `llmgw node token`",
+        )
+    if record.used_at is not None:
+        raise Refusal(
+            403,
+            "token_used",
+            f"this join token was already used by node {record.used_by!r} at "
+            f"{_iso(record.used_at)}; each token joins one node, make a new one with "
+            "`llmgw node token`",
+        )
+    now = time.time()
+    if now >= record.expires_at:
+        raise Refusal(
+            403,
+            "token_expired",
+            f"this join token expired at {_iso(record.expires_at)}; make a new one with "
+            "`llmgw node token`",
+        )
+    try:
+        cert_pem, serial = pki.sign_csr(cp.ca, csr.encode(), node_id)
+    except pki.PKIError as exc:
+        raise Refusal(400, "bad_csr", str(exc)) from None
+    if not await cp.store.use_join_token(token_id, node_id, now):
+        raise Refusal(403, "token_used", "this join token was used by another node just now")
+    await cp.registry.enrolled(node_id, serial)
+    await cp.store.audit(f"join token {token_id}", "node.enroll", node_id, f"serial {serial}")
+    ca_pem = cp.ca.cert_pem
+    return {
+        "node_id": node_id,
+        "cert": cert_pem.decode(),
+        "ca": ca_pem.decode(),
+        "control_planes": cp.addresses,
+        "mac": jointoken.answer_mac(secret, cert_pem, ca_pem),
+    }
+
+
+def new_token_record(secret: bytes, ttl: int, token_secret: bytes, actor: str) -> JoinTokenRecord:
+    now = time.time()
+    return JoinTokenRecord(
+        id=secrets.token_hex(8),
+        secret_sealed=pki.seal(secret, token_secret),
+        created_at=now,
+        expires_at=now + ttl,
+        created_by=actor,
+    )

@@ -1,0 +1,94 @@
+"""The control plane's own check of engines whose node's agent has gone silent.
+
+An agent that dies, hangs or loses its stream leaves its engines running and serving
+(they run in their own sessions, and the next agent adopts them). While its node is
+NotReady the gateway keeps routing to those engines as long as they answer this probe:
+every INTERVAL seconds, each Ready replica on a silent node is asked for its health
+route with the replica's key; one that does not answer is dropped from the routing
+table at once and comes back when it answers again, or when its agent returns and
+reports it. Replicas on nodes whose agent speaks are never probed: the agent watches
+them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import aiohttp
+
+from llmgw import pki
+from llmgw.server.gateway.router import Nodes, engine_url
+from llmgw.server.nodes import READY
+
+log = logging.getLogger("llmgw.gateway")
+
+INTERVAL = 2.0
+TIMEOUT = 2.0
+
+
+class EngineProbe:
+    def __init__(self, nodes: Nodes, secret: bytes, interval: float = INTERVAL) -> None:
+        self.nodes = nodes
+        self.secret = secret
+        self.interval = interval
+        # Replicas on silent nodes whose engine did not answer the last probe.
+        self.dead: set[str] = set()
+        # Bumped when a verdict changes: the router rebuilds its table.
+        self.version = 0
+        self.rounds = 0
+        self.last_round: float | None = None
+
+    def answers(self, replica_id: str) -> bool:
+        """Until a probe says otherwise, a replica that was Ready still serves."""
+        return replica_id not in self.dead
+
+    def targets(self) -> list[tuple[str, str]]:
+        """(replica id, health URL) of every Ready replica on a node that is not Ready."""
+        out = []
+        for view in self.nodes.nodes.values():
+            if view.state == READY or not view.address:
+                continue
+            for rid, shard in view.shards.items():
+                if shard.get("state") == "ready" and shard.get("port"):
+                    out.append((rid, engine_url(view.address, int(shard["port"])) + "/health"))
+        return out
+
+    async def round(self, session: aiohttp.ClientSession) -> None:
+        targets = self.targets()
+        results = await asyncio.gather(*(self._check(session, rid, url) for rid, url in targets))
+        dead = {rid for (rid, _), ok in zip(targets, results, strict=True) if not ok}
+        if dead != self.dead:
+            for rid in dead - self.dead:
+                log.warning("%s: its agent is silent and its engine no longer answers", rid)
+            for rid in self.dead & {rid for rid, _ in targets} - dead:
+                log.info("%s: its engine answers again", rid)
+            self.dead = dead
+            self.version += 1
+        self.rounds += 1
+        self.last_round = time.time()
+
+    async def _check(self, session: aiohttp.ClientSession, replica_id: str, url: str) -> bool:
+        key = pki.engine_key(self.secret, replica_id)
+        try:
+            async with session.get(
+                url,
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=aiohttp.ClientTimeout(total=TIMEOUT),
+            ) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
+    async def run(self, session: aiohttp.ClientSession, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.round(session)
+            except Exception:
+                log.exception("probing engines failed; trying again")
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=self.interval)
+            except TimeoutError:
+                pass

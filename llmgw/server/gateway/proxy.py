@@ -1,0 +1,442 @@
+"""A checked request on its way to a replica, and the answer on its way back.
+
+How an engine's answer is judged:
+
+- 2xx: the client's answer; the replica succeeded.
+- 4xx, or a 5xx whose body says the engine could not read the request (llama.cpp
+  answers 500 to JSON it cannot parse): about the request, so the client's answer
+  (a 5xx of that kind becomes a 400) and never held against the replica.
+- Any other 5xx, a refused or reset connection, a connect timeout: a failure of the
+  replica, counted by the router's breaker, and retried once on another replica when
+  no byte has reached the client.
+- A pooled connection the engine had already closed (it fails before any byte came
+  back): retried once on the same replica over a new connection, not counted.
+
+Streams pass through event by event. The engine is always asked for the stream's usage
+(``stream_options.include_usage``), so streamed tokens are counted like any others;
+a client that did not ask for it never sees it. A request past ``request_timeout`` is
+a 504 (or, once a stream began, an error event); a client that goes away cancels the
+engine's request, since its connection to the engine is closed with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from llmgw.server.gateway.errors import JSON, bad_request, fail, stream_error
+from llmgw.server.gateway.router import Endpoint, Router
+
+log = logging.getLogger("llmgw.gateway")
+
+# Shorter than the engines' own keep-alive (llama.cpp's and uvicorn's 5 s), so the pool
+# never offers a connection the engine is about to close.
+POOL_KEEPALIVE = 4.0
+CONNECT_TIMEOUT = 5.0
+# An incomplete event longer than this is passed on as it is (it is not SSE).
+MAX_HELD = 1 << 20
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "content-length",
+        "content-encoding",
+        "date",
+        "server",
+    }
+)
+# What an engine says when it could not read the request, in a 5xx: llama.cpp's JSON
+# library ("[json.exception.parse_error.101] ... invalid literal"), and plainer words.
+_ABOUT_THE_REQUEST = re.compile(
+    rb"json\.exception|parse error|invalid literal|failed to parse|could not parse|"
+    rb"cannot parse|unable to parse|JSONDecodeError|is not valid JSON",
+    re.IGNORECASE,
+)
+
+
+class Trace:
+    """One request's times and model, for the metrics."""
+
+    __slots__ = ("start", "first", "model")
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.first = 0.0
+        self.model = ""
+
+
+class Tally:
+    """What an answer used: its tokens as the engine said, else a stream's events."""
+
+    __slots__ = ("prompt", "completion", "answered", "response")
+
+    def __init__(self) -> None:
+        self.prompt = 0
+        self.completion = 0
+        self.answered = False
+        # The client's stream, once it began: after that there is no failing over.
+        self.response: web.StreamResponse | None = None
+
+
+class ReplicaFailed(Exception):
+    """The replica itself failed before the client got a byte; ``answer`` if no other can."""
+
+    def __init__(self, answer: web.Response, why: str) -> None:
+        super().__init__(why)
+        self.answer = answer
+
+
+class KeyRefused(ReplicaFailed):
+    """An external provider refused this key (429, 401, 403): the next key may not."""
+
+
+class Stale(Exception):
+    """The pooled connection was closed by the engine before any byte came back."""
+
+
+def read_usage(usage: Any) -> tuple[int, int]:
+    if not isinstance(usage, dict):
+        return 0, 0
+    prompt, completion, total = (
+        usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    )
+    prompt = prompt if isinstance(prompt, int) and prompt >= 0 else 0
+    completion = completion if isinstance(completion, int) and completion >= 0 else 0
+    if not completion and isinstance(total, int) and total > prompt:
+        completion = total - prompt
+    return prompt, completion
+
+
+def answer_usage(data: bytes) -> tuple[int, int]:
+    """The tokens of a whole (not streamed) answer."""
+    if b'"usage"' not in data:
+        return 0, 0
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return 0, 0
+    return read_usage(body.get("usage") if isinstance(body, dict) else None)
+
+
+class StreamTap:
+    """Passes a stream on in whole events: counts them, reads the usage event, and keeps
+    the usage from a client that did not ask for it."""
+
+    __slots__ = ("strip", "held", "events", "prompt", "completion")
+
+    def __init__(self, strip: bool) -> None:
+        self.strip = strip
+        self.held = b""
+        self.events = 0
+        self.prompt = 0
+        self.completion = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self.held + chunk if self.held else chunk
+        cut = data.rfind(b"\n\n")
+        if cut < 0:
+            if len(data) > MAX_HELD:
+                self.held = b""
+                return data
+            self.held = data
+            return b""
+        cut += 2
+        done, self.held = data[:cut], data[cut:]
+        self.events += done.count(b"data:")
+        if b'"usage"' in done:
+            done = self._usage(done)
+        return done
+
+    def end(self) -> bytes:
+        rest, self.held = self.held, b""
+        return rest
+
+    def _usage(self, done: bytes) -> bytes:
+        out = []
+        for event in done.split(b"\n\n"):
+            if b'"usage"' in event and event.startswith(b"data:"):
+                try:
+                    body = json.loads(event[5:])
+                except ValueError:
+                    body = None
+                if isinstance(body, dict) and isinstance(body.get("usage"), dict):
+                    self.prompt, self.completion = read_usage(body["usage"])
+                    if self.strip:
+                        if not body.get("choices"):
+                            continue  # the usage's own event: not asked for, not sent
+                        del body["usage"]
+                        event = b"data: " + json.dumps(body).encode()
+            out.append(event)
+        return b"\n\n".join(out)
+
+    def tokens(self) -> tuple[int, int]:
+        if self.completion or self.prompt:
+            return self.prompt, self.completion
+        return 0, max(0, self.events - 1)  # every event but [DONE], about a token each
+
+
+class Upstream:
+    """The connections to engines and providers, and one request's way through them."""
+
+    def __init__(self, router: Router, request_timeout: float) -> None:
+        self.router = router
+        self.request_timeout = request_timeout
+        self._pooled: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None
+        self.stale_retries = 0
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._pooled is None:
+            self._pooled = _session(aiohttp.TCPConnector(limit=0, keepalive_timeout=POOL_KEEPALIVE))
+        return self._pooled
+
+    @property
+    def fresh(self) -> aiohttp.ClientSession:
+        """New connections only: the retry after a stale pooled one."""
+        if self._fresh is None:
+            self._fresh = _session(aiohttp.TCPConnector(limit=0, force_close=True))
+        return self._fresh
+
+    async def close(self) -> None:
+        for session in (self._pooled, self._fresh):
+            if session is not None:
+                await session.close()
+        self._pooled = self._fresh = None
+
+    async def send(
+        self,
+        request: web.BaseRequest,
+        path: str,
+        raw: bytes,
+        model: str,
+        endpoint: Endpoint,
+        trace: Trace,
+        stream: bool,
+        strip_usage: bool,
+        record: Callable[[str, int, int], None],
+        prepared: web.StreamResponse | None = None,
+    ) -> web.StreamResponse:
+        """The answer of ``endpoint``, or of the next replica when it fails first."""
+        router = self.router
+        last: ReplicaFailed | None = None
+        retries = 1  # one retry after a replica's failure
+        stale_retried = False
+        fresh = False
+        tally = Tally()
+        try:
+            async with asyncio.timeout(self.request_timeout):
+                for _attempt in range(16):
+                    current = endpoint
+                    tally = Tally()
+                    current.outstanding += 1
+                    try:
+                        return await self._forward(
+                            request,
+                            path,
+                            raw,
+                            current,
+                            trace,
+                            tally,
+                            stream,
+                            strip_usage,
+                            fresh,
+                            prepared,
+                        )
+                    except Stale as exc:
+                        if not stale_retried:
+                            stale_retried, fresh = True, True
+                            self.stale_retries += 1
+                            log.debug("%s: stale connection (%s)", current.replica_id, exc)
+                            continue
+                        last = ReplicaFailed(_unreachable(str(exc)), str(exc))
+                        router.failed(model, current, str(exc))
+                        retries -= 1
+                    except KeyRefused as exc:
+                        last = exc  # the next key, as many as there are
+                    except ReplicaFailed as exc:
+                        last = exc
+                        router.failed(model, current, str(exc))
+                        retries -= 1
+                    finally:
+                        current.outstanding -= 1
+                        if tally.answered:
+                            record(current.replica_id, tally.prompt, tally.completion)
+                    fresh = False
+                    nxt = router.pick(model, exclude=current)
+                    if nxt is None or retries < 0:
+                        break
+                    endpoint = nxt
+        except TimeoutError:
+            message = (
+                f"no whole answer within {self.request_timeout:g} s "
+                "(gateway.request_timeout in server.yaml)"
+            )
+            started = tally.response or prepared
+            if started is not None and started.prepared:
+                try:
+                    await stream_error(started, message, "request_timeout")
+                except (ConnectionError, RuntimeError):
+                    pass  # the client is gone, or the stream had ended
+                return started
+            return fail(504, message, "timeout_error", "request_timeout")
+        assert last is not None
+        return last.answer
+
+    async def _forward(
+        self,
+        request: web.BaseRequest,
+        path: str,
+        raw: bytes,
+        endpoint: Endpoint,
+        trace: Trace,
+        tally: Tally,
+        stream: bool,
+        strip_usage: bool,
+        fresh: bool,
+        prepared: web.StreamResponse | None,
+    ) -> web.StreamResponse:
+        headers = {"Authorization": f"Bearer {endpoint.key}", "Content-Type": JSON}
+        if endpoint.upstream_model:
+            body = json.loads(raw)
+            body["model"] = endpoint.upstream_model
+            raw = json.dumps(body).encode()
+        # A stream from an engine that closes after it goes on a connection of its own,
+        # never taken from or returned to the pool.
+        fresh = fresh or (stream and endpoint.closes_after_stream)
+        session = self.fresh if fresh else self.session
+        # Every base ends in the provider's /v1 (or its equivalent): path less "/v1".
+        url = endpoint.url + path[3:]
+        try:
+            upstream = await session.post(url, data=raw, headers=headers)
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError) as exc:
+            raise Stale(str(exc) or type(exc).__name__) from None
+        except aiohttp.ClientOSError as exc:
+            if isinstance(exc, aiohttp.ClientConnectorError):
+                raise ReplicaFailed(_unreachable(str(exc)), str(exc)) from None
+            raise Stale(str(exc)) from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            why = str(exc) or type(exc).__name__
+            raise ReplicaFailed(_unreachable(why), why) from None
+        async with upstream:
+            status = upstream.status
+            if endpoint.external and status in (401, 403, 429):
+                self.router.key_refused(endpoint, status, upstream.headers.get("Retry-After"))
+                body = await _read(upstream)
+                raise KeyRefused(_passed_on(upstream, body), f"HTTP {status}")
+            if status >= 500:
+                body = await _read(upstream)
+                if _ABOUT_THE_REQUEST.search(body[:4096]):
+                    # The engine could not read what the client sent: the client's to fix.
+                    tally.answered = True
+                    return bad_request(
+                        f"the engine could not read the request: {_message(body)}",
+                        "invalid_request",
+                    )
+                raise ReplicaFailed(_passed_on(upstream, body), f"HTTP {status}")
+            if status >= 400:
+                body = await _read(upstream)
+                tally.answered = True
+                return _passed_on(upstream, body)
+            self.router.succeeded(endpoint)
+            if not stream:
+                try:
+                    data = await upstream.read()
+                except (aiohttp.ClientError, OSError) as exc:
+                    raise ReplicaFailed(_unreachable(str(exc)), f"while answering: {exc}") from None
+                tally.prompt, tally.completion = answer_usage(data)
+                tally.answered = True
+                trace.first = trace.first or time.perf_counter()
+                return _passed_on(upstream, data)
+            return await self._relay(
+                request, upstream, endpoint, trace, tally, strip_usage, prepared
+            )
+
+    async def _relay(
+        self,
+        request: web.BaseRequest,
+        upstream: aiohttp.ClientResponse,
+        endpoint: Endpoint,
+        trace: Trace,
+        tally: Tally,
+        strip_usage: bool,
+        prepared: web.StreamResponse | None,
+    ) -> web.StreamResponse:
+        """A stream, event by event; once a byte is sent there is no failing over."""
+        response = prepared
+        if response is None:
+            response = web.StreamResponse(status=200)
+            for name, value in upstream.headers.items():
+                if name.lower() not in _HOP:
+                    response.headers[name] = value
+            await response.prepare(request)
+        tally.response = response
+        tap = StreamTap(strip_usage)
+        tally.answered = True
+        try:
+            async for chunk in upstream.content.iter_any():
+                if not trace.first:
+                    trace.first = time.perf_counter()
+                out = tap.feed(chunk)
+                if out:
+                    await response.write(out)
+            rest = tap.end()
+            if rest:
+                await response.write(rest)
+            await response.write_eof()
+        except (aiohttp.ClientError, OSError) as exc:
+            # The engine went away mid-stream, or the client did: it ends as it ends.
+            log.info("%s: stream ended early: %s", endpoint.replica_id, exc)
+        finally:
+            tally.prompt, tally.completion = tap.tokens()
+        return response
+
+
+def _session(connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
+        auto_decompress=False,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+async def _read(upstream: aiohttp.ClientResponse) -> bytes:
+    try:
+        return await upstream.read()
+    except (aiohttp.ClientError, OSError):
+        return b""
+
+
+def _passed_on(upstream: aiohttp.ClientResponse, body: bytes) -> web.Response:
+    return web.Response(
+        status=upstream.status, body=body, content_type=upstream.content_type or JSON
+    )
+
+
+def _message(body: bytes) -> str:
+    """The engine's own words from its error answer, short."""
+    try:
+        parsed = json.loads(body)
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str):
+            return message[:500]
+    except ValueError:
+        pass
+    return body[:500].decode("utf-8", "replace")
+
+
+def _unreachable(why: str) -> web.Response:
+    return fail(
+        502, f"the replica could not be reached: {why}", "api_error", "upstream_unreachable"
+    )

@@ -1,0 +1,293 @@
+"""Which replica gets a request: the routing table, pools, load, prefix affinity, breakers.
+
+The table maps each model to the replicas that serve it: every Ready shard on a Ready
+node, and every Ready shard on a node whose agent has gone silent as long as its engine
+still answers the control plane's own probe (``probe.py``) — an agent's death never
+takes a model down. It is rebuilt only when nodes, the catalog or the probe's verdicts
+change. A pick takes the highest-priority pool that has a usable replica, within it the
+one likely to hold the longest shared prompt prefix unless that one is much busier, else
+the least outstanding.
+
+A breaker opens on a replica after BREAKER_FAILURES failures of the replica itself in a
+row (refused or reset connections, a connect timeout, a 5xx to a request the gateway
+checked): never on an answer about the request, so no client can open it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from llmgw import pki
+from llmgw.server.catalog import Model, parse_replica_id
+from llmgw.server.nodes import READY, NodeView
+
+log = logging.getLogger("llmgw.gateway")
+
+BREAKER_FAILURES = 3
+BREAKER_OPEN = 10.0
+# Prefix affinity: prompts are hashed in blocks of this many characters; a replica is
+# affine when it likely holds at least PREFIX_MIN_BLOCKS of them, and chosen unless it
+# has more than PREFIX_SLACK requests outstanding beyond the least busy.
+PREFIX_BLOCK = 256
+PREFIX_MIN_BLOCKS = 2
+PREFIX_SLACK = 4
+PREFIX_MEMORY = 4096
+# Engines that close their connection after a streamed answer while announcing
+# keep-alive (llama.cpp's server does): such a connection is closed, never pooled.
+CLOSES_AFTER_STREAM = frozenset({"llama.cpp"})
+
+
+class Nodes(Protocol):
+    nodes: dict[str, NodeView]
+    version: int
+
+
+class Catalog(Protocol):
+    models: dict[str, Model]
+    version: int
+
+
+class Verdicts(Protocol):
+    """The probe's word on engines whose agent is silent."""
+
+    version: int
+
+    def answers(self, replica_id: str) -> bool: ...
+
+
+@dataclass
+class Endpoint:
+    """One Ready replica (or an external provider's key) as the router sees it."""
+
+    replica_id: str
+    url: str
+    key: str
+    priority: int
+    outstanding: int = 0
+    failures: int = 0
+    open_until: float = 0.0
+    weight: float = 1.0
+    # An external provider's key: its answers are judged by key (429, 401).
+    external: bool = False
+    upstream_model: str | None = None
+    # Why this endpoint is passed over now, in words (never the key).
+    problem: str = ""
+    # Its engine closes the connection after a stream: do not pool it.
+    closes_after_stream: bool = False
+    # Its node's agent is silent; the control plane's probe vouches for the engine.
+    vouched: bool = False
+    # Hashes of the prompt prefixes sent here lately, oldest first: what its cache
+    # likely holds. Approximate on purpose: a miss costs a prefill, not a wrong answer.
+    prefixes: OrderedDict[int, None] = field(default_factory=OrderedDict)
+
+    def match(self, hashes: Sequence[int]) -> int:
+        """How many leading blocks of a prompt this replica likely holds."""
+        lo, hi = 0, len(hashes)
+        while lo < hi:  # prefixes nest: if block k is held, so are those before it
+            mid = (lo + hi + 1) // 2
+            if hashes[mid - 1] in self.prefixes:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def remember(self, hashes: Sequence[int]) -> None:
+        prefixes = self.prefixes
+        for h in hashes:
+            prefixes[h] = None
+            prefixes.move_to_end(h)
+        while len(prefixes) > PREFIX_MEMORY:
+            prefixes.popitem(last=False)
+
+
+def engine_url(host: str, port: int) -> str:
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def prompt_prefix(body: dict[str, Any]) -> list[int]:
+    """Hashes of a prompt's leading blocks (each hash covers every block before it);
+    empty for a prompt too short to be worth routing by."""
+    messages = body.get("messages")
+    if isinstance(messages, list):
+        parts = []
+        for m in messages:
+            if not isinstance(m, dict):
+                continue
+            content = m.get("content")
+            if isinstance(content, list):
+                content = "".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+            parts.append(f"{m.get('role')}\x00{content}")
+        text = "\x01".join(parts)
+    elif isinstance(body.get("prompt"), str):
+        text = body["prompt"]
+    else:
+        return []
+    blocks = len(text) // PREFIX_BLOCK
+    if blocks < PREFIX_MIN_BLOCKS:
+        return []
+    out, h = [], 0
+    for i in range(blocks):
+        h = hash((h, text[i * PREFIX_BLOCK : (i + 1) * PREFIX_BLOCK]))
+        out.append(h)
+    return out
+
+
+class Router:
+    def __init__(
+        self,
+        nodes: Nodes,
+        catalog: Catalog,
+        probe: Verdicts,
+        secret: bytes,
+        unseal: Callable[[str], str] | None = None,
+    ) -> None:
+        self.nodes = nodes
+        self.catalog = catalog
+        self.probe = probe
+        self.secret = secret
+        self.unseal = unseal or (lambda sealed: pki.unseal(secret, sealed).decode())
+        self._table: dict[str, list[Endpoint]] = {}
+        self._endpoints: dict[str, Endpoint] = {}
+        self._version: tuple[int, int, int] = (-1, -1, -1)
+        self.prefix_hits: dict[str, int] = {}
+        # Failures of replicas themselves, and breakers opened, per (model, replica).
+        self.failures: dict[tuple[str, str], int] = {}
+        self.breaker_opens: dict[tuple[str, str], int] = {}
+
+    def table(self) -> dict[str, list[Endpoint]]:
+        """Model name → the replicas that serve it, rebuilt only when something changed."""
+        version = (self.nodes.version, self.catalog.version, self.probe.version)
+        if version == self._version:
+            return self._table
+        table: dict[str, list[Endpoint]] = {}
+        seen: dict[str, Endpoint] = {}
+        models = self.catalog.models
+        for view in self.nodes.nodes.values():
+            if not view.address:
+                continue
+            silent = view.state != READY
+            for rid, shard in view.shards.items():
+                if shard.get("state") != "ready" or not shard.get("port"):
+                    continue
+                if silent and not self.probe.answers(rid):
+                    continue
+                parsed = parse_replica_id(rid)
+                model = models.get(parsed[0]) if parsed else None
+                profile = model.profile(parsed[1]) if model and parsed else None
+                if model is None or profile is None:
+                    continue
+                url = engine_url(view.address, int(shard["port"])) + "/v1"
+                endpoint = self._endpoints.get(rid)
+                if endpoint is None or endpoint.url != url:
+                    endpoint = Endpoint(
+                        rid, url, pki.engine_key(self.secret, rid), profile.priority
+                    )
+                endpoint.priority = profile.priority
+                endpoint.closes_after_stream = profile.engine in CLOSES_AFTER_STREAM
+                endpoint.vouched = silent
+                seen[rid] = endpoint
+                table.setdefault(model.name, []).append(endpoint)
+        for model in models.values():
+            if model.external:
+                table[model.name] = self._external(model, seen)
+        for endpoints in table.values():
+            endpoints.sort(key=lambda e: -e.priority)
+        self._endpoints, self._table, self._version = seen, table, version
+        return table
+
+    def _external(self, model: Model, seen: dict[str, Endpoint]) -> list[Endpoint]:
+        """One endpoint per key of an external provider: ``external:MODEL#N``."""
+        spec = model.external or {}
+        base = str(spec["base_url"]).rstrip("/")
+        out = []
+        for i, entry in enumerate(spec.get("keys") or [], start=1):
+            name = f"external:{model.name}#{i}"
+            endpoint = self._endpoints.get(name)
+            if endpoint is None or endpoint.url != base:
+                endpoint = Endpoint(name, base, self.unseal(entry["sealed"]), 0, external=True)
+            endpoint.weight = float(entry.get("weight") or 1.0)
+            endpoint.upstream_model = spec.get("upstream_model") or None
+            seen[name] = endpoint
+            out.append(endpoint)
+        return out
+
+    def endpoints_of(self, model: str) -> list[Endpoint]:
+        return list(self.table().get(model, ()))
+
+    def pick(
+        self, model: str, exclude: Endpoint | None = None, prefix: Sequence[int] = ()
+    ) -> Endpoint | None:
+        """The highest-priority pool with a usable replica; within it the replica that
+        likely holds the longest shared prompt prefix in its cache, unless that one is
+        much busier than the rest; else the least outstanding."""
+        now = time.monotonic()
+        pool: list[Endpoint] = []
+        for endpoint in self.table().get(model, ()):
+            if endpoint is exclude or endpoint.open_until > now:
+                continue
+            if pool and endpoint.priority < pool[0].priority:
+                break  # a lower pool: the higher one had a replica
+            pool.append(endpoint)
+        if not pool:
+            return None
+        best = min(pool, key=lambda e: (e.outstanding + 1) / e.weight)
+        if prefix:
+            longest, affine = 0, None
+            for endpoint in pool:
+                held = endpoint.match(prefix)
+                if held > longest:
+                    longest, affine = held, endpoint
+            if (
+                affine is not None
+                and longest >= PREFIX_MIN_BLOCKS
+                and affine.outstanding <= best.outstanding + PREFIX_SLACK
+            ):
+                if affine is not best:
+                    self.prefix_hits[model] = self.prefix_hits.get(model, 0) + 1
+                best = affine
+            best.remember(prefix)
+        return best
+
+    # -------------------------------------------------------------- breakers
+
+    def succeeded(self, endpoint: Endpoint) -> None:
+        endpoint.failures = 0
+
+    def failed(self, model: str, endpoint: Endpoint, why: str) -> None:
+        """A failure of the replica itself: counted, and past the limit its breaker opens."""
+        key = (model, endpoint.replica_id)
+        self.failures[key] = self.failures.get(key, 0) + 1
+        endpoint.failures += 1
+        log.info("%s failed: %s", endpoint.replica_id, why)
+        if endpoint.failures >= BREAKER_FAILURES:
+            endpoint.open_until = time.monotonic() + BREAKER_OPEN
+            endpoint.failures = 0
+            endpoint.problem = ""
+            self.breaker_opens[key] = self.breaker_opens.get(key, 0) + 1
+            log.warning(
+                "%s failed %d times in a row: passed over for %g s",
+                endpoint.replica_id,
+                BREAKER_FAILURES,
+                BREAKER_OPEN,
+            )
+
+    def key_refused(self, endpoint: Endpoint, status: int, retry_after: str | None) -> None:
+        """A provider's key answered 429 (pass it over a while) or 401/403 (pass it
+        over until its key changes); said by endpoint name, never by key."""
+        now = time.monotonic()
+        if status == 429:
+            try:
+                wait = min(300.0, max(1.0, float(retry_after or 30)))
+            except ValueError:
+                wait = 30.0
+            endpoint.open_until = now + wait
+            endpoint.problem = f"answered 429 (rate limited): passed over for {wait:g} s"
+        else:
+            endpoint.open_until = now + 3600
+            endpoint.problem = f"answered {status}: the provider refused this key"
+        log.warning("%s %s", endpoint.replica_id, endpoint.problem)

@@ -1,0 +1,367 @@
+"""The OpenAI-compatible gateway: ``/v1`` for every client of the cluster.
+
+A request's life: the key looked up in memory (a SHA-256 of what the client sent) →
+the body read within its size and time limits and checked field by field
+(``checks.py``) → its key's limits → the body's ``model`` mapped to its replicas and
+one chosen (``router.py``) → the request sent with the replica's engine key and the
+answer passed back, a stream event by event (``proxy.py``) → its tokens counted for
+the key (``limits.py``) and the metrics. Every failure is OpenAI's error shape,
+``{"error": {"message", "type", "param", "code"}}``.
+
+Everything here runs on aiohttp's own request and response objects: the gateway is
+where llmgw must add the least to each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+
+from aiohttp import web
+
+from llmgw.config import GatewayConfig
+from llmgw.server.gateway import checks
+from llmgw.server.gateway.checks import Bounds, Kind, Rejected
+from llmgw.server.gateway.errors import JSON, bad_request, fail, stream_error
+from llmgw.server.gateway.limits import Key, KeyBook, Usage
+from llmgw.server.gateway.metrics import Metrics, scrape
+from llmgw.server.gateway.probe import EngineProbe
+from llmgw.server.gateway.proxy import Trace, Upstream
+from llmgw.server.gateway.router import Catalog, Endpoint, Nodes, Router, prompt_prefix
+from llmgw.server.store import Store, StoreUnavailable
+
+log = logging.getLogger("llmgw.gateway")
+
+STOPPED_SETTING = "serving.stopped"
+# A stream waiting for an on-demand model's first replica gets a comment this often.
+KEEPALIVE = 10.0
+ROUTES: dict[str, Kind] = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completion",
+    "/v1/embeddings": "embedding",
+}
+# The model is wanted now (``start``: and a replica should start if it has none).
+Demand = Callable[[str, bool], None]
+
+
+def bounds_of(config: GatewayConfig) -> Bounds:
+    return Bounds(
+        max_body=config.max_body,
+        max_depth=config.max_depth,
+        max_messages=config.max_messages,
+        max_prompt_chars=config.max_prompt_chars,
+    )
+
+
+class Gateway:
+    def __init__(
+        self,
+        store: Store,
+        nodes: Nodes,
+        catalog: Catalog,
+        secret: bytes,
+        config: GatewayConfig,
+        demand: Demand,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.catalog = catalog
+        self.config = config
+        self.bounds = bounds_of(config)
+        self.demand = demand
+        self.usage = Usage(store, clock)
+        self.keys = KeyBook(self.usage, clock)
+        self.probe = EngineProbe(nodes, secret)
+        self.router = Router(nodes, catalog, self.probe, secret)
+        self.upstream = Upstream(self.router, config.request_timeout)
+        self.metrics = Metrics()
+        self.stopped = False
+        self.requests = 0
+
+    # ------------------------------------------------------------------ state
+
+    async def load(self) -> None:
+        self.keys.load(await self.store.list_api_keys())
+        self.stopped = (await self.store.get_setting(STOPPED_SETTING)) == "true"
+        await self.usage.load_month()
+
+    async def flush(self) -> None:
+        await self.usage.flush()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Write usage every two seconds (kept and retried while the store cannot take
+        it), and probe the engines of silent agents."""
+        probe = asyncio.create_task(self.probe.run(self.upstream.session, stop))
+        try:
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=2.0)
+                except TimeoutError:
+                    pass
+                try:
+                    await self.usage.tick()
+                except StoreUnavailable:
+                    pass  # said once by the store; the usage is kept and written later
+                except Exception:
+                    log.exception("could not write usage (kept, retried in 2 s)")
+        finally:
+            await probe
+
+    async def close(self) -> None:
+        await self.upstream.close()
+
+    def endpoints_of(self, model: str) -> list[Endpoint]:
+        return self.router.endpoints_of(model)
+
+    # --------------------------------------------------------------- requests
+
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        trace = Trace(time.perf_counter())
+        response = await self._handle(request, trace)
+        self.metrics.request(
+            trace.model,
+            response.status,
+            time.perf_counter() - trace.start,
+            trace.first - trace.start if trace.first else None,
+        )
+        return response
+
+    async def metrics_text(self) -> str:
+        """``/metrics``: the gateway's counters and every Ready replica's own."""
+        inflight: dict[tuple[str, str], int] = {}
+        targets: list[tuple[str, str, str, str]] = []
+        for model, endpoints in self.router.table().items():
+            for e in endpoints:
+                inflight[(model, e.replica_id)] = e.outstanding
+                if not e.external:
+                    targets.append((model, e.replica_id, e.url[:-3] + "/metrics", e.key))
+        engines = await scrape(self.upstream.session, targets)
+        return self.metrics.render(
+            inflight,
+            self.router.prefix_hits,
+            engines,
+            failures=self.router.failures,
+            breaker_opens=self.router.breaker_opens,
+            vouched={
+                (model, e.replica_id): int(e.vouched)
+                for model, endpoints in self.router.table().items()
+                for e in endpoints
+                if not e.external
+            },
+        )
+
+    async def _handle(self, request: web.BaseRequest, trace: Trace) -> web.StreamResponse:
+        self.requests += 1
+        key = self.keys.authorise(request.headers.get("Authorization", ""))
+        if isinstance(key, web.Response):
+            return key
+        path = request.path
+        if path == "/v1/models" and request.method == "GET":
+            return self.list_models(key)
+        kind = ROUTES.get(path)
+        if kind is None:
+            return fail(
+                404, f"no route {request.method} {path}", "invalid_request_error", "not_found"
+            )
+        if request.method != "POST":
+            return fail(405, f"{path} takes POST", "invalid_request_error", "method_not_allowed")
+        if self.stopped:
+            return fail(
+                503,
+                "serving is stopped on this cluster (`llmgw start` resumes it)",
+                "service_unavailable",
+                "system_stopped",
+            )
+        raw = await self._read_body(request)
+        if isinstance(raw, web.Response):
+            return raw
+        try:
+            body = checks.parse(raw, self.bounds)
+            checks.check(kind, body, self.bounds)
+        except Rejected as exc:
+            return bad_request(exc.message, exc.code, exc.param)
+        name: str = body["model"]
+        model = self.catalog.models.get(name)
+        if model is None or not key.may_use(name):
+            return fail(
+                404,
+                f"the model '{name}' does not exist or you do not have access to it",
+                "invalid_request_error",
+                "model_not_found",
+                "model",
+            )
+        trace.model = name  # a catalog model: labels stay bounded
+        if model.stopped:
+            return fail(
+                503,
+                f"the model '{name}' is stopped (`llmgw ctl model start {name}`)",
+                "service_unavailable",
+                "model_stopped",
+            )
+        limited = self.keys.over_limit(key)
+        if limited is not None:
+            return limited
+        stream = kind != "embedding" and body.get("stream") is True
+        strip_usage = False
+        if kind != "embedding":
+            checks.hold_to(body, model.max_output)
+            if stream:
+                strip_usage = not checks.ask_for_usage(body)
+            if stream or model.max_output is not None:
+                # What the engine reads is what was checked, whatever its JSON reader.
+                raw = json.dumps(body).encode()
+        prefix = prompt_prefix(body) if kind != "embedding" else []
+        endpoint = self.router.pick(name, prefix=prefix)
+        if endpoint is None and model.on_demand and stream:
+            return await self.stream_when_ready(request, path, raw, name, key, trace, strip_usage)
+        if endpoint is None:
+            endpoint = await self.wait_for_replica(name, model.on_demand)
+            if endpoint is None:
+                return fail(
+                    503,
+                    f"the model '{name}' has no Ready replica now; `llmgw ctl models` says why",
+                    "service_unavailable",
+                    "no_replica",
+                )
+        elif model.on_demand:
+            self.demand(name, False)
+        self.keys.admitted(key)
+        return await self.upstream.send(
+            request,
+            path,
+            raw,
+            name,
+            endpoint,
+            trace,
+            stream,
+            strip_usage,
+            self._recorder(key, name),
+        )
+
+    async def _read_body(self, request: web.BaseRequest) -> bytes | web.Response:
+        """The body, refused past ``max_body`` (before reading when it says its length)
+        or when it does not arrive within ``body_timeout``."""
+        limit = self.bounds.max_body
+        too_large = bad_request(
+            f"the request body is over {limit // 2**20} MiB (gateway.max_body); send less",
+            "body_too_large",
+        )
+        if request.content_length is not None and request.content_length > limit:
+            too_large.force_close()
+            return too_large
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(self.config.body_timeout):
+                while True:
+                    chunk = await request.content.readany()
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > limit:
+                        too_large.force_close()
+                        return too_large
+                    chunks.append(chunk)
+        except TimeoutError:
+            late = fail(
+                408,
+                f"the request body did not arrive within {self.config.body_timeout:g} s",
+                "invalid_request_error",
+                "body_timeout",
+            )
+            late.force_close()
+            return late
+        return b"".join(chunks)
+
+    def _recorder(self, key: Key, model: str) -> Callable[[str, int, int], None]:
+        def record(replica: str, prompt: int, completion: int) -> None:
+            self.usage.add(key, model, replica, prompt, completion)
+            self.metrics.add_tokens(model, prompt, completion)
+
+        return record
+
+    async def wait_for_replica(self, model: str, on_demand: bool) -> Endpoint | None:
+        if not on_demand:
+            return None
+        self.demand(model, True)
+        deadline = time.monotonic() + self.config.on_demand_wait
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            endpoint = self.router.pick(model)
+            if endpoint is not None:
+                return endpoint
+        return None
+
+    def list_models(self, key: Key) -> web.Response:
+        data = [
+            {"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"}
+            for name, m in sorted(self.catalog.models.items())
+            if key.may_use(name)
+        ]
+        return web.Response(
+            body=json.dumps({"object": "list", "data": data}).encode(), content_type=JSON
+        )
+
+    async def stream_when_ready(
+        self,
+        request: web.BaseRequest,
+        path: str,
+        raw: bytes,
+        model: str,
+        key: Key,
+        trace: Trace,
+        strip_usage: bool,
+    ) -> web.StreamResponse:
+        """A stream asked of an on-demand model at zero: the stream begins at once and a
+        comment line every KEEPALIVE seconds keeps the connection (and its proxies)
+        alive while a replica starts; then the replica's stream follows."""
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        self.demand(model, True)
+        deadline = time.monotonic() + self.config.on_demand_wait
+        said = 0.0
+        endpoint = self.router.pick(model)
+        while endpoint is None:
+            now = time.monotonic()
+            if now > deadline:
+                await stream_error(
+                    response, f"no replica of '{model}' started in time", "no_replica"
+                )
+                return response
+            if now - said >= KEEPALIVE:
+                await response.write(f": llmgw: starting a replica of {model}\n\n".encode())
+                said = now
+            await asyncio.sleep(0.25)
+            endpoint = self.router.pick(model)
+        self.keys.admitted(key)
+        answer = await self.upstream.send(
+            request,
+            path,
+            raw,
+            model,
+            endpoint,
+            trace,
+            True,
+            strip_usage,
+            self._recorder(key, model),
+            prepared=response,
+        )
+        if answer is not response:
+            # No replica's stream began (each failed, or the request was refused): say
+            # so in the stream, in the words of the answer it would have had.
+            await stream_error(response, _message_of(answer), "upstream_error")
+        return response
+
+
+def _message_of(answer: web.StreamResponse) -> str:
+    body = answer.body if isinstance(answer, web.Response) else None
+    try:
+        error = json.loads(body)["error"] if isinstance(body, bytes) else None
+        return str(error["message"] if isinstance(error, dict) else error)
+    except (ValueError, KeyError, TypeError):
+        return f"the replica answered {answer.status} before its stream began"

@@ -1,0 +1,249 @@
+"""The typed requests the control plane's services take, with the rules of every field.
+
+Names follow documented patterns (docs/api.md, "Names"): a model is letters, digits,
+``.``, ``_`` and ``-`` (48 at most, starting with a letter or digit); a profile lower-case
+letters, digits and ``-`` (16 at most); a label's key and value letters, digits, ``.``,
+``_``, ``/`` and ``-`` (63 at most); a key's name may also hold spaces, ``@`` and ``+``
+(64 at most). Numbers are bounded by what the cluster can use, far inside what the
+store holds. Each rule is read by ``schema.read`` and written into the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import MISSING, dataclass
+from typing import Any
+
+from llmgw.server.catalog import LABEL, MAX_SLOTS, MODEL_NAME, PROFILE_NAME
+from llmgw.server.schema import Spec, spec
+
+NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+REPLICA_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._@+-]{0,63}")
+# A key's allowlist: model names with shell-style wildcards (* ? [...]).
+MODEL_PATTERN = re.compile(r"[A-Za-z0-9._*?\[\]!-]{1,64}")
+ENGINE_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,31}")
+
+MODEL_WORDS = "letters, digits, '.', '_' or '-', up to 48, starting with a letter or digit"
+PROFILE_WORDS = "lower-case letters, digits and '-', up to 16"
+LABEL_WORDS = "letters, digits, '.', '_', '/' or '-', up to 63, starting with a letter or digit"
+KEY_WORDS = "letters, digits, spaces, '.', '_', '@', '+' or '-', up to 64"
+
+MAX_TOKENS = 2**24  # a context or an answer longer than any model's
+MAX_REPLICAS = 1000
+MAX_CARDS = 64
+MAX_RATE = 10**9  # requests or tokens a minute
+MAX_BUDGET = 10**15  # tokens a month
+MAX_TTL = 7 * 24 * 3600
+LABEL_SPEC = Spec(pattern=LABEL, pattern_doc=LABEL_WORDS, max_length=63)
+ARG_SPEC = Spec(max_length=4096)
+
+
+def _model_name(default: Any = MISSING, doc: str = "the model's name") -> Any:
+    return spec(default, doc=doc, pattern=MODEL_NAME, pattern_doc=MODEL_WORDS, max_length=48)
+
+
+def _profile_name(doc: str) -> Any:
+    return spec(None, doc=doc, pattern=PROFILE_NAME, pattern_doc=PROFILE_WORDS, max_length=16)
+
+
+# ------------------------------------------------------------------------- models
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """Serve a model: its source, and the first profile of its replicas."""
+
+    source: str = spec(
+        doc="hf:ORG/REPO[:QUANT], an https:// URL, or a path on the nodes",
+        min_length=1,
+        max_length=2048,
+        example="hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M",
+    )
+    name: str | None = _model_name(None, "the model's name (from the source when left out)")
+    engine: str | None = spec(None, doc="llama.cpp, vllm or sglang", pattern=ENGINE_NAME)
+    replicas: int = spec(1, minimum=0, maximum=MAX_REPLICAS)
+    context: int | None = spec(None, doc="tokens per request", minimum=1, maximum=MAX_TOKENS)
+    slots: int = spec(1, doc="requests at once per replica", minimum=1, maximum=MAX_SLOTS)
+    max_output: int | None = spec(
+        None, doc="the longest answer, in tokens", minimum=1, maximum=MAX_TOKENS
+    )
+    gpus: int = spec(0, doc="cards per replica (0: the CPU)", minimum=0, maximum=MAX_CARDS)
+    cpu_cores: float = spec(0.0, doc="cores reserved per replica", minimum=0, maximum=4096)
+    memory: int | None = spec(
+        None, doc="bytes per replica, when the shape cannot be read", minimum=1, maximum=2**50
+    )
+    on_demand: bool = spec(False, doc="start on the first request, back to zero when idle")
+    args: tuple[str, ...] = spec((), doc="engine arguments", max_items=64, items=ARG_SPEC)
+    allow_pickle: bool = spec(False, doc="let Python pickles load (they run code)")
+    profile: str | None = _profile_name("the first profile's name (default)")
+    priority: int = spec(0, minimum=-1000, maximum=1000)
+    selector: dict[str, str] | None = spec(
+        None, doc="node labels a replica needs", max_items=32, keys=LABEL_SPEC, items=LABEL_SPEC
+    )
+    role: str | None = spec(None, doc="the node role label", pattern=LABEL, pattern_doc=LABEL_WORDS)
+
+
+@dataclass(frozen=True)
+class ProviderKey:
+    key: str = spec(
+        doc="the provider's API key (sealed in the store)", min_length=1, max_length=4096
+    )
+    weight: float = spec(1.0, doc="share of requests", minimum=0.001, maximum=10**6)
+
+
+@dataclass(frozen=True)
+class ExternalRequest:
+    """An OpenAI-compatible provider as a model."""
+
+    name: str = _model_name(doc="the model's name")
+    base_url: str = spec(
+        doc="https:// (http:// only to this machine), ending in the provider's /v1",
+        min_length=1,
+        max_length=2048,
+    )
+    keys: tuple[ProviderKey, ...] = spec(min_items=1, max_items=64)
+    upstream_model: str | None = spec(None, doc="the provider's name for it", max_length=256)
+    context: int | None = spec(None, minimum=1, maximum=MAX_TOKENS)
+    max_output: int | None = spec(None, minimum=1, maximum=MAX_TOKENS)
+
+
+@dataclass(frozen=True)
+class RestartRequest:
+    in_place: bool = spec(False, doc="stop each replica before its replacement starts")
+
+
+@dataclass(frozen=True)
+class ContextRequest:
+    context: int | None = spec(None, minimum=1, maximum=MAX_TOKENS)
+    slots: int | None = spec(None, minimum=1, maximum=MAX_SLOTS)
+    max_output: int | None = spec(None, minimum=1, maximum=MAX_TOKENS)
+    in_place: bool = False
+
+
+@dataclass(frozen=True)
+class GpusRequest:
+    gpus: int = spec(doc="cards per replica (0: the CPU)", minimum=0, maximum=MAX_CARDS)
+    profile: str | None = _profile_name("the profile (needed when there are several)")
+    in_place: bool = False
+
+
+@dataclass(frozen=True)
+class ReplicasRequest:
+    replicas: int = spec(minimum=0, maximum=MAX_REPLICAS)
+    profile: str | None = _profile_name("the profile; a new name adds a CPU profile")
+
+
+@dataclass(frozen=True)
+class RemoveQuery:
+    with_files: bool = spec(False, doc="also delete the nodes' copies of its weights")
+
+
+@dataclass(frozen=True)
+class PlanQuery:
+    source: str = spec(doc="what to plan, as for serve", min_length=1, max_length=2048)
+    context: int | None = spec(None, minimum=1, maximum=MAX_TOKENS)
+    slots: int | None = spec(None, minimum=1, maximum=MAX_SLOTS)
+    gpus: int | None = spec(None, minimum=0, maximum=MAX_CARDS)
+    cpu_cores: int | None = spec(None, minimum=1, maximum=4096)
+    engine: str | None = spec(None, pattern=ENGINE_NAME)
+    allow_pickle: bool = False
+
+
+# -------------------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True)
+class LabelsRequest:
+    set: dict[str, str] | None = spec(
+        None, doc="labels to set", max_items=64, keys=LABEL_SPEC, items=LABEL_SPEC
+    )
+    remove: tuple[str, ...] = spec((), doc="label keys to remove", max_items=64, items=LABEL_SPEC)
+
+
+@dataclass(frozen=True)
+class StartShardRequest:
+    """A shard started on a named node by hand, outside the catalog."""
+
+    replica_id: str = spec(pattern=REPLICA_ID, pattern_doc="letters, digits, '.', '_', '-'")
+    engine: str = spec(pattern=ENGINE_NAME)
+    source: str = spec(min_length=1, max_length=2048)
+    port: int = spec(minimum=1024, maximum=65535)
+    model: str | None = spec(None, max_length=256)
+    args: tuple[str, ...] = spec((), max_items=64, items=ARG_SPEC)
+    cards: tuple[str, ...] = spec(
+        (), doc="card UUIDs", max_items=MAX_CARDS, items=Spec(max_length=128)
+    )
+    cpu_cores: int | None = spec(None, minimum=1, maximum=4096)
+    allow_pickle: bool = False
+    fingerprint: str = spec("direct", max_length=64)
+
+
+@dataclass(frozen=True)
+class LogsQuery:
+    source: str = spec("agent", doc="agent, or a replica id", max_length=128)
+    n: int = spec(100, doc="lines", minimum=1, maximum=2000)
+    follow: bool = False
+
+
+@dataclass(frozen=True)
+class WeightsQuery:
+    node: str | None = spec(None, pattern=NODE_ID, pattern_doc="a node id")
+
+
+@dataclass(frozen=True)
+class CollectRequest:
+    node: str | None = spec(None, pattern=NODE_ID, pattern_doc="a node id")
+
+
+@dataclass(frozen=True)
+class MintToken:
+    ttl_seconds: int = spec(
+        3600, doc="how long the join token is valid", minimum=1, maximum=MAX_TTL
+    )
+
+
+@dataclass(frozen=True)
+class Enroll:
+    """An agent's first call: its CSR, with a MAC under the join token's secret."""
+
+    token_id: str = spec(max_length=64, min_length=1)
+    node_id: str = spec(max_length=256, min_length=1)
+    csr: str = spec(max_length=8192, min_length=1)
+    mac: str = spec(max_length=256, min_length=1)
+
+
+# --------------------------------------------------------------------------- keys
+
+
+@dataclass(frozen=True)
+class CreateKey:
+    """A gateway key; its limits are per minute (rpm, tpm) and per month (budget)."""
+
+    name: str = spec(doc="whose key it is", pattern=KEY_NAME, pattern_doc=KEY_WORDS, max_length=64)
+    models: tuple[str, ...] = spec(
+        (),
+        doc="model name patterns the key may use (all when empty)",
+        max_items=256,
+        items=Spec(pattern=MODEL_PATTERN, pattern_doc="a model name, * ? [...] allowed"),
+    )
+    rpm: int | None = spec(None, doc="requests a minute", minimum=1, maximum=MAX_RATE)
+    tpm: int | None = spec(None, doc="tokens a minute", minimum=1, maximum=MAX_RATE)
+    budget: int | None = spec(None, doc="tokens a month", minimum=1, maximum=MAX_BUDGET)
+    expires: float | str | None = spec(
+        None,
+        doc="a date (2027-01-31), a date and time, or seconds since 1970",
+        minimum=0,
+        maximum=253402300799,  # the last second of the year 9999
+        max_length=40,
+    )
+
+
+@dataclass(frozen=True)
+class Serving:
+    stopped: bool = spec(doc="true: llmgw stop; false: llmgw start")
+
+
+@dataclass(frozen=True)
+class UsageQuery:
+    days: int = spec(30, minimum=1, maximum=3660)
