@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from llmgw.tables import render
+from llmgw.tables import render, store_line
 
 Client = Callable[[argparse.Namespace], Any]
 DASH = "-"
@@ -111,7 +111,8 @@ def add_parsers(
                     line += " (`llmgw start` resumes)"
                 else:
                     line = "serving"
-                return f"{line}\nnodes: {nodes['ready']} of {nodes['total']} Ready"
+                line += f"\nnodes: {nodes['ready']} of {nodes['total']} Ready"
+                return line + f"\nstore: {store_line(s)}"
 
             return show(args, status, text)
 

@@ -128,7 +128,15 @@ def status_text(status: dict[str, Any]) -> str:
         + (f", p99 {p99} ms" if p99 is not None else ""),
         f"  CA:          sha256 {str(status.get('ca_fingerprint', ''))[:32]}...",
     ]
+    lines.insert(3, f"  store write: {store_line(status)}")
     return "\n".join(lines)
+
+
+def store_line(status: dict[str, Any]) -> str:
+    """Whether the store takes writes; when not, why and the fix."""
+    if status.get("store_writable", True):
+        return "writable"
+    return f"NOT WRITABLE: {status.get('store_problem')} (serving goes on from memory)"
 
 
 def size(value: Any) -> str:

@@ -143,7 +143,9 @@ class ControlPlane:
             self.gateway.metrics_text,
             self.mint_join_token,
             enrollment,
-            lambda: openapi.document(ops, bounds_of(self.config.gateway)),
+            lambda: openapi.document(
+                ops, bounds_of(self.config.gateway), sorted(self.models.models)
+            ),
         )
         ops += replicas.routes(
             self.registry, self.models, self.store, self.cluster_secret, self.wanted_sources

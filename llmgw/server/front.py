@@ -27,11 +27,27 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from llmgw.config import parse_hostport
 
 log = logging.getLogger("llmgw.http")
+
+
+class _NoMalformed(logging.Filter):
+    """aiohttp logs a traceback for every request it cannot parse (a NUL in a header,
+    a bad request line); the client got its 400, and a log a stranger can fill is a
+    log nobody reads."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, HttpProcessingError)
+
+
+# What aiohttp's connections log goes here.
+protocol_log = logging.getLogger("llmgw.http.protocol")
+protocol_log.addFilter(_NoMalformed())
 
 # aiohttp's own cap on what it buffers of a body; each route judges size itself first.
 MAX_BODY = 1 << 30
@@ -76,6 +92,13 @@ class AsgiBridge:
         self.app = app
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+        try:
+            return await self._call(request)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            return _json(500, "internal_error", "the control plane failed; its log says why")
+
+    async def _call(self, request: web.BaseRequest) -> web.StreamResponse:
         peer = request.transport.get_extra_info("peername") if request.transport else None
         sock = request.transport.get_extra_info("sockname") if request.transport else None
         scope: dict[str, Any] = {
@@ -85,8 +108,9 @@ class AsgiBridge:
             "method": request.method,
             "scheme": "http",
             "path": request.path,
-            "raw_path": request.raw_path.split("?", 1)[0].encode(),
-            "query_string": request.query_string.encode("latin-1"),
+            "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1", "replace"),
+            # As sent (percent-encoded ASCII); the decoded text may hold any character.
+            "query_string": request.rel_url.raw_query_string.encode("latin-1", "replace"),
             "root_path": "",
             "headers": [(k.lower(), v) for k, v in request.raw_headers],
             "client": tuple(peer[:2]) if peer else None,
@@ -123,10 +147,9 @@ class AsgiBridge:
         try:
             await self.app(scope, receive, send)
         except Exception:
-            log.exception("%s %s failed", request.method, request.path)
             if response is None:
-                return _json(500, "internal_error", "the control plane failed; its log says why")
-            raise
+                raise  # answered in __call__, in the same shape as every other error
+            log.exception("%s %s failed after its answer began", request.method, request.path)
         finally:
             finished.set()
         if response is None:
@@ -196,6 +219,31 @@ class _Guarded(RequestHandler):
     def connection_lost(self, exc: BaseException | None) -> None:
         self.disarm()
         super().connection_lost(exc)
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A request aiohttp could not read (a request line past 8 KiB, a NUL in a
+        header) answered in JSON, in the shape both the admin API's and OpenAI's clients
+        read; logged only when it was our failure."""
+        if request.writer.output_size > 0:
+            raise ConnectionError("the answer had begun; no error can follow it")
+        if status >= 500:
+            self.log_exception("failed on a request from %s", request.remote, exc_info=exc)
+            words = "the control plane failed on this request; its log says why"
+        else:
+            words = f"the request could not be read: {(message or str(exc or ''))[:200]}"
+        kind = "invalid_request_error" if status < 500 else "api_error"
+        body = {"error": {"message": words, "type": kind, "param": None, "code": "bad_http"}}
+        answer = web.Response(
+            status=status, body=json.dumps(body).encode(), content_type="application/json"
+        )
+        answer.force_close()
+        return answer
 
 
 class Guard(web.Server):
@@ -307,6 +355,7 @@ class Listener:
             handler_cancellation=True,
             keepalive_timeout=self.keepalive_timeout,
             lingering_time=LINGER,
+            logger=protocol_log,
         )
         self.runner = web.ServerRunner(self.server, shutdown_timeout=3.0)
         await self.runner.setup()

@@ -66,3 +66,39 @@ async def test_nodes_enroll_register_and_states(tmp_path: Path) -> None:
     await store.audit("admin", "node.enroll", "n1", "x")
     assert (await store.audit_log())[0]["target"] == "n1"
     await store.close()
+
+
+async def test_a_store_locked_elsewhere_refuses_writes_by_name_and_recovers(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from llmgw.server.store import StoreUnavailable
+
+    store = await _store(tmp_path / "s.db")
+    await store.db.execute("PRAGMA busy_timeout=100")
+    other = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    try:
+        await store.put_setting("a", "1")
+    except StoreUnavailable as exc:
+        assert "locked by another process" in str(exc) and "s.db" in str(exc)
+    else:
+        raise AssertionError("a write to a locked store went through")
+    assert not store.writable().ok and "locked" in store.writable().problem
+    other.execute("ROLLBACK")
+    other.close()
+    assert await store.check_writable() is True
+    assert store.writable().ok
+    await store.put_setting("a", "2")
+    assert await store.get_setting("a") == "2"
+    await store.close()
+
+
+def test_a_full_disk_is_said_as_such(tmp_path: Path) -> None:
+    import sqlite3
+
+    store = SQLiteStore(tmp_path / "s.db")
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorname = "SQLITE_FULL"  # type: ignore[attr-defined]
+    assert "is full" in store.describe(full) and "free space" in store.describe(full)

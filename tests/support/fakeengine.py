@@ -5,7 +5,8 @@ matters to the gateway: it announces keep-alive and still closes the connection 
 streamed answer (``close_after_stream``), and it answers 500 with its JSON library's
 parse error to a body it cannot read. A request picks its answer with ``x_mode``:
 ``ok`` (the default), ``client_error`` (400), ``parse_error`` (500, about the request),
-``crash`` (500, the engine's own failure), ``slow`` (answers after ``x_delay`` seconds).
+``not_supported`` (501), ``crash`` (500, the engine's own failure), ``slow`` (answers
+after ``x_delay`` seconds, or not at all when the client hangs up first).
 """
 
 from __future__ import annotations
@@ -81,7 +82,12 @@ class FakeEngine:
         self.requests.append(body)
         mode = body.get("x_mode", "ok")
         if mode == "client_error":
-            self._send(writer, 400, {"error": {"message": "bad field", "type": "invalid"}})
+            error = {"code": 400, "message": "bad field", "type": "invalid_request_error"}
+            self._send(writer, 400, {"error": error})
+            return True
+        if mode == "not_supported":
+            error = {"code": 501, "message": "start it with --embeddings", "type": "unsupported"}
+            self._send(writer, 501, {"error": error})
             return True
         if mode == "parse_error":
             self._send(writer, 500, {"error": {"code": 500, "message": PARSE_ERROR}})
@@ -140,7 +146,8 @@ class FakeEngine:
     @staticmethod
     def _send(writer: asyncio.StreamWriter, status: int, body: dict[str, Any]) -> None:
         data = json.dumps(body).encode()
-        reason = {200: "OK", 400: "Bad Request", 500: "Internal Server Error"}[status]
+        reasons = {200: "OK", 400: "Bad Request", 500: "Internal Server Error", 501: "No"}
+        reason = reasons[status]
         writer.write(
             f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\n"
             f"Keep-Alive: timeout=5, max=100\r\nContent-Length: {len(data)}\r\n\r\n".encode()

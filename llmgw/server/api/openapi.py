@@ -62,14 +62,14 @@ WHY = {
 }
 
 
-def document(ops: list[Op], bounds: Bounds) -> dict[str, Any]:
+def document(ops: list[Op], bounds: Bounds, models: list[str] | None = None) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in ops:
         if "{rest:path}" in op.path or op.path == "/admin":
             continue  # the pages' placeholder: not an API
         path = _PARAM.sub(r"{\1}", op.path)
         paths.setdefault(path, {})[op.method.lower()] = _operation(op, path)
-    paths.update(_gateway(bounds))
+    paths.update(_gateway(bounds, models or []))
     return {
         "openapi": "3.1.0",
         "info": {
@@ -152,9 +152,9 @@ def _query_params(cls: type) -> list[dict[str, Any]]:
 # ------------------------------------------------------------------------- /v1
 
 
-def _gateway(bounds: Bounds) -> dict[str, Any]:
+def _gateway(bounds: Bounds, models: list[str]) -> dict[str, Any]:
     """/v1 as the gateway checks it: the fields it reads or caps, typed; the rest are
-    the engine's to judge and pass through."""
+    the engine's to judge and pass through. ``model`` names the catalog's models."""
     text = {"type": "string"}
     part = {"type": "object", "required": ["type"], "properties": {"type": text}}
     message = {
@@ -177,7 +177,11 @@ def _gateway(bounds: Bounds) -> dict[str, Any]:
         ]
     }
     common: dict[str, Any] = {
-        "model": {"type": "string", "minLength": 1, "maxLength": 256},
+        "model": (
+            {"type": "string", "enum": models}
+            if models
+            else {"type": "string", "minLength": 1, "maxLength": 256}
+        ),
         "stream": {"type": ["boolean", "null"]},
         "stream_options": _or_null(
             {
@@ -227,7 +231,7 @@ def _gateway(bounds: Bounds) -> dict[str, Any]:
         {"model": common["model"], "input": prompt, "encoding_format": text},
         ["model", "input"],
     )
-    models = {
+    listing = {
         "get": {
             "summary": "The models this key may use",
             "operationId": "v1_models",
@@ -249,7 +253,7 @@ def _gateway(bounds: Bounds) -> dict[str, Any]:
         "/v1/chat/completions": _gateway_op("Chat", "v1_chat", chat),
         "/v1/completions": _gateway_op("Text completion", "v1_completions", completion),
         "/v1/embeddings": _gateway_op("Embeddings", "v1_embeddings", embedding),
-        "/v1/models": models,
+        "/v1/models": listing,
     }
 
 
@@ -280,7 +284,8 @@ def _gateway_op(summary: str, op_id: str, body: dict[str, Any]) -> dict[str, Any
                     "description": "The answer; with stream, server-sent events",
                     "content": {
                         "application/json": {"schema": {"type": "object"}},
-                        "text/event-stream": {"schema": {"type": "string"}},
+                        # Each event, as a client reads it: its data and type.
+                        "text/event-stream": {"schema": {"type": "object"}},
                     },
                 },
                 "400": _openai_error("A field the gateway or the engine refused, named"),

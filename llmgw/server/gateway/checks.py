@@ -220,7 +220,7 @@ def _messages(messages: Any, bounds: Bounds) -> int:
         if not isinstance(message, dict):
             raise Rejected(f"'{where}' must be an object", "invalid_type", where)
         role = message.get("role")
-        if role not in ROLES:
+        if not isinstance(role, str) or role not in ROLES:
             raise Rejected(
                 f"'{where}.role' must be one of {', '.join(sorted(ROLES))}",
                 "invalid_value",

@@ -3,9 +3,10 @@
 How an engine's answer is judged:
 
 - 2xx: the client's answer; the replica succeeded.
-- 4xx, or a 5xx whose body says the engine could not read the request (llama.cpp
-  answers 500 to JSON it cannot parse): about the request, so the client's answer
-  (a 5xx of that kind becomes a 400) and never held against the replica.
+- 4xx, 501 (the replica does not do that: embeddings of a chat model), or a 5xx whose
+  body says the engine could not read the request (llama.cpp answers 500 to JSON it
+  cannot parse): about the request, so the client's answer in OpenAI's error shape
+  (a 5xx of that kind becomes a 400), never held against the replica.
 - Any other 5xx, a refused or reset connection, a connect timeout: a failure of the
   replica, counted by the router's breaker, and retried once on another replica when
   no byte has reached the client.
@@ -333,7 +334,7 @@ class Upstream:
                 self.router.key_refused(endpoint, status, upstream.headers.get("Retry-After"))
                 body = await _read(upstream)
                 raise KeyRefused(_passed_on(upstream, body), f"HTTP {status}")
-            if status >= 500:
+            if status >= 500 and status != 501:
                 body = await _read(upstream)
                 if _ABOUT_THE_REQUEST.search(body[:4096]):
                     # The engine could not read what the client sent: the client's to fix.
@@ -344,9 +345,11 @@ class Upstream:
                     )
                 raise ReplicaFailed(_passed_on(upstream, body), f"HTTP {status}")
             if status >= 400:
+                # About the request, in the client's error shape: a 4xx, or 501 (the
+                # replica does not do what was asked, embeddings of a chat model say).
                 body = await _read(upstream)
                 tally.answered = True
-                return _passed_on(upstream, body)
+                return _refused_by_engine(400 if status == 501 else status, body)
             self.router.succeeded(endpoint)
             if not stream:
                 try:
@@ -420,6 +423,29 @@ async def _read(upstream: aiohttp.ClientResponse) -> bytes:
 def _passed_on(upstream: aiohttp.ClientResponse, body: bytes) -> web.Response:
     return web.Response(
         status=upstream.status, body=body, content_type=upstream.content_type or JSON
+    )
+
+
+def _refused_by_engine(status: int, body: bytes) -> web.Response:
+    """An engine's refusal in OpenAI's error shape whatever the engine wrote (llama.cpp
+    gives ``code`` as a number): its message, type and param kept."""
+    error: Any = None
+    try:
+        parsed = json.loads(body)
+        error = parsed.get("error") if isinstance(parsed, dict) else None
+    except ValueError:
+        pass
+    if not isinstance(error, dict):
+        error = {}
+    kind = error.get("type")
+    param = error.get("param")
+    code = error.get("code")
+    return fail(
+        status,
+        _message(body),
+        kind if isinstance(kind, str) and kind else "invalid_request_error",
+        str(code) if code is not None else None,
+        param if isinstance(param, str) else None,
     )
 
 

@@ -120,7 +120,14 @@ class Gateway:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         trace = Trace(time.perf_counter())
-        response = await self._handle(request, trace)
+        try:
+            response = await self._handle(request, trace)
+        except Exception:
+            # A failure of the gateway itself: said in the client's shape, logged whole.
+            log.exception("%s %s failed", request.method, request.path)
+            response = fail(
+                500, "the gateway failed on this request", "api_error", "internal_error"
+            )
         self.metrics.request(
             trace.model,
             response.status,

@@ -45,6 +45,16 @@ _LOCKED = ("SQLITE_BUSY", "SQLITE_LOCKED")
 _UNWRITABLE = ("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_PERM")
 
 
+async def _touch(db: aiosqlite.Connection) -> None:
+    """A write of no consequence, committed: proof the store takes writes."""
+    await db.execute(
+        "INSERT INTO settings (key, value) VALUES ('store.checked_at', ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (str(time.time()),),
+    )
+    await db.commit()
+
+
 def migrations() -> list[tuple[int, str]]:
     """Every migration shipped, as (number, SQL), in order."""
     out: list[tuple[int, str]] = []
@@ -76,6 +86,7 @@ class SQLiteStore(Store):
         try:
             self._db = await self._connect()
             await self._migrate()
+            await _touch(self._db)  # learn now whether it can be written
         except (sqlite3.Error, StoreError) as exc:
             if not self.path.exists():
                 raise StoreError(f"the store {self.path} cannot be created: {exc}") from exc
@@ -89,7 +100,7 @@ class SQLiteStore(Store):
                     f"the store {self.path} cannot be written ({exc}) and needs migrating "
                     f"to this version (migrations {pending}); make it writable and start again"
                 ) from exc
-            self._problem = self._words(exc)
+            self._problem = self.describe(exc)
             log.error("the store cannot be written; serving from what it holds: %s", self._problem)
 
     async def _connect(self, read_only: bool = False) -> aiosqlite.Connection:
@@ -118,7 +129,8 @@ class SQLiteStore(Store):
     def writable(self) -> Writability:
         return Writability(not self._problem, self._problem)
 
-    def _words(self, exc: BaseException) -> str:
+    def describe(self, exc: BaseException) -> str:
+        """What a failed write says to a person: the problem and its fix."""
         name = str(getattr(exc, "sqlite_errorname", "") or "")
         where = self.path
         if name.startswith(_FULL):
@@ -151,7 +163,7 @@ class SQLiteStore(Store):
                 pass
             if not self._storage_error(exc):
                 raise
-            problem = self._words(exc)
+            problem = self.describe(exc)
             if problem != self._problem:
                 log.error("the store cannot be written: %s", problem)
             self._problem = problem
@@ -162,31 +174,27 @@ class SQLiteStore(Store):
         return result
 
     async def check_writable(self) -> bool:
-        """Try a write (opening the store again if it was opened read-only)."""
-        if self._read_only:
-            try:
-                db = await self._connect()
-            except sqlite3.Error:
-                return False
-            old, self._db = self._db, db
-            if old is not None:
-                await old.close()
-            try:
-                await self._migrate()
-            except StoreError:
-                return False
-
-        async def touch(db: aiosqlite.Connection) -> None:
-            await db.execute(
-                "INSERT INTO settings (key, value) VALUES ('store.checked_at', ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (str(time.time()),),
-            )
-
+        """Try a write on a fresh connection (one opened while the file could not be
+        written stays read-only) and keep that connection when it works."""
         try:
-            await self._write(touch)
-        except StoreUnavailable:
+            db = await self._connect()
+        except sqlite3.Error:
             return False
+        try:
+            await self._migrate_on(db)
+            await _touch(db)
+        except (sqlite3.Error, StoreError) as exc:
+            await db.close()
+            self._problem = self.describe(exc)
+            return False
+        old, self._db = self._db, db
+        if self._problem:
+            log.warning("the store can be written again")
+        self._problem = ""
+        if old is not None:
+            # Let a query already under way on the old connection finish first.
+            await asyncio.sleep(1.0)
+            await old.close()
         return True
 
     async def watch(self, stop: asyncio.Event) -> None:
@@ -200,7 +208,9 @@ class SQLiteStore(Store):
                 pass
 
     async def _migrate(self) -> None:
-        db = self.db
+        await self._migrate_on(self.db)
+
+    async def _migrate_on(self, db: aiosqlite.Connection) -> None:
         await db.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
             "applied_at REAL NOT NULL)"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from llmgw.server.gateway.checks import (
     LENGTH_FIELDS,
+    ROLES,
     Bounds,
     Rejected,
     ask_for_usage,
@@ -165,10 +166,23 @@ FIELDS = [
 ]  # fmt: skip
 
 
+# Messages with the keys a message has, each any JSON value (a role that is an object...).
+messages = st.lists(
+    st.dictionaries(
+        st.sampled_from(["role", "content", "name", "tool_calls"]),
+        json_values | st.sampled_from(["user", "assistant", "system", "tool"]),
+        max_size=4,
+    ),
+    max_size=3,
+)
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["chat", "completion", "embedding"]),
-    body=st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), json_values, max_size=8),
+    body=st.dictionaries(
+        st.sampled_from(FIELDS) | st.text(max_size=6), json_values | messages, max_size=8
+    ),
     max_output=st.none() | st.integers(1, 4096),
 )
 def test_whatever_is_sent_is_refused_by_name_or_checked_and_capped(
@@ -194,3 +208,16 @@ def test_whatever_is_sent_is_refused_by_name_or_checked_and_capped(
         assert spelt and all(v <= max_output for v in spelt)
     # What goes to the engine is plain JSON any reader takes.
     json.loads(json.dumps(parsed, allow_nan=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(chat=messages)
+def test_any_messages_are_refused_by_name_or_all_objects_with_a_known_role(
+    chat: list[dict[str, Any]],
+) -> None:
+    try:
+        check("chat", {"model": "m", "messages": chat}, BOUNDS)
+    except Rejected as exc:
+        assert exc.param is not None and exc.param.startswith("messages")
+        return
+    assert all(isinstance(m.get("role"), str) and m["role"] in ROLES for m in chat)

@@ -120,6 +120,10 @@ async def test_answers_about_the_request_go_to_the_client_and_count_for_nothing(
 ) -> None:
     status, body = await gw.post({**CHAT, "x_mode": "client_error"})
     assert status == 400 and body["error"]["message"] == "bad field"
+    assert body["error"]["code"] == "400"  # OpenAI's shape, whatever the engine wrote
+    for _ in range(BREAKER_FAILURES + 1):  # a replica that does not do what was asked
+        status, body = await gw.post({**CHAT, "x_mode": "not_supported"})
+        assert status == 400 and "--embeddings" in body["error"]["message"]
     status, body = await gw.post({**CHAT, "x_mode": "parse_error"})
     assert status == 400 and body["error"]["code"] == "invalid_request"
     assert "could not read the request" in body["error"]["message"]
@@ -133,7 +137,9 @@ async def test_answers_about_the_request_go_to_the_client_and_count_for_nothing(
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     modes=st.lists(
-        st.sampled_from(["client_error", "parse_error", "ok", "bad_field", "bad_json"]),
+        st.sampled_from(
+            ["client_error", "parse_error", "not_supported", "ok", "bad_field", "bad_json"]
+        ),
         min_size=5,
         max_size=30,
     )
