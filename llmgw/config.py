@@ -121,9 +121,9 @@ def _check_not_negative(value: Any) -> str | None:
     return None if value >= 0 else "must be 0 or more"
 
 
-def _check_between(low: float, high: float) -> Callable[[Any], str | None]:
+def _check_between(low: int, high: int) -> Callable[[Any], str | None]:
     def check(value: Any) -> str | None:
-        return None if low <= value <= high else f"must be from {low:,g} to {high:,g}"
+        return None if low <= value <= high else f"must be from {low:,} to {high:,}"
 
     return check
 

@@ -84,3 +84,27 @@ def test_parse_hostport_refuses_bad_ports() -> None:
         with pytest.raises(ConfigError):
             parse_hostport(bad)
     assert parse_hostport("h", default_port=5) == ("h", 5)
+
+
+def test_every_problem_of_a_file_is_named_at_once(tmp_path: Path) -> None:
+    text = (
+        "listn: 0.0.0.0:1\n"
+        "agent_port: 0\n"
+        "store: {backend: mysql}\n"
+        "gateway: {max_messages: 0, request_timeout: .nan, header_timeout: fast}\n"
+        "advertise: [1, a.example]\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, text)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'server.yaml'}: 7 problems:")
+    for problem in (
+        "unknown key 'listn'",
+        "agent_port: a port must be from 1 to 65535",
+        "store.backend: must be one of: sqlite, postgres",
+        "gateway.max_messages: must be from 1 to 1,000,000",
+        "gateway.request_timeout: expected a number, got nan",
+        "gateway.header_timeout: expected a number, got 'fast'",
+        "advertise[0]: expected a string, got 1",
+    ):
+        assert problem in message, problem

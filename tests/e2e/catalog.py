@@ -23,10 +23,10 @@ scheduling:
 """
 
 
-def scheduled(root: Path, extra: str = "") -> Cluster:
+def scheduled(root: Path, extra: str = "", prefix: list[str] | None = None) -> Cluster:
     """A control plane in ``root`` with SCHEDULING (and ``extra`` YAML) in its config,
-    started; the caller stops it."""
-    cluster = Cluster(root)
+    started (under ``prefix``, a command such as prlimit); the caller stops it."""
+    cluster = Cluster(root, server_prefix=prefix or [])
     cluster.init()
     config = cluster.data_dir / "server.yaml"
     config.write_text(config.read_text() + SCHEDULING + extra)

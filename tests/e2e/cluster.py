@@ -70,10 +70,14 @@ class Proc:
         stop_process(self.popen)
 
 
-def spawn(args: list[str], log: Path) -> Proc:
+def spawn(args: list[str], log: Path, prefix: list[str] | None = None) -> Proc:
     fh = log.open("a")
     popen = subprocess.Popen(
-        [*LLMGW, *args], stdout=fh, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        [*(prefix or []), *LLMGW, *args],
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     fh.close()
     return Proc(popen, log)
@@ -87,6 +91,8 @@ class Cluster:
     agent_port: int = field(default_factory=free_port)
     server: Proc | None = None
     agents: dict[str, Proc] = field(default_factory=dict)
+    # A command the control plane runs under (``prlimit --nofile=1024:1024 --``).
+    server_prefix: list[str] = field(default_factory=list)
 
     @property
     def data_dir(self) -> Path:
@@ -124,7 +130,9 @@ class Cluster:
         if self.server:
             self.server.stop()
         self.server = spawn(
-            ["server", "run", "--data-dir", str(self.data_dir)], self.root / "server.log"
+            ["server", "run", "--data-dir", str(self.data_dir)],
+            self.root / "server.log",
+            self.server_prefix,
         )
         wait_for(self._up, 20, "the control plane to answer")
         return self.server

@@ -176,7 +176,7 @@ def schemathesis(
     ]
     if exclude:
         args += ["--exclude-path-regex", exclude]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 300)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=seconds + 300, cwd=out)
     found: dict[str, Any] = {"failures": [], "errors": [], "operations": 0}
     for report in out.glob("junit-*.xml"):
         for case in ElementTree.parse(report).getroot().iter("testcase"):

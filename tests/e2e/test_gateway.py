@@ -270,16 +270,66 @@ def test_tokens_a_minute_a_budget_and_usage(cluster: Cluster, binary: Path) -> N
 
     streamer = make_key(cluster)
     sdk = client(cluster, streamer)
-    # A stream without include_usage: its events are counted.
-    list(sdk.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=4, stream=True))
+    # A stream without include_usage: the engine is asked for it, the client never sees it.
+    chunks = list(
+        sdk.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=4, stream=True)
+    )
+    assert chunks and all(c.usage is None and c.choices for c in chunks)
     rows = ctl_json(cluster, "usage")
     tester = [r for r in rows if r["key_name"] == "tester"]
     assert sum(r["requests"] for r in tester) == 3  # the two keys' first requests, the stream
     assert all(r["model"] == "tiny" and r["replica"].startswith("tiny.default.") for r in rows)
     assert sum(r["completion_tokens"] for r in tester) >= 3
+    streamed = [r for r in rows if r["key_id"] == ctl_json(cluster, "keys", "list")[-1]["id"]]
+    assert streamed and streamed[0]["prompt_tokens"] > 0  # counted as a plain answer is
     by_model = ctl(cluster, "usage", "--by", "model").stdout.splitlines()
     assert by_model[0].split() == ["MODEL", "REQUESTS", "PROMPT", "COMPLETION", "TOKENS"]
     assert by_model[1].split()[:2] == ["tiny", "3"]
+
+
+def test_a_tokens_a_minute_limit_holds_for_streams_as_for_plain_answers(
+    cluster: Cluster, binary: Path
+) -> None:
+    serve_tiny(cluster, binary)
+    body = {"model": "tiny", "messages": [CHAT], "max_tokens": 12, "ignore_eos": True}
+    _, _, first = post(
+        cluster, "/v1/chat/completions", json.dumps(body).encode(), make_key(cluster)
+    )
+    each = first["usage"]["total_tokens"]
+    for stream in (False, True):
+        key = make_key(cluster, "--tpm", str(2 * each - 1))
+        statuses = []
+        for _ in range(3):
+            sent = json.dumps({**body, "stream": stream}).encode()
+            req = urllib.request.Request(
+                f"http://{cluster.listen}/v1/chat/completions",
+                data=sent,
+                headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    resp.read()
+                    statuses.append(resp.status)
+            except urllib.error.HTTPError as exc:
+                exc.close()
+                statuses.append(exc.code)
+        assert statuses == [200, 200, 429], (stream, statuses)
+
+
+def test_streams_and_plain_answers_alternating_never_fail(cluster: Cluster, binary: Path) -> None:
+    """llama.cpp closes its connection after a stream while announcing keep-alive: no
+    request may land on such a connection."""
+    serve_tiny(cluster, binary)
+    sdk = client(cluster, make_key(cluster))
+    for i in range(120):
+        if i % 2:
+            assert sdk.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=2)
+        else:
+            assert list(
+                sdk.chat.completions.create(
+                    model="tiny", messages=[CHAT], max_tokens=2, stream=True
+                )
+            )
 
 
 def test_an_external_provider_with_keys_rate_limited_and_refused(
