@@ -98,6 +98,11 @@ class Answers:
                 chunk["usage"] = completion["usage"]
             events.append(b"data: " + json.dumps(chunk).encode() + b"\n\n")
         events.append(b"data: [DONE]\n\n")
+        # Asked to close (as llmgw asks llama.cpp after a stream), it says so, as llama.cpp
+        # does: RFC 9112 9.6.
+        self.stream_head_closing = self.stream_head.replace(
+            b"Connection: keep-alive", b"Connection: close"
+        )
         self.stream_frames = [b"%x\r\n%s\r\n" % (len(e), e) for e in events]
         self.stream_frames[-1] += b"0\r\n\r\n"
 
@@ -142,7 +147,7 @@ class EngineProtocol(asyncio.Protocol):
                 break
             body = buffer[end + 4 : end + 4 + length]
             buffer = buffer[end + 4 + length :]
-            self.answer(head[0], auth, body)
+            self.answer(head[0], auth, body, close)
             if close:
                 assert self.transport is not None
                 self.transport.close()
@@ -150,7 +155,7 @@ class EngineProtocol(asyncio.Protocol):
                 break
         self.buffer = buffer
 
-    def answer(self, request_line: bytes, auth: bytes, body: bytes) -> None:
+    def answer(self, request_line: bytes, auth: bytes, body: bytes, close: bool = False) -> None:
         transport = self.transport
         assert transport is not None
         parts = request_line.split(b" ")
@@ -167,7 +172,7 @@ class EngineProtocol(asyncio.Protocol):
             return
         if method == b"POST" and path in (b"/v1/chat/completions", b"/v1/completions"):
             if b'"stream"' in body and _streamed(body):
-                transport.write(answers.stream_head)
+                transport.write(answers.stream_head_closing if close else answers.stream_head)
                 for frame in answers.stream_frames:
                     transport.write(frame)
             else:

@@ -185,40 +185,22 @@ _FULL_ANSWER = (
 
 
 class _Guarded(RequestHandler):
-    """aiohttp's connection, with a deadline for each request's headers."""
+    """aiohttp's connection, with when it began waiting for a request's headers."""
 
     def __init__(self, guard: Guard, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.guard = guard
         self.busy = 0
         self.idle_since = time.monotonic()
-        self.header_deadline: asyncio.TimerHandle | None = None
-
-    def arm(self) -> None:
-        if self.header_deadline is None:
-            self.header_deadline = asyncio.get_running_loop().call_later(
-                self.guard.header_timeout, self._headers_late
-            )
-
-    def disarm(self) -> None:
-        if self.header_deadline is not None:
-            self.header_deadline.cancel()
-            self.header_deadline = None
-
-    def _headers_late(self) -> None:
-        self.header_deadline = None
-        if not self.busy:
-            self.guard.timed_out += 1
-            self.force_close()
+        # Since when this connection owes the headers of a request: from the connection,
+        # and from each new request's first byte; None while one is being answered and
+        # while idle between requests (aiohttp's keep-alive limit covers that).
+        self.waiting_since: float | None = self.idle_since
 
     def data_received(self, data: bytes) -> None:
-        if not self.busy:
-            self.arm()  # the first byte of a request: its headers are due
+        if not self.busy and self.waiting_since is None:
+            self.waiting_since = time.monotonic()  # a request's first byte
         super().data_received(data)
-
-    def connection_lost(self, exc: BaseException | None) -> None:
-        self.disarm()
-        super().connection_lost(exc)
 
     def handle_error(
         self,
@@ -247,7 +229,8 @@ class _Guarded(RequestHandler):
 
 
 class Guard(web.Server):
-    """aiohttp's server with the connection cap and the header deadline."""
+    """aiohttp's server with the connection cap and the header deadline. The deadline is
+    kept by one sweep a listener, not a timer a request: the hot path only notes a time."""
 
     def __init__(self, handler: Handler, cap: int, header_timeout: float, **kwargs: Any) -> None:
         super().__init__(handler, **kwargs)
@@ -257,6 +240,29 @@ class Guard(web.Server):
         self.refused = 0
         self.evicted = 0
         self.timed_out = 0
+        self._sweeping: asyncio.TimerHandle | None = None
+
+    def sweep(self) -> None:
+        """Close each connection whose headers are late; again in a moment."""
+        now = time.monotonic()
+        late = [
+            h
+            for h in self.open
+            if not h.busy
+            and h.waiting_since is not None
+            and now - h.waiting_since > self.header_timeout
+        ]
+        for handler in late:
+            self.timed_out += 1
+            self.open.pop(handler, None)
+            handler.force_close()
+        every = min(1.0, self.header_timeout / 4)
+        self._sweeping = asyncio.get_running_loop().call_later(every, self.sweep)
+
+    def stop_sweeping(self) -> None:
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
 
     def __call__(self) -> RequestHandler:
         return _Guarded(self, self, loop=self._loop, **self._kwargs)
@@ -277,7 +283,6 @@ class Guard(web.Server):
             self.open.pop(victim, None)
             victim.force_close()
         self.open[handler] = None
-        handler.arm()
 
     def connection_lost(self, handler: RequestHandler, exc: BaseException | None = None) -> None:
         self.open.pop(handler, None)  # type: ignore[call-overload]
@@ -308,20 +313,18 @@ class Listener:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         proto = request.protocol
-        if not isinstance(proto, _Guarded):
-            return await self._route(request)
-        proto.busy += 1
-        proto.disarm()
+        conn = proto if isinstance(proto, _Guarded) else None
+        if conn is not None:
+            conn.busy += 1
+            conn.waiting_since = None
         try:
-            return await self._route(request)
+            if self.gateway is not None and request.path.startswith("/v1/"):
+                return await self.gateway(request)
+            return await self.other(request)
         finally:
-            proto.busy -= 1
-            proto.idle_since = time.monotonic()
-
-    async def _route(self, request: web.BaseRequest) -> web.StreamResponse:
-        if self.gateway is not None and request.path.startswith("/v1/"):
-            return await self.gateway(request)
-        return await self.other(request)
+            if conn is not None:
+                conn.busy -= 1
+                conn.idle_since = time.monotonic()
 
     def counts(self) -> dict[str, int]:
         server = self.server
@@ -357,6 +360,7 @@ class Listener:
             lingering_time=LINGER,
             logger=protocol_log,
         )
+        self.server.sweep()
         self.runner = web.ServerRunner(self.server, shutdown_timeout=3.0)
         await self.runner.setup()
         host, port = parse_hostport(self.address)
@@ -364,6 +368,8 @@ class Listener:
         await site.start()
 
     async def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop_sweeping()
         if self.runner is not None:
             await self.runner.cleanup()
             self.runner = None

@@ -31,6 +31,7 @@ class FakeEngine:
         self.requests: list[dict[str, Any]] = []
         self.cancelled = 0
         self._writers: set[asyncio.StreamWriter] = set()
+        self.closing = False
 
     async def start(self) -> FakeEngine:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -58,8 +59,9 @@ class FakeEngine:
                 }
                 length = int(headers.get("content-length", "0"))
                 raw = await reader.readexactly(length) if length else b""
+                self.closing = headers.get("connection", "").lower() == "close"
                 keep = await self._answer(method, path, raw, reader, writer)
-                if not keep:
+                if not keep or self.closing:
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             pass
@@ -116,9 +118,12 @@ class FakeEngine:
                 {"choices": [{"message": {"content": "ok"}, "index": 0}], "usage": usage},
             )
             return True
+        # As llama.cpp's does: keep-alive announced, unless the client asked to close.
+        connection = b"Connection: close" if self.closing else b"Keep-Alive: timeout=5, max=100"
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Keep-Alive: timeout=5, max=100\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + connection
+            + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
         events = [
             {"choices": [{"delta": {"content": f"t{i}"}, "index": 0, "finish_reason": None}]}

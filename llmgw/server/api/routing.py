@@ -143,11 +143,14 @@ async def read_json(request: Request, limit: int, timeout: float) -> Any:
     if not raw.strip():
         return None
     try:
-        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        return _DECODER.decode(raw.decode("utf-8"))
     except RecursionError:
         raise Refusal(400, "bad_request", "the request body is nested too deeply") from None
     except ValueError as exc:
         raise Refusal(400, "bad_request", f"the request body is not JSON: {exc}") from None
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 def too_large(limit: int) -> Refusal:

@@ -13,6 +13,10 @@ How an engine's answer is judged:
 - A pooled connection the engine had already closed (it fails before any byte came
   back): retried once on the same replica over a new connection, not counted.
 
+llama.cpp's server closes its connection after every stream while announcing
+keep-alive; its streams are sent with ``Connection: close``, which it echoes, so such a
+connection never goes back to the pool.
+
 Streams pass through event by event. The engine is always asked for the stream's usage
 (``stream_options.include_usage``), so streamed tokens are counted like any others;
 a client that did not ask for it never sees it. A request past ``request_timeout`` is
@@ -307,13 +311,14 @@ class Upstream:
         prepared: web.StreamResponse | None,
     ) -> web.StreamResponse:
         headers = {"Authorization": f"Bearer {endpoint.key}", "Content-Type": JSON}
+        if stream and endpoint.closes_after_stream:
+            # The engine closes this connection after the stream anyway; said up front,
+            # its answer says so too, and the connection never goes back to the pool.
+            headers["Connection"] = "close"
         if endpoint.upstream_model:
             body = json.loads(raw)
             body["model"] = endpoint.upstream_model
             raw = json.dumps(body).encode()
-        # A stream from an engine that closes after it goes on a connection of its own,
-        # never taken from or returned to the pool.
-        fresh = fresh or (stream and endpoint.closes_after_stream)
         session = self.fresh if fresh else self.session
         # Every base ends in the provider's /v1 (or its equivalent): path less "/v1".
         url = endpoint.url + path[3:]

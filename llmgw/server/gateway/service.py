@@ -252,25 +252,23 @@ class Gateway:
         """The body, refused past ``max_body`` (before reading when it says its length)
         or when it does not arrive within ``body_timeout``."""
         limit = self.bounds.max_body
-        too_large = bad_request(
-            f"the request body is over {limit // 2**20} MiB (gateway.max_body); send less",
-            "body_too_large",
-        )
-        if request.content_length is not None and request.content_length > limit:
-            too_large.force_close()
-            return too_large
+        length = request.content_length
+        if length is not None and length > limit:
+            return _too_large(limit)
+        content = request.content
+        if length is not None and content.is_eof():
+            return await content.read()  # all here already: the common case, no timer
         chunks: list[bytes] = []
         size = 0
         try:
             async with asyncio.timeout(self.config.body_timeout):
                 while True:
-                    chunk = await request.content.readany()
+                    chunk = await content.readany()
                     if not chunk:
                         break
                     size += len(chunk)
                     if size > limit:
-                        too_large.force_close()
-                        return too_large
+                        return _too_large(limit)
                     chunks.append(chunk)
         except TimeoutError:
             late = fail(
@@ -363,6 +361,15 @@ class Gateway:
             # so in the stream, in the words of the answer it would have had.
             await stream_error(response, _message_of(answer), "upstream_error")
         return response
+
+
+def _too_large(limit: int) -> web.Response:
+    answer = bad_request(
+        f"the request body is over {limit // 2**20} MiB (gateway.max_body); send less",
+        "body_too_large",
+    )
+    answer.force_close()
+    return answer
 
 
 def _message_of(answer: web.StreamResponse) -> str:
