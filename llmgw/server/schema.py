@@ -20,6 +20,7 @@ a misspelt field is never silently dropped.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import types
@@ -117,6 +118,28 @@ def _join(where: str, name: str) -> str:
 
 
 # ------------------------------------------------------------------------- reading
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:32]} is out of range")
+    return value
+
+
+# One decoder for every request (json.loads with hooks would build one a call).
+_STRICT = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
+
+
+def decode_json(raw: bytes) -> Any:
+    """JSON as every reader reads it: NaN, Infinity and numbers past a double's range
+    refused (``ValueError``, as for text that is not JSON, or not UTF-8). Nesting deeper
+    than Python's recursion limit raises ``RecursionError``."""
+    return _STRICT.decode(raw.decode("utf-8"))
 
 
 def read(cls: type[T], data: Any, where: str = "") -> T:

@@ -184,6 +184,26 @@ class Cluster:
                 return exc.code, json.loads(exc.read())
         raise AssertionError(f"{path} did not fail")
 
+    def post(
+        self, path: str, data: bytes, token: str | None, timeout: float = 60
+    ) -> tuple[int, dict[str, str], Any]:
+        """A raw POST with ``token`` (a key, the admin token, or none): its status,
+        headers and JSON answer (the text, when not JSON), failing or not."""
+        headers = {"content-type": "application/json"}
+        if token:
+            headers["authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(f"http://{self.listen}{path}", data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                status, got, raw = resp.status, dict(resp.headers), resp.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                status, got, raw = exc.code, dict(exc.headers), exc.read()
+        try:
+            return status, got, json.loads(raw)
+        except ValueError:
+            return status, got, raw.decode("utf-8", "replace")
+
     def token(self, ttl: str = "1h") -> str:
         return run("node", "token", "--ttl", ttl, "--data-dir", str(self.data_dir)).stdout.strip()
 

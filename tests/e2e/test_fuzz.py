@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from tests.e2e.catalog import ctl_json, join, scheduled, serve, wait_ready
 from tests.e2e.cluster import Cluster, free_port
+from tests.support.hostile import json_values
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
@@ -46,22 +47,6 @@ def served(binary: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[t
         cluster.stop()
 
 
-def send(
-    cluster: Cluster, key: str, raw: bytes, path: str = "/v1/chat/completions"
-) -> tuple[int, Any]:
-    req = urllib.request.Request(
-        f"http://{cluster.listen}{path}",
-        data=raw,
-        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
-
-
 def replica_failures(cluster: Cluster) -> dict[str, float]:
     """``llmgw_replica_failures_total`` and breaker openings, from /metrics."""
     req = urllib.request.Request(
@@ -80,17 +65,7 @@ def replica_failures(cluster: Cluster) -> dict[str, float]:
 
 # What a careless or hostile client sends: every field the gateway reads, with any JSON
 # value, beside a body that would otherwise be served.
-values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**63)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=40),
-    lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
-    ),
-    max_leaves=12,
-)
+values = json_values(max_leaves=12, awkward=False)
 FIELDS = [
     "messages", "max_tokens", "max_completion_tokens", "n_predict", "n", "stream",
     "stream_options", "temperature", "top_p", "tools", "tool_choice", "stop", "logprobs",
@@ -114,7 +89,7 @@ def test_no_client_request_opens_a_breaker_or_gets_a_5xx(
 ) -> None:
     cluster, key = served
     body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], **extra}
-    status, answer = send(cluster, key, json.dumps(body).encode())
+    status, _, answer = cluster.post("/v1/chat/completions", json.dumps(body).encode(), key)
     assert status < 500, (body, answer)
     if status >= 400:
         assert set(answer["error"]) >= {"message", "type", "code"}, answer
@@ -126,11 +101,11 @@ def test_known_hostile_bodies_are_refused_and_the_replica_serves_on(
     cluster, key = served
     for raw in RAW:
         for _ in range(4):  # more than a breaker's worth of each
-            status, answer = send(cluster, key, raw)
+            status, _, answer = cluster.post("/v1/chat/completions", raw, key)
             assert status == 400, (raw[:60], answer)
             assert answer["error"]["type"] == "invalid_request_error"
     good = b'{"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}'
-    assert send(cluster, key, good)[0] == 200
+    assert cluster.post("/v1/chat/completions", good, key)[0] == 200
     # After everything above and the Hypothesis run: no failure was held against it.
     assert all(v == 0 for v in replica_failures(cluster).values())
 

@@ -14,7 +14,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import openai
 import pytest
@@ -65,20 +64,6 @@ def client(cluster: Cluster, key: str) -> openai.OpenAI:
     sdk = openai.OpenAI(base_url=f"http://{cluster.listen}/v1", api_key=key, max_retries=0)
     _OPEN.append(sdk)
     return sdk
-
-
-def post(cluster: Cluster, path: str, data: bytes, key: str) -> tuple[int, dict[str, Any], Any]:
-    req = urllib.request.Request(
-        f"http://{cluster.listen}{path}",
-        data=data,
-        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, dict(resp.headers), json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, dict(exc.headers), json.loads(exc.read())
 
 
 CHAT = {"role": "user", "content": "hello"}
@@ -136,18 +121,18 @@ def test_sdk_chat_stream_embeddings_and_models(cluster: Cluster, binary: Path, m
     with pytest.raises(openai.NotFoundError) as missing:
         sdk.chat.completions.create(model="nope", messages=[CHAT])
     assert missing.value.code == "model_not_found"
-    status, _, body = post(cluster, "/v1/chat/completions", b"{not json", key)
+    status, _, body = cluster.post("/v1/chat/completions", b"{not json", key)
     assert status == 400 and body["error"]["code"] == "invalid_json"
     # A long prompt past aiohttp's default 1 MiB: accepted, and answered.
     long = json.dumps(
         {"model": "tiny", "messages": [CHAT], "max_tokens": 1, "pad": "x" * (3 * 2**20)}
     ).encode()
-    status, _, body = post(cluster, "/v1/chat/completions", long, key)
+    status, _, body = cluster.post("/v1/chat/completions", long, key)
     assert status == 200, body
-    status, _, body = post(cluster, "/v1/chat/completions", b" " * (33 * 2**20), key)
+    status, _, body = cluster.post("/v1/chat/completions", b" " * (33 * 2**20), key)
     assert status == 400 and body["error"]["code"] == "body_too_large"
     assert "32 MiB" in body["error"]["message"]
-    status, _, body = post(cluster, "/v1/chat/completions", b'{"messages": []}', key)
+    status, _, body = cluster.post("/v1/chat/completions", b'{"messages": []}', key)
     assert status == 400 and body["error"]["param"] == "model"
     assert set(body["error"]) == {"message", "type", "param", "code"}
 
@@ -197,7 +182,7 @@ def test_keys_revoked_expired_not_allowed_and_over_rpm(cluster: Cluster, binary:
     for _ in range(2):
         sdk.chat.completions.create(model="tiny", messages=[CHAT], max_tokens=2)
     body = json.dumps({"model": "tiny", "messages": [CHAT], "max_tokens": 2}).encode()
-    status, headers, answer = post(cluster, "/v1/chat/completions", body, limited)
+    status, headers, answer = cluster.post("/v1/chat/completions", body, limited)
     assert status == 429 and answer["error"]["type"] == "rate_limit_error"
     assert "requests per minute" in answer["error"]["message"]
     assert 1 <= int(headers["Retry-After"]) <= 60
@@ -242,7 +227,7 @@ def test_stop_and_start(cluster: Cluster, binary: Path) -> None:
     out = run("stop", "--data-dir", str(cluster.data_dir))
     assert out.stdout.startswith("stopped")
     body = json.dumps({"model": "tiny", "messages": [CHAT]}).encode()
-    status, _, answer = post(cluster, "/v1/chat/completions", body, key)
+    status, _, answer = cluster.post("/v1/chat/completions", body, key)
     assert status == 503 and answer["error"]["code"] == "system_stopped"
     wait_for(lambda: not replicas(cluster, "tiny"), 30, "every replica to stop")
     assert ctl_json(cluster, "model", "show", "tiny")["replicas"] == 1  # catalog unchanged
@@ -262,9 +247,9 @@ def test_tokens_a_minute_a_budget_and_usage(cluster: Cluster, binary: Path) -> N
     body = json.dumps({"model": "tiny", "messages": [CHAT], "max_tokens": 3}).encode()
     for flag, words in (("--tpm", "tokens per minute"), ("--budget", "tokens a month")):
         key = make_key(cluster, flag, "5")
-        status, _, first = post(cluster, "/v1/chat/completions", body, key)
+        status, _, first = cluster.post("/v1/chat/completions", body, key)
         assert status == 200 and first["usage"]["total_tokens"] > 5
-        status, headers, answer = post(cluster, "/v1/chat/completions", body, key)
+        status, headers, answer = cluster.post("/v1/chat/completions", body, key)
         assert status == 429 and words in answer["error"]["message"]
         assert int(headers["Retry-After"]) >= 1
 
@@ -292,27 +277,15 @@ def test_a_tokens_a_minute_limit_holds_for_streams_as_for_plain_answers(
 ) -> None:
     serve_tiny(cluster, binary)
     body = {"model": "tiny", "messages": [CHAT], "max_tokens": 12, "ignore_eos": True}
-    _, _, first = post(
-        cluster, "/v1/chat/completions", json.dumps(body).encode(), make_key(cluster)
-    )
+    raw = json.dumps(body).encode()
+    _, _, first = cluster.post("/v1/chat/completions", raw, make_key(cluster))
     each = first["usage"]["total_tokens"]
     for stream in (False, True):
         key = make_key(cluster, "--tpm", str(2 * each - 1))
         statuses = []
         for _ in range(3):
             sent = json.dumps({**body, "stream": stream}).encode()
-            req = urllib.request.Request(
-                f"http://{cluster.listen}/v1/chat/completions",
-                data=sent,
-                headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
-            )
-            try:
-                with urllib.request.urlopen(req, timeout=30) as resp:
-                    resp.read()
-                    statuses.append(resp.status)
-            except urllib.error.HTTPError as exc:
-                exc.close()
-                statuses.append(exc.code)
+            statuses.append(cluster.post("/v1/chat/completions", sent, key)[0])
         assert statuses == [200, 200, 429], (stream, statuses)
 
 

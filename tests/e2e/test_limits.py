@@ -73,19 +73,6 @@ def closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
         return True, said
 
 
-def post(cluster: Cluster, path: str, data: bytes, token: str | None) -> tuple[int, Any]:
-    headers = {"content-type": "application/json"}
-    if token:
-        headers["authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(f"http://{cluster.listen}{path}", data=data, headers=headers)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
-
-
 CHAT = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
 
 
@@ -142,7 +129,7 @@ def test_idle_sockets_past_the_file_limit_never_keep_out_a_chat_or_the_admin_api
             held.append(connect(cluster))
         # The newest idle sockets are open now; chats and the admin API still get in.
         for _ in range(3):
-            status, answer = post(cluster, "/v1/chat/completions", json.dumps(CHAT).encode(), key)
+            status, _, answer = cluster.post("/v1/chat/completions", json.dumps(CHAT).encode(), key)
             assert status == 200, answer
             assert cluster.api("/api/v1/status")["serving"] == "serving"
         cap = (1024 - 256) // 2
@@ -166,7 +153,7 @@ def test_idle_sockets_past_the_file_limit_never_keep_out_a_chat_or_the_admin_api
 def test_a_hundred_thousand_messages_are_refused_at_once(cluster: Cluster, key: str) -> None:
     body = {"model": "tiny", "messages": [{"role": "user", "content": "x"}] * 100_000}
     start = time.monotonic()
-    status, answer = post(cluster, "/v1/chat/completions", json.dumps(body).encode(), key)
+    status, _, answer = cluster.post("/v1/chat/completions", json.dumps(body).encode(), key)
     assert status == 400 and answer["error"]["code"] == "too_many_messages"
     assert "gateway.max_messages" in answer["error"]["message"]
     assert time.monotonic() - start < 5
@@ -245,7 +232,7 @@ def test_oversized_and_unauthenticated_posts_are_refused_before_they_are_read(
 def test_every_admin_field_is_checked_by_name(
     cluster: Cluster, path: str, body: dict[str, Any], field: str, words: str
 ) -> None:
-    status, answer = post(cluster, path, json.dumps(body).encode(), cluster.admin_token)
+    status, _, answer = cluster.post(path, json.dumps(body).encode(), cluster.admin_token)
     assert status == 400, answer
     assert words in answer["error"]["message"], answer
     assert answer["error"].get("field", "") == field
@@ -258,7 +245,7 @@ def test_every_admin_field_is_checked_by_name(
 def test_deeply_nested_json_is_a_400_in_json(cluster: Cluster, key: str, path: str) -> None:
     token = key if path.startswith("/v1") else cluster.admin_token
     depth = 5_000 if path.endswith("enroll") else 100_000  # enrollment takes 16 KiB
-    status, answer = post(cluster, path, b"[" * depth + b"]" * depth, token)
+    status, _, answer = cluster.post(path, b"[" * depth + b"]" * depth, token)
     assert status == 400 and "error" in answer
 
 
@@ -268,7 +255,7 @@ def test_an_expiry_of_nan_or_infinity_never_reaches_the_store(cluster: Cluster) 
         b'{"name": "k", "expires": Infinity}',
         b'{"name": "k", "expires": 1e309}',
     ):
-        status, answer = post(cluster, "/api/v1/keys", raw, cluster.admin_token)
+        status, _, answer = cluster.post("/api/v1/keys", raw, cluster.admin_token)
         assert status == 400 and "not JSON" in answer["error"]["message"]
     assert isinstance(cluster.api("/api/v1/keys"), list)
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from llmgw.server import requests as typed
 from llmgw.server.schema import MAX_INT, Invalid, Spec, json_schema, read, read_query
+from tests.support import hostile
 
 REQUESTS = [
     obj
@@ -23,18 +24,7 @@ REQUESTS = [
 
 # Any JSON value, including the ones a careless client sends: wrong types, huge and
 # negative numbers, deep nesting, lone surrogates, NUL.
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(10**20), max_value=10**20)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=80)
-    | st.sampled_from(["\ud800", "a\x00b", "x" * 5000, "2027-01-31", "abc\n"]),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+json_values = hostile.json_values(max_leaves=20)
 
 
 def test_every_request_type_is_found() -> None:

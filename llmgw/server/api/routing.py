@@ -19,9 +19,7 @@ The same declarations write ``/api/v1/openapi.json`` (``openapi.py``).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -106,17 +104,6 @@ def unauthorised() -> JSONResponse:
     )
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:32]} is out of range")
-    return value
-
-
 async def read_json(request: Request, limit: int, timeout: float) -> Any:
     """The body as JSON (None when empty), refused past ``limit`` bytes before it is
     read when it says its length, else as soon as it passes it."""
@@ -143,14 +130,11 @@ async def read_json(request: Request, limit: int, timeout: float) -> Any:
     if not raw.strip():
         return None
     try:
-        return _DECODER.decode(raw.decode("utf-8"))
+        return schema.decode_json(raw)
     except RecursionError:
         raise Refusal(400, "bad_request", "the request body is nested too deeply") from None
     except ValueError as exc:
         raise Refusal(400, "bad_request", f"the request body is not JSON: {exc}") from None
-
-
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
 def too_large(limit: int) -> Refusal:

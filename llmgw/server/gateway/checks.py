@@ -16,11 +16,11 @@ engine unchanged: they are the engine's to judge, and its 4xx goes to the client
 
 from __future__ import annotations
 
-import json
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from llmgw.server.schema import decode_json
 
 Kind = Literal["chat", "completion", "embedding"]
 
@@ -53,25 +53,10 @@ class Rejected(Exception):
         self.param = param
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"the number {text[:32]} is out of range")
-    return value
-
-
-# One decoder for every request: json.loads with hooks would build one a call.
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
-
-
 def parse(raw: bytes, bounds: Bounds) -> dict[str, Any]:
     """The body as a JSON object within ``bounds``' depth, or ``Rejected``."""
     try:
-        body = _DECODER.decode(raw.decode("utf-8"))
+        body = decode_json(raw)
     except RecursionError:
         raise Rejected(
             f"the request body is nested deeper than {bounds.max_depth} levels",

@@ -21,6 +21,7 @@ from llmgw.server.gateway.checks import (
     hold_to,
     parse,
 )
+from tests.support import hostile
 
 BOUNDS = Bounds(max_depth=16, max_messages=50, max_prompt_chars=5000)
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -149,17 +150,7 @@ def test_a_stream_always_asks_for_its_usage() -> None:
     assert body["stream_options"] == {"continuous_usage_stats": True, "include_usage": True}
 
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**40), max_value=2**40)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=30),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=25,
-)
+json_values = hostile.json_values(max_leaves=25, awkward=False)
 FIELDS = [
     "model", "messages", "prompt", "input", "stream", "stream_options", "max_tokens",
     "max_completion_tokens", "n_predict", "n", "temperature", "top_p", "tools", "stop",
