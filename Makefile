@@ -42,8 +42,8 @@ test: apt venv llama-server
 	$(BIN)/python -m pytest -q
 
 check: venv
-	$(BIN)/ruff check llmgw tests bench packaging
-	$(BIN)/ruff format --check llmgw tests bench packaging
+	$(BIN)/ruff check llmgw llmgw.py tests bench packaging
+	$(BIN)/ruff format --check llmgw llmgw.py tests bench packaging
 	$(BIN)/mypy
 
 # build/ goes too: setuptools reuses build/lib, so a module deleted from the tree would

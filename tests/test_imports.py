@@ -13,7 +13,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "llmgw"
 ROLES = ("server", "agent", "tui")
-HEAVY = ("textual", "starlette", "hypercorn")
+HEAVY = ("textual", "starlette", "jinja2")
 
 
 def imported_modules(source: str, module: str, is_package: bool) -> set[str]:

@@ -158,7 +158,7 @@ class AsgiBridge:
 
 
 def _json(status: int, kind: str, message: str) -> web.Response:
-    body = {"error": {"type": kind, "message": message}}
+    body = {"error": {"type": kind, "message": message, "code": kind, "param": None}}
     return web.Response(
         status=status, body=json.dumps(body).encode(), content_type="application/json"
     )

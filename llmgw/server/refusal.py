@@ -24,7 +24,12 @@ class Refusal(Exception):
         self.details = details
 
     def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"type": self.code, "message": self.message}
+        body: dict[str, Any] = {
+            "type": self.code,
+            "message": self.message,
+            "code": self.code,
+            "param": self.field,
+        }
         if self.field is not None:
             body["field"] = self.field
         body.update(self.details)

@@ -24,10 +24,12 @@ ERROR = {
     "properties": {
         "error": {
             "type": "object",
-            "required": ["type", "message"],
+            "required": ["type", "message", "code", "param"],
             "properties": {
                 "type": {"type": "string"},
                 "message": {"type": "string"},
+                "code": {"type": "string"},
+                "param": {"type": ["string", "null"]},
                 "field": {"type": "string"},
             },
         }
