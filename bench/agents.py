@@ -58,9 +58,9 @@ import psutil
 import yaml
 
 from llmgw import pki
-from llmgw.adminclient import AdminClient
 from llmgw.agent.identity import enroll
 from llmgw.agent.session import AgentSession, SessionEnded, SessionSettings
+from llmgw.client.admin import AdminClient
 from llmgw.wire import HostFacts
 from llmgw.wire.messages import GPU, Disk
 

@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.config import SchedulingConfig
-from llmgw.server import scheduler
-from llmgw.server.catalog import Model, Profile, fingerprint
-from llmgw.server.nodes import READY, NodeView
-from llmgw.server.reconciler import Plan, Reconciler, port_range
+from llmgw.server.catalog import scheduler
+from llmgw.server.catalog.model import Model, Profile, fingerprint
+from llmgw.server.catalog.reconciler import Plan, Reconciler, port_range
+from llmgw.server.fleet.registry import READY, NodeView
 
 GIB = 1024**3
 GB = 1000**3

@@ -49,7 +49,7 @@ def _data_dir(args: argparse.Namespace) -> Path:
 
 
 def _client(args: argparse.Namespace) -> Any:
-    from llmgw.adminclient import resolve
+    from llmgw.client.admin import resolve
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     return resolve(args.server, args.token, data_dir)
@@ -110,7 +110,7 @@ def cmd_server_init(args: argparse.Namespace) -> int:
         config, token = init(root, **given)
     except InitError as exc:
         raise UsageError(str(exc)) from exc
-    from llmgw.adminclient import local_url
+    from llmgw.client.admin import local_url
 
     print(f"Initialised the control plane in {root}")
     print(f"  HTTP (/v1, /api/v1, /admin): {config.listen}  ->  {local_url(config.listen)}")
@@ -130,7 +130,7 @@ def _terminal() -> bool:
 
 
 def cmd_server_run(args: argparse.Namespace) -> int:
-    from llmgw.server.controlplane import run_server
+    from llmgw.server.app import run_server
 
     _setup_logging(args.log_level)
     asyncio.run(run_server(_data_dir(args)))
@@ -195,7 +195,7 @@ def cmd_node_token(args: argparse.Namespace) -> int:
 
 
 def cmd_node_add(args: argparse.Namespace) -> int:
-    from llmgw.nodeadd import add_node
+    from llmgw.client.nodeadd import add_node
 
     if args.host is None:
         if not _terminal():
@@ -211,7 +211,7 @@ def cmd_node_add(args: argparse.Namespace) -> int:
 
 
 def cmd_ctl_nodes(args: argparse.Namespace) -> int:
-    from llmgw.tables import nodes_table
+    from llmgw.client.tables import nodes_table
 
     nodes = _client(args).get("/api/v1/nodes")
     if args.json:
@@ -222,7 +222,7 @@ def cmd_ctl_nodes(args: argparse.Namespace) -> int:
 
 
 def cmd_ctl_status(args: argparse.Namespace) -> int:
-    from llmgw.tables import status_text
+    from llmgw.client.tables import status_text
 
     status = _client(args).get("/api/v1/status")
     if args.json:
@@ -233,7 +233,7 @@ def cmd_ctl_status(args: argparse.Namespace) -> int:
 
 
 def cmd_ctl_replicas(args: argparse.Namespace) -> int:
-    from llmgw.tables import replicas_table
+    from llmgw.client.tables import replicas_table
 
     rows = _client(args).get("/api/v1/replicas")
     if args.json:
@@ -293,7 +293,7 @@ def cmd_ctl_shard_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_ctl_weights(args: argparse.Namespace) -> int:
-    from llmgw.tables import collect_text, weights_table
+    from llmgw.client.tables import collect_text, weights_table
 
     client = _client(args)
     if args.collect:
@@ -494,10 +494,10 @@ def build_parser() -> argparse.ArgumentParser:
     _client_options(p)
     p.set_defaults(handler=cmd_ctl_shard_stop)
 
-    from llmgw.ctlmodels import add_parsers as add_catalog_parsers
+    from llmgw.client.ctl_models import add_parsers as add_catalog_parsers
 
     add_catalog_parsers(ctl_cmds, _client, _client_options)
-    from llmgw.ctlkeys import add_parsers as add_key_parsers
+    from llmgw.client.ctl_keys import add_parsers as add_key_parsers
 
     add_key_parsers(roles, ctl_cmds, _client, _client_options)
 
@@ -523,7 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.parse_args([target, "--help"])
         parser.print_help()
         return 2
-    from llmgw.adminclient import AdminError
+    from llmgw.client.admin import AdminError
     from llmgw.config import ConfigError
 
     try:

@@ -23,8 +23,8 @@ from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import HubClient, WeightStore
 from llmgw.agent.weights.cache import manifest_holds, read_manifest
-from llmgw.modelfiles import ShapeError, inspect_local
-from llmgw.sources import SourceError, cache_name, parse_source
+from llmgw.modelkit.files import ShapeError, inspect_local
+from llmgw.modelkit.sources import SourceError, cache_name, parse_source
 from llmgw.wire.messages import (
     EngineInfo,
     EngineStatus,

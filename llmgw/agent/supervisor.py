@@ -29,8 +29,8 @@ from llmgw.agent.engines import EngineError, adapter
 from llmgw.agent.engines.base import EngineAdapter
 from llmgw.agent.logbook import ENGINE_LINES, LogRing, follow_file, last_lines_of
 from llmgw.agent.weights import WeightsError, normalise_source, parse_source
+from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
-from llmgw.sources import check_named_pickle
 from llmgw.wire.messages import (
     Compute,
     DownloadProgress,

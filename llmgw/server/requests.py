@@ -14,7 +14,7 @@ import re
 from dataclasses import MISSING, dataclass
 from typing import Any
 
-from llmgw.server.catalog import LABEL, MAX_SLOTS, MODEL_NAME, PROFILE_NAME
+from llmgw.server.catalog.model import LABEL, MAX_SLOTS, MODEL_NAME, PROFILE_NAME
 from llmgw.server.schema import Spec, spec
 
 NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")

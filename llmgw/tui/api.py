@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmgw.adminclient import AdminClient, AdminError
+from llmgw.client.admin import AdminClient, AdminError
 
 
 @dataclass

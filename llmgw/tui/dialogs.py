@@ -20,8 +20,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
-from llmgw import ctlmodels
-from llmgw.adminclient import AdminError
+from llmgw.client import ctl_models
+from llmgw.client.admin import AdminError
 
 Kind = Literal["text", "int", "float", "size", "bool"]
 Action = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -30,7 +30,7 @@ Action = Callable[[dict[str, Any]], Awaitable[Any]]
 def parse_size(text: str) -> int:
     """'8GiB', '8G', '512MiB', '1.5T' or plain bytes; ValueError says what was wrong."""
     try:
-        return ctlmodels.parse_size(text)
+        return ctl_models.parse_size(text)
     except ArgumentTypeError as exc:
         raise ValueError(str(exc)) from None
 

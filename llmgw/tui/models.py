@@ -15,7 +15,7 @@ from textual.coordinate import Coordinate
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Input, Static
 
-from llmgw.adminclient import AdminError
+from llmgw.client.admin import AdminError
 from llmgw.tui.api import ConsoleApi, Snapshot
 from llmgw.tui.base import DASH, Pane, fill, gib
 from llmgw.tui.dialogs import ConfirmDialog, Field, FormDialog

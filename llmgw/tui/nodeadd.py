@@ -1,7 +1,7 @@
 """``llmgw node add`` as a form: host, ssh user, port and key, prefix and node id, then
 the node's progress, line by line, until it is Ready or a step fails with its reason.
 
-It runs the command's own code (``llmgw.nodeadd.add_node``) in a thread, so the two
+It runs the command's own code (``llmgw.client.nodeadd.add_node``) in a thread, so the two
 cannot drift apart; what that code prints reaches the form through Textual's print
 capture, and the end is posted after the last line, so the two arrive in order."""
 
@@ -20,8 +20,8 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Button, Footer, Input, Label, Log, Static
 
-from llmgw.adminclient import AdminClient
-from llmgw.nodeadd import add_node
+from llmgw.client.admin import AdminClient
+from llmgw.client.nodeadd import add_node
 
 FORM_CSS = """
 #form { border: round $primary; border-title-align: left; padding: 0 1; height: 1fr; }

@@ -18,7 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Footer, Input, Label, Static
 
-from llmgw.adminclient import local_url
+from llmgw.client.admin import local_url
 from llmgw.config import ConfigError, ServerConfig, parse_hostport
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from llmgw.agent.runtime import NodeRuntime, RuntimeOptions
 from llmgw.agent.weights.cache import FileRecord, Manifest, prepare_directory, write_manifest
-from llmgw.modelplan import read_gguf_header
-from llmgw.sources import cache_name
+from llmgw.modelkit.sizing import read_gguf_header
+from llmgw.modelkit.sources import cache_name
 from llmgw.wire.messages import Message, Request, Response
 from tests.support.tinymodel import write_tiny_model
 

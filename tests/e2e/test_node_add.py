@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from llmgw import nodeadd
+from llmgw.client import nodeadd
 from tests.e2e.cluster import Cluster, free_port, run
 from tests.support.procs import stop_process
 
@@ -299,7 +299,7 @@ def test_compiled_for_reads_the_zipapps_extension_modules(tmp_path: Path) -> Non
 def test_without_a_zipapp_it_says_to_run_make_zipapp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nodeadd, "__file__", str(tmp_path / "llmgw" / "nodeadd.py"))
+    monkeypatch.setattr(nodeadd, "__file__", str(tmp_path / "llmgw" / "client" / "nodeadd.py"))
     with pytest.raises(nodeadd.NodeAddError, match="run `make zipapp`"):
         nodeadd.find_zipapp(None, argv0="/usr/bin/llmgw")
     running = tmp_path / "llmgw.pyz"

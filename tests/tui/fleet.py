@@ -8,7 +8,7 @@ import copy
 import time
 from typing import Any
 
-from llmgw.adminclient import AdminClient, AdminError
+from llmgw.client.admin import AdminClient, AdminError
 from llmgw.tui.api import ConsoleApi, Snapshot
 
 GiB = 2**30

@@ -13,7 +13,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Input, Static
 
-from llmgw.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
 from llmgw.tui.dialogs import ConfirmDialog, FormDialog, MessageDialog, Tick

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Static
 
-from llmgw.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
 from tests.e2e.catalog import scheduled, serve_tiny

@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Log, Static
 
-from llmgw.adminclient import AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
 from llmgw.tui.gpumap import SHADES, UNKNOWN, card_share, shade

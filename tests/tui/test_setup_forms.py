@@ -14,8 +14,8 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input, Log, Static
 
-from llmgw.adminclient import AdminClient
 from llmgw.cli import build_parser, init_hooks, main
+from llmgw.client.admin import AdminClient
 from llmgw.server.datadir import init
 from llmgw.tui.nodeadd import NodeAddApp
 from llmgw.tui.setup import SetupApp

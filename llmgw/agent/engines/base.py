@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import aiohttp
 
-from llmgw.enginerules import RULES
+from llmgw.modelkit.enginerules import RULES
 from llmgw.wire.messages import Compute, ShardSpec
 
 
@@ -35,7 +35,7 @@ class EngineAdapter(abc.ABC):
 
     @property
     def multi_card(self) -> bool:
-        """False for engines given one card per shard (``llmgw.enginerules``)."""
+        """False for engines given one card per shard (``llmgw.modelkit.enginerules``)."""
         return RULES[self.name].multi_card
 
     def refused_flag(self, args: Sequence[str]) -> str | None:

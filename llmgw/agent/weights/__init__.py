@@ -3,7 +3,7 @@
 ``WeightStore.fetch`` gives the supervisor a local path for a source (single flight,
 resumed, verified, pickles refused); ``list_cache`` and ``collect`` answer the control
 plane's weights requests. Module by responsibility: ``source`` (forms, cache names, the
-pickle rule), ``llmgw.hub`` (HTTP, and which files of a repository), ``cache``
+pickle rule), ``llmgw.modelkit.hub`` (HTTP, and which files of a repository), ``cache``
 (layout and markers), ``fetch``, ``inventory``.
 """
 
@@ -23,8 +23,8 @@ from llmgw.agent.weights.errors import (
 )
 from llmgw.agent.weights.fetch import DiskUsage, ProgressCallback, WeightStore
 from llmgw.agent.weights.inventory import CachedFile, CachedSource, CollectResult, Inventory
-from llmgw.hub import DEFAULT_ENDPOINT, HubClient, HubFile, Selection, select_files
-from llmgw.sources import (
+from llmgw.modelkit.hub import DEFAULT_ENDPOINT, HubClient, HubFile, Selection, select_files
+from llmgw.modelkit.sources import (
     ACCEPTED_FORMS,
     PICKLE_SUFFIXES,
     Source,

@@ -7,8 +7,8 @@ shard's status: the operator reads it there, far from the node.
 
 from __future__ import annotations
 
-from llmgw.hub import HubAuthError, HubError, HubNotFound, NetworkError
-from llmgw.sources import PickleRefused, SourceError, WeightsError
+from llmgw.modelkit.hub import HubAuthError, HubError, HubNotFound, NetworkError
+from llmgw.modelkit.sources import PickleRefused, SourceError, WeightsError
 
 __all__ = [
     "HubAuthError",

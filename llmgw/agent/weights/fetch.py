@@ -46,8 +46,8 @@ from llmgw.agent.weights.errors import (
     SourceError,
 )
 from llmgw.agent.weights.inventory import CachedSource, CollectResult, Inventory
-from llmgw.hub import HubClient, select_files
-from llmgw.sources import (
+from llmgw.modelkit.hub import HubClient, select_files
+from llmgw.modelkit.sources import (
     Source,
     cache_name,
     check_named_pickle,

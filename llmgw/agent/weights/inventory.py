@@ -29,7 +29,7 @@ from llmgw.agent.weights.cache import (
     read_source_marker,
 )
 from llmgw.agent.weights.errors import SourceError
-from llmgw.sources import cache_name, is_cache_name
+from llmgw.modelkit.sources import cache_name, is_cache_name
 
 _OURS = (SOURCE_MARKER, COMPLETE_MARKER)
 

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from llmgw import __version__, jointoken, pki
 from llmgw.server.api.routing import Call, Op
-from llmgw.server.nodes import NodeRegistry
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import Enroll, MintToken
 from llmgw.server.store import JoinTokenRecord, Store

@@ -6,9 +6,9 @@ from dataclasses import replace
 from typing import Any
 
 from llmgw.server.api.routing import Call, Empty, Op
-from llmgw.server.catalog import Model
-from llmgw.server.models import ModelService
-from llmgw.server.nodes import NodeRegistry
+from llmgw.server.catalog.model import Model
+from llmgw.server.catalog.service import ModelService
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import (
     ContextRequest,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from llmgw.server.api.routing import Call, Op
-from llmgw.server.nodes import NodeRegistry
-from llmgw.server.planner import Inspector, PlanError, plan
+from llmgw.server.catalog.inspector import Inspector, PlanError
+from llmgw.server.catalog.plan import plan
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import PlanQuery
 

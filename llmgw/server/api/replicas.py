@@ -18,8 +18,8 @@ from starlette.responses import StreamingResponse
 
 from llmgw import pki
 from llmgw.server.api.routing import Call, Op
-from llmgw.server.models import ModelService
-from llmgw.server.nodes import NodeRegistry, NodeView
+from llmgw.server.catalog.service import ModelService
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import (
     CollectRequest,

@@ -19,8 +19,8 @@ import time
 import aiohttp
 
 from llmgw import pki
+from llmgw.server.fleet.registry import READY
 from llmgw.server.gateway.router import Nodes, engine_url
-from llmgw.server.nodes import READY
 
 log = logging.getLogger("llmgw.gateway")
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmgw import pki
-from llmgw.server.catalog import Model, parse_replica_id
-from llmgw.server.nodes import READY, NodeView
+from llmgw.server.catalog.model import Model, parse_replica_id
+from llmgw.server.fleet.registry import READY, NodeView
 
 log = logging.getLogger("llmgw.gateway")
 

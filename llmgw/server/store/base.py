@@ -74,7 +74,7 @@ class NodeRecord:
 
 @dataclass(frozen=True)
 class ModelRecord:
-    """A catalog entry; ``spec`` is the model as ``llmgw.server.catalog`` writes it."""
+    """A catalog entry; ``spec`` is the model as ``llmgw.server.catalog.model`` writes it."""
 
     name: str
     spec: dict[str, Any]

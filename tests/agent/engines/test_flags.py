@@ -9,11 +9,11 @@ import re
 import pytest
 
 from llmgw.agent.engines import ADAPTERS, EngineError
-from llmgw.enginerules.flags import ArgparseFlags, ExactFlags, resolve_option
-from llmgw.enginerules.sglang import OPTIONS as SGLANG_OPTIONS
-from llmgw.enginerules.sglang import REFUSED as SGLANG_REFUSED
-from llmgw.enginerules.vllm import OPTIONS as VLLM_OPTIONS
-from llmgw.enginerules.vllm import REFUSED as VLLM_REFUSED
+from llmgw.modelkit.enginerules.flags import ArgparseFlags, ExactFlags, resolve_option
+from llmgw.modelkit.enginerules.sglang import OPTIONS as SGLANG_OPTIONS
+from llmgw.modelkit.enginerules.sglang import REFUSED as SGLANG_REFUSED
+from llmgw.modelkit.enginerules.vllm import OPTIONS as VLLM_OPTIONS
+from llmgw.modelkit.enginerules.vllm import REFUSED as VLLM_REFUSED
 from llmgw.wire.messages import ShardSpec
 
 llama = ADAPTERS["llama.cpp"]

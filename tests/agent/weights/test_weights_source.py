@@ -15,7 +15,7 @@ from llmgw.agent.weights import (
     normalise_source,
     parse_source,
 )
-from llmgw.sources import check_named_pickle
+from llmgw.modelkit.sources import check_named_pickle
 
 
 def test_hf_forms() -> None:

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmgw.config import GatewayConfig
-from llmgw.server.catalog import Model, Profile
+from llmgw.server.catalog.model import Model, Profile
+from llmgw.server.fleet.registry import READY, NodeView
 from llmgw.server.gateway import Gateway, key_hash
 from llmgw.server.gateway.proxy import StreamTap
 from llmgw.server.gateway.router import BREAKER_FAILURES
-from llmgw.server.nodes import READY, NodeView
 from llmgw.server.store import ApiKeyRecord, SQLiteStore
 from tests.support.fakeengine import FakeEngine
 

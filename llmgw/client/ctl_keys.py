@@ -1,0 +1,151 @@
+"""``llmgw ctl keys ...`` and ``llmgw stop|start|status``: gateway keys and the serving
+switch, thin calls of the admin API with ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from llmgw.client.tables import render, store_line
+
+Client = Callable[[argparse.Namespace], Any]
+DASH = "-"
+
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, int | float):
+        return DASH
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def keys_table(keys: list[dict[str, Any]]) -> str:
+    if not keys:
+        return "No keys. Make one with `llmgw ctl keys create --name NAME`."
+    rows = [
+        [
+            k["id"],
+            k["name"],
+            k["state"],
+            ",".join(k["models"]) or "all",
+            str(k["rpm"]) if k["rpm"] else DASH,
+            str(k["tpm"]) if k["tpm"] else DASH,
+            str(k["budget"]) if k["budget"] else DASH,
+            _when(k["expires_at"]),
+        ]
+        for k in keys
+    ]
+    return render(["ID", "NAME", "STATE", "MODELS", "RPM", "TPM", "BUDGET", "EXPIRES"], rows)
+
+
+def usage_table(rows: list[dict[str, Any]], by: str) -> str:
+    if not rows:
+        return "No usage yet."
+    field = {"key": "key_name", "model": "model", "replica": "replica", "day": "day"}[by]
+    totals: dict[str, list[int]] = {}
+    for row in rows:
+        name = str(row.get(field) or row.get("key_id") or DASH)
+        entry = totals.setdefault(name, [0, 0, 0])
+        entry[0] += row["requests"]
+        entry[1] += row["prompt_tokens"]
+        entry[2] += row["completion_tokens"]
+    table = [
+        [name, str(n), str(p), str(c), str(p + c)] for name, (n, p, c) in sorted(totals.items())
+    ]
+    return render([by.upper(), "REQUESTS", "PROMPT", "COMPLETION", "TOKENS"], table)
+
+
+def add_parsers(
+    roles: Any,
+    ctl_cmds: Any,
+    client: Client,
+    client_options: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    def show(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> int:
+        print(json.dumps(value, indent=2) if args.json else text(value))
+        return 0
+
+    def create(args: argparse.Namespace) -> int:
+        body: dict[str, Any] = {"name": args.name}
+        if args.models:
+            body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
+        for name in ("rpm", "tpm", "budget", "expires"):
+            if getattr(args, name) is not None:
+                body[name] = getattr(args, name)
+        made = client(args).post("/api/v1/keys", body)
+        return show(
+            args,
+            made,
+            lambda k: (
+                f"{k['key']}\n\nKey {k['id']} for {k['name']}: shown this once, kept only "
+                "as a hash. Use it as the OpenAI API key with base URL http://CONTROL_PLANE/v1."
+            ),
+        )
+
+    def listing(args: argparse.Namespace) -> int:
+        return show(args, client(args).get("/api/v1/keys"), keys_table)
+
+    def one(args: argparse.Namespace) -> int:
+        return show(
+            args, client(args).get(f"/api/v1/keys/{quote(args.id)}"), lambda k: keys_table([k])
+        )
+
+    def revoke(args: argparse.Namespace) -> int:
+        done = client(args).request("DELETE", f"/api/v1/keys/{quote(args.id)}")
+        return show(args, done, lambda k: f"key {k['id']} ({k['name']}) is {k['state']}")
+
+    def serving(stopped: bool | None) -> Callable[[argparse.Namespace], int]:
+        def run(args: argparse.Namespace) -> int:
+            api = client(args)
+            if stopped is not None:
+                api.post("/api/v1/serving", {"stopped": stopped})
+            status = api.get("/api/v1/status")
+
+            def text(s: dict[str, Any]) -> str:
+                nodes = s["nodes"]
+                if s["serving"] == "stopped":
+                    line = "stopped: /v1 answers 503 and every model is at zero replicas"
+                    line += " (`llmgw start` resumes)"
+                else:
+                    line = "serving"
+                line += f"\nnodes: {nodes['ready']} of {nodes['total']} Ready"
+                return line + f"\nstore: {store_line(s)}"
+
+            return show(args, status, text)
+
+        return run
+
+    def usage(args: argparse.Namespace) -> int:
+        rows = client(args).get(f"/api/v1/usage?days={args.days}")
+        return show(args, rows, lambda r: usage_table(r, args.by))
+
+    def leaf(sub: Any, name: str, run: Callable[[argparse.Namespace], int], text: str) -> Any:
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--json", action="store_true", help="print the API's JSON")
+        client_options(p)
+        p.set_defaults(handler=run)
+        return p
+
+    keys = ctl_cmds.add_parser("keys", help="gateway API keys: create, list, show, revoke")
+    sub = keys.add_subparsers(dest="keys_command", metavar="ACTION")
+    p = leaf(sub, "create", create, "make a key (shown once)")
+    p.add_argument("--name", required=True, help="whose key it is")
+    p.add_argument("--models", help="model name patterns it may use, comma-separated")
+    p.add_argument("--rpm", type=int, help="requests a minute")
+    p.add_argument("--tpm", type=int, help="tokens a minute")
+    p.add_argument("--budget", type=int, help="tokens a month")
+    p.add_argument("--expires", help="a date (2027-01-31) or date and time")
+    leaf(sub, "list", listing, "every key, without the keys themselves")
+    leaf(sub, "show", one, "one key").add_argument("id")
+    leaf(sub, "revoke", revoke, "revoke a key (at once)").add_argument("id")
+
+    p = leaf(ctl_cmds, "usage", usage, "requests and tokens by key, model or replica")
+    p.add_argument("--days", type=int, default=30, help="this many days back (default 30)")
+    p.add_argument("--by", choices=("key", "model", "replica", "day"), default="key")
+
+    leaf(roles, "stop", serving(True), "stop serving: /v1 answers 503, every model to zero")
+    leaf(roles, "start", serving(False), "serve again after `llmgw stop`")
+    leaf(roles, "status", serving(None), "whether the cluster is serving, and its nodes")

@@ -1,0 +1,419 @@
+"""``llmgw ctl models``, ``ctl model ...``, ``ctl explain`` and ``ctl node ...``: the
+catalog and scheduling commands, each a thin call of the admin API with ``--json``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from llmgw.client.tables import binary, count, render
+
+Client = Callable[[argparse.Namespace], Any]
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """'8GiB', '8G', '512MiB', '1.5T' or plain bytes."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (like 8GiB, 512MiB)")
+    power = " KMGT".index(m.group(2).upper() or " ")
+    return int(float(m.group(1)) * 1024**power)
+
+
+def _label(text: str) -> tuple[str, str]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    key, value = text.split("=", 1)
+    return key, value
+
+
+def _print(value: Any) -> None:
+    print(json.dumps(value, indent=2))
+
+
+def _path(name: str) -> str:
+    return f"/api/v1/models/{quote(name, safe='')}"
+
+
+# ------------------------------------------------------------------------- showing
+
+
+def models_table(models: list[dict[str, Any]]) -> str:
+    if not models:
+        return "No models. Serve one with `llmgw ctl model serve SOURCE`."
+    rows = []
+    for m in models:
+        profiles = ", ".join(
+            f"{p['name']} {(p.get('status') or {}).get('ready', 0)}/{p['replicas']}"
+            + (f" ({p['cards']} card)" if p["cards"] == 1 else "")
+            + (f" ({p['cards']} cards)" if p["cards"] > 1 else "")
+            for p in m["profiles"]
+        )
+        notes = [(p.get("status") or {}).get("note", "") for p in m["profiles"]]
+        note = m.get("parked") or "; ".join(n for n in notes if n)
+        rows.append(
+            [
+                m["name"],
+                m["state"],
+                f"{m['ready']}/{m['desired']}",
+                m["engine"],
+                str(m["context"]),
+                profiles,
+                note[:100],
+            ]
+        )
+    return render(["NAME", "STATE", "READY", "ENGINE", "CONTEXT", "PROFILES", "NOTE"], rows)
+
+
+def model_text(m: dict[str, Any]) -> str:
+    if m.get("external"):
+        return external_text(m)
+    shape = m.get("shape") or {}
+    lines = [
+        f"{m['name']}: {m['state']}, {m['ready']} of {m['desired']} ready",
+        f"  source:      {m['source']}",
+        f"  engine:      {m['engine']}",
+        f"  context:     {m['context']} tokens x {m['slots']} slot(s)"
+        + (f", longest answer {m['max_output']}" if m.get("max_output") else ""),
+    ]
+    if shape:
+        params = shape.get("parameters")
+        lines.append(
+            "  shape:       "
+            + ", ".join(
+                x
+                for x in (
+                    shape.get("architecture"),
+                    f"{count(params)} parameters" if params else None,
+                    f"{shape['layers']} layers" if shape.get("layers") else None,
+                    f"{shape['kv_heads']} KV heads" if shape.get("kv_heads") else None,
+                    f"trained for {shape['trained_context']}"
+                    if shape.get("trained_context")
+                    else None,
+                    f"{binary(m['weight_bytes'])} of weights" if m.get("weight_bytes") else None,
+                )
+                if x
+            )
+        )
+    if m.get("on_demand"):
+        lines.append("  on demand:   yes (started by the first request, back to zero when idle)")
+    if m.get("parked"):
+        lines.append(f"  parked:      {m['parked']} (`llmgw ctl model start {m['name']}`)")
+    lines.append("  profiles:")
+    for p in m["profiles"]:
+        status = p.get("status") or {}
+        where = f"{p['cards']} card(s), {binary(p['card_memory'])} each" if p["cards"] else "CPU"
+        lines.append(
+            f"    {p['name']}: {status.get('ready', 0)}/{p['replicas']} ready, {p['engine']} on "
+            f"{where}, {binary(p['memory'])} memory"
+            + (f", {p['cpu_cores']:g} cores" if p["cpu_cores"] else "")
+            + f", priority {p['priority']}"
+            + (
+                f", ~{p['cpu_tokens_per_second']:.1f} tokens/s a reply"
+                if isinstance(p.get("cpu_tokens_per_second"), int | float)
+                else ""
+            )
+        )
+        if p.get("args"):
+            lines.append(f"      args: {' '.join(p['args'])}")
+        if p.get("selector"):
+            lines.append(
+                "      on nodes with: " + ", ".join(f"{k}={v}" for k, v in p["selector"].items())
+            )
+        if status.get("note"):
+            lines.append(f"      {status['note']}")
+    return "\n".join(lines)
+
+
+def external_text(m: dict[str, Any]) -> str:
+    ext = m.get("external") or {}
+    lines = [f"{m['name']}: {m['state']}, external provider {ext.get('base_url')}"]
+    if ext.get("upstream_model"):
+        lines.append(f"  asked for as: {ext['upstream_model']}")
+    for e in ext.get("endpoints", []):
+        problem = f" ({e['problem']})" if e.get("problem") else ""
+        lines.append(f"  {e['name']}: weight {e['weight']:g}, {e['state']}{problem}")
+    return "\n".join(lines)
+
+
+def explain_text(profiles: list[dict[str, Any]]) -> str:
+    out = []
+    for p in profiles:
+        need = [f"{binary(p['memory'])} memory"]
+        if p["cards"]:
+            need.append(f"{p['cards']} card(s) with {binary(p['card_memory'])} free")
+        if p["cpu_cores"]:
+            need.append(f"{p['cpu_cores']:g} cores")
+        if p["disk"]:
+            need.append(f"{binary(p['disk'])} disk unless the weights are there")
+        out.append(
+            f"{p['model']} / {p['profile']} ({p['engine']}): {p['desired']} wanted, "
+            f"running on {', '.join(p['running_on']) or 'no node'}; a replica needs "
+            + ", ".join(need)
+        )
+        if p.get("note"):
+            out.append(f"  {p['note']}")
+        if p.get("avoid"):
+            out.append(f"  failed recently on: {', '.join(p['avoid'])}")
+        rows = []
+        for v in sorted(p["verdicts"], key=lambda v: (v["rank"] is None, v["rank"], v["node"])):
+            verdict = f"fits (#{v['rank']})" if v["ok"] else "no"
+            why = "; ".join(v["reasons"] or v["notes"])
+            cards = ", ".join(v["cards"])
+            rows.append([v["node"], verdict, cards, why])
+        out.append(render(["NODE", "VERDICT", "CARDS", "WHY"], rows) if rows else "  no nodes")
+        out.append("")
+    return "\n".join(out).rstrip()
+
+
+# ------------------------------------------------------------------------ commands
+
+
+def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
+    def show(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> int:
+        if args.json:
+            _print(value)
+        else:
+            print(text(value))
+        return 0
+
+    def models(args: argparse.Namespace) -> int:
+        return show(args, client(args).get("/api/v1/models"), models_table)
+
+    def serve(args: argparse.Namespace) -> int:
+        body: dict[str, Any] = {"source": args.source, "replicas": args.replicas}
+        for key in ("name", "engine", "context", "slots", "gpus", "cpu_cores", "memory"):
+            if getattr(args, key) is not None:
+                body[key] = getattr(args, key)
+        for key in ("max_output", "profile", "priority", "role"):
+            if getattr(args, key) is not None:
+                body[key] = getattr(args, key)
+        body["on_demand"] = args.on_demand
+        body["allow_pickle"] = args.allow_pickle
+        if args.arg:
+            body["args"] = args.arg
+        if args.selector:
+            body["selector"] = dict(args.selector)
+        model = client(args).post("/api/v1/models", body)
+        return show(
+            args,
+            model,
+            lambda m: (
+                model_text(m)
+                + f"\n\nFollow it with `llmgw ctl replicas`; why it goes where it goes: "
+                f"`llmgw ctl explain {m['name']}`."
+            ),
+        )
+
+    def model_show(args: argparse.Namespace) -> int:
+        return show(args, client(args).get(_path(args.model)), model_text)
+
+    def action(verb: str) -> Callable[[argparse.Namespace], int]:
+        def run(args: argparse.Namespace) -> int:
+            body: dict[str, Any] = {}
+            if getattr(args, "in_place", False):
+                body["in_place"] = True
+            m = client(args).post(f"{_path(args.model)}/{verb}", body)
+            return show(args, m, model_text)
+
+        return run
+
+    def remove(args: argparse.Namespace) -> int:
+        query = "?with_files=1" if args.with_files else ""
+        answer = client(args).request("DELETE", _path(args.model) + query)
+        files = " and its files once its replicas stop" if args.with_files else ""
+        return show(args, answer, lambda a: f"removed {a['name']}{files}")
+
+    def context(args: argparse.Namespace) -> int:
+        body: dict[str, Any] = {"in_place": args.in_place}
+        if args.tokens is not None:
+            body["context"] = args.tokens
+        if args.slots is not None:
+            body["slots"] = args.slots
+        if args.max_output is not None:
+            body["max_output"] = args.max_output
+        return show(args, client(args).post(f"{_path(args.model)}/context", body), model_text)
+
+    def gpus(args: argparse.Namespace) -> int:
+        body: dict[str, Any] = {"gpus": args.count, "in_place": args.in_place}
+        if args.profile:
+            body["profile"] = args.profile
+        return show(args, client(args).post(f"{_path(args.model)}/gpus", body), model_text)
+
+    def replicas(args: argparse.Namespace) -> int:
+        body: dict[str, Any] = {"replicas": args.count}
+        if args.profile:
+            body["profile"] = args.profile
+        return show(args, client(args).post(f"{_path(args.model)}/replicas", body), model_text)
+
+    def external(args: argparse.Namespace) -> int:
+        keys = []
+        for option in args.key_file:
+            path, weight = option, 1.0
+            head, _, tail = option.rpartition(":")
+            if head and tail.replace(".", "", 1).isdigit():
+                path, weight = head, float(tail)
+            from llmgw.cli import UsageError
+
+            try:
+                secret = Path(path).read_text().strip()
+            except OSError as exc:
+                raise UsageError(f"--key-file {path}: {exc.strerror}") from None
+            if not secret:
+                raise UsageError(f"--key-file {path} is empty: it should hold one API key")
+            keys.append({"key": secret, "weight": weight})
+        body: dict[str, Any] = {"name": args.name, "base_url": args.base_url, "keys": keys}
+        if args.upstream_model:
+            body["upstream_model"] = args.upstream_model
+        if args.max_output:
+            body["max_output"] = args.max_output
+        return show(args, client(args).post("/api/v1/models/external", body), external_text)
+
+    def explain(args: argparse.Namespace) -> int:
+        return show(args, client(args).get(f"{_path(args.model)}/explain"), explain_text)
+
+    def node(verb: str) -> Callable[[argparse.Namespace], int]:
+        def run(args: argparse.Namespace) -> int:
+            body: dict[str, Any] = {}
+            if verb == "labels":
+                body = {
+                    "set": dict(_label(x) for x in args.labels if not x.endswith("-")),
+                    "remove": [x[:-1] for x in args.labels if x.endswith("-")],
+                }
+            view = client(args).post(f"/api/v1/nodes/{quote(args.node, safe='')}/{verb}", body)
+
+            def text(v: dict[str, Any]) -> str:
+                state = "draining" if v["draining"] else "cordoned" if v["cordoned"] else "open"
+                labels = ", ".join(f"{k}={x}" for k, x in sorted(v["labels"].items()))
+                return f"{v['id']}: {state} for new replicas; labels: {labels or 'none'}"
+
+            return show(args, view, text)
+
+        return run
+
+    return {
+        "models": models,
+        "serve": serve,
+        "show": model_show,
+        "stop": action("stop"),
+        "start": action("start"),
+        "restart": action("restart"),
+        "remove": remove,
+        "context": context,
+        "gpus": gpus,
+        "replicas": replicas,
+        "explain": explain,
+        "external": external,
+        "cordon": node("cordon"),
+        "uncordon": node("uncordon"),
+        "drain": node("drain"),
+        "label": node("labels"),
+    }
+
+
+def add_parsers(
+    ctl_cmds: Any,
+    client: Client,
+    client_options: Callable[[argparse.ArgumentParser], None],
+) -> Any:
+    """Add the catalog's commands under ``llmgw ctl``; returns ``ctl model``'s
+    subparsers so more can be added there."""
+    run = commands(client)
+
+    def leaf(sub: Any, name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
+        p.add_argument("--json", action="store_true", help="print the API's JSON")
+        client_options(p)
+        p.set_defaults(handler=run[handler])
+        return p
+
+    leaf(ctl_cmds, "models", "models", "every model in the catalog, its state and replicas")
+    p = leaf(ctl_cmds, "explain", "explain", "every node's verdict for a model's replicas, and why")
+    p.add_argument("model")
+
+    model = ctl_cmds.add_parser("model", help="serve, change and remove models")
+    sub = model.add_subparsers(dest="model_command", metavar="ACTION")
+    p = leaf(sub, "serve", "serve", "add a model to the catalog and run it")
+    p.add_argument("source", help="hf:ORG/REPO[:QUANT|:FILE], https://..., or a path on the nodes")
+    p.add_argument("--name", help="the name clients ask for (default: from the source)")
+    p.add_argument(
+        "--engine", help="llama.cpp (default for GGUF), vllm (default otherwise), sglang"
+    )
+    p.add_argument("--replicas", type=int, default=1, help="how many (default 1)")
+    p.add_argument("--context", type=int, help="tokens per request (default: trained, cut to fit)")
+    p.add_argument("--slots", type=int, help="requests served at once per replica (default 1)")
+    p.add_argument("--max-output", type=int, help="longest answer in tokens")
+    p.add_argument("--gpus", type=int, help="cards per replica (default 0: on the CPU)")
+    p.add_argument("--cpu-cores", type=float, help="cores reserved per replica")
+    p.add_argument("--memory", type=parse_size, help="memory per replica (default: estimated)")
+    p.add_argument("--on-demand", action="store_true", help="start on the first request")
+    p.add_argument(
+        "--arg", action="append", help="an engine argument (repeat; --arg=--flag for a flag)"
+    )
+    p.add_argument("--allow-pickle", action="store_true", help="allow pickled weights")
+    p.add_argument("--profile", help="the profile's name (default 'default')")
+    p.add_argument("--priority", type=int, help="higher profiles are used first")
+    p.add_argument("--selector", action="append", type=_label, help="KEY=VALUE node label")
+    p.add_argument("--role", help="run only on nodes labelled llmgw.role=ROLE")
+    p = leaf(sub, "external", "external", "an OpenAI-compatible provider as a model")
+    p.add_argument("name")
+    p.add_argument("--base-url", required=True, help="the provider's /v1 URL")
+    p.add_argument(
+        "--key-file",
+        action="append",
+        required=True,
+        help="a file holding one API key, optionally :WEIGHT (repeat for several keys)",
+    )
+    p.add_argument("--upstream-model", help="the provider's name for the model")
+    p.add_argument("--max-output", type=int, help="longest answer in tokens")
+    from llmgw.client.ctl_plan import add_plan_parser
+
+    add_plan_parser(sub)
+    p = leaf(sub, "show", "show", "a model: shape, context, profiles and their replicas")
+    p.add_argument("model")
+    for verb, text in (
+        ("stop", "stop every replica; the catalog keeps the model"),
+        ("start", "start a stopped or parked model again"),
+    ):
+        leaf(sub, verb, verb, text).add_argument("model")
+    p = leaf(sub, "restart", "restart", "replace every replica, one by one")
+    p.add_argument("model")
+    p.add_argument("--in-place", action="store_true", help="stop each before its replacement")
+    p = leaf(sub, "remove", "remove", "take a model out of the catalog and stop its replicas")
+    p.add_argument("model")
+    p.add_argument("--with-files", action="store_true", help="also delete its weights on nodes")
+    p = leaf(sub, "context", "context", "change the context (replicas restart one by one)")
+    p.add_argument("model")
+    p.add_argument("tokens", type=int, nargs="?", help="tokens per request")
+    p.add_argument("--slots", type=int, help="requests served at once per replica")
+    p.add_argument("--max-output", type=int, help="longest answer (alone: changes no replica)")
+    p.add_argument("--in-place", action="store_true", help="stop each before its replacement")
+    p = leaf(sub, "gpus", "gpus", "cards per replica of a profile")
+    p.add_argument("model")
+    p.add_argument("count", type=int)
+    p.add_argument("--profile")
+    p.add_argument("--in-place", action="store_true", help="stop each before its replacement")
+    p = leaf(sub, "replicas", "replicas", "replicas of a profile (a new name adds a CPU profile)")
+    p.add_argument("model")
+    p.add_argument("count", type=int)
+    p.add_argument("--profile")
+
+    node = ctl_cmds.add_parser("node", help="cordon, drain, uncordon and label a node")
+    node_sub = node.add_subparsers(dest="node_command", metavar="ACTION")
+    for verb, text in (
+        ("cordon", "take no new replicas; keep what runs"),
+        ("drain", "take no new replicas and move what runs elsewhere"),
+        ("uncordon", "take new replicas again"),
+    ):
+        leaf(node_sub, verb, verb, text).add_argument("node")
+    p = leaf(node_sub, "label", "label", "set KEY=VALUE or remove KEY- labels")
+    p.add_argument("node")
+    p.add_argument("labels", nargs="+", help="KEY=VALUE to set, KEY- to remove")
+    return sub

@@ -1,0 +1,153 @@
+"""``llmgw ctl model plan SOURCE``: what a model needs and where it fits, before serving it.
+
+Asks the control plane (``GET /api/v1/plan``) and prints the model's shape, the memory a
+replica needs in all and per card, each node's verdict with its reasons, and the CPU
+speed from each node's measured memory read rate (with a warning when a reply would
+take minutes); ``--json`` prints the answer as it came.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from llmgw.client.tables import DASH, render
+
+GIB = 2**30
+
+
+def add_plan_parser(model_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``plan`` to the ``ctl model`` subcommands."""
+    p = model_sub.add_parser(
+        "plan", help="what a model needs (memory per replica and card) and where it fits"
+    )
+    p.add_argument("source", help="hf:ORG/REPO[:QUANT|:FILE.gguf], https://.../FILE.gguf or /PATH")
+    p.add_argument("--context", type=int, help="tokens per request (default: the trained one)")
+    p.add_argument("--slots", type=int, default=1, help="requests served at once (default 1)")
+    p.add_argument("--gpus", type=int, help="cards per replica (0: the CPU only)")
+    p.add_argument("--cpu-cores", type=int, help="CPU cores a CPU replica may use")
+    p.add_argument("--engine", help="llama.cpp, vllm or sglang (default: by the format)")
+    p.add_argument("--allow-pickle", action="store_true", help="plan pickled weights too")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--server", help="control plane HTTP address, HOST:PORT (or LLMGW_SERVER)")
+    p.add_argument("--token", help="admin token (or LLMGW_TOKEN)")
+    p.add_argument("--data-dir", help="control plane data dir to find both in (or LLMGW_DATA_DIR)")
+    p.set_defaults(handler=cmd_model_plan)
+
+
+def plan_query(args: argparse.Namespace) -> str:
+    query: dict[str, str] = {"source": args.source}
+    for name in ("context", "slots", "gpus", "cpu_cores", "engine"):
+        value = getattr(args, name, None)
+        if value is not None:
+            query[name] = str(value)
+    if getattr(args, "allow_pickle", False):
+        query["allow_pickle"] = "true"
+    return "/api/v1/plan?" + urlencode(query)
+
+
+def cmd_model_plan(args: argparse.Namespace) -> int:
+    from llmgw.client.admin import resolve
+
+    client = resolve(args.server, args.token, Path(args.data_dir) if args.data_dir else None)
+    # Reading a header from the hub can take longer than a plain admin call.
+    client = type(client)(client.base_url, client.token, timeout=120.0)
+    result = client.get(plan_query(args))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(plan_text(result))
+    return 0
+
+
+def _gib(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return DASH
+    return f"{value / GIB:.1f} GiB"
+
+
+def _num(value: Any) -> str:
+    if not isinstance(value, int | float):
+        return DASH
+    if isinstance(value, int) and value >= 10_000_000:
+        return f"{value / 1e9:.2f} B"
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+def plan_text(plan: dict[str, Any]) -> str:
+    """The plan as an operator reads it."""
+    shape = plan.get("shape") or {}
+    lines = [f"{plan.get('source')}  ({plan.get('format')}, {_gib(plan.get('weight_bytes'))})"]
+    facts = [
+        ("architecture", shape.get("architecture")),
+        ("parameters", _num(shape.get("parameters"))),
+        ("quantisation", shape.get("quantisation")),
+        ("layers", shape.get("layers")),
+        ("heads / KV heads", f"{shape.get('heads') or DASH} / {shape.get('kv_heads') or DASH}"),
+        ("head size", shape.get("head_size")),
+        ("trained context", _num(shape.get("trained_context"))),
+    ]
+    if shape.get("experts"):
+        facts.append(("experts", f"{shape.get('experts_used')} of {shape.get('experts')}"))
+    for label, value in facts:
+        lines.append(f"  {label + ':':<18}{value if value is not None else DASH}")
+    memory = plan.get("memory") or {}
+    cards = memory.get("cards") or 1
+    lines += [
+        "",
+        f"Replica: engine {plan.get('engine')}, context {_num(plan.get('context'))} "
+        f"({plan.get('context_basis')}) x {plan.get('slots')} slot(s)",
+        f"  weights {_gib(memory.get('weights'))} + KV cache {_gib(memory.get('kv_cache'))} "
+        f"+ overhead {_gib(memory.get('overhead'))} = {_gib(memory.get('total'))}",
+    ]
+    if cards > 1:
+        per_card = ", ".join(_gib(b) for b in memory.get("per_card") or [])
+        lines.append(f"  on {cards} cards ({memory.get('split')} split): {per_card}")
+    cpu_memory = plan.get("memory_cpu") or {}
+    lines.append(f"  on the CPU: {_gib(cpu_memory.get('total'))} of host memory")
+    rows = []
+    speed_warnings: list[str] = []
+    for node in plan.get("nodes") or []:
+        cpu = node.get("cpu") or {}
+        gpu = node.get("gpu") or {}
+        if node.get("where") == "cards":
+            verdict = "fits on " + ", ".join(
+                f"card {c.get('index')} ({_gib(c.get('free'))} free)" for c in gpu.get("cards", [])
+            )
+        elif node.get("where") == "cpu":
+            verdict = f"fits on the CPU ({_gib(cpu.get('available'))} available)"
+        else:
+            verdict = "no: " + "; ".join(node.get("reasons") or [])
+        tps = cpu.get("tokens_per_second")
+        speed = f"{tps:.1f}" if isinstance(tps, int | float) else DASH
+        rate = cpu.get("memory_read_gbs")
+        rows.append(
+            [
+                str(node.get("node")),
+                str(node.get("state")),
+                _num(node.get("max_context")),
+                f"{rate:g}" if isinstance(rate, int | float) else DASH,
+                speed,
+                verdict,
+            ]
+        )
+        if cpu.get("warning"):
+            speed_warnings.append(f"{node.get('node')}: on the CPU, {cpu['warning']}")
+    lines.append("")
+    if rows:
+        lines.append(
+            render(["NODE", "STATE", "MAX CONTEXT", "MEM GB/S", "CPU TOK/S", "VERDICT"], rows)
+        )
+    else:
+        lines.append("No nodes.")
+    fits = plan.get("fits_on") or []
+    lines.append("")
+    lines.append(
+        f"Fits now on: {', '.join(fits)}" if fits else "Fits now on: no node (reasons above)"
+    )
+    for warning in [*(plan.get("warnings") or []), *speed_warnings]:
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines)

@@ -1,0 +1,231 @@
+"""``llmgw server run``: the control plane process, put together and run to a signal."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from llmgw import __version__, jointoken, pki
+from llmgw.config import ServerConfig, format_hostport, parse_hostport
+from llmgw.modelkit.sizing import ModelShape
+from llmgw.server.api import Gate, Op, build_app, cluster, keys, models, openapi, plan, replicas
+from llmgw.server.catalog.inspector import make_inspector
+from llmgw.server.catalog.service import ModelService
+from llmgw.server.datadir import DataDir
+from llmgw.server.fleet.agentport import AgentPort
+from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.front import AsgiBridge, Listener, connection_cap, raise_file_limit
+from llmgw.server.gateway import Gateway
+from llmgw.server.gateway.service import bounds_of
+from llmgw.server.store import Store, open_store
+
+log = logging.getLogger("llmgw.server")
+
+
+class ControlPlane:
+    def __init__(self, data: DataDir, config: ServerConfig, store: Store) -> None:
+        self.data = data
+        self.config = config
+        self.store = store
+        self.cluster_secret = data.cluster_secret()
+        self.ca = data.ca()
+        self.ca_fingerprint = pki.fingerprint(self.ca.cert_pem)
+        self.registry = NodeRegistry(store, config.heartbeat_interval, config.missed_heartbeats)
+        _, http_port = parse_hostport(config.listen)
+        self.api_addresses = [format_hostport(a, http_port) for a in config.advertise]
+        self.agent_addresses = [format_hostport(a, config.agent_port) for a in config.advertise]
+        self._admin_hashes: set[str] = set()
+        self.started = time.time()
+        self.stopping = asyncio.Event()
+        self.agent_port: AgentPort | None = None
+        self.listeners: list[Listener] = []
+        self.inspector = make_inspector(self.registry)
+        self.models = ModelService(self, inspect=self.inspect_shape)
+        self.gateway = Gateway(
+            store,
+            self.registry,
+            self.models,
+            self.cluster_secret,
+            config.gateway,
+            self.models.demand,
+        )
+        self.registry.on_change = self.models.wake
+
+    async def load(self) -> None:
+        self._admin_hashes = set(await self.store.admin_token_hashes())
+        await self.registry.load()
+        await self.models.load()
+        await self.gateway.load()
+        self.set_stopped(self.gateway.stopped)
+
+    def set_stopped(self, stopped: bool) -> None:
+        """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
+        self.gateway.stopped = stopped
+        self.models.reconciler.halted = stopped
+        self.models.version += 1
+        self.models.wake()
+
+    async def inspect_shape(self, source: str, allow_pickle: bool) -> ModelShape:
+        """What a model is, read from the hub, the control plane's disk, or a node."""
+        return (await self.inspector.inspect(source, allow_pickle=allow_pickle)).shape
+
+    def admin_token_ok(self, token: str) -> bool:
+        return pki.token_hash(token) in self._admin_hashes
+
+    def wanted_sources(self) -> set[str]:
+        """Weights some shard on some node uses now; the rest no model wants."""
+        return {
+            str(shard["source"])
+            for view in self.registry.nodes.values()
+            for shard in view.shards.values()
+            if shard.get("source")
+        }
+
+    async def mint_join_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
+        secret = pki.new_secret()
+        record = cluster.new_token_record(self.cluster_secret, ttl, secret, actor)
+        await self.store.add_join_token(record)
+        await self.store.audit(actor, "token.create", record.id, f"ttl {ttl}s")
+        return jointoken.JoinToken(
+            id=record.id,
+            secret=secret,
+            addresses=self.api_addresses,
+            ca_fingerprint=self.ca_fingerprint,
+            expires_at=record.expires_at,
+        )
+
+    def health(self) -> dict[str, Any]:
+        """``/healthz``: 200 while this process answers; ``ok`` false, with each problem
+        in words, when part of it does not work (serving goes on from memory)."""
+        problems = []
+        writable = self.store.writable()
+        if not writable.ok:
+            problems.append(f"store: {writable.problem}")
+        return {"ok": not problems, "problems": problems, "store_writable": writable.ok}
+
+    def status(self) -> dict[str, Any]:
+        port = self.agent_port
+        writable = self.store.writable()
+        return {
+            "version": __version__,
+            "uptime_seconds": round(time.time() - self.started, 1),
+            "leader": True,
+            "serving": "stopped" if self.gateway.stopped else "serving",
+            "store": self.config.store.backend,
+            "store_writable": writable.ok,
+            "store_problem": writable.problem or None,
+            "listen": self.config.listen,
+            "agent_port": self.config.agent_port,
+            "advertise": list(self.config.advertise),
+            "ca_fingerprint": self.ca_fingerprint,
+            "nodes": self.registry.counts(),
+            "agent_streams": len(port.connections) if port else 0,
+            "heartbeats": self.registry.heartbeats,
+            "heartbeat_handling": self.registry.handle_percentiles(),
+            "reconcile_passes": self.models.passes,
+            "connections": {listener.address: listener.counts() for listener in self.listeners},
+            "usage_pending": len(self.gateway.usage.pending),
+        }
+
+    def routes(self) -> list[Op]:
+        """Every admin route, each with who may call it."""
+        ops: list[Op] = []
+        enrollment = cluster.Enrollment(
+            self.store, self.cluster_secret, self.ca, self.registry, self.agent_addresses
+        )
+        ops += cluster.routes(
+            self.health,
+            self.status,
+            self.gateway.metrics_text,
+            self.mint_join_token,
+            enrollment,
+            lambda: openapi.document(
+                ops, bounds_of(self.config.gateway), sorted(self.models.models)
+            ),
+        )
+        ops += replicas.routes(
+            self.registry, self.models, self.store, self.cluster_secret, self.wanted_sources
+        )
+        ops += models.routes(self.models, self.registry, self.store)
+        ops += plan.routes(self.inspector, self.registry)
+        ops += keys.routes(self.gateway, self.store, self.set_stopped)
+        return ops
+
+    async def run(self) -> None:
+        agent_host = parse_hostport(self.config.listen)[0]
+        self.agent_port = AgentPort(
+            self.registry,
+            pki.server_tls(self.data.server_cert, self.data.server_key, self.data.ca_cert),
+            agent_host,
+            self.config.agent_port,
+            self.agent_addresses,
+        )
+        await self.agent_port.start()
+        gw = self.config.gateway
+        bridge = AsgiBridge(build_app(self.routes(), Gate(self.admin_token_ok), gw.body_timeout))
+        cap = connection_cap(gw.max_connections, raise_file_limit())
+        limits: dict[str, Any] = {
+            "header_timeout": gw.header_timeout,
+            "keepalive_timeout": gw.keepalive_timeout,
+        }
+        self.listeners = [
+            Listener(self.config.listen, self.gateway.handle, bridge, cap=cap, **limits)
+        ]
+        if self.config.admin_listen:
+            # The admin listener serves the admin API and pages, never /v1.
+            self.listeners.append(Listener(self.config.admin_listen, None, bridge, **limits))
+        monitor = asyncio.create_task(self.registry.monitor(self.stopping))
+        reconciler = asyncio.create_task(self.models.run(self.stopping))
+        usage = asyncio.create_task(self.gateway.run(self.stopping))
+        store = asyncio.create_task(self.store.watch(self.stopping))
+        try:
+            for listener in self.listeners:
+                await listener.start()
+            log.info(
+                "control plane %s: HTTP on %s, agents on port %d, store %s, "
+                "at most %d client connections",
+                __version__,
+                self.config.listen,
+                self.config.agent_port,
+                self.config.store.backend,
+                cap,
+            )
+            await self.stopping.wait()
+        finally:
+            self.stopping.set()
+            for listener in self.listeners:
+                await listener.stop()
+            await reconciler
+            await usage
+            try:
+                await self.gateway.flush()
+            except Exception as exc:
+                log.error("usage of the last seconds could not be written: %s", exc)
+            await self.gateway.close()
+            await self.inspector.close()
+            await self.agent_port.stop()
+            await monitor
+            await store
+            try:
+                await self.registry.flush()
+            except Exception as exc:
+                log.error("node states of the last second could not be written: %s", exc)
+
+
+async def run_server(root: Path) -> None:
+    data = DataDir(root)
+    config = data.load_config()
+    store = await open_store(config, root)
+    cp = ControlPlane(data, config, store)
+    await cp.load()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, cp.stopping.set)
+    try:
+        await cp.run()
+    finally:
+        await store.close()

@@ -1,0 +1,369 @@
+"""The catalog: what the operator wants served, checked before it is kept.
+
+A model is a source of weights, an engine, a context and one or more profiles; a
+profile says how one kind of replica runs (engine, arguments, cards, CPU cores,
+memory, where) and how many of them. A model's scaling is the sum of its profiles'
+replicas. Nothing here does IO: the admin API inspects the source and hands the shape
+in, the store keeps ``Model.to_spec()``, and the reconciler reads the figures
+(memory, card memory, disk) this module worked out when the model was written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from llmgw.modelkit import sizing
+from llmgw.modelkit.enginerules import RuleError, rules
+from llmgw.modelkit.sizing import ModelShape
+from llmgw.modelkit.sources import WeightsError, check_named_pickle, normalise_source, parse_source
+from llmgw.wire.messages import ShardSpec
+
+GIB = 1024**3
+# Model names end up in replica ids (``MODEL.PROFILE.HEX``, at most 80 characters) and
+# in /v1 requests; profile names hold no dot so a replica id splits unambiguously.
+MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}\Z")
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}\Z")
+LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}\Z")
+_REPLICA = re.compile(r"^(?P<model>.+)\.(?P<profile>[a-z0-9][a-z0-9-]{0,15})\.[0-9a-f]{8}\Z")
+# Host memory a replica on cards holds besides what its cards hold.
+CARD_HOST_MEMORY = 1 * GIB
+DEFAULT_CONTEXT = 4096
+MAX_SLOTS = 256
+
+
+class CatalogError(ValueError):
+    """A model the catalog refuses; ``field`` names what was wrong, the message the fix."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    engine: str
+    args: tuple[str, ...] = ()
+    cards: int = 0
+    cpu_cores: float = 0.0
+    replicas: int = 1
+    # Higher runs first: the router fills a model's higher-priority pool first, and a
+    # CPU profile added beside cards is put below them.
+    priority: int = 0
+    selector: Mapping[str, str] = field(default_factory=dict)
+    role: str | None = None
+    # Worked out from the model's shape when written; ``memory_set`` marks an operator's.
+    memory: int = 0
+    card_memory: int = 0
+    memory_set: bool = False
+
+    def to_spec(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["args"] = list(self.args)
+        out["selector"] = dict(self.selector)
+        return out
+
+    @classmethod
+    def from_spec(cls, data: Mapping[str, Any]) -> Profile:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["args"] = tuple(known.get("args") or ())
+        known["selector"] = dict(known.get("selector") or {})
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    source: str
+    engine: str
+    profiles: tuple[Profile, ...]
+    context: int
+    slots: int = 1
+    max_output: int | None = None
+    allow_pickle: bool = False
+    on_demand: bool = False
+    stopped: bool = False
+    # Why an on-demand model was parked after failing again and again; None if not.
+    parked: str | None = None
+    # Fingerprints the operator asked to move away from (a change or a restart): the
+    # reconciler replaces replicas that run them. Any other mismatch is only flagged.
+    replaced: tuple[str, ...] = ()
+    # Changed by a restart so every replica's fingerprint changes with nothing else.
+    restart: int = 0
+    # When a change needs new replicas and there is no room beside the old, stop first.
+    in_place: bool = False
+    # What the model is, as inspected when it was written (plain fields, for showing).
+    shape: Mapping[str, Any] = field(default_factory=dict)
+    weight_bytes: int = 0
+    # An OpenAI-compatible provider instead of replicas: {"base_url", "upstream_model",
+    # "keys": [{"sealed": ..., "weight": ...}]}; the keys sealed with the cluster key.
+    external: Mapping[str, Any] | None = None
+
+    def profile(self, name: str) -> Profile | None:
+        return next((p for p in self.profiles if p.name == name), None)
+
+    @property
+    def replicas(self) -> int:
+        return sum(p.replicas for p in self.profiles)
+
+    def to_spec(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["profiles"] = [p.to_spec() for p in self.profiles]
+        out["replaced"] = list(self.replaced)
+        out["shape"] = dict(self.shape)
+        out["external"] = dict(self.external) if self.external else None
+        return out
+
+    @classmethod
+    def from_spec(cls, data: Mapping[str, Any]) -> Model:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["profiles"] = tuple(Profile.from_spec(p) for p in known.get("profiles") or ())
+        known["replaced"] = tuple(known.get("replaced") or ())
+        known["shape"] = dict(known.get("shape") or {})
+        return cls(**known)
+
+
+# ------------------------------------------------------------------ replicas of a profile
+
+
+def fingerprint(model: Model, profile: Profile) -> str:
+    """What makes a replica of this profile what it is; a change means a new replica.
+
+    Memory figures are left out: a better estimate must not restart anything.
+    """
+    parts = {
+        "source": model.source,
+        "engine": profile.engine,
+        "args": list(profile.args),
+        "context": model.context,
+        "slots": model.slots,
+        "cards": profile.cards,
+        "cpu_cores": profile.cpu_cores,
+        "allow_pickle": model.allow_pickle,
+        "restart": model.restart,
+    }
+    digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    return digest[:16]
+
+
+def new_replica_id(model: str, profile: str) -> str:
+    return f"{model}.{profile}.{secrets.token_hex(4)}"
+
+
+def parse_replica_id(replica_id: str) -> tuple[str, str] | None:
+    """(model, profile) of a replica the catalog started; None for anything else."""
+    m = _REPLICA.match(replica_id)
+    return (m["model"], m["profile"]) if m else None
+
+
+def shard_spec(
+    model: Model, profile: Profile, replica_id: str, port: int, cards: Sequence[str], key: str
+) -> ShardSpec:
+    """The StartShard a node gets: the profile's arguments and the catalog's context."""
+    args = [*profile.args, *rules(profile.engine).context_args(model.context, model.slots)]
+    return ShardSpec(
+        replica_id=replica_id,
+        engine=profile.engine,
+        source=model.source,
+        port=port,
+        key=key,
+        fingerprint=fingerprint(model, profile),
+        model=model.name,
+        args=args,
+        cards=list(cards),
+        cpu_cores=math.ceil(profile.cpu_cores) if profile.cpu_cores else None,
+        allow_pickle=model.allow_pickle,
+    )
+
+
+# ------------------------------------------------------------------------- checking
+
+
+def default_engine(source: str) -> str:
+    """llama.cpp for GGUF (a .gguf file, or a repository's quantisation), vLLM else."""
+    text = _bare(source).lower()
+    if text.startswith("hf:") and text.count(":") >= 2:
+        part = text.split(":", 2)[2]
+        return "llama.cpp" if part.endswith(".gguf") or "." not in part else "vllm"
+    return "llama.cpp" if text.endswith(".gguf") else "vllm"
+
+
+def _bare(source: str) -> str:
+    """A source without a URL's query or fragment."""
+    return source.split("#", 1)[0].split("?", 1)[0] if "://" in source else source
+
+
+def default_name(source: str) -> str:
+    """A model name from its source: the repository or file name, lower case."""
+    text = _bare(source).rstrip("/")
+    if text.startswith("hf:"):
+        parts = text[3:].split(":")
+        base = parts[0].split("/")[-1]
+        if len(parts) > 1 and "/" not in parts[1] and "." not in parts[1]:
+            base = f"{base}-{parts[1]}"
+    else:
+        base = text.split("/")[-1]
+    base = re.sub(r"\.gguf$", "", base, flags=re.IGNORECASE)
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", base).strip("-._").lower()
+    return (base or "model")[:48].rstrip("-._") or "model"
+
+
+def check_source(source: str, allow_pickle: bool) -> str:
+    """The source's normal form, or CatalogError naming the accepted forms."""
+    try:
+        src = parse_source(source, allow_http=True)
+        check_named_pickle(src, allow_pickle=allow_pickle)
+        return normalise_source(source)
+    except WeightsError as exc:
+        raise CatalogError("source", str(exc)) from None
+
+
+def check_name(name: str) -> str:
+    if not MODEL_NAME.match(name):
+        raise CatalogError(
+            "name",
+            f"{name!r} is not a model name: use letters, digits, '.', '_' or '-', "
+            "up to 48 characters, starting with a letter or digit (give one with --name)",
+        )
+    return name
+
+
+def check_profile_name(name: str) -> str:
+    if not PROFILE_NAME.match(name):
+        raise CatalogError(
+            "profile",
+            f"{name!r} is not a profile name: lower-case letters, digits and '-', "
+            "up to 16 characters",
+        )
+    return name
+
+
+def shape_json(shape: ModelShape) -> dict[str, Any]:
+    """Every field, unknown ones as null, so ``shape_of`` can build it again."""
+    return asdict(shape)
+
+
+def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> Profile:
+    """Refuse what the engine must not run; work out the profile's memory figures."""
+    try:
+        engine = rules(profile.engine)
+        engine.check(profile.args, profile.cards)
+    except RuleError as exc:
+        raise CatalogError(f"profiles.{profile.name}", str(exc)) from None
+    if profile.cards < 0 or profile.cards > 64:
+        raise CatalogError(f"profiles.{profile.name}.cards", "give 0 (CPU) to 64 cards")
+    if profile.replicas < 0 or profile.replicas > 10_000:
+        raise CatalogError(f"profiles.{profile.name}.replicas", "give 0 to 10000 replicas")
+    if profile.cpu_cores < 0:
+        raise CatalogError(f"profiles.{profile.name}.cpu_cores", "must not be negative")
+    for key, value in profile.selector.items():
+        if not LABEL.match(key) or not LABEL.match(value):
+            raise CatalogError(f"profiles.{profile.name}.selector", f"{key}={value} is not a label")
+    if shape is not None and engine.tensor_split and profile.cards > 1:
+        problem = sizing.check_cards_vs_kv_heads(shape, profile.cards)
+        if problem:
+            raise CatalogError(f"profiles.{profile.name}.cards", problem)
+    if shape is None:
+        if not profile.memory_set:
+            raise CatalogError(
+                "memory",
+                "the model's shape could not be read, so its memory cannot be estimated; "
+                "give --memory (bytes per replica, like 8GiB)",
+            )
+        return replace(profile, card_memory=profile.memory if profile.cards else 0)
+    split: sizing.Split = "tensor" if engine.tensor_split else "layer"
+    estimate = sizing.memory_estimate(
+        shape, model.context, model.slots, cards=max(profile.cards, 1), split=split
+    )
+    if profile.cards:
+        card_memory = max(estimate.per_card)
+        memory = profile.memory if profile.memory_set else CARD_HOST_MEMORY
+    else:
+        card_memory = 0
+        memory = profile.memory if profile.memory_set else sum(estimate.per_card)
+    return replace(profile, memory=memory, card_memory=card_memory)
+
+
+def check_context(model: Model, shape: ModelShape | None) -> None:
+    field_name = "context"
+    if model.context < 256:
+        raise CatalogError(field_name, f"{model.context} tokens is too short; give 256 or more")
+    if not 1 <= model.slots <= MAX_SLOTS:
+        raise CatalogError("slots", f"give 1 to {MAX_SLOTS} slots")
+    trained = shape.trained_context if shape else None
+    if trained and model.context > trained:
+        raise CatalogError(
+            field_name,
+            f"{model.context} tokens is past the {trained} the model was trained for; "
+            f"give {trained} or less",
+        )
+    if model.max_output is not None and not 1 <= model.max_output <= model.context:
+        raise CatalogError(
+            "max_output", f"give 1 to the context ({model.context}), not {model.max_output}"
+        )
+
+
+def check_model(model: Model, shape: ModelShape | None) -> Model:
+    """The model as it will be kept, or CatalogError naming the field and the fix."""
+    check_name(model.name)
+    if model.external:
+        return model  # no replicas: nothing to place or size
+    source = check_source(model.source, model.allow_pickle)
+    if not model.profiles:
+        raise CatalogError("profiles", "a model needs at least one profile")
+    names = [check_profile_name(p.name) for p in model.profiles]
+    if len(set(names)) != len(names):
+        raise CatalogError("profiles", "two profiles share a name")
+    model = replace(model, source=source)
+    check_context(model, shape)
+    profiles = tuple(check_profile(model, p, shape) for p in model.profiles)
+    return replace(
+        model,
+        profiles=profiles,
+        shape=shape_json(shape) if shape else dict(model.shape),
+        weight_bytes=shape.file_bytes if shape else model.weight_bytes,
+    )
+
+
+def shape_of(model: Model) -> ModelShape | None:
+    """The shape kept with a model, to check a change against without reading it again."""
+    if not model.shape:
+        return None
+    known = {k: v for k, v in model.shape.items() if k in ModelShape.__dataclass_fields__}
+    try:
+        return ModelShape(**known)
+    except TypeError:
+        return None
+
+
+def default_context(shape: ModelShape | None, largest_room: int | None, slots: int) -> int:
+    """What the model was trained for, cut to what fits the roomiest place it could go;
+    4096 when the shape does not say."""
+    if shape is None or not shape.trained_context:
+        return DEFAULT_CONTEXT
+    context = shape.trained_context
+    if largest_room:
+        fits = sizing.max_context_that_fits(shape, largest_room, slots)
+        if fits >= 256:
+            context = min(context, fits)
+    return context
+
+
+def with_change(model: Model, changed: Model) -> Model:
+    """``changed`` marked so the reconciler replaces the replicas of whatever profile's
+    fingerprint it changed (and only flags other mismatches)."""
+    old = {p.name: fingerprint(model, p) for p in model.profiles}
+    moved = [
+        old[p.name]
+        for p in changed.profiles
+        if p.name in old and fingerprint(changed, p) != old[p.name]
+    ]
+    keep = [f for f in model.replaced if f not in moved][-32:]
+    return replace(changed, replaced=tuple([*keep, *moved]))

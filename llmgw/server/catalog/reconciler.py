@@ -1,0 +1,634 @@
+"""The reconciler: the catalog's wish against what the agents report, one pass at a time.
+
+A pass reads the models and the live node views, and answers with the replicas to
+start (placed by ``llmgw.server.catalog.scheduler``) and the ones to stop. It keeps only what
+agents cannot tell it: the replicas it asked for that no agent has reported yet, when
+each replica last made progress, and where each profile failed. So after a restart of
+the control plane the replicas are rebuilt from the agents' reports alone.
+
+The rules, per profile of each model:
+
+- Desired: the profile's replicas; none while the model is stopped or parked, or is
+  on demand with no recent demand.
+- A replica runs the profile's fingerprint (current), one the operator moved away from
+  (``Model.replaced``: it is replaced, one by one), or another (stale: flagged and
+  kept serving, never restarted behind the operator's back). Replicas on a draining
+  node are replaced like moved-away ones.
+- Short: start new ones (one at a time while old ones are being replaced). Over: stop
+  the extras, but never a ready one while the model would then have fewer ready than it
+  wants in all, so a change of split starts the new before stopping the old.
+- Failed, or not Ready within the start timeout of its last progress: stop it, count a
+  failure, wait base x 2^(n-1) before the next try, and place it away from where it
+  failed while anything else fits. An on-demand model failing ``park_after`` times in
+  a row is parked.
+- A node NotReady past the grace period: its replicas no longer count and are placed
+  elsewhere; when it returns, what it still runs counts again and the extras stop.
+  Right after a control plane starts, nothing new is placed until every node has
+  reported or the grace period has passed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmgw.config import SchedulingConfig
+from llmgw.server.catalog import scheduler
+from llmgw.server.catalog.model import Model, Profile, fingerprint, new_replica_id, parse_replica_id
+from llmgw.server.fleet.registry import READY, NodeView
+
+LIVE = frozenset({"pending", "installing", "downloading", "starting", "loading", "ready"})
+# A node that has not reported a replica it was asked to start this long has lost it.
+REPORT_TIMEOUT = 60.0
+# Failures this recent make placement pass a node over.
+AVOID_FOR = 600.0
+# A profile that stays short has its nodes judged again this often, for its note.
+REJUDGE = 30.0
+# A stop unanswered this long is sent again.
+STOP_RESEND = 30.0
+
+
+@dataclass
+class Track:
+    """One replica as the reconciler knows it."""
+
+    replica_id: str
+    model: str
+    profile: str
+    node: str
+    fingerprint: str | None
+    state: str
+    moved_at: float
+    port: int | None = None
+    cards: tuple[str, ...] = ()
+    sent_at: float | None = None  # set while no agent has reported it
+    progress: int | None = None
+    stop_sent: float | None = None
+    stop_reason: str = ""
+    failure_counted: bool = False
+    reason: str = ""
+
+
+@dataclass
+class Health:
+    """A profile's failures: the backoff and the nodes to pass over."""
+
+    consecutive: int = 0
+    last_at: float = 0.0
+    last_reason: str = ""
+    next_try: float = 0.0
+    nodes: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Start:
+    replica_id: str
+    model: str
+    profile: str
+    node: str
+    port: int
+    cards: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Stop:
+    replica_id: str
+    node: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    starts: list[Start] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)
+    # (model, reason): on-demand models to park.
+    parks: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass
+class ProfileStatus:
+    """What ``ctl models`` shows of a profile after a pass."""
+
+    desired: int = 0
+    ready: int = 0
+    starting: int = 0
+    stale: int = 0
+    replacing: int = 0
+    note: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "desired": self.desired,
+            "ready": self.ready,
+            "starting": self.starting,
+            "stale": self.stale,
+            "replacing": self.replacing,
+            "note": self.note,
+        }
+
+
+def port_range(text: str) -> range:
+    first, last = (int(x) for x in text.split("-"))
+    return range(first, last + 1)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        config: SchedulingConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.started = clock()
+        self.ports = port_range(config.engine_ports)
+        self.tracks: dict[str, Track] = {}
+        self.health: dict[tuple[str, str], Health] = {}
+        self.status: dict[tuple[str, str], ProfileStatus] = {}
+        # On-demand models asked for, and until when they stay up.
+        self.demand: dict[str, float] = {}
+        # Ports an engine could not use on a host, and when.
+        self.bad_ports: dict[tuple[str, int], float] = {}
+        self._profiles: dict[tuple[str, str], Profile] = {}
+        self._notes: dict[tuple[str, str], tuple[float, str]] = {}
+        # `llmgw stop`: every model at zero, the catalog untouched.
+        self.halted = False
+        self.passes = 0
+
+    # ------------------------------------------------------------------ observing
+
+    def _lost(self, view: NodeView, now: float) -> bool:
+        if view.state == READY:
+            return False
+        since = view.last_heartbeat if view.last_heartbeat is not None else self.started
+        return now - since > self.config.node_lost_grace
+
+    def _waiting_for_nodes(self, nodes: Mapping[str, NodeView], now: float) -> bool:
+        if now - self.started > self.config.node_lost_grace:
+            return False
+        return any(v.last_heartbeat is None for v in nodes.values())
+
+    def observe(self, nodes: Mapping[str, NodeView], now: float) -> None:
+        """Merge what the agents report into the tracks."""
+        seen: set[str] = set()
+        for view in nodes.values():
+            for rid, shard in view.shards.items():
+                parsed = parse_replica_id(rid)
+                if parsed is None or shard.get("fingerprint") == "direct":
+                    continue  # started by hand with `ctl shard start`: not ours to steer
+                seen.add(rid)
+                state = str(shard.get("state") or "pending")
+                track = self.tracks.get(rid)
+                if track is None:
+                    track = Track(
+                        rid,
+                        parsed[0],
+                        parsed[1],
+                        view.id,
+                        shard.get("fingerprint"),
+                        state,
+                        moved_at=now,
+                        port=shard.get("port"),
+                    )
+                    self.tracks[rid] = track
+                track.node = view.id
+                track.sent_at = None
+                if shard.get("fingerprint"):
+                    track.fingerprint = shard["fingerprint"]
+                if shard.get("port"):
+                    track.port = int(shard["port"])
+                if shard.get("cards"):
+                    track.cards = tuple(shard["cards"])
+                track.reason = str(shard.get("reason") or "")
+                if state != track.state:
+                    track.state, track.moved_at = state, now
+                done = _download_done(view, rid)
+                if done is not None and done != track.progress:
+                    track.progress, track.moved_at = done, now
+        for rid, track in list(self.tracks.items()):
+            if rid in seen:
+                continue
+            home = nodes.get(track.node)
+            if track.sent_at is not None:
+                if now - track.sent_at > REPORT_TIMEOUT:
+                    self.failed(track, now, "the node never reported starting it")
+                    del self.tracks[rid]
+            elif track.stop_sent is not None or home is None or home.session is not None:
+                # Stopped, or its node is connected and no longer runs it.
+                del self.tracks[rid]
+
+    # -------------------------------------------------------------------- failures
+
+    def failed(self, track: Track, now: float, reason: str) -> None:
+        """Count a failure of the track's profile: backoff, and its node passed over."""
+        if track.failure_counted:
+            return
+        track.failure_counted = True
+        h = self.health.setdefault((track.model, track.profile), Health())
+        h.consecutive += 1
+        h.last_at, h.last_reason = now, reason
+        h.nodes[track.node] = now
+        wait = min(self.config.backoff_max, self.config.backoff_base * 2 ** (h.consecutive - 1))
+        h.next_try = now + wait
+        if track.port is not None and "address" in reason:
+            self.bad_ports[(track.node, track.port)] = now
+
+    def _succeeded(self, track: Track) -> None:
+        h = self.health.get((track.model, track.profile))
+        if h is not None and h.consecutive:
+            h.consecutive = 0
+            h.next_try = 0.0
+
+    def want(self, model: str, now: float | None = None) -> None:
+        """An on-demand model was asked for: keep it up until it idles."""
+        now = self.clock() if now is None else now
+        self.demand[model] = now + self.config.on_demand_idle
+
+    def forget_failures(self, model: str) -> None:
+        """The operator started the model again: try at once, anywhere."""
+        for key in [k for k in self.health if k[0] == model]:
+            del self.health[key]
+
+    # ------------------------------------------------------------------------ a pass
+
+    def desired(self, model: Model, profile: Profile, now: float) -> int:
+        if self.halted or model.stopped or model.parked:
+            return 0
+        if model.on_demand and self.demand.get(model.name, 0.0) <= now:
+            return 0
+        return profile.replicas
+
+    def plan(
+        self,
+        models: Iterable[Model],
+        nodes: Mapping[str, NodeView],
+        now: float | None = None,
+    ) -> Plan:
+        """One pass: observe, then decide. Records the starts it asks for as tracks."""
+        now = self.clock() if now is None else now
+        self.passes += 1
+        self.observe(nodes, now)
+        catalog = {m.name: m for m in models}
+        self._profiles = {(m.name, p.name): p for m in catalog.values() for p in m.profiles}
+        plan = Plan()
+        lost = {nid for nid, v in nodes.items() if self._lost(v, now)}
+        draining = {nid for nid, v in nodes.items() if v.draining}
+        by_profile: dict[tuple[str, str], list[Track]] = {}
+        for track in self.tracks.values():
+            if track.stop_sent is not None:
+                if now - track.stop_sent > STOP_RESEND and track.node not in lost:
+                    track.stop_sent = now
+                    plan.stops.append(Stop(track.replica_id, track.node, track.stop_reason))
+                continue
+            model = catalog.get(track.model)
+            if model is None or model.profile(track.profile) is None:
+                what = "model" if model is None else "profile"
+                self._stop(plan, track, now, f"its {what} is no longer in the catalog")
+                continue
+            if track.state == "failed":
+                self.failed(track, now, track.reason or "the engine failed")
+                self._stop(plan, track, now, "failed: " + (track.reason or "no reason given"))
+                continue
+            if track.state == "ready":
+                self._succeeded(track)
+            elif track.state in LIVE and now - track.moved_at > self.config.start_timeout:
+                reason = (
+                    f"not Ready {self.config.start_timeout:g} s after it last made progress "
+                    f"(state {track.state})"
+                )
+                self.failed(track, now, reason)
+                self._stop(plan, track, now, reason)
+                continue
+            if track.node in lost:
+                continue
+            by_profile.setdefault((track.model, track.profile), []).append(track)
+
+        hold = self._waiting_for_nodes(nodes, now)
+        wanted: list[tuple[Model, Profile, int]] = []
+        self.status = {}
+        for model in sorted(catalog.values(), key=lambda m: m.name):
+            self._plan_model(model, by_profile, draining, hold, now, plan, wanted)
+        if wanted:
+            self._place(wanted, nodes, lost, now, plan)
+        return plan
+
+    def _plan_model(
+        self,
+        model: Model,
+        by_profile: Mapping[tuple[str, str], list[Track]],
+        draining: set[str],
+        hold: bool,
+        now: float,
+        plan: Plan,
+        wanted: list[tuple[Model, Profile, int]],
+    ) -> None:
+        groups = []
+        model_ready = model_desired = 0
+        for profile in model.profiles:
+            key = (model.name, profile.name)
+            tracks = by_profile.get(key, [])
+            fp = fingerprint(model, profile)
+            desired = self.desired(model, profile, now)
+            old = [t for t in tracks if t.fingerprint in model.replaced or t.node in draining]
+            keep = [t for t in tracks if t not in old]
+            stale = [t for t in keep if t.fingerprint != fp]
+            status = ProfileStatus(
+                desired=desired,
+                ready=sum(1 for t in keep if t.state == "ready"),
+                starting=sum(1 for t in keep if t.state != "ready"),
+                stale=len(stale),
+                replacing=len(old),
+            )
+            if stale:
+                status.note = (
+                    f"{len(stale)} stale: started from another version of this profile; "
+                    f"`llmgw ctl model restart {model.name}` replaces them"
+                )
+            self.status[key] = status
+            model_ready += status.ready
+            model_desired += desired
+            groups.append((profile, tracks, keep, old, desired, status))
+
+        for profile, _tracks, keep, old, desired, status in groups:
+            key = (model.name, profile.name)
+            short = desired - len(keep)
+            if short > 0:
+                starting_new = sum(1 for t in keep if t.state != "ready")
+                if old and model.in_place:
+                    # Stop one old replica, then start its replacement where it was.
+                    if starting_new == 0 and len(keep) + len(old) >= desired:
+                        victim = _stop_order(old)[0]
+                        self._stop(plan, victim, now, "replaced in place by a changed profile")
+                        old.remove(victim)
+                    short = min(desired - len(keep) - len(old), 1 - starting_new)
+                elif old:
+                    short = min(short, 1 - starting_new)
+                health = self.health.get(key)
+                if health and health.consecutive and now < health.next_try:
+                    status.note = (
+                        f"failed {health.consecutive} time(s), last: {health.last_reason}; "
+                        f"next try in {health.next_try - now:.0f} s"
+                    )
+                    if (
+                        model.on_demand
+                        and health.consecutive >= self.config.park_after
+                        and not model.parked
+                    ):
+                        plan.parks.append(
+                            (
+                                model.name,
+                                f"failed {health.consecutive} times in a row, last: "
+                                f"{health.last_reason}",
+                            )
+                        )
+                    short = 0
+                if hold and short > 0:
+                    status.note = "waiting for every node to report after the control plane started"
+                    short = 0
+                if short > 0:
+                    wanted.append((model, profile, short))
+            elif short < 0:
+                for track in _stop_order(keep)[:-short]:
+                    if track.state == "ready":
+                        if model_ready - 1 < model_desired:
+                            continue  # the model would run fewer than it wants
+                        model_ready -= 1
+                    self._stop(plan, track, now, "more replicas than the profile asks for")
+            # Old replicas go as the new become ready: keep as many as are still missing.
+            missing = max(0, desired - sum(1 for t in keep if t.state == "ready"))
+            for track in _stop_order(old)[: max(0, len(old) - missing)]:
+                why = "its node is draining" if track.node in draining else "replaced"
+                self._stop(plan, track, now, why)
+
+    def _stop(self, plan: Plan, track: Track, now: float, reason: str) -> None:
+        track.stop_sent, track.stop_reason = now, reason
+        plan.stops.append(Stop(track.replica_id, track.node, reason))
+
+    # -------------------------------------------------------------------- placing
+
+    def capacities(self, nodes: Mapping[str, NodeView]) -> list[scheduler.NodeCapacity]:
+        """Each node's facts with what its replicas hold.
+
+        A replica not yet loaded takes its whole figure from what the node reports
+        free. A loaded one is already in that figure, as far as it has touched its
+        memory; the catalog's promise to it still stands, so the reserve is the larger
+        of the two readings: what loads next, or everything promised less what the
+        node reports in use. CPU cores stay reserved while a replica runs."""
+        cpu: dict[str, float] = {}
+        memory: dict[str, int] = {}
+        memory_all: dict[str, int] = {}
+        cards: dict[str, dict[str, int]] = {}
+        cards_all: dict[str, dict[str, int]] = {}
+        weights: dict[str, set[str]] = {}
+        profiles = self._profiles
+        for track in self.tracks.values():
+            if track.stop_sent is not None or track.state not in LIVE:
+                continue
+            profile = profiles.get((track.model, track.profile))
+            if profile is None:
+                continue
+            cpu[track.node] = cpu.get(track.node, 0.0) + profile.cpu_cores
+            memory_all[track.node] = memory_all.get(track.node, 0) + profile.memory
+            every_card = cards_all.setdefault(track.node, {})
+            for uuid in track.cards:
+                every_card[uuid] = every_card.get(uuid, 0) + profile.card_memory
+            if track.state != "ready":
+                memory[track.node] = memory.get(track.node, 0) + profile.memory
+                per_card = cards.setdefault(track.node, {})
+                for uuid in track.cards:
+                    per_card[uuid] = per_card.get(uuid, 0) + profile.card_memory
+        for view in nodes.values():
+            held = weights.setdefault(view.id, set())
+            held.update(str(s["source"]) for s in view.shards.values() if s.get("source"))
+            held.update(view.downloads)
+        out = []
+        for nid, view in sorted(nodes.items()):
+            data = view.as_json()
+            used = int(data.get("memory_total") or 0) - int(data.get("memory_available") or 0)
+            memory[nid] = max(memory.get(nid, 0), memory_all.get(nid, 0) - used)
+            card_used = {
+                str(g.get("uuid")): int(g.get("memory_used") or 0) for g in data.get("gpus") or []
+            }
+            for uuid, promised in cards_all.get(nid, {}).items():
+                loading = cards.setdefault(nid, {}).get(uuid, 0)
+                cards[nid][uuid] = max(loading, promised - card_used.get(uuid, 0))
+            out.append(
+                scheduler.NodeCapacity.from_node_json(
+                    data,
+                    cordoned=view.cordoned or view.draining,
+                    labels=view.labels,
+                    cpu_reserved=cpu.get(nid, 0.0),
+                    memory_reserved=memory.get(nid, 0),
+                    card_reserved=cards.get(nid),
+                    weights=weights.get(nid, ()),
+                    engines_installable=view.installable,
+                )
+            )
+        return out
+
+    def request(self, model: Model, profile: Profile, now: float) -> scheduler.Request:
+        health = self.health.get((model.name, profile.name))
+        avoid = frozenset(
+            n for n, at in (health.nodes.items() if health else ()) if now - at < AVOID_FOR
+        )
+        return scheduler.Request(
+            model=model.name,
+            profile=profile.name,
+            engine=profile.engine,
+            source=model.source,
+            memory=profile.memory,
+            disk=model.weight_bytes,
+            cpu_cores=profile.cpu_cores,
+            cards=profile.cards,
+            card_memory=profile.card_memory,
+            role=profile.role,
+            selector=profile.selector,
+            avoid=avoid,
+        )
+
+    def _place(
+        self,
+        wanted: Sequence[tuple[Model, Profile, int]],
+        nodes: Mapping[str, NodeView],
+        lost: set[str],
+        now: float,
+        plan: Plan,
+    ) -> None:
+        caps = self.capacities(nodes)
+        asked = {(m.name, p.name): (m, p) for m, p, _ in wanted}
+        prints = {key: fingerprint(m, p) for key, (m, p) in asked.items()}
+        requests: list[scheduler.Request] = []
+        for model, profile, count in wanted:
+            requests += [self.request(model, profile, now)] * count
+        strategy: scheduler.Strategy = "spread" if self.config.strategy == "spread" else "binpack"
+        results = scheduler.place_many(requests, caps, strategy)
+        used = self._used_ports(nodes)
+        refused: set[tuple[str, str]] = set()
+        for result in results:
+            req = result.request
+            key = (req.model, req.profile)
+            if isinstance(result, scheduler.Refusal):
+                if key not in refused:
+                    refused.add(key)
+                    status = self.status.get(key)
+                    if status is not None:
+                        status.note = self._refusal_note(key, result, now)
+                continue
+            view = nodes[result.node]
+            port = self._port(view, used, now)
+            if port is None:
+                status = self.status.get(key)
+                if status is not None:
+                    status.note = (
+                        f"no free engine port on {result.node} ({self.config.engine_ports})"
+                    )
+                continue
+            rid = new_replica_id(req.model, req.profile)
+            model, profile = asked[key]
+            self.tracks[rid] = Track(
+                rid,
+                req.model,
+                req.profile,
+                result.node,
+                prints[key],
+                "pending",
+                moved_at=now,
+                port=port,
+                cards=result.cards,
+                sent_at=now,
+            )
+            plan.starts.append(Start(rid, req.model, req.profile, result.node, port, result.cards))
+
+    def _refusal_note(self, key: tuple[str, str], refusal: scheduler.Refusal, now: float) -> str:
+        """Why a profile is short, by reason and count of nodes. Judging every node
+        costs more than placing, so a profile that stays short is judged again only
+        every REJUDGE seconds; `ctl explain` always judges afresh."""
+        cached = self._notes.get(key)
+        if cached is not None and now - cached[0] < REJUDGE:
+            return cached[1]
+        counts: dict[str, int] = {}
+        for verdict in refusal.verdicts:
+            if verdict.reasons:
+                kind = verdict.reasons[0].split(":", 1)[0]
+                counts[kind] = counts.get(kind, 0) + 1
+        found = ", ".join(f"{kind}: {n} node{'s' if n > 1 else ''}" for kind, n in counts.items())
+        note = (
+            f"no node fits ({found or 'no nodes'}); `llmgw ctl explain {key[0]}` says why "
+            "for each node"
+        )
+        self._notes[key] = (now, note)
+        return note
+
+    def _used_ports(self, nodes: Mapping[str, NodeView]) -> dict[str, set[int]]:
+        """Ports in use per host address: two agents on one machine share its ports."""
+        used: dict[str, set[int]] = {}
+        for view in nodes.values():
+            ports = used.setdefault(_host(view), set())
+            ports.update(int(s["port"]) for s in view.shards.values() if s.get("port"))
+        for track in self.tracks.values():
+            home = nodes.get(track.node)
+            if home is not None and track.port is not None:
+                used.setdefault(_host(home), set()).add(track.port)
+        return used
+
+    def _port(self, view: NodeView, used: dict[str, set[int]], now: float) -> int | None:
+        taken = used.setdefault(_host(view), set())
+        for port in self.ports:
+            if port in taken:
+                continue
+            bad = self.bad_ports.get((view.id, port))
+            if bad is not None and now - bad < AVOID_FOR:
+                continue
+            taken.add(port)
+            return port
+        return None
+
+    # ------------------------------------------------------------------ describing
+
+    def describe(
+        self, replica_id: str, models: Mapping[str, Model], reported: str | None = None
+    ) -> dict[str, Any]:
+        """The catalog's view of one replica, for the replicas listing; ``reported``
+        is the fingerprint its agent reports (known before any pass has seen it)."""
+        parsed = parse_replica_id(replica_id)
+        track = self.tracks.get(replica_id)
+        if parsed is None or reported == "direct":
+            return {"model": None, "profile": None, "stale": False, "note": ""}
+        model = models.get(parsed[0])
+        profile = model.profile(parsed[1]) if model else None
+        running = reported or (track.fingerprint if track else None)
+        stale = False
+        note = ""
+        if track is not None and track.stop_sent is not None:
+            note = "stopping: " + track.stop_reason
+        elif model is None or profile is None:
+            note = "not in the catalog"
+        elif running:
+            if running in model.replaced:
+                note = "being replaced by a changed profile"
+            elif running != fingerprint(model, profile):
+                stale = True
+                note = (
+                    "stale: started from another version of its profile; "
+                    f"`llmgw ctl model restart {model.name}` replaces it"
+                )
+        return {"model": parsed[0], "profile": parsed[1], "stale": stale, "note": note}
+
+
+def _host(view: NodeView) -> str:
+    return view.address or view.id
+
+
+def _download_done(view: NodeView, replica_id: str) -> int | None:
+    for progress in view.downloads.values():
+        if replica_id in progress.get("replica_ids", []):
+            done = progress.get("done")
+            return int(done) if done is not None else None
+    return None
+
+
+def _stop_order(tracks: Sequence[Track]) -> list[Track]:
+    """Which to stop first: not ready before ready, newest before oldest, then by id."""
+    return sorted(tracks, key=lambda t: (t.state == "ready", -t.moved_at, t.replica_id))

@@ -1,0 +1,113 @@
+"""Readiness: Ready on register, NotReady after missed heartbeats, Ready again on word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from llmgw.server.fleet.registry import NOT_READY, READY, NodeRegistry
+from llmgw.server.store import SQLiteStore
+from llmgw.wire import Disk, Heartbeat, HostFacts, Register
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.closed: str | None = None
+
+    def close(self, reason: str) -> None:
+        self.closed = reason
+
+
+async def _registry(tmp_path: Path) -> NodeRegistry:
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.open()
+    reg = NodeRegistry(store, heartbeat_interval=5.0, missed_heartbeats=3)
+    await reg.enrolled("n1", 42)
+    return reg
+
+
+def _register() -> Register:
+    host = HostFacts(
+        hostname="n1", os="linux", arch="x86_64", memory_total=100, memory_available=50
+    )
+    return Register(node_id="n1", version="0.1", host=host)
+
+
+async def test_ready_notready_ready(tmp_path: Path) -> None:
+    reg = await _registry(tmp_path)
+    assert reg.certificate_ok("n1", 42) and not reg.certificate_ok("n1", 43)
+    session = FakeSession()
+    await reg.register(_register(), session)
+    view = reg.nodes["n1"]
+    assert view.state == READY
+    start = view.last_heartbeat
+    assert start is not None
+    assert reg.sweep(now=start + 14.9) == []
+    assert reg.sweep(now=start + 15.1) == ["n1"]
+    assert view.state == NOT_READY and "missed 3 heartbeats" in view.reason
+    await reg.flush()
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.state == NOT_READY
+
+    reg.heartbeat(
+        "n1",
+        Heartbeat(
+            seq=1, memory_available=7, disks=[Disk(path="/", fstype="ext4", total=10, free=5)]
+        ),
+    )
+    assert view.state == READY
+    shown = view.as_json()
+    # Live figures override the ones from Register; absent ones keep the last known.
+    assert shown["memory_available"] == 7 and shown["memory_total"] == 100
+    assert shown["disks"] == [
+        {"path": "/", "fstype": "ext4", "total": 10, "free": 5, "shared": False}
+    ]
+    assert shown["cpu_percent"] is None
+    await reg.flush()
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.state == READY
+    await reg.store.close()
+
+
+async def test_reenrolled_node_drops_its_old_stream(tmp_path: Path) -> None:
+    reg = await _registry(tmp_path)
+    old = FakeSession()
+    await reg.register(_register(), old)
+    await reg.enrolled("n1", 99)
+    assert old.closed and "new certificate" in old.closed
+    assert reg.certificate_ok("n1", 99) and not reg.certificate_ok("n1", 42)
+    await reg.store.close()
+
+
+async def test_second_connection_replaces_first(tmp_path: Path) -> None:
+    reg = await _registry(tmp_path)
+    first, second = FakeSession(), FakeSession()
+    await reg.register(_register(), first)
+    await reg.register(_register(), second)
+    assert first.closed and "replaced" in first.closed and second.closed is None
+    reg.disconnected("n1", first)  # the old one's end must not unhook the new one
+    assert reg.nodes["n1"].session is second
+    await reg.store.close()
+
+
+async def test_restart_loads_nodes_not_ready(tmp_path: Path) -> None:
+    reg = await _registry(tmp_path)
+    await reg.register(_register(), FakeSession())
+    # Registrations are written in batches, with the monitor's next flush.
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.state == NOT_READY and stored.facts is None
+    await reg.flush()
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.state == READY and stored.facts
+    await reg.store.close()
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.open()
+    again = NodeRegistry(store, 5.0, 3)
+    await again.load()
+    view = again.nodes["n1"]
+    assert view.state == NOT_READY and "waiting for its agent" in view.reason
+    assert view.facts["memory_total"] == 100 and view.cert_serial == 42
+    assert again.counts() == {"total": 1, "ready": 0, "not_ready": 1}
+    await again.flush()
+    stored = await store.get_node("n1")
+    assert stored is not None and stored.state == NOT_READY
+    await store.close()
