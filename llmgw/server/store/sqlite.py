@@ -55,6 +55,13 @@ async def _touch(db: aiosqlite.Connection) -> None:
     await db.commit()
 
 
+async def _rollback(db: aiosqlite.Connection) -> None:
+    try:
+        await db.rollback()
+    except sqlite3.Error:
+        pass
+
+
 def migrations() -> list[tuple[int, str]]:
     """Every migration shipped, as (number, SQL), in order."""
     out: list[tuple[int, str]] = []
@@ -72,6 +79,9 @@ class SQLiteStore(Store):
         self._db: aiosqlite.Connection | None = None
         self._problem = ""
         self._read_only = False
+        # Every caller shares one connection, so one transaction at a time: a change whose
+        # statements interleave with another's is committed, or undone, by the other.
+        self._writing = asyncio.Lock()
 
     @property
     def db(self) -> aiosqlite.Connection:
@@ -94,8 +104,14 @@ class SQLiteStore(Store):
                 await self._db.close()
                 self._db = None
             self._db = await self._connect(read_only=True)
-            pending = [n for n, _ in migrations() if n not in await self._applied()]
+            self._read_only = True
+            try:
+                pending = [n for n, _ in migrations() if n not in await self._applied()]
+            except BaseException:
+                await self.close()  # a connection left open keeps the process from exiting
+                raise
             if pending:
+                await self.close()
                 raise StoreError(
                     f"the store {self.path} cannot be written ({exc}) and needs migrating "
                     f"to this version (migrations {pending}); make it writable and start again"
@@ -111,10 +127,14 @@ class SQLiteStore(Store):
             db = await aiosqlite.connect(self.path)
         db.row_factory = aiosqlite.Row
         if not read_only:
-            await db.execute("PRAGMA busy_timeout=5000")
-            await db.execute("PRAGMA journal_mode=TRUNCATE")
-            await db.execute("PRAGMA synchronous=NORMAL")
-        self._read_only = read_only
+            try:
+                await db.execute("PRAGMA busy_timeout=5000")
+                await db.execute("PRAGMA journal_mode=TRUNCATE")  # waits for a lock held elsewhere
+                await db.execute("PRAGMA synchronous=NORMAL")
+            except BaseException:
+                # Closed here, or its thread outlives the store and the process cannot exit.
+                await db.close()
+                raise
         return db
 
     async def _applied(self) -> set[int]:
@@ -152,22 +172,29 @@ class SQLiteStore(Store):
     async def _write(self, work: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
         """One change in one transaction: committed whole, or undone and, when the store
         itself refused, ``StoreUnavailable`` saying why and what to do."""
-        db = self.db
-        try:
-            result = await work(db)
-            await db.commit()
-        except sqlite3.Error as exc:
+        async with self._writing:
+            db = self.db
+            if self._read_only:
+                # Opened to be read: SQLite's own "readonly database" would hide the reason
+                # (a lock, a full disk) and give the wrong fix.
+                raise StoreUnavailable(self._problem)
             try:
-                await db.rollback()
-            except sqlite3.Error:
-                pass
-            if not self._storage_error(exc):
+                result = await work(db)
+                await db.commit()
+            except sqlite3.Error as exc:
+                await _rollback(db)
+                if not self._storage_error(exc):
+                    raise
+                problem = self.describe(exc)
+                if problem != self._problem:
+                    log.error("the store cannot be written: %s", problem)
+                self._problem = problem
+                raise StoreUnavailable(problem) from exc
+            except BaseException:
+                # Cancelled half-way (a shutdown, a timeout): undone here, or the next
+                # change's commit would write this one's half.
+                await _rollback(db)
                 raise
-            problem = self.describe(exc)
-            if problem != self._problem:
-                log.error("the store cannot be written: %s", problem)
-            self._problem = problem
-            raise StoreUnavailable(problem) from exc
         if self._problem:
             log.warning("the store can be written again")
             self._problem = ""
@@ -188,6 +215,7 @@ class SQLiteStore(Store):
             self._problem = self.describe(exc)
             return False
         old, self._db = self._db, db
+        self._read_only = False
         if self._problem:
             log.warning("the store can be written again")
         self._problem = ""
