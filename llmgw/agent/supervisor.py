@@ -42,6 +42,7 @@ from llmgw.wire.messages import (
     to_map,
 )
 from llmgw.wire.messages import from_map as message_from_map
+from llmgw.wire.states import ShardState
 
 log = logging.getLogger("llmgw.agent.supervisor")
 
@@ -78,7 +79,7 @@ class WeightFetcher(Protocol):
 @dataclass
 class Shard:
     spec: ShardSpec
-    state: str = "starting"
+    state: ShardState = ShardState.STARTING
     reason: str = ""
     pid: int | None = None
     create_time: float | None = None
@@ -153,19 +154,19 @@ class Supervisor:
 
     # --- reporting --------------------------------------------------------------------
 
-    def _set(self, shard: Shard, state: str, reason: str = "", **extra: Any) -> None:
+    def _set(self, shard: Shard, state: ShardState, reason: str = "", **extra: Any) -> None:
         shard.state, shard.reason = state, reason
         log.info("shard %s: %s%s", shard.spec.replica_id, state, f" ({reason})" if reason else "")
         self.emit(shard.status(**extra))
 
     def statuses(self) -> list[ShardStatus]:
-        return [s.status() for s in self.shards.values() if s.state not in ("stopped",)]
+        return [s.status() for s in self.shards.values() if s.state != ShardState.STOPPED]
 
     def usage(self) -> list[ShardUsage]:
         out = []
         for shard in self.shards.values():
             proc = shard.process
-            if proc is None or shard.state in ("failed", "stopped"):
+            if proc is None or shard.state in (ShardState.FAILED, ShardState.STOPPED):
                 continue
             try:
                 procs = [proc, *proc.children(recursive=True)]
@@ -181,7 +182,7 @@ class Supervisor:
     def start(self, spec: ShardSpec) -> None:
         """Start a shard in the background; a second start of a live one only reports it."""
         current = self.shards.get(spec.replica_id)
-        if current is not None and current.state not in ("failed", "stopped"):
+        if current is not None and current.state not in (ShardState.FAILED, ShardState.STOPPED):
             if current.spec.fingerprint == spec.fingerprint:
                 self.emit(current.status())
                 return
@@ -204,11 +205,11 @@ class Supervisor:
             check_named_pickle(
                 parse_source(spec.source, allow_http=True), allow_pickle=spec.allow_pickle
             )
-            self._set(shard, "installing", f"making sure {spec.engine} is installed")
+            self._set(shard, ShardState.INSTALLING, f"making sure {spec.engine} is installed")
             info = await self.engines.ensure(
-                spec.engine, lambda words: self._set(shard, "installing", words)
+                spec.engine, lambda words: self._set(shard, ShardState.INSTALLING, words)
             )
-            self._set(shard, "downloading", f"fetching {spec.source}")
+            self._set(shard, ShardState.DOWNLOADING, f"fetching {spec.source}")
             model = await self.weights.fetch(
                 spec.source,
                 allow_pickle=spec.allow_pickle,
@@ -257,7 +258,7 @@ class Supervisor:
         )
         # Reap our own child so it never lingers as a zombie that looks alive.
         shard.helpers.append(asyncio.create_task(proc.wait()))
-        self._set(shard, "loading", f"{spec.engine} started, pid {proc.pid}")
+        self._set(shard, ShardState.LOADING, f"{spec.engine} started, pid {proc.pid}")
 
     def _alive(self, shard: Shard) -> bool:
         proc = shard.process
@@ -295,7 +296,7 @@ class Supervisor:
         problem = self._compute_problem(shard)
         if problem:
             raise RuntimeError(problem)
-        self._set(shard, "ready")
+        self._set(shard, ShardState.READY)
 
     @staticmethod
     def _compute_problem(shard: Shard) -> str | None:
@@ -322,14 +323,16 @@ class Supervisor:
             await self._terminate(shard, grace=5.0, report=False)
         shard.stop_tail.set()
         self._forget(shard.spec.replica_id)
-        self._set(shard, "failed", reason, last_lines=last)
+        self._set(shard, ShardState.FAILED, reason, last_lines=last)
 
     # --- stop -------------------------------------------------------------------------
 
     async def stop(self, replica_id: str, grace: float = 10.0) -> None:
         shard = self.shards.get(replica_id)
         if shard is None:
-            self.emit(ShardStatus(replica_id=replica_id, state="stopped", reason="not running"))
+            self.emit(
+                ShardStatus(replica_id=replica_id, state=ShardState.STOPPED, reason="not running")
+            )
             return
         await self._terminate(shard, grace)
 
@@ -356,7 +359,7 @@ class Supervisor:
         shard.stop_tail.set()
         self._forget(shard.spec.replica_id)
         if report:
-            self._set(shard, "stopped")
+            self._set(shard, ShardState.STOPPED)
 
     # --- adoption ---------------------------------------------------------------------
 
@@ -380,7 +383,7 @@ class Supervisor:
                 adopted=True,
             )
             if await self._still_ours(shard):
-                shard.state = "ready"
+                shard.state = ShardState.READY
                 engine = adapter(spec.engine)
                 shard.helpers.append(
                     asyncio.create_task(

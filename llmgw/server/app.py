@@ -12,8 +12,21 @@ from typing import Any
 from llmgw import __version__, jointoken, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.modelkit.sizing import ModelShape
-from llmgw.server.api import Gate, Op, build_app, cluster, keys, models, openapi, plan, replicas
+from llmgw.server.api import (
+    AdminApp,
+    Gate,
+    Op,
+    build_app,
+    cluster,
+    keys,
+    models,
+    openapi,
+    plan,
+    replicas,
+)
+from llmgw.server.api.modelviews import ModelViews
 from llmgw.server.catalog.inspector import make_inspector
+from llmgw.server.catalog.plan import PlanNode, plan_nodes
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.datadir import DataDir
 from llmgw.server.fleet.agentport import AgentPort
@@ -21,6 +34,7 @@ from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.front import AsgiBridge, Listener, connection_cap, raise_file_limit
 from llmgw.server.gateway import Gateway
 from llmgw.server.gateway.service import bounds_of
+from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.store import Store, open_store
 
 log = logging.getLogger("llmgw.server")
@@ -44,7 +58,9 @@ class ControlPlane:
         self.agent_port: AgentPort | None = None
         self.listeners: list[Listener] = []
         self.inspector = make_inspector(self.registry)
-        self.models = ModelService(self, inspect=self.inspect_shape)
+        self.models = ModelService(
+            store, self.registry, config.scheduling, self.cluster_secret, self.inspect_shape
+        )
         self.gateway = Gateway(
             store,
             self.registry,
@@ -54,6 +70,14 @@ class ControlPlane:
             self.models.demand,
         )
         self.registry.on_change = self.models.wake
+        self.views = ModelViews(self.models, self.registry, self.gateway.endpoints_of)
+        self.leader = LeaderWork(
+            [
+                Duty("reconciler", self.models.run),
+                Duty("usage", self.gateway.run, self.gateway.flush),
+                Duty("node states", self.registry.monitor, self.registry.flush),
+            ]
+        )
 
     async def load(self) -> None:
         self._admin_hashes = set(await self.store.admin_token_hashes())
@@ -65,9 +89,7 @@ class ControlPlane:
     def set_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
         self.gateway.stopped = stopped
-        self.models.reconciler.halted = stopped
-        self.models.version += 1
-        self.models.wake()
+        self.models.halt(stopped)
 
     async def inspect_shape(self, source: str, allow_pickle: bool) -> ModelShape:
         """What a model is, read from the hub, the control plane's disk, or a node."""
@@ -75,15 +97,6 @@ class ControlPlane:
 
     def admin_token_ok(self, token: str) -> bool:
         return pki.token_hash(token) in self._admin_hashes
-
-    def wanted_sources(self) -> set[str]:
-        """Weights some shard on some node uses now; the rest no model wants."""
-        return {
-            str(shard["source"])
-            for view in self.registry.nodes.values()
-            for shard in view.shards.values()
-            if shard.get("source")
-        }
 
     async def mint_join_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
         secret = pki.new_secret()
@@ -97,6 +110,10 @@ class ControlPlane:
             ca_fingerprint=self.ca_fingerprint,
             expires_at=record.expires_at,
         )
+
+    def plan_nodes(self) -> list[PlanNode]:
+        """The nodes as placement sees them now, for the planner: one judge of fit."""
+        return plan_nodes(self.registry.nodes, self.models.fleet(at_rest=False))
 
     def health(self) -> dict[str, Any]:
         """``/healthz``: 200 while this process answers; ``ok`` false, with each problem
@@ -113,7 +130,7 @@ class ControlPlane:
         return {
             "version": __version__,
             "uptime_seconds": round(time.time() - self.started, 1),
-            "leader": True,
+            "leader": self.leader.leading,
             "serving": "stopped" if self.gateway.stopped else "serving",
             "store": self.config.store.backend,
             "store_writable": writable.ok,
@@ -147,13 +164,15 @@ class ControlPlane:
                 ops, bounds_of(self.config.gateway), sorted(self.models.models)
             ),
         )
-        ops += replicas.routes(
-            self.registry, self.models, self.store, self.cluster_secret, self.wanted_sources
-        )
-        ops += models.routes(self.models, self.registry, self.store)
-        ops += plan.routes(self.inspector, self.registry)
+        ops += replicas.routes(self.registry, self.models, self.store, self.cluster_secret)
+        ops += models.routes(self.models, self.views, self.registry, self.store)
+        ops += plan.routes(self.inspector, self.plan_nodes)
         ops += keys.routes(self.gateway, self.store, self.set_stopped)
         return ops
+
+    def admin_app(self) -> AdminApp:
+        """The admin API as an ASGI app: every route behind the one gate."""
+        return build_app(self.routes(), Gate(self.admin_token_ok), self.config.gateway.body_timeout)
 
     async def run(self) -> None:
         agent_host = parse_hostport(self.config.listen)[0]
@@ -166,7 +185,7 @@ class ControlPlane:
         )
         await self.agent_port.start()
         gw = self.config.gateway
-        bridge = AsgiBridge(build_app(self.routes(), Gate(self.admin_token_ok), gw.body_timeout))
+        bridge = AsgiBridge(self.admin_app())
         cap = connection_cap(gw.max_connections, raise_file_limit())
         limits: dict[str, Any] = {
             "header_timeout": gw.header_timeout,
@@ -178,13 +197,11 @@ class ControlPlane:
         if self.config.admin_listen:
             # The admin listener serves the admin API and pages, never /v1.
             self.listeners.append(Listener(self.config.admin_listen, None, bridge, **limits))
-        monitor = asyncio.create_task(self.registry.monitor(self.stopping))
-        reconciler = asyncio.create_task(self.models.run(self.stopping))
-        usage = asyncio.create_task(self.gateway.run(self.stopping))
         store = asyncio.create_task(self.store.watch(self.stopping))
         try:
             for listener in self.listeners:
                 await listener.start()
+            self.leader.lead()
             log.info(
                 "control plane %s: HTTP on %s, agents on port %d, store %s, "
                 "at most %d client connections",
@@ -199,21 +216,11 @@ class ControlPlane:
             self.stopping.set()
             for listener in self.listeners:
                 await listener.stop()
-            await reconciler
-            await usage
-            try:
-                await self.gateway.flush()
-            except Exception as exc:
-                log.error("usage of the last seconds could not be written: %s", exc)
+            await self.leader.step_down()
             await self.gateway.close()
             await self.inspector.close()
             await self.agent_port.stop()
-            await monitor
             await store
-            try:
-                await self.registry.flush()
-            except Exception as exc:
-                log.error("node states of the last second could not be written: %s", exc)
 
 
 async def run_server(root: Path) -> None:

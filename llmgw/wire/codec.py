@@ -10,6 +10,7 @@ second.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import types
 import typing
 from collections.abc import Callable
@@ -32,6 +33,8 @@ def to_map(obj: Any) -> Any:
             if value is not None:
                 out[f.name] = to_map(value)
         return out
+    if isinstance(obj, enum.Enum):
+        return obj.value
     if isinstance(obj, list | tuple):
         return [to_map(v) for v in obj]
     if isinstance(obj, dict):
@@ -106,6 +109,16 @@ def _coercer(tp: Any) -> Coerce:
             if not isinstance(value, dict):
                 raise MessageError(f"{where}: expected a map, got {type(value).__name__}")
             return {str(k): entry(v, f"{where}.{k}") for k, v in value.items()}
+
+    elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+        members = tp
+        names = ", ".join(str(m.value) for m in members)
+
+        def coerce(value: Any, where: str) -> Any:
+            try:
+                return members(value)
+            except ValueError:
+                raise _wrong(where, f"one of {names}", value) from None
 
     elif dataclasses.is_dataclass(tp) and isinstance(tp, type):
         cls = tp

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from llmgw.wire.codec import MessageError, from_map, to_map
 from llmgw.wire.framing import encode_frame
+from llmgw.wire.states import ShardState
 
 
 @dataclass(frozen=True)
@@ -183,12 +184,11 @@ class StopShard(Message):
 
 @dataclass(frozen=True)
 class ShardStatus(Message):
-    """Where a shard stands. States: installing, downloading, starting, loading, ready,
-    failed, stopped."""
+    """Where a shard stands (``ShardState``)."""
 
     TYPE: ClassVar[str] = "shard_status"
     replica_id: str
-    state: str
+    state: ShardState
     reason: str = ""
     fingerprint: str | None = None
     engine: str | None = None

@@ -14,6 +14,7 @@ from llmgw.client.ctl_plan import add_plan_parser, plan_query, plan_text
 from llmgw.modelkit.sizing import GiB, ModelShape
 from llmgw.server.catalog.inspector import Inspection
 from llmgw.server.catalog.plan import plan
+from tests.support.plannodes import plan_node
 
 SHAPE = ModelShape(
     architecture="llama",
@@ -27,26 +28,14 @@ SHAPE = ModelShape(
     trained_context=8192,
 )
 MODEL = Inspection("hf:org/test:Q8_0", "gguf", SHAPE, SHAPE.file_bytes, ("test.gguf",))
-NODES: list[dict[str, Any]] = [
-    {
-        "id": "gpu1",
-        "state": "Ready",
-        "connected": True,
-        "memory_available": 64 * GiB,
-        "gpus": [
-            {"index": 0, "uuid": "G0", "name": "C", "memory_total": 24 * GiB, "memory_used": 0}
-        ],
-    },
-    {
-        "id": "slow",
-        "state": "Ready",
-        "connected": True,
-        "memory_available": 32 * GiB,
-        "gpus": [],
-        "memory_read_gbs": 1.0,
-        "memory_read_one_core_gbs": 1.0,
-    },
-    {"id": "tiny", "state": "Ready", "connected": True, "memory_available": GiB, "gpus": []},
+NODES = [
+    plan_node(
+        "gpu1",
+        memory_available=64 * GiB,
+        gpus=[{"index": 0, "uuid": "G0", "name": "C", "memory_total": 24 * GiB, "memory_used": 0}],
+    ),
+    plan_node("slow", memory_available=32 * GiB, memory_read_gbs=1.0, memory_read_one_core_gbs=1.0),
+    plan_node("tiny", memory_available=GiB),
 ]
 
 
@@ -84,7 +73,7 @@ def test_report_names_memory_verdicts_and_speed() -> None:
     assert "weights 8.0 GiB + KV cache 1.0 GiB" in text
     assert "fits on card 0" in text
     assert "fits on the CPU" in text
-    assert "no: on cards: no cards; on the CPU: needs" in text
+    assert "no: on cards: no cards; on the CPU: memory: needs" in text
     assert "Fits now on: gpu1, slow" in text
     assert "warning: slow: on the CPU, a reply of 500 tokens would take about" in text
 

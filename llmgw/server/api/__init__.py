@@ -17,7 +17,7 @@ from starlette.routing import Route
 from llmgw.server.api.responses import error
 from llmgw.server.api.routing import Gate, Op, endpoint
 
-__all__ = ["Gate", "Op", "build_app"]
+__all__ = ["AdminApp", "Gate", "Op", "build_app"]
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -34,6 +34,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error(exc.status_code, "http_error", exc.detail)
 
 
-def build_app(ops: list[Op], gate: Gate, body_timeout: float) -> Starlette:
+# The admin API's ASGI app; named here so that nothing else imports starlette.
+AdminApp = Starlette
+
+
+def build_app(ops: list[Op], gate: Gate, body_timeout: float) -> AdminApp:
     routes = [Route(op.path, endpoint(op, gate, body_timeout), methods=[op.method]) for op in ops]
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})

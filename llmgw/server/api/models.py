@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from llmgw.server.api.modelviews import ModelViews
 from llmgw.server.api.routing import Call, Empty, Op
 from llmgw.server.catalog.model import Model
 from llmgw.server.catalog.service import ModelService
@@ -27,18 +28,18 @@ MODELS = {"type": "array", "items": MODEL}
 NODE = {"type": "object", "required": ["id", "state"]}
 
 
-def routes(service: ModelService, nodes: NodeRegistry, store: Store) -> list[Op]:
+def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry, store: Store) -> list[Op]:
     async def list_models(call: Call) -> Any:
-        return [service.model_json(m) for _, m in sorted(service.models.items())]
+        return [views.model_json(m) for _, m in sorted(service.models.items())]
 
     async def serve(call: Call) -> Any:
-        return service.model_json(await service.serve(call.body, call.actor))
+        return views.model_json(await service.serve(call.body, call.actor))
 
     async def external(call: Call) -> Any:
-        return service.model_json(await service.add_external(call.body, call.actor))
+        return views.model_json(await service.add_external(call.body, call.actor))
 
     async def show(call: Call) -> Any:
-        return service.model_json(service.find(call.params["name"]))
+        return views.model_json(service.find(call.params["name"]))
 
     async def remove(call: Call) -> Any:
         model = service.find(call.params["name"])
@@ -51,7 +52,7 @@ def routes(service: ModelService, nodes: NodeRegistry, store: Store) -> list[Op]
         changed = await service.change(
             model, replace(model, stopped=True), call.actor, "model.stop", ""
         )
-        return service.model_json(changed)
+        return views.model_json(changed)
 
     async def start(call: Call) -> Any:
         model = service.find(call.params["name"])
@@ -61,7 +62,7 @@ def routes(service: ModelService, nodes: NodeRegistry, store: Store) -> list[Op]
         changed = await service.change(
             model, replace(model, stopped=False, parked=None), call.actor, "model.start", ""
         )
-        return service.model_json(changed)
+        return views.model_json(changed)
 
     async def restart(call: Call) -> Any:
         model = service.find(call.params["name"])
@@ -70,7 +71,7 @@ def routes(service: ModelService, nodes: NodeRegistry, store: Store) -> list[Op]
         changed = await service.change(
             model, changed, call.actor, "model.restart", "", replace_running=True
         )
-        return service.model_json(changed)
+        return views.model_json(changed)
 
     async def context(call: Call) -> Any:
         model = service.find(call.params["name"])
@@ -91,7 +92,7 @@ def routes(service: ModelService, nodes: NodeRegistry, store: Store) -> list[Op]
             f"context {changed.context}, slots {changed.slots}, max_output {changed.max_output}"
         )
         changed = await service.change(model, changed, call.actor, "model.context", detail)
-        return service.model_json(changed)
+        return views.model_json(changed)
 
     async def gpus(call: Call) -> Any:
         model = served(call.params["name"])
@@ -107,7 +108,7 @@ def routes(service: ModelService, nodes: NodeRegistry, store: Store) -> list[Op]
         )
         detail = f"profile {profile.name}: {profile.cards} -> {ask.gpus} card(s)"
         changed = await service.change(model, changed, call.actor, "model.gpus", detail)
-        return service.model_json(changed)
+        return views.model_json(changed)
 
     def served(name: str) -> Model:
         """A model llmgw runs itself: an external provider has no replicas or cards."""
@@ -130,7 +131,7 @@ def routes(service: ModelService, nodes: NodeRegistry, store: Store) -> list[Op]
         changed = replace(model, profiles=profiles)
         detail = f"profile {profile.name}: {profile.replicas} -> {ask.replicas}"
         changed = await service.change(model, changed, call.actor, "model.replicas", detail)
-        return service.model_json(changed)
+        return views.model_json(changed)
 
     async def explain(call: Call) -> Any:
         return service.explain(service.find(call.params["name"]))

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from llmgw.server.api.routing import Call, Op
 from llmgw.server.catalog.inspector import Inspector, PlanError
-from llmgw.server.catalog.plan import plan
-from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.catalog.plan import PlanNode, plan
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import PlanQuery
 
 
-def routes(inspector: Inspector, nodes: NodeRegistry) -> list[Op]:
+def routes(inspector: Inspector, fleet: Callable[[], list[PlanNode]]) -> list[Op]:
     async def get_plan(call: Call) -> Any:
         ask: PlanQuery = call.query
         try:
             inspection = await inspector.inspect(ask.source, allow_pickle=ask.allow_pickle)
             return plan(
                 inspection,
-                [v.as_json() for v in nodes.nodes.values()],
+                fleet(),
                 context=ask.context,
                 slots=1 if ask.slots is None else ask.slots,
                 cards=ask.gpus,

@@ -10,7 +10,7 @@ engine key, derived from the cluster secret and the replica id, and sends StartS
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
@@ -28,7 +28,7 @@ from llmgw.server.requests import (
     WeightsQuery,
 )
 from llmgw.server.store import Store
-from llmgw.wire.messages import ShardSpec, StartShard, StopShard
+from llmgw.wire.messages import Compute, ShardSpec, StartShard, StopShard
 
 LIST = {"type": "array", "items": {"type": "object"}}
 NODE = {"type": "object", "required": ["id", "state"]}
@@ -44,27 +44,27 @@ def replica_rows(nodes: list[NodeView]) -> list[dict[str, Any]]:
                 if replica_id in progress.get("replica_ids", []):
                     download = {k: progress.get(k) for k in ("source", "done", "total", "file")}
             usage = view.usage.get(replica_id, {})
-            compute = shard.get("compute") or {}
+            compute = shard.compute or Compute()
             rows.append(
                 {
                     "replica_id": replica_id,
                     "node": view.id,
-                    "state": shard.get("state"),
-                    "reason": shard.get("reason", ""),
-                    "engine": shard.get("engine"),
-                    "port": shard.get("port"),
-                    "pid": shard.get("pid"),
-                    "fingerprint": shard.get("fingerprint"),
-                    "source": shard.get("source"),
-                    "started_at": shard.get("started_at"),
-                    "backend": compute.get("backend"),
-                    "devices": compute.get("devices", []),
-                    "offloaded_layers": compute.get("offloaded_layers"),
-                    "total_layers": compute.get("total_layers"),
+                    "state": str(shard.state),
+                    "reason": shard.reason,
+                    "engine": shard.engine,
+                    "port": shard.port,
+                    "pid": shard.pid,
+                    "fingerprint": shard.fingerprint,
+                    "source": shard.source,
+                    "started_at": shard.started_at,
+                    "backend": compute.backend,
+                    "devices": list(compute.devices),
+                    "offloaded_layers": compute.offloaded_layers,
+                    "total_layers": compute.total_layers,
                     "cpu_percent": usage.get("cpu_percent"),
                     "rss": usage.get("rss"),
                     "download": download,
-                    "last_lines": shard.get("last_lines"),
+                    "last_lines": shard.last_lines,
                 }
             )
     return rows
@@ -75,7 +75,6 @@ def routes(
     models: ModelService,
     store: Store,
     secret: bytes,
-    wanted_sources: Callable[[], set[str]],
 ) -> list[Op]:
     def node(node_id: str) -> NodeView:
         view = nodes.nodes.get(node_id)
@@ -158,7 +157,7 @@ def routes(
     async def weights(call: Call) -> Any:
         wanted_node = call.query.node
         out = []
-        wanted = wanted_sources()
+        wanted = nodes.wanted_sources()
         for node_id, view in sorted(nodes.nodes.items()):
             if wanted_node and node_id != wanted_node or view.session is None:
                 continue
@@ -184,7 +183,7 @@ def routes(
         """Ask each node to delete the weights no shard uses; each node re-checks every
         path itself, and the summary comes from what it lists afterwards."""
         wanted_node = call.body.node
-        wanted = wanted_sources()
+        wanted = nodes.wanted_sources()
         out: list[dict[str, Any]] = []
         for node_id, view in sorted(nodes.nodes.items()):
             if wanted_node and node_id != wanted_node or view.session is None:

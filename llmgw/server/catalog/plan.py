@@ -1,21 +1,22 @@
-"""The model planner: what a replica of a shape needs, and where it fits.
+"""The model planner: what a replica of a shape needs, and where it would fit.
 
-``plan`` turns a shape (from ``inspector.py``) and the nodes' latest figures into memory
-per replica and per card, a verdict per node with its reasons, and the CPU speed from each
-node's measured memory read rate. ``GET /api/v1/plan`` serves it (``api/plan.py``).
+``plan`` turns a shape (from ``inspector.py``) into memory per replica and per card, and
+asks the scheduler, the one judge of fit, for every node's verdict on the replica it
+would ask for (``scheduler.explain``: the same judgement ``ctl explain`` shows and
+placement acts on). What it adds is its own: which card count to try, the longest context
+that fits each node, and the CPU speed from each node's measured memory read rate.
+``GET /api/v1/plan`` serves it (``api/plan.py``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from llmgw.modelkit import enginerules
-from llmgw.modelkit.files import (
-    shape_to_json,
-)
+from llmgw.modelkit.files import shape_to_json
 from llmgw.modelkit.sizing import (
     CONTEXT_STEP,
     GiB,
@@ -27,10 +28,11 @@ from llmgw.modelkit.sizing import (
     memory_estimate,
     slow_warning,
 )
+from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.inspector import Inspection, PlanError
-
-if TYPE_CHECKING:
-    pass
+from llmgw.server.catalog.model import CARD_HOST_MEMORY
+from llmgw.server.catalog.scheduler import NodeCapacity, Verdict
+from llmgw.server.fleet.registry import NodeView
 
 # A context to plan for when the model does not say what it was trained on.
 FALLBACK_CONTEXT = 4096
@@ -38,7 +40,44 @@ FALLBACK_CONTEXT = 4096
 log = logging.getLogger("llmgw.planner")
 
 Format = Literal["gguf", "safetensors", "pickle"]
-AskNode = Callable[[str], Awaitable[dict[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """A node as the planner sees it: placement's figures, which the scheduler judges,
+    and what only the planner reads (its state in words, its memory read rates)."""
+
+    capacity: NodeCapacity
+    state: str
+    reason: str = ""
+    memory_available: int | None = None
+    memory_read_gbs: float | None = None
+    memory_read_one_core_gbs: float | None = None
+
+    @property
+    def id(self) -> str:
+        return self.capacity.id
+
+
+def plan_nodes(views: Mapping[str, NodeView], capacities: Iterable[NodeCapacity]) -> list[PlanNode]:
+    """Placement's capacities (with what placed replicas hold) beside the views."""
+    out = []
+    for cap in capacities:
+        view = views.get(cap.id)
+        if view is None:
+            continue
+        figures = view.figures()
+        out.append(
+            PlanNode(
+                capacity=cap,
+                state=str(view.state),
+                reason=view.reason,
+                memory_available=figures.memory_available,
+                memory_read_gbs=figures.memory_read_gbs,
+                memory_read_one_core_gbs=figures.memory_read_one_core_gbs,
+            )
+        )
+    return out
 
 
 def default_engine(fmt: str) -> str:
@@ -61,20 +100,6 @@ def _memory_json(m: MemoryEstimate) -> dict[str, Any]:
     }
 
 
-def _card_free(gpu: dict[str, Any]) -> int | None:
-    total, used = gpu.get("memory_total"), gpu.get("memory_used")
-    if isinstance(total, int) and isinstance(used, int):
-        return max(0, total - used)
-    return None
-
-
-def _fits_on(needs: tuple[int, ...], frees: list[int]) -> bool:
-    # The busiest shard goes on the card with the most room.
-    return all(n <= f for n, f in zip(sorted(needs, reverse=True), frees, strict=False)) and len(
-        frees
-    ) >= len(needs)
-
-
 def _largest_context(fits: Callable[[int], bool], cap: int) -> int:
     """The longest context, in llama.cpp's steps and at most ``cap``, that ``fits``."""
     lo, hi = 0, cap // CONTEXT_STEP
@@ -89,7 +114,13 @@ def _largest_context(fits: Callable[[int], bool], cap: int) -> int:
 
 @dataclass(frozen=True)
 class _Ask:
+    """What was asked, and the replicas it means, built as the catalog builds a
+    profile's (``model.check_profile``): the scheduler judges the same request."""
+
     shape: ModelShape
+    source: str
+    engine: str
+    weight_bytes: int
     slots: int
     cards: int | None  # None: any count, or the CPU; 0: the CPU only
     split: Split
@@ -110,128 +141,128 @@ class _Ask:
         return memory_estimate(self.shape, context, self.slots, cards=n, split=self.split)
 
     def on_cpu(self, context: int) -> MemoryEstimate:
-        return memory_estimate(self.shape, context, self.slots)
+        return memory_estimate(self.shape, context, self.slots, cards=1, split=self.split)
+
+    def request(self, context: int, cards: int) -> scheduler.Request:
+        """The replica the catalog would place for this context on ``cards`` cards."""
+        if cards:
+            memory, card_memory = CARD_HOST_MEMORY, max(self.on_cards(context, cards).per_card)
+        else:
+            memory, card_memory = self.on_cpu(context).total, 0
+        return scheduler.Request(
+            model="(plan)",
+            profile="(plan)",
+            engine=self.engine,
+            source=self.source,
+            memory=memory,
+            disk=self.weight_bytes,
+            cpu_cores=float(self.cpu_cores or 0),
+            cards=cards,
+            card_memory=card_memory,
+        )
 
 
-def _card_frees(node: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
-    out = []
-    for gpu in node.get("gpus") or []:
-        free = _card_free(gpu)
-        if free is not None:
-            out.append((free, gpu))
-    return sorted(out, key=lambda x: -x[0])
+def _judge(req: scheduler.Request, node: PlanNode) -> Verdict:
+    (verdict,) = scheduler.explain(req, [node.capacity])
+    return verdict
 
 
-def _node_max_context(ask: _Ask, node: dict[str, Any], cap: int) -> int:
-    """The longest context a replica can have on this node, on cards or on the CPU."""
-    frees = [f for f, _ in _card_frees(node)]
+def _known_cards(node: PlanNode) -> int:
+    return sum(1 for c in node.capacity.cards if c.memory_total)
+
+
+def _node_max_context(ask: _Ask, node: PlanNode, cap: int) -> int:
+    """The longest context the scheduler would place on this node, on cards or the CPU."""
+    counts = ask.card_counts(_known_cards(node))
+    if ask.cards in (None, 0):
+        counts = [*counts, 0]
     best = 0
-    for n in ask.card_counts(len(frees)):
-        if n > len(frees):
-            continue
+    for n in counts:
 
-        def on_cards(context: int, n: int = n) -> bool:
-            return _fits_on(ask.on_cards(context, n).per_card, frees[:n])
+        def fits(context: int, n: int = n) -> bool:
+            return _judge(ask.request(context, n), node).ok
 
-        best = max(best, _largest_context(on_cards, cap))
-    available = node.get("memory_available")
-    if ask.cards in (None, 0) and isinstance(available, int):
-
-        def on_cpu(context: int, room: int = available) -> bool:
-            return ask.on_cpu(context).total <= room
-
-        best = max(best, _largest_context(on_cpu, cap))
+        best = max(best, _largest_context(fits, cap))
     return best
 
 
-def _gpu_verdict(ask: _Ask, node: dict[str, Any], context: int) -> dict[str, Any]:
-    cards = _card_frees(node)
-    gpus = node.get("gpus") or []
-    out: dict[str, Any] = {
-        "fits": False,
-        "cards": [],
-        "needed_per_card": [],
-        "reason": None,
-    }
-    if not gpus:
-        out["reason"] = "no cards"
-        return out
-    if not cards:
-        out["reason"] = "its cards' free memory is not known"
-        return out
-    counts = ask.card_counts(len(cards))
-    if ask.cards is not None and ask.cards > len(cards):
-        out["reason"] = f"{ask.cards} cards asked, it has {len(cards)}"
-        return out
-    if not counts:
-        out["reason"] = "no count of its cards splits the model's KV heads evenly"
-        return out
-    frees = [f for f, _ in cards]
-    tried = ask.on_cards(context, counts[0])
-    for n in counts:
-        estimate = ask.on_cards(context, n)
-        if _fits_on(estimate.per_card, frees[:n]):
-            chosen = cards[:n]
-            out.update(
-                fits=True,
-                needed_per_card=sorted(estimate.per_card, reverse=True),
-                cards=[
-                    {
-                        "uuid": g.get("uuid"),
-                        "index": g.get("index"),
-                        "name": g.get("name"),
-                        "free": f,
-                        "total": g.get("memory_total"),
-                    }
-                    for f, g in chosen
-                ],
-            )
-            return out
-        tried = estimate
-    shown = ", ".join(_gib(f) for f in frees[: max(tried.cards, 1)])
-    out["needed_per_card"] = sorted(tried.per_card, reverse=True)
-    out["reason"] = (
-        f"needs {_gib(max(tried.per_card))} on each of {tried.cards} card(s); "
-        f"the most free: {shown}"
-    )
+def _card_json(verdict: Verdict, node: PlanNode) -> list[dict[str, Any]]:
+    by_uuid = {c.uuid: c for c in node.capacity.cards}
+    out = []
+    for uuid in verdict.cards:
+        card = by_uuid[uuid]
+        out.append(
+            {
+                "uuid": card.uuid,
+                "index": card.index,
+                "name": card.name,
+                "free": card.memory_free - card.reserved,
+                "total": card.memory_total,
+            }
+        )
     return out
 
 
-def _cpu_verdict(
-    ask: _Ask, inspection: Inspection, node: dict[str, Any], context: int
-) -> dict[str, Any]:
+def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> dict[str, Any]:
+    out: dict[str, Any] = {"fits": False, "cards": [], "needed_per_card": [], "reason": None}
+    cards = node.capacity.cards
+    known = _known_cards(node)
+    if not cards:
+        out["reason"] = "no cards"
+        return out
+    if not known:
+        out["reason"] = "its cards' free memory is not known"
+        return out
+    if ask.cards is not None and ask.cards > known:
+        out["reason"] = f"{ask.cards} cards asked, it has {known}"
+        return out
+    counts = ask.card_counts(known)
+    if not counts:
+        out["reason"] = "no count of its cards splits the model's KV heads evenly"
+        return out
+    verdict: Verdict | None = None
+    for n in counts:
+        verdict = _judge(ask.request(context, n), node)
+        needed = sorted(ask.on_cards(context, n).per_card, reverse=True)
+        out["needed_per_card"] = needed
+        if verdict.ok:
+            out.update(fits=True, cards=_card_json(verdict, node))
+            return out
+    assert verdict is not None
+    out["reason"] = "; ".join(verdict.reasons)
+    return out
+
+
+def _cpu_verdict(ask: _Ask, inspection: Inspection, node: PlanNode, context: int) -> dict[str, Any]:
     needed = ask.on_cpu(context).total
-    available = node.get("memory_available")
-    rate = node.get("memory_read_gbs")
-    one_core = node.get("memory_read_one_core_gbs")
     reason: str | None = None
     if ask.cards is not None and ask.cards > 0:
         reason = f"{ask.cards} card(s) asked"
-    elif not isinstance(available, int):
+    elif node.memory_available is None:
         reason = "its available memory is not known"
-    elif needed > available:
-        reason = f"needs {_gib(needed)} of memory, {_gib(available)} available"
-    cores = node.get("cpu_count")
-    if reason is None and ask.cpu_cores and isinstance(cores, int) and ask.cpu_cores > cores:
-        reason = f"{ask.cpu_cores} CPU cores asked, it has {cores}"
+    else:
+        verdict = _judge(ask.request(context, 0), node)
+        reason = None if verdict.ok else "; ".join(verdict.reasons)
+    rate, one_core = node.memory_read_gbs, node.memory_read_one_core_gbs
     tps: float | None = None
     warning: str | None = None
     note: str | None = None
-    if isinstance(rate, int | float) and rate > 0:
-        one = one_core if isinstance(one_core, int | float) and one_core > 0 else None
+    if rate is not None and rate > 0:
+        one = one_core if one_core is not None and one_core > 0 else None
         tps = round(
-            cpu_tokens_per_second(
-                inspection.shape, float(rate), threads=ask.cpu_cores, one_core_gbs=one
-            ),
+            cpu_tokens_per_second(inspection.shape, rate, threads=ask.cpu_cores, one_core_gbs=one),
             2,
         )
         warning = slow_warning(tps)
     else:
         note = "the node has not measured its memory read rate yet"
+    available = None
+    if node.memory_available is not None:
+        available = max(0, node.memory_available - node.capacity.memory_reserved)
     return {
         "fits": reason is None,
         "needed": needed,
-        "available": available if isinstance(available, int) else None,
+        "available": available,
         "reason": reason,
         "memory_read_gbs": rate,
         "memory_read_one_core_gbs": one_core,
@@ -241,9 +272,29 @@ def _cpu_verdict(
     }
 
 
+def _reasons(
+    node: PlanNode, ask: _Ask, gpu: dict[str, Any] | None, cpu: dict[str, Any]
+) -> list[str]:
+    """Why nothing fits: what the node itself refuses (its state, marks, engines,
+    labels; the scheduler's words), or else what each of cards and CPU lacks."""
+    static = scheduler.static_reasons(node.capacity, ask.request(0, 0))
+    out = [f"{r}: {node.reason}" if r == "node not Ready" and node.reason else r for r in static]
+    if out:
+        return out  # refused whatever it has free
+    for label, judged in (("on cards", gpu), ("on the CPU", cpu)):
+        if judged is None:
+            continue
+        own = [r for r in str(judged["reason"]).split("; ") if r and r not in static]
+        # "on cards: needs 2 with ...", not "on cards: cards: needs 2 with ...".
+        own = [r.removeprefix("cards: ") if label == "on cards" else r for r in own]
+        if own:
+            out.append(f"{label}: {'; '.join(own)}")
+    return out
+
+
 def plan(
     inspection: Inspection,
-    nodes: list[dict[str, Any]],
+    nodes: Sequence[PlanNode],
     *,
     context: int | None,
     slots: int = 1,
@@ -285,6 +336,9 @@ def plan(
             )
     ask = _Ask(
         shape=shape,
+        source=inspection.source,
+        engine=engine_name,
+        weight_bytes=inspection.weight_bytes or 0,
         slots=slots,
         cards=cards,
         split=split,
@@ -292,11 +346,7 @@ def plan(
         tensor_split=rules.tensor_split,
         cpu_cores=cpu_cores,
     )
-    ready = [
-        n
-        for n in nodes
-        if n.get("state") == "Ready" and n.get("connected", True) and not n.get("cordoned")
-    ]
+    ready = [n for n in nodes if n.capacity.ready and not n.capacity.cordoned]
     warnings: list[str] = []
     if context is not None:
         chosen, basis = context, "asked"
@@ -316,34 +366,21 @@ def plan(
             warnings.append(f"the model's files do not say its trained context; planned with {cap}")
     n_cards = cards if cards else 1
     verdicts = []
-    for node in sorted(nodes, key=lambda n: str(n.get("id"))):
+    for node in sorted(nodes, key=lambda n: n.id):
         gpu = _gpu_verdict(ask, node, chosen) if cards != 0 else None
         cpu = _cpu_verdict(ask, inspection, node, chosen)
-        is_ready = node in ready
         where: str | None = None
+        if gpu is not None and gpu["fits"]:
+            where = "cards"
+        elif cpu["fits"]:
+            where = "cpu"
         reasons: list[str] = []
-        if not is_ready:
-            state = node.get("state")
-            why = node.get("reason")
-            if state == "Ready" and node.get("cordoned"):
-                reasons.append("node is cordoned: it takes no new replicas")
-            elif state == "Ready":
-                reasons.append("node is not connected")
-            else:
-                reasons.append(f"node is {state}" + (f": {why}" if why else ""))
-        else:
-            if gpu is not None and gpu["fits"]:
-                where = "cards"
-            elif cpu["fits"]:
-                where = "cpu"
-            if where is None:
-                if gpu is not None:
-                    reasons.append(f"on cards: {gpu['reason']}")
-                reasons.append(f"on the CPU: {cpu['reason']}")
+        if where is None:
+            reasons = _reasons(node, ask, gpu, cpu)
         verdicts.append(
             {
-                "node": node.get("id"),
-                "state": node.get("state"),
+                "node": node.id,
+                "state": node.state,
                 "fits": where is not None,
                 "where": where,
                 "reasons": reasons,

@@ -37,9 +37,10 @@ from typing import Any
 from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.model import Model, Profile, fingerprint, new_replica_id, parse_replica_id
-from llmgw.server.fleet.registry import READY, NodeView
+from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.states import NodeState, ShardState
 
-LIVE = frozenset({"pending", "installing", "downloading", "starting", "loading", "ready"})
+LIVE = frozenset(ShardState) - {ShardState.FAILED, ShardState.STOPPED}
 # A node that has not reported a replica it was asked to start this long has lost it.
 REPORT_TIMEOUT = 60.0
 # Failures this recent make placement pass a node over.
@@ -59,7 +60,7 @@ class Track:
     profile: str
     node: str
     fingerprint: str | None
-    state: str
+    state: ShardState
     moved_at: float
     port: int | None = None
     cards: tuple[str, ...] = ()
@@ -160,7 +161,7 @@ class Reconciler:
     # ------------------------------------------------------------------ observing
 
     def _lost(self, view: NodeView, now: float) -> bool:
-        if view.state == READY:
+        if view.state == NodeState.READY:
             return False
         since = view.last_heartbeat if view.last_heartbeat is not None else self.started
         return now - since > self.config.node_lost_grace
@@ -176,10 +177,10 @@ class Reconciler:
         for view in nodes.values():
             for rid, shard in view.shards.items():
                 parsed = parse_replica_id(rid)
-                if parsed is None or shard.get("fingerprint") == "direct":
+                if parsed is None or shard.fingerprint == "direct":
                     continue  # started by hand with `ctl shard start`: not ours to steer
                 seen.add(rid)
-                state = str(shard.get("state") or "pending")
+                state = shard.state
                 track = self.tracks.get(rid)
                 if track is None:
                     track = Track(
@@ -187,21 +188,21 @@ class Reconciler:
                         parsed[0],
                         parsed[1],
                         view.id,
-                        shard.get("fingerprint"),
+                        shard.fingerprint,
                         state,
                         moved_at=now,
-                        port=shard.get("port"),
+                        port=shard.port,
                     )
                     self.tracks[rid] = track
                 track.node = view.id
                 track.sent_at = None
-                if shard.get("fingerprint"):
-                    track.fingerprint = shard["fingerprint"]
-                if shard.get("port"):
-                    track.port = int(shard["port"])
-                if shard.get("cards"):
-                    track.cards = tuple(shard["cards"])
-                track.reason = str(shard.get("reason") or "")
+                if shard.fingerprint:
+                    track.fingerprint = shard.fingerprint
+                if shard.port:
+                    track.port = shard.port
+                if shard.cards:
+                    track.cards = tuple(shard.cards)
+                track.reason = shard.reason
                 if state != track.state:
                     track.state, track.moved_at = state, now
                 done = _download_done(view, rid)
@@ -287,11 +288,11 @@ class Reconciler:
                 what = "model" if model is None else "profile"
                 self._stop(plan, track, now, f"its {what} is no longer in the catalog")
                 continue
-            if track.state == "failed":
+            if track.state == ShardState.FAILED:
                 self.failed(track, now, track.reason or "the engine failed")
                 self._stop(plan, track, now, "failed: " + (track.reason or "no reason given"))
                 continue
-            if track.state == "ready":
+            if track.state == ShardState.READY:
                 self._succeeded(track)
             elif track.state in LIVE and now - track.moved_at > self.config.start_timeout:
                 reason = (
@@ -336,8 +337,8 @@ class Reconciler:
             stale = [t for t in keep if t.fingerprint != fp]
             status = ProfileStatus(
                 desired=desired,
-                ready=sum(1 for t in keep if t.state == "ready"),
-                starting=sum(1 for t in keep if t.state != "ready"),
+                ready=sum(1 for t in keep if t.state == ShardState.READY),
+                starting=sum(1 for t in keep if t.state != ShardState.READY),
                 stale=len(stale),
                 replacing=len(old),
             )
@@ -355,7 +356,7 @@ class Reconciler:
             key = (model.name, profile.name)
             short = desired - len(keep)
             if short > 0:
-                starting_new = sum(1 for t in keep if t.state != "ready")
+                starting_new = sum(1 for t in keep if t.state != ShardState.READY)
                 if old and model.in_place:
                     # Stop one old replica, then start its replacement where it was.
                     if starting_new == 0 and len(keep) + len(old) >= desired:
@@ -391,13 +392,13 @@ class Reconciler:
                     wanted.append((model, profile, short))
             elif short < 0:
                 for track in _stop_order(keep)[:-short]:
-                    if track.state == "ready":
+                    if track.state == ShardState.READY:
                         if model_ready - 1 < model_desired:
                             continue  # the model would run fewer than it wants
                         model_ready -= 1
                     self._stop(plan, track, now, "more replicas than the profile asks for")
             # Old replicas go as the new become ready: keep as many as are still missing.
-            missing = max(0, desired - sum(1 for t in keep if t.state == "ready"))
+            missing = max(0, desired - sum(1 for t in keep if t.state == ShardState.READY))
             for track in _stop_order(old)[: max(0, len(old) - missing)]:
                 why = "its node is draining" if track.node in draining else "replaced"
                 self._stop(plan, track, now, why)
@@ -434,36 +435,32 @@ class Reconciler:
             every_card = cards_all.setdefault(track.node, {})
             for uuid in track.cards:
                 every_card[uuid] = every_card.get(uuid, 0) + profile.card_memory
-            if track.state != "ready":
+            if track.state != ShardState.READY:
                 memory[track.node] = memory.get(track.node, 0) + profile.memory
                 per_card = cards.setdefault(track.node, {})
                 for uuid in track.cards:
                     per_card[uuid] = per_card.get(uuid, 0) + profile.card_memory
         for view in nodes.values():
             held = weights.setdefault(view.id, set())
-            held.update(str(s["source"]) for s in view.shards.values() if s.get("source"))
+            held.update(s.source for s in view.shards.values() if s.source)
             held.update(view.downloads)
         out = []
         for nid, view in sorted(nodes.items()):
-            data = view.as_json()
-            used = int(data.get("memory_total") or 0) - int(data.get("memory_available") or 0)
+            figures = view.figures()
+            used = (figures.memory_total or 0) - (figures.memory_available or 0)
             memory[nid] = max(memory.get(nid, 0), memory_all.get(nid, 0) - used)
-            card_used = {
-                str(g.get("uuid")): int(g.get("memory_used") or 0) for g in data.get("gpus") or []
-            }
+            card_used = {g.uuid: g.memory_used or 0 for g in figures.gpus}
             for uuid, promised in cards_all.get(nid, {}).items():
                 loading = cards.setdefault(nid, {}).get(uuid, 0)
                 cards[nid][uuid] = max(loading, promised - card_used.get(uuid, 0))
             out.append(
-                scheduler.NodeCapacity.from_node_json(
-                    data,
-                    cordoned=view.cordoned or view.draining,
-                    labels=view.labels,
+                scheduler.NodeCapacity.from_view(
+                    view,
                     cpu_reserved=cpu.get(nid, 0.0),
                     memory_reserved=memory.get(nid, 0),
                     card_reserved=cards.get(nid),
                     weights=weights.get(nid, ()),
-                    engines_installable=view.installable,
+                    figures=figures,
                 )
             )
         return out
@@ -533,7 +530,7 @@ class Reconciler:
                 req.profile,
                 result.node,
                 prints[key],
-                "pending",
+                ShardState.PENDING,
                 moved_at=now,
                 port=port,
                 cards=result.cards,
@@ -566,7 +563,7 @@ class Reconciler:
         used: dict[str, set[int]] = {}
         for view in nodes.values():
             ports = used.setdefault(_host(view), set())
-            ports.update(int(s["port"]) for s in view.shards.values() if s.get("port"))
+            ports.update(s.port for s in view.shards.values() if s.port)
         for track in self.tracks.values():
             home = nodes.get(track.node)
             if home is not None and track.port is not None:
@@ -631,4 +628,4 @@ def _download_done(view: NodeView, replica_id: str) -> int | None:
 
 def _stop_order(tracks: Sequence[Track]) -> list[Track]:
     """Which to stop first: not ready before ready, newest before oldest, then by id."""
-    return sorted(tracks, key=lambda t: (t.state == "ready", -t.moved_at, t.replica_id))
+    return sorted(tracks, key=lambda t: (t.state == ShardState.READY, -t.moved_at, t.replica_id))

@@ -1,10 +1,11 @@
 """Placement: which node and which cards a replica runs on, and why not elsewhere.
 
-A pure module. The reconciler hands it frozen snapshots of each node's capacity
-(with what is already reserved there) and the replicas it wants; it answers with a
-`Placement` or a `Refusal` carrying every candidate's `Verdict`. Nothing here reads
-the store, talks to an agent or keeps state between calls, so the same inputs always
-give the same answer and `ctl explain` shows exactly the reasoning placement used.
+A pure module; its types are in ``placement.py``. The reconciler hands it frozen
+snapshots of each node's capacity (with what is already reserved there) and the
+replicas it wants; it answers with a `Placement` or a `Refusal` carrying every
+candidate's `Verdict`. Nothing here reads the store, talks to an agent or keeps state
+between calls, so the same inputs always give the same answer, and `ctl explain` and
+`ctl model plan` show exactly the reasoning placement used.
 
 Filters, in order: node Ready and not cordoned; engine installed or installable;
 role label; node selector; host memory; disk (skipped where the weights already
@@ -16,195 +17,35 @@ any other node fits. Scores: weights already on the node first, then binpack
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Literal
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-ROLE_LABEL = "llmgw.role"
-READY = "Ready"
-GIB = 1024**3
+from llmgw.server.catalog.placement import (
+    GIB,
+    ROLE_LABEL,
+    Card,
+    NodeCapacity,
+    Placement,
+    Refusal,
+    Request,
+    Strategy,
+    Verdict,
+)
 
-Strategy = Literal["binpack", "spread"]
-
-
-@dataclass(frozen=True)
-class Card:
-    """One accelerator as placement sees it; `reserved` is held by placed replicas."""
-
-    uuid: str
-    index: int
-    name: str = ""
-    memory_total: int = 0
-    memory_free: int = 0
-    reserved: int = 0
-
-
-@dataclass(frozen=True)
-class NodeCapacity:
-    """A node's facts plus what placed replicas already hold on it."""
-
-    id: str
-    ready: bool = True
-    cordoned: bool = False
-    labels: Mapping[str, str] = field(default_factory=dict)
-    cpu_cores: float = 0.0
-    cpu_reserved: float = 0.0
-    memory_total: int = 0
-    memory_available: int = 0
-    memory_reserved: int = 0
-    # None means the agent reported no local disk: unknown, not full.
-    disk_free: int | None = None
-    weights: frozenset[str] = frozenset()
-    engines_installed: frozenset[str] = frozenset()
-    engines_installable: frozenset[str] = frozenset()
-    cards: tuple[Card, ...] = ()
-
-    @classmethod
-    def from_node_json(
-        cls,
-        data: Mapping[str, Any],
-        *,
-        cordoned: bool = False,
-        labels: Mapping[str, str] | None = None,
-        cpu_reserved: float = 0.0,
-        memory_reserved: int = 0,
-        card_reserved: Mapping[str, int] | None = None,
-        weights: Iterable[str] = (),
-        engines_installable: Iterable[str] = (),
-    ) -> NodeCapacity:
-        """Build from `NodeView.as_json()` plus what only the control plane knows."""
-        card_reserved = card_reserved or {}
-        cards = tuple(
-            Card(
-                uuid=str(g.get("uuid", "")),
-                index=int(g.get("index", i)),
-                name=str(g.get("name", "")),
-                memory_total=int(g.get("memory_total") or 0),
-                memory_free=int(g.get("memory_total") or 0) - int(g.get("memory_used") or 0),
-                reserved=card_reserved.get(str(g.get("uuid", "")), 0),
-            )
-            for i, g in enumerate(data.get("gpus") or [])
-        )
-        # A model file cannot span filesystems, and a shared filer's free space is
-        # everyone's, so the room a node has is its largest local filesystem.
-        disks = data.get("disks")
-        local = [int(d.get("free") or 0) for d in disks or [] if not d.get("shared")]
-        engines = {
-            e if isinstance(e, str) else str(e.get("name", "")) for e in data.get("engines") or []
-        }
-        return cls(
-            id=str(data["id"]),
-            ready=data.get("state") == READY,
-            cordoned=cordoned,
-            labels=dict(labels or {}),
-            cpu_cores=float(data.get("cpu_count") or 0),
-            cpu_reserved=cpu_reserved,
-            memory_total=int(data.get("memory_total") or 0),
-            memory_available=int(data.get("memory_available") or 0),
-            memory_reserved=memory_reserved,
-            disk_free=max(local) if local else None,
-            weights=frozenset(weights),
-            engines_installed=frozenset(engines),
-            engines_installable=frozenset(engines_installable),
-            cards=cards,
-        )
-
-
-@dataclass(frozen=True)
-class Request:
-    """One replica to place: what a profile asks of a node."""
-
-    model: str
-    profile: str
-    engine: str
-    source: str
-    memory: int = 0
-    disk: int = 0
-    cpu_cores: float = 0.0
-    cards: int = 0
-    card_memory: int = 0
-    role: str | None = None
-    selector: Mapping[str, str] = field(default_factory=dict)
-    # Nodes where this model failed recently (the reconciler's memory).
-    avoid: frozenset[str] = frozenset()
-
-    @property
-    def wanted_role(self) -> str | None:
-        # A selector naming the role label asks for that role as surely as `role` does.
-        return self.role if self.role is not None else self.selector.get(ROLE_LABEL)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One node's answer to one request, as `ctl explain` prints it."""
-
-    node: str
-    ok: bool
-    reasons: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-    # Bytes free after placing (card memory when cards are asked, host memory if not).
-    score: int | None = None
-    rank: int | None = None  # 1 is where the replica would go
-    holds_weights: bool = False
-    cards: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "node": self.node,
-            "ok": self.ok,
-            "reasons": list(self.reasons),
-            "notes": list(self.notes),
-            "score": self.score,
-            "rank": self.rank,
-            "holds_weights": self.holds_weights,
-            "cards": list(self.cards),
-        }
-
-
-@dataclass(frozen=True)
-class Placement:
-    request: Request
-    node: str
-    cards: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "model": self.request.model,
-            "profile": self.request.profile,
-            "node": self.node,
-            "cards": list(self.cards),
-            "notes": list(self.notes),
-        }
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Nowhere fits. Verdicts are judged when first read: a batch that refuses
-    thousands of replicas should not pay for explaining each one it never shows.
-    From `place_many` they judge the fleet as the whole batch left it."""
-
-    request: Request
-    judge: Callable[[], Sequence[Verdict]] = field(repr=False, compare=False)
-
-    @cached_property
-    def verdicts(self) -> tuple[Verdict, ...]:
-        return tuple(self.judge())
-
-    @property
-    def reason(self) -> str:
-        if not self.verdicts:
-            return "no nodes"
-        return "; ".join(f"{v.node}: {', '.join(v.reasons)}" for v in self.verdicts)
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "model": self.request.model,
-            "profile": self.request.profile,
-            "node": None,
-            "verdicts": [v.as_json() for v in self.verdicts],
-        }
+__all__ = [
+    "Card",
+    "NodeCapacity",
+    "Placement",
+    "ROLE_LABEL",
+    "Refusal",
+    "Request",
+    "Strategy",
+    "Verdict",
+    "explain",
+    "place",
+    "place_many",
+    "static_reasons",
+]
 
 
 def _gib(n: float) -> str:
@@ -263,7 +104,7 @@ class _State:
             self.top = sorted(self.card_free, reverse=True)
 
 
-def _static_reasons(node: NodeCapacity, req: Request) -> list[str]:
+def static_reasons(node: NodeCapacity, req: Request) -> list[str]:
     """Filters that depend on the node and request only, never on reservations."""
     reasons: list[str] = []
     if not node.ready:
@@ -353,7 +194,7 @@ def explain(
     states = sorted((_State(n) for n in nodes), key=lambda s: s.node.id)
     judged: list[tuple[_State, list[str], list[str], list[int]]] = []
     for st in states:
-        reasons = _static_reasons(st.node, request)
+        reasons = static_reasons(st.node, request)
         dyn, notes, chosen = _dynamic_reasons(st, request, strategy, all_reasons=True)
         judged.append((st, reasons + dyn, notes, chosen))
     fitting = sorted((j for j in judged if not j[1]), key=lambda j: _order(j[0], request, strategy))
@@ -588,7 +429,7 @@ class _Fleet:
         gkey = (req.engine, req.wanted_role, tuple(sorted(req.selector.items())), uses_cards)
         found = self.groups.get(gkey)
         if found is None:
-            members = [st for st in self.states.values() if not _static_reasons(st.node, req)]
+            members = [st for st in self.states.values() if not static_reasons(st.node, req)]
             order = _Order(sorted(self._key(st, uses_cards) for st in members), self.states)
             found = (uses_cards, order, {st.node.id for st in members})
             self.groups[gkey] = found

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llmgw import pki
-from llmgw.modelkit import sizing
+from llmgw.config import SchedulingConfig
 from llmgw.modelkit.enginerules import RULES
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog import model as catalog
@@ -25,13 +24,11 @@ from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.inspector import PickledWeights
 from llmgw.server.catalog.model import CatalogError, Model, Profile
 from llmgw.server.catalog.reconciler import Plan, Reconciler
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ExternalRequest, ServeRequest
-from llmgw.server.store import Audit, StoreUnavailable
+from llmgw.server.store import Audit, Store, StoreUnavailable
 from llmgw.wire.messages import StartShard, StopShard
-
-if TYPE_CHECKING:
-    from llmgw.server.app import ControlPlane
 
 log = logging.getLogger("llmgw.models")
 
@@ -57,10 +54,20 @@ def _invalid(exc: CatalogError) -> Refusal:
 
 
 class ModelService:
-    def __init__(self, cp: ControlPlane, inspect: Inspect) -> None:
-        self.cp = cp
+    def __init__(
+        self,
+        store: Store,
+        registry: NodeRegistry,
+        scheduling: SchedulingConfig,
+        cluster_secret: bytes,
+        inspect: Inspect,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.scheduling = scheduling
+        self.cluster_secret = cluster_secret
         self.models: dict[str, Model] = {}
-        self.reconciler = Reconciler(cp.config.scheduling)
+        self.reconciler = Reconciler(scheduling)
         self.inspect = inspect
         self._wake = asyncio.Event()
         self.last_plan = Plan()
@@ -71,7 +78,7 @@ class ModelService:
         self.passes = 0
 
     async def load(self) -> None:
-        for record in await self.cp.store.list_models():
+        for record in await self.store.list_models():
             try:
                 self.models[record.name] = Model.from_spec(record.spec)
             except (TypeError, ValueError) as exc:
@@ -87,6 +94,13 @@ class ModelService:
         if start:
             self.wake()
 
+    def halt(self, halted: bool) -> None:
+        """`llmgw stop` (True): every model goes to zero, the catalog unchanged; False
+        undoes it."""
+        self.reconciler.halted = halted
+        self.version += 1
+        self.wake()
+
     def find(self, name: str) -> Model:
         model = self.models.get(name)
         if model is None:
@@ -98,7 +112,7 @@ class ModelService:
     # ----------------------------------------------------------------- the loop
 
     async def run(self, stop: asyncio.Event) -> None:
-        interval = self.cp.config.scheduling.interval
+        interval = self.scheduling.interval
         while not stop.is_set():
             try:
                 await self.reconcile()
@@ -117,7 +131,7 @@ class ModelService:
             task.cancel()
 
     async def reconcile(self) -> Plan:
-        nodes = self.cp.registry.nodes
+        nodes = self.registry.nodes
         plan = self.reconciler.plan(list(self.models.values()), nodes)
         self.last_plan = plan
         self.passes += 1
@@ -136,7 +150,7 @@ class ModelService:
                 if track is not None:
                     self.reconciler.failed(track, self.reconciler.clock(), "node not connected")
                 continue
-            key = pki.engine_key(self.cp.cluster_secret, start.replica_id)
+            key = pki.engine_key(self.cluster_secret, start.replica_id)
             spec = catalog.shard_spec(
                 model, profile, start.replica_id, start.port, start.cards, key
             )
@@ -157,7 +171,7 @@ class ModelService:
         return plan
 
     async def _save(self, model: Model, audit: Audit) -> None:
-        await self.cp.store.put_model(model.name, model.to_spec(), audit)
+        await self.store.put_model(model.name, model.to_spec(), audit)
         self.models[model.name] = model
         self.version += 1
         self.wake()
@@ -175,7 +189,7 @@ class ModelService:
     def fleet(self, at_rest: bool) -> list[scheduler.NodeCapacity]:
         """Nodes as placement sees them now, or empty of replicas and Ready (``at_rest``:
         could this ever fit?)."""
-        nodes = self.cp.registry.nodes
+        nodes = self.registry.nodes
         caps = self.reconciler.capacities(nodes)
         if not at_rest:
             return caps
@@ -254,133 +268,6 @@ class ModelService:
             sizes = [n.memory_total for n in nodes]
         return max(sizes) if sizes else None
 
-    # ------------------------------------------------------------------ showing
-
-    def model_json(self, model: Model) -> dict[str, Any]:
-        profiles = []
-        ready = starting = stale = 0
-        for p in model.profiles:
-            status = self.reconciler.status.get((model.name, p.name))
-            shown = status.as_json() if status else None
-            if status:
-                ready += status.ready
-                starting += status.starting
-                stale += status.stale
-            profiles.append(
-                {
-                    **p.to_spec(),
-                    "fingerprint": catalog.fingerprint(model, p),
-                    "status": shown,
-                    "cpu_tokens_per_second": self.cpu_speed(model, p),
-                }
-            )
-        if model.external:
-            return self.external_json(model)
-        now = self.reconciler.clock()
-        desired = sum(self.reconciler.desired(model, p, now) for p in model.profiles)
-        if model.parked:
-            state = "parked"
-        elif model.stopped:
-            state = "stopped"
-        elif desired == 0:
-            state = "idle" if model.on_demand else "scaled to zero"
-        elif ready >= desired:
-            state = "serving"
-        elif ready:
-            state = "degraded"
-        else:
-            state = "starting"
-        return {
-            "name": model.name,
-            "source": model.source,
-            "engine": model.engine,
-            "state": state,
-            "replicas": model.replicas,
-            "desired": desired,
-            "ready": ready,
-            "starting": starting,
-            "stale": stale,
-            "context": model.context,
-            "slots": model.slots,
-            "max_output": model.max_output,
-            "on_demand": model.on_demand,
-            "stopped": model.stopped,
-            "parked": model.parked,
-            "allow_pickle": model.allow_pickle,
-            "weight_bytes": model.weight_bytes or None,
-            "shape": dict(model.shape),
-            "profiles": profiles,
-        }
-
-    def cpu_speed(self, model: Model, profile: Profile) -> float | None:
-        """A CPU profile's reply speed on the fastest Ready node that measured its
-        memory read rate; None on cards (not estimated) or when no node measured."""
-        if profile.cards:
-            return None
-        shape = catalog.shape_of(model)
-        if shape is None:
-            return None
-        best: float | None = None
-        threads = int(profile.cpu_cores) or None
-        for view in self.cp.registry.nodes.values():
-            rate = view.live.get("memory_read_gbs")
-            if view.state != "Ready" or not isinstance(rate, int | float):
-                continue
-            one = view.live.get("memory_read_one_core_gbs")
-            speed = sizing.cpu_tokens_per_second(
-                shape, float(rate), threads, float(one) if isinstance(one, int | float) else None
-            )
-            if speed and (best is None or speed > best):
-                best = round(speed, 1)
-        return best
-
-    def external_json(self, model: Model) -> dict[str, Any]:
-        """An external provider's model: its endpoints by name and weight, never a key."""
-        spec = model.external or {}
-        gateway = getattr(self.cp, "gateway", None)
-        live = {e.replica_id: e for e in gateway.endpoints_of(model.name)} if gateway else {}
-        endpoints = []
-        for i, entry in enumerate(spec.get("keys") or [], start=1):
-            name = f"external:{model.name}#{i}"
-            endpoint = live.get(name)
-            problem = endpoint.problem if endpoint else ""
-            passed_over = bool(endpoint and endpoint.open_until > time.monotonic())
-            endpoints.append(
-                {
-                    "name": name,
-                    "weight": entry.get("weight", 1.0),
-                    "state": "passed over" if passed_over else "ok",
-                    "problem": problem,
-                }
-            )
-        usable = sum(1 for e in endpoints if e["state"] == "ok")
-        return {
-            "name": model.name,
-            "source": spec.get("base_url"),
-            "engine": "external",
-            "state": "serving" if usable else "unavailable",
-            "replicas": len(endpoints),
-            "desired": len(endpoints),
-            "ready": usable,
-            "starting": 0,
-            "stale": 0,
-            "context": model.context,
-            "slots": model.slots,
-            "max_output": model.max_output,
-            "on_demand": False,
-            "stopped": model.stopped,
-            "parked": None,
-            "allow_pickle": False,
-            "weight_bytes": None,
-            "shape": {},
-            "profiles": [],
-            "external": {
-                "base_url": spec.get("base_url"),
-                "upstream_model": spec.get("upstream_model"),
-                "endpoints": endpoints,
-            },
-        }
-
     async def add_external(self, ask: ExternalRequest, actor: str) -> Model:
         """An OpenAI-compatible provider as a model: its keys sealed in the store."""
         name = ask.name
@@ -403,7 +290,7 @@ class ModelService:
                 raise Refusal(400, "invalid", "keys: each needs a key", "keys")
             sealed.append(
                 {
-                    "sealed": pki.seal(self.cp.cluster_secret, secret.encode()),
+                    "sealed": pki.seal(self.cluster_secret, secret.encode()),
                     "weight": entry.weight,
                 }
             )
@@ -429,7 +316,7 @@ class ModelService:
         now = self.reconciler.clock()
         out = []
         strategy: scheduler.Strategy = (
-            "spread" if self.cp.config.scheduling.strategy == "spread" else "binpack"
+            "spread" if self.scheduling.strategy == "spread" else "binpack"
         )
         for profile in model.profiles:
             request = self.reconciler.request(model, profile, now)
@@ -596,7 +483,7 @@ class ModelService:
 
     async def remove(self, model: Model, with_files: bool, actor: str) -> None:
         detail = "with its files" if with_files else ""
-        deleted = await self.cp.store.delete_model(
+        deleted = await self.store.delete_model(
             model.name, Audit(actor, "model.remove", model.name, detail)
         )
         if deleted:
@@ -612,12 +499,12 @@ class ModelService:
         """Once no node runs the source, ask each node to delete its copy."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while source in self.cp.wanted_sources() and loop.time() < deadline:
+        while source in self.registry.wanted_sources() and loop.time() < deadline:
             await asyncio.sleep(0.5)
-        if source in self.cp.wanted_sources():
+        if source in self.registry.wanted_sources():
             log.warning("files of %s kept: a shard still uses them", source)
             return
-        for view in list(self.cp.registry.nodes.values()):
+        for view in list(self.registry.nodes.values()):
             if view.session is None:
                 continue
             try:
@@ -627,7 +514,7 @@ class ModelService:
                 if names:
                     async for answer in view.session.ask("weights.collect", {"names": names}):
                         removed = (answer.result or {}).get("removed", [])
-                        await self.cp.store.audit(
+                        await self.store.audit(
                             "reconciler", "weights.remove", view.id, f"{source}: {removed}"
                         )
             except (TimeoutError, ConnectionError) as exc:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmgw.server.store import Store, StoreUnavailable
-from llmgw.wire import Heartbeat, Register
+from llmgw.wire import GPU, Disk, Heartbeat, Register
 from llmgw.wire.messages import (
     DownloadProgress,
     EngineStatus,
@@ -25,11 +25,9 @@ from llmgw.wire.messages import (
     ShardStatus,
     to_map,
 )
+from llmgw.wire.states import NodeState, ShardState
 
 log = logging.getLogger("llmgw.nodes")
-
-READY = "Ready"
-NOT_READY = "NotReady"
 
 
 class Session(Protocol):
@@ -42,11 +40,78 @@ class Session(Protocol):
     ) -> AsyncIterator[Response]: ...
 
 
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True)
+class NodeFigures:
+    """A node's facts and latest live figures, typed: what placement and the planner
+    read. None is a figure the agent has not reported, never a zero."""
+
+    cpu_count: int | None = None
+    memory_total: int | None = None
+    memory_available: int | None = None
+    gpus: tuple[GPU, ...] = ()
+    # None: the agent reported no disks (unknown, not full).
+    disks: tuple[Disk, ...] | None = None
+    memory_read_gbs: float | None = None
+    memory_read_one_core_gbs: float | None = None
+
+    @classmethod
+    def read(cls, facts: dict[str, Any], live: dict[str, Any]) -> NodeFigures:
+        """From what the agent reported (the latest live figure over its facts)."""
+
+        def get(key: str) -> Any:
+            return live[key] if key in live else facts.get(key)
+
+        gpus = tuple(
+            GPU(
+                index=_int(g.get("index")) or 0,
+                uuid=str(g.get("uuid", "")),
+                name=str(g.get("name", "")),
+                memory_total=_int(g.get("memory_total")),
+                memory_used=_int(g.get("memory_used")),
+            )
+            for g in get("gpus") or []
+            if isinstance(g, dict)
+        )
+        raw_disks = get("disks")
+        disks = None
+        if isinstance(raw_disks, list):
+            disks = tuple(
+                Disk(
+                    path=str(d.get("path", "")),
+                    fstype=str(d.get("fstype", "")),
+                    total=_int(d.get("total")) or 0,
+                    free=_int(d.get("free")) or 0,
+                    shared=bool(d.get("shared")),
+                )
+                for d in raw_disks
+                if isinstance(d, dict)
+            )
+        return cls(
+            cpu_count=_int(get("cpu_count")),
+            memory_total=_int(get("memory_total")),
+            memory_available=_int(get("memory_available")),
+            gpus=gpus,
+            disks=disks,
+            memory_read_gbs=_float(get("memory_read_gbs")),
+            memory_read_one_core_gbs=_float(get("memory_read_one_core_gbs")),
+        )
+
+
 @dataclass
 class NodeView:
     id: str
     cert_serial: int
-    state: str = NOT_READY
+    state: NodeState = NodeState.NOT_READY
     reason: str = ""
     address: str | None = None
     version: str = ""
@@ -56,7 +121,7 @@ class NodeView:
     last_seen: float | None = None  # wall clock
     session: Session | None = None
     # What the agent reports of its shards, downloads and engines (latest of each).
-    shards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shards: dict[str, ShardStatus] = field(default_factory=dict)
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     downloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     engines: list[dict[str, Any]] = field(default_factory=list)
@@ -67,6 +132,15 @@ class NodeView:
     cordoned: bool = False
     draining: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+
+    def figures(self) -> NodeFigures:
+        return NodeFigures.read(self.facts, self.live)
+
+    def engine_names(self) -> frozenset[str]:
+        """Engines the node has (installed or configured), by name."""
+        if not self.engines_probed:
+            return frozenset()
+        return frozenset(str(e.get("name", "")) for e in self.engines)
 
     def as_json(self) -> dict[str, Any]:
         """The node as the admin API shows it: a flat object of plain fields."""
@@ -139,7 +213,7 @@ class NodeRegistry:
                 labels=dict(rec.labels or {}),
             )
             self.nodes[rec.id] = view
-            if rec.state != NOT_READY:
+            if rec.state != NodeState.NOT_READY:
                 self._dirty[rec.id] = view
 
     def certificate_ok(self, node_id: str, serial: int) -> bool:
@@ -169,14 +243,14 @@ class NodeRegistry:
         view.live = {}
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
-        if view.state != READY:
+        if view.state != NodeState.READY:
             log.info("node %s is Ready (%s)", view.id, "registered")
-        view.state, view.reason = READY, ""
+        view.state, view.reason = NodeState.READY, ""
         view.engines = [to_map(e) for e in msg.engines]
         view.engines_probed = msg.engines_probed
         view.installable = list(msg.installable_engines)
         # What the node runs now is the truth; statuses from before the reconnect go.
-        view.shards = {s.replica_id: to_map(s) for s in msg.shards}
+        view.shards = {s.replica_id: s for s in msg.shards}
         view.usage = {}
         self._dirty.pop(view.id, None)
         # Written with the next flush, in one transaction with every other node that
@@ -207,9 +281,9 @@ class NodeRegistry:
             view.usage = {u.replica_id: to_map(u) for u in msg.shards}
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
-        if view.state != READY:
+        if view.state != NodeState.READY:
             log.info("node %s is Ready again", node_id)
-            view.state, view.reason = READY, ""
+            view.state, view.reason = NodeState.READY, ""
             self._dirty[node_id] = view
             self.version += 1
         self.heartbeats += 1
@@ -221,12 +295,12 @@ class NodeRegistry:
             self.version += 1
             self.on_change()
         if isinstance(msg, ShardStatus):
-            if msg.state == "stopped":
+            if msg.state == ShardState.STOPPED:
                 view.shards.pop(msg.replica_id, None)
                 view.usage.pop(msg.replica_id, None)
             else:
-                view.shards[msg.replica_id] = to_map(msg)
-            if msg.state == "failed":
+                view.shards[msg.replica_id] = msg
+            if msg.state == ShardState.FAILED:
                 log.warning("shard %s on %s failed: %s", msg.replica_id, node_id, msg.reason)
         elif isinstance(msg, DownloadProgress):
             if msg.finished:
@@ -250,10 +324,10 @@ class NodeRegistry:
         limit = self.interval * self.missed
         lost: list[str] = []
         for view in self.nodes.values():
-            if view.state != READY or view.last_heartbeat is None:
+            if view.state != NodeState.READY or view.last_heartbeat is None:
                 continue
             if now - view.last_heartbeat > limit:
-                view.state = NOT_READY
+                view.state = NodeState.NOT_READY
                 view.reason = f"missed {self.missed} heartbeats ({limit:g} s without word)"
                 log.warning("node %s is NotReady: %s", view.id, view.reason)
                 self._dirty[view.id] = view
@@ -298,8 +372,17 @@ class NodeRegistry:
             except TimeoutError:
                 pass
 
+    def wanted_sources(self) -> set[str]:
+        """Weights some shard on some node uses now; the rest no model wants."""
+        return {
+            shard.source
+            for view in self.nodes.values()
+            for shard in view.shards.values()
+            if shard.source
+        }
+
     def counts(self) -> dict[str, int]:
-        ready = sum(1 for v in self.nodes.values() if v.state == READY)
+        ready = sum(1 for v in self.nodes.values() if v.state == NodeState.READY)
         return {"total": len(self.nodes), "ready": ready, "not_ready": len(self.nodes) - ready}
 
     def handle_percentiles(self) -> dict[str, float | None]:

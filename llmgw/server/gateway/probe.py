@@ -19,8 +19,8 @@ import time
 import aiohttp
 
 from llmgw import pki
-from llmgw.server.fleet.registry import READY
 from llmgw.server.gateway.router import Nodes, engine_url
+from llmgw.wire.states import NodeState, ShardState
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -48,11 +48,11 @@ class EngineProbe:
         """(replica id, health URL) of every Ready replica on a node that is not Ready."""
         out = []
         for view in self.nodes.nodes.values():
-            if view.state == READY or not view.address:
+            if view.state == NodeState.READY or not view.address:
                 continue
             for rid, shard in view.shards.items():
-                if shard.get("state") == "ready" and shard.get("port"):
-                    out.append((rid, engine_url(view.address, int(shard["port"])) + "/health"))
+                if shard.state == ShardState.READY and shard.port:
+                    out.append((rid, engine_url(view.address, shard.port) + "/health"))
         return out
 
     async def round(self, session: aiohttp.ClientSession) -> None:

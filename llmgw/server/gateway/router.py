@@ -24,7 +24,8 @@ from typing import Any, Protocol
 
 from llmgw import pki
 from llmgw.server.catalog.model import Model, parse_replica_id
-from llmgw.server.fleet.registry import READY, NodeView
+from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.states import NodeState, ShardState
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -170,9 +171,9 @@ class Router:
         for view in self.nodes.nodes.values():
             if not view.address:
                 continue
-            silent = view.state != READY
+            silent = view.state != NodeState.READY
             for rid, shard in view.shards.items():
-                if shard.get("state") != "ready" or not shard.get("port"):
+                if shard.state != ShardState.READY or not shard.port:
                     continue
                 if silent and not self.probe.answers(rid):
                     continue
@@ -181,7 +182,7 @@ class Router:
                 profile = model.profile(parsed[1]) if model and parsed else None
                 if model is None or profile is None:
                     continue
-                url = engine_url(view.address, int(shard["port"])) + "/v1"
+                url = engine_url(view.address, shard.port) + "/v1"
                 endpoint = self._endpoints.get(rid)
                 if endpoint is None or endpoint.url != url:
                     endpoint = Endpoint(

@@ -16,10 +16,13 @@ from llmgw.modelkit.sizing import GiB, ModelShape, cpu_tokens_per_second, read_g
 from llmgw.server.api import Gate, build_app
 from llmgw.server.api.plan import routes as plan_routes
 from llmgw.server.catalog.inspector import Inspection, Inspector, PickledWeights, PlanError
-from llmgw.server.catalog.plan import plan
+from llmgw.server.catalog.plan import PlanNode, plan, plan_nodes
+from llmgw.server.catalog.scheduler import NodeCapacity
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.wire.messages import Heartbeat
+from llmgw.wire.states import NodeState
 from tests.agent.weights.weights_fakehub import FakeHub, Served, start_hub
+from tests.support.plannodes import plan_node as node
 from tests.support.tinymodel import write_tiny_model
 
 PAD = 8 * 1024 * 1024
@@ -216,20 +219,6 @@ SHAPE = ModelShape(
 MODEL = Inspection("hf:org/test:Q8_0", "gguf", SHAPE, SHAPE.file_bytes, ("test.gguf",))
 
 
-def node(node_id: str, **kw: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "id": node_id,
-        "state": "Ready",
-        "connected": True,
-        "cpu_count": 16,
-        "memory_available": 64 * GiB,
-        "gpus": [],
-        "memory_read_gbs": None,
-        "memory_read_one_core_gbs": None,
-    }
-    return {**base, **kw}
-
-
 def card(index: int, total_gib: float, used_gib: float) -> dict[str, Any]:
     return {
         "index": index,
@@ -244,7 +233,7 @@ FLEET = [
     node("gpu", gpus=[card(0, 24, 1)], memory_read_gbs=60.0, memory_read_one_core_gbs=12.0),
     node("cpu", memory_available=32 * GiB, memory_read_gbs=20.0, memory_read_one_core_gbs=8.0),
     node("small", memory_available=4 * GiB, gpus=[card(0, 8, 6)]),
-    node("lost", state="NotReady", reason="missed 3 heartbeats"),
+    node("lost", state=NodeState.NOT_READY, reason="missed 3 heartbeats"),
     node("shut", cordoned=True),
 ]
 
@@ -266,11 +255,12 @@ def test_plan_places_on_card_cpu_and_says_why_not() -> None:
     assert nodes["gpu"]["gpu"]["cards"][0]["uuid"] == "GPU-0"
     assert nodes["cpu"]["where"] == "cpu"
     assert not nodes["small"]["fits"]
-    reasons = " ".join(nodes["small"]["reasons"])
-    assert "on cards: needs" in reasons and "on the CPU: needs" in reasons
-    assert "GiB available" in reasons
-    assert nodes["lost"]["reasons"] == ["node is NotReady: missed 3 heartbeats"]
-    assert nodes["shut"]["reasons"] == ["node is cordoned: it takes no new replicas"]
+    reasons = nodes["small"]["reasons"]
+    assert reasons[0].startswith("on cards: needs 1 with 9.9 GiB free each, 0 have it")
+    assert reasons[1].startswith("on the CPU: memory: needs 9.") and "4.0 GiB free" in reasons[1]
+    # What the node itself refuses is said once, in the scheduler's words.
+    assert nodes["lost"]["reasons"] == ["node not Ready: missed 3 heartbeats"]
+    assert nodes["shut"]["reasons"] == ["node cordoned"]
     assert result["fits_on"] == ["cpu", "gpu"]
 
 
@@ -350,14 +340,21 @@ def test_heartbeat_keeps_memory_read_rates() -> None:
 
 
 async def test_plan_route(tiny: Path) -> None:
-    view = NodeView(id="n1", cert_serial=1, state="Ready")
+    view = NodeView(id="n1", cert_serial=1, state=NodeState.READY)
     view.facts = {"memory_available": 8 * GiB, "cpu_count": 4}
     view.live = {"memory_read_gbs": 10.0, "memory_read_one_core_gbs": 5.0}
+    view.engines, view.engines_probed = [{"name": "llama.cpp", "path": "/x"}], True
     view.session = cast(Any, object())  # connected
     registry = NodeRegistry(cast(Any, None), 5.0, 3)
     registry.nodes["n1"] = view
+
+    def fleet() -> list[PlanNode]:
+        return plan_nodes(
+            registry.nodes, [NodeCapacity.from_view(v) for v in registry.nodes.values()]
+        )
+
     inspector = Inspector(environ={})
-    app = build_app(plan_routes(inspector, registry), Gate("secret".__eq__), body_timeout=10)
+    app = build_app(plan_routes(inspector, fleet), Gate("secret".__eq__), body_timeout=10)
     transport = httpx.ASGITransport(app=app)
     auth = {"authorization": "Bearer secret"}
     async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:

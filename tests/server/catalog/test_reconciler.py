@@ -12,6 +12,8 @@ from llmgw.config import SchedulingConfig
 from llmgw.server.catalog.model import Model, Profile, fingerprint, with_change
 from llmgw.server.catalog.reconciler import Plan, Reconciler
 from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.messages import ShardStatus
+from llmgw.wire.states import NodeState, ShardState
 
 GIB = 1024**3
 
@@ -28,7 +30,7 @@ def node(nid: str, address: str | None = None, memory: int = 64, **kw: Any) -> N
     view = NodeView(
         id=nid,
         cert_serial=1,
-        state="Ready",
+        state=NodeState.READY,
         address=address or f"10.0.0.{ord(nid[-1]) % 250}",
         facts={
             "cpu_count": 16,
@@ -71,12 +73,13 @@ def apply(plan: Plan, nodes: dict[str, NodeView], rec: Reconciler, state: str = 
     """What the agents would report back: each start running, each stop gone."""
     for start in plan.starts:
         track = rec.tracks[start.replica_id]
-        nodes[start.node].shards[start.replica_id] = {
-            "state": state,
-            "fingerprint": track.fingerprint,
-            "port": start.port,
-            "source": "/models/m.gguf",
-        }
+        nodes[start.node].shards[start.replica_id] = ShardStatus(
+            replica_id=start.replica_id,
+            state=ShardState(state),
+            fingerprint=track.fingerprint,
+            port=start.port,
+            source="/models/m.gguf",
+        )
     for stop in plan.stops:
         nodes[stop.node].shards.pop(stop.replica_id, None)
 
@@ -85,7 +88,13 @@ def set_state(nodes: dict[str, NodeView], state: str, only: set[str] | None = No
     for view in nodes.values():
         for rid, shard in view.shards.items():
             if only is None or rid in only:
-                shard["state"] = state
+                view.shards[rid] = replace(shard, state=ShardState(state))
+
+
+def fail(view: NodeView, replica_id: str, reason: str) -> None:
+    view.shards[replica_id] = replace(
+        view.shards[replica_id], state=ShardState.FAILED, reason=reason
+    )
 
 
 def running(nodes: dict[str, NodeView]) -> dict[str, str]:
@@ -152,9 +161,11 @@ def test_a_changed_profile_is_replaced_one_by_one(clock: Clock) -> None:
         assert len(plan.stops) == 1 and plan.stops[0].replica_id in old
         assert len(plan.starts) == left
         apply(plan, nodes, rec)
-        ready = sum(1 for v in nodes.values() for s in v.shards.values() if s["state"] == "ready")
+        ready = sum(
+            1 for v in nodes.values() for s in v.shards.values() if s.state == ShardState.READY
+        )
         assert ready == 2
-    assert all(s["fingerprint"] == new_fp for s in nodes["a"].shards.values())
+    assert all(s.fingerprint == new_fp for s in nodes["a"].shards.values())
     assert not old & set(running(nodes))
 
 
@@ -196,7 +207,7 @@ def test_failures_back_off_and_go_elsewhere(clock: Clock) -> None:
     plan = rec.plan([m], nodes)
     assert plan.starts[0].node == "b"  # binpack: the fuller node that fits
     apply(plan, nodes, rec)
-    nodes["b"].shards[plan.starts[0].replica_id].update(state="failed", reason="boom")
+    fail(nodes["b"], plan.starts[0].replica_id, "boom")
     plan = rec.plan([m], nodes)
     assert [s.reason for s in plan.stops] == ["failed: boom"] and plan.starts == []
     apply(plan, nodes, rec)
@@ -207,7 +218,7 @@ def test_failures_back_off_and_go_elsewhere(clock: Clock) -> None:
     plan = rec.plan([m], nodes)
     assert [s.node for s in plan.starts] == ["a"]  # away from where it failed
     apply(plan, nodes, rec)
-    nodes["a"].shards[plan.starts[0].replica_id].update(state="failed", reason="again")
+    fail(nodes["a"], plan.starts[0].replica_id, "again")
     apply(rec.plan([m], nodes), nodes, rec)
     clock.now += 15  # second failure: 20 s
     assert rec.plan([m], nodes).starts == []
@@ -306,7 +317,7 @@ def test_on_demand_waits_for_demand_and_parks_after_failures(clock: Clock) -> No
         plan = rec.plan([m], nodes)
         assert len(plan.starts) == 1
         apply(plan, nodes, rec)
-        nodes["a"].shards[plan.starts[0].replica_id].update(state="failed", reason="oom")
+        fail(nodes["a"], plan.starts[0].replica_id, "oom")
         plan = rec.plan([m], nodes)
         parks += plan.parks
         apply(plan, nodes, rec)
@@ -339,7 +350,9 @@ def test_replicas_of_a_removed_model_stop_and_hand_started_shards_are_left(
     rec = reconciler(clock)
     m = model()
     apply(rec.plan([m], nodes), nodes, rec)
-    nodes["a"].shards["r1"] = {"state": "ready", "fingerprint": "direct", "port": 1}
+    nodes["a"].shards["r1"] = ShardStatus(
+        replica_id="r1", state=ShardState.READY, fingerprint="direct", port=1
+    )
     plan = rec.plan([], nodes)
     assert [s.reason for s in plan.stops] == ["its model is no longer in the catalog"]
     assert "r1" not in {s.replica_id for s in plan.stops}

@@ -20,6 +20,8 @@ from llmgw.server.catalog.scheduler import (
     place,
     place_many,
 )
+from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.states import NodeState
 
 
 def node(nid: str, free_gib: float = 64, **kw: Any) -> NodeCapacity:
@@ -228,26 +230,45 @@ def test_refusal_carries_every_verdict() -> None:
     assert r.as_json()["verdicts"][1]["reasons"] == ["node cordoned"]
 
 
-def test_from_node_json() -> None:
-    data = {
-        "id": "n1",
-        "state": "Ready",
-        "cpu_count": 32,
-        "memory_total": 256 * GIB,
-        "memory_available": 200 * GIB,
-        "disks": [
-            {"path": "/", "fstype": "ext4", "total": 1, "free": 30 * GIB, "shared": False},
-            {"path": "/m", "fstype": "nfs", "total": 1, "free": 900 * GIB, "shared": True},
-        ],
-        "gpus": [
-            {"index": 0, "uuid": "GPU-0", "name": "A100", "memory_total": 80, "memory_used": 5}
-        ],
-        "engines": ["llama.cpp"],
-    }
-    n = NodeCapacity.from_node_json(data, memory_reserved=GIB, card_reserved={"GPU-0": 10})
+def test_from_view_reads_typed_figures_never_the_api_json() -> None:
+    view = NodeView(
+        id="n1",
+        cert_serial=1,
+        state=NodeState.READY,
+        facts={
+            "cpu_count": 32,
+            "memory_total": 256 * GIB,
+            "memory_available": 100 * GIB,
+            "disks": [
+                {"path": "/", "fstype": "ext4", "total": 1, "free": 30 * GIB, "shared": False},
+                {"path": "/m", "fstype": "nfs", "total": 1, "free": 900 * GIB, "shared": True},
+            ],
+            "gpus": [
+                {"index": 0, "uuid": "GPU-0", "name": "A100", "memory_total": 80, "memory_used": 1}
+            ],
+        },
+        # The latest heartbeat's figures win over the facts of registering.
+        live={
+            "memory_available": 200 * GIB,
+            "gpus": [
+                {"index": 0, "uuid": "GPU-0", "name": "A100", "memory_total": 80, "memory_used": 5}
+            ],
+        },
+        engines=[{"name": "llama.cpp", "path": "/x"}],
+        engines_probed=True,
+        installable=["vllm"],
+        draining=True,
+        labels={"zone": "a"},
+    )
+    n = NodeCapacity.from_view(view, memory_reserved=GIB, card_reserved={"GPU-0": 10})
     assert n.ready and n.cpu_cores == 32 and n.disk_free == 30 * GIB
+    assert n.memory_available == 200 * GIB and n.memory_reserved == GIB
     assert n.cards[0].memory_free == 75 and n.cards[0].reserved == 10
-    assert "llama.cpp" in n.engines_installed
+    assert n.engines_installed == {"llama.cpp"} and n.engines_installable == {"vllm"}
+    assert n.cordoned and n.labels == {"zone": "a"}  # draining takes nothing new
+    # A figure never reported stays unknown: no disks is not a full disk.
+    bare = NodeCapacity.from_view(NodeView(id="n2", cert_serial=1))
+    assert not bare.ready and bare.disk_free is None and bare.cards == ()
 
 
 def test_large_fleet_is_fast() -> None:

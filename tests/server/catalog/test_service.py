@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from llmgw.config import SchedulingConfig
 from llmgw.modelkit.sizing import ModelShape
-from llmgw.server.catalog.inspector import PickledWeights
+from llmgw.server.catalog.inspector import Inspection, PickledWeights
+from llmgw.server.catalog.plan import plan, plan_nodes
 from llmgw.server.catalog.service import ModelService
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
+from llmgw.wire.states import NodeState
 
 GIB = 1024**3
 SHAPE = ModelShape(
@@ -37,7 +38,7 @@ def ready_node(nid: str, memory: int) -> NodeView:
     return NodeView(
         id=nid,
         cert_serial=1,
-        state="Ready",
+        state=NodeState.READY,
         address="10.0.0.1",
         facts={"cpu_count": 8, "memory_total": memory, "memory_available": memory, "gpus": []},
         last_heartbeat=0.0,
@@ -58,14 +59,10 @@ async def service(tmp_path: Path) -> AsyncIterator[ModelService]:
             raise OSError("the hub did not answer")
         return SHAPE
 
-    cp: Any = SimpleNamespace(
-        config=SimpleNamespace(scheduling=SchedulingConfig()),
-        store=store,
-        registry=SimpleNamespace(nodes={"a": ready_node("a", 16 * GIB)}),
-        wanted_sources=set,
-    )
+    registry = NodeRegistry(store, 1.0, 3)
+    registry.nodes["a"] = ready_node("a", 16 * GIB)
     try:
-        yield ModelService(cp, inspect)
+        yield ModelService(store, registry, SchedulingConfig(), b"secret", inspect)
     finally:
         await store.close()
 
@@ -89,10 +86,10 @@ async def test_serve_keeps_the_model_with_its_figures_and_audits(service: ModelS
     # Trained for 8192, and that fits the 16 GiB node beside 2 GiB of weights.
     assert model.context == 8192
     assert model.profiles[0].memory > model.weight_bytes == 2 * GIB
-    kept = await service.cp.store.list_models()
+    kept = await service.store.list_models()
     assert [r.name for r in kept] == ["repo-q4_k_m"]
     assert kept[0].spec["profiles"][0]["replicas"] == 2
-    audit = await service.cp.store.audit_log()
+    audit = await service.store.audit_log()
     assert (audit[0]["actor"], audit[0]["action"]) == ("admin@test", "model.serve")
 
 
@@ -133,4 +130,80 @@ async def test_a_second_model_of_the_same_name_and_one_too_big_are_refused(
     answer = await refusal(service, {"source": "hf:org/big:Q8_0", "memory": 64 * GIB})
     assert answer["status"] == 409 and answer["type"] == "does_not_fit"
     assert answer["verdicts"][0]["reasons"] == ["memory: needs 64.0 GiB, 16.0 GiB free"]
-    assert [r.name for r in await service.cp.store.list_models()] == ["m"]
+    assert [r.name for r in await service.store.list_models()] == ["m"]
+
+
+def varied_fleet() -> dict[str, NodeView]:
+    """Nodes that each refuse or take a replica for a different reason."""
+
+    def at(nid: str, memory: int, **kw: Any) -> NodeView:
+        view = ready_node(nid, memory)
+        for key, value in kw.items():
+            setattr(view, key, value)
+        return view
+
+    card = {"index": 0, "uuid": "GPU-0", "name": "Card", "memory_total": 24 * GIB}
+    return {
+        "big": at("big", 64 * GIB),
+        "small": at("small", GIB),
+        "gpu": at(
+            "gpu",
+            8 * GIB,
+            facts={**ready_node("x", 2 * GIB).facts, "gpus": [{**card, "memory_used": GIB}]},
+        ),
+        "gpu-full": at(
+            "gpu-full",
+            8 * GIB,
+            facts={
+                **ready_node("x", 2 * GIB).facts,
+                "gpus": [{**card, "uuid": "GPU-1", "memory_used": 23 * GIB}],
+            },
+        ),
+        "cordoned": at("cordoned", 64 * GIB, cordoned=True),
+        "draining": at("draining", 64 * GIB, draining=True),
+        "lost": at("lost", 64 * GIB, state=NodeState.NOT_READY, reason="missed 3 heartbeats"),
+        "no-engine": at("no-engine", 64 * GIB, engines=[]),
+        "full-disk": at(
+            "full-disk",
+            64 * GIB,
+            facts={
+                **ready_node("x", 64 * GIB).facts,
+                "disks": [{"path": "/", "fstype": "ext4", "total": 100 * GIB, "free": GIB}],
+            },
+        ),
+        "for-embeddings": at("for-embeddings", 64 * GIB, labels={"llmgw.role": "embed"}),
+    }
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+async def test_plan_and_explain_agree_node_by_node(service: ModelService, gpus: int) -> None:
+    """One judge of fit: `ctl model plan` and `ctl explain` say the same of every node."""
+    service.registry.nodes.clear()
+    service.registry.nodes.update(varied_fleet())
+    model = await serve(
+        service, {"source": "hf:org/repo:Q4_K_M", "gpus": gpus, "context": 4096, "slots": 2}
+    )
+    (explained,) = service.explain(model)
+    inspection = Inspection(model.source, "gguf", SHAPE, model.weight_bytes, ("m.gguf",))
+    planned = plan(
+        inspection,
+        plan_nodes(service.registry.nodes, service.fleet(at_rest=False)),
+        context=model.context,
+        slots=model.slots,
+        cards=gpus,
+        engine=model.engine,
+    )
+    judged = {v["node"]: v["ok"] for v in explained["verdicts"]}
+    assert {v["node"]: v["fits"] for v in planned["nodes"]} == judged
+    fits = {n for n, ok in judged.items() if ok}
+    assert fits == ({"gpu"} if gpus else {"big"})
+    # Where it does not fit, both say why; what the node itself refuses, in one wording.
+    reasons = {v["node"]: v["reasons"] for v in explained["verdicts"]}
+    for verdict in planned["nodes"]:
+        if not verdict["fits"]:
+            assert verdict["reasons"] and reasons[verdict["node"]]
+    said = {v["node"]: v["reasons"][0] for v in planned["nodes"] if not v["fits"]}
+    assert said["cordoned"] == "node cordoned" == reasons["cordoned"][0]
+    assert said["lost"] == "node not Ready: missed 3 heartbeats"
+    assert said["no-engine"] == reasons["no-engine"][0]
+    assert said["for-embeddings"] == reasons["for-embeddings"][0]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmgw.server.fleet.registry import NOT_READY, READY, NodeRegistry
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.store import SQLiteStore
 from llmgw.wire import Disk, Heartbeat, HostFacts, Register
+from llmgw.wire.states import NodeState
 
 
 class FakeSession:
@@ -38,15 +39,15 @@ async def test_ready_notready_ready(tmp_path: Path) -> None:
     session = FakeSession()
     await reg.register(_register(), session)
     view = reg.nodes["n1"]
-    assert view.state == READY
+    assert view.state == NodeState.READY
     start = view.last_heartbeat
     assert start is not None
     assert reg.sweep(now=start + 14.9) == []
     assert reg.sweep(now=start + 15.1) == ["n1"]
-    assert view.state == NOT_READY and "missed 3 heartbeats" in view.reason
+    assert view.state == NodeState.NOT_READY and "missed 3 heartbeats" in view.reason
     await reg.flush()
     stored = await reg.store.get_node("n1")
-    assert stored is not None and stored.state == NOT_READY
+    assert stored is not None and stored.state == NodeState.NOT_READY
 
     reg.heartbeat(
         "n1",
@@ -54,7 +55,7 @@ async def test_ready_notready_ready(tmp_path: Path) -> None:
             seq=1, memory_available=7, disks=[Disk(path="/", fstype="ext4", total=10, free=5)]
         ),
     )
-    assert view.state == READY
+    assert view.state == NodeState.READY
     shown = view.as_json()
     # Live figures override the ones from Register; absent ones keep the last known.
     assert shown["memory_available"] == 7 and shown["memory_total"] == 100
@@ -64,7 +65,7 @@ async def test_ready_notready_ready(tmp_path: Path) -> None:
     assert shown["cpu_percent"] is None
     await reg.flush()
     stored = await reg.store.get_node("n1")
-    assert stored is not None and stored.state == READY
+    assert stored is not None and stored.state == NodeState.READY
     await reg.store.close()
 
 
@@ -94,20 +95,20 @@ async def test_restart_loads_nodes_not_ready(tmp_path: Path) -> None:
     await reg.register(_register(), FakeSession())
     # Registrations are written in batches, with the monitor's next flush.
     stored = await reg.store.get_node("n1")
-    assert stored is not None and stored.state == NOT_READY and stored.facts is None
+    assert stored is not None and stored.state == NodeState.NOT_READY and stored.facts is None
     await reg.flush()
     stored = await reg.store.get_node("n1")
-    assert stored is not None and stored.state == READY and stored.facts
+    assert stored is not None and stored.state == NodeState.READY and stored.facts
     await reg.store.close()
     store = SQLiteStore(tmp_path / "s.db")
     await store.open()
     again = NodeRegistry(store, 5.0, 3)
     await again.load()
     view = again.nodes["n1"]
-    assert view.state == NOT_READY and "waiting for its agent" in view.reason
+    assert view.state == NodeState.NOT_READY and "waiting for its agent" in view.reason
     assert view.facts["memory_total"] == 100 and view.cert_serial == 42
     assert again.counts() == {"total": 1, "ready": 0, "not_ready": 1}
     await again.flush()
     stored = await store.get_node("n1")
-    assert stored is not None and stored.state == NOT_READY
+    assert stored is not None and stored.state == NodeState.NOT_READY
     await store.close()

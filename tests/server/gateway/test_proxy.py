@@ -21,11 +21,13 @@ from hypothesis import strategies as st
 
 from llmgw.config import GatewayConfig
 from llmgw.server.catalog.model import Model, Profile
-from llmgw.server.fleet.registry import READY, NodeView
+from llmgw.server.fleet.registry import NodeView
 from llmgw.server.gateway import Gateway, key_hash
 from llmgw.server.gateway.proxy import StreamTap
 from llmgw.server.gateway.router import BREAKER_FAILURES
 from llmgw.server.store import ApiKeyRecord, SQLiteStore
+from llmgw.wire.messages import ShardStatus
+from llmgw.wire.states import NodeState, ShardState
 from tests.support.fakeengine import FakeEngine
 
 KEY = "sk-llmgw-test"
@@ -83,9 +85,10 @@ async def harness(
     store = SQLiteStore(tmp_path / "store.db")
     await store.open()
     engines = [await FakeEngine(close_after_stream).start() for _ in range(replicas)]
-    view = NodeView(id="a", cert_serial=1, state=READY, address="127.0.0.1")
+    view = NodeView(id="a", cert_serial=1, state=NodeState.READY, address="127.0.0.1")
     for i, engine in enumerate(engines):
-        view.shards[f"m.default.0000000{i}"] = {"state": "ready", "port": engine.port}
+        rid = f"m.default.0000000{i}"
+        view.shards[rid] = ShardStatus(replica_id=rid, state=ShardState.READY, port=engine.port)
     nodes = SimpleNamespace(nodes={"a": view}, version=1)
     catalog = SimpleNamespace(models={"m": model()}, version=1)
     gateway = Gateway(

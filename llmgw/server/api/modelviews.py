@@ -1,0 +1,152 @@
+"""What the admin API shows of a model: its state, profiles and speed, or an external
+provider's endpoints. Read-only views over the catalog service, the nodes and the
+gateway's live endpoints; they change nothing."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from llmgw.modelkit import sizing
+from llmgw.server.catalog import model as catalog
+from llmgw.server.catalog.model import Model, Profile
+from llmgw.server.catalog.service import ModelService
+from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.gateway.router import Endpoint
+from llmgw.wire.states import NodeState
+
+EndpointsOf = Callable[[str], Sequence[Endpoint]]
+
+
+class ModelViews:
+    def __init__(
+        self, service: ModelService, registry: NodeRegistry, endpoints_of: EndpointsOf
+    ) -> None:
+        self.service = service
+        self.registry = registry
+        self.endpoints_of = endpoints_of
+
+    def model_json(self, model: Model) -> dict[str, Any]:
+        profiles = []
+        ready = starting = stale = 0
+        for p in model.profiles:
+            status = self.service.reconciler.status.get((model.name, p.name))
+            shown = status.as_json() if status else None
+            if status:
+                ready += status.ready
+                starting += status.starting
+                stale += status.stale
+            profiles.append(
+                {
+                    **p.to_spec(),
+                    "fingerprint": catalog.fingerprint(model, p),
+                    "status": shown,
+                    "cpu_tokens_per_second": self.cpu_speed(model, p),
+                }
+            )
+        if model.external:
+            return self.external_json(model)
+        now = self.service.reconciler.clock()
+        desired = sum(self.service.reconciler.desired(model, p, now) for p in model.profiles)
+        if model.parked:
+            state = "parked"
+        elif model.stopped:
+            state = "stopped"
+        elif desired == 0:
+            state = "idle" if model.on_demand else "scaled to zero"
+        elif ready >= desired:
+            state = "serving"
+        elif ready:
+            state = "degraded"
+        else:
+            state = "starting"
+        return {
+            "name": model.name,
+            "source": model.source,
+            "engine": model.engine,
+            "state": state,
+            "replicas": model.replicas,
+            "desired": desired,
+            "ready": ready,
+            "starting": starting,
+            "stale": stale,
+            "context": model.context,
+            "slots": model.slots,
+            "max_output": model.max_output,
+            "on_demand": model.on_demand,
+            "stopped": model.stopped,
+            "parked": model.parked,
+            "allow_pickle": model.allow_pickle,
+            "weight_bytes": model.weight_bytes or None,
+            "shape": dict(model.shape),
+            "profiles": profiles,
+        }
+
+    def cpu_speed(self, model: Model, profile: Profile) -> float | None:
+        """A CPU profile's reply speed on the fastest Ready node that measured its
+        memory read rate; None on cards (not estimated) or when no node measured."""
+        if profile.cards:
+            return None
+        shape = catalog.shape_of(model)
+        if shape is None:
+            return None
+        best: float | None = None
+        threads = int(profile.cpu_cores) or None
+        for view in self.registry.nodes.values():
+            figures = view.figures()
+            rate = figures.memory_read_gbs
+            if view.state != NodeState.READY or rate is None:
+                continue
+            speed = sizing.cpu_tokens_per_second(
+                shape, rate, threads, figures.memory_read_one_core_gbs
+            )
+            if speed and (best is None or speed > best):
+                best = round(speed, 1)
+        return best
+
+    def external_json(self, model: Model) -> dict[str, Any]:
+        """An external provider's model: its endpoints by name and weight, never a key."""
+        spec = model.external or {}
+        live = {e.replica_id: e for e in self.endpoints_of(model.name)}
+        endpoints = []
+        for i, entry in enumerate(spec.get("keys") or [], start=1):
+            name = f"external:{model.name}#{i}"
+            endpoint = live.get(name)
+            problem = endpoint.problem if endpoint else ""
+            passed_over = bool(endpoint and endpoint.open_until > time.monotonic())
+            endpoints.append(
+                {
+                    "name": name,
+                    "weight": entry.get("weight", 1.0),
+                    "state": "passed over" if passed_over else "ok",
+                    "problem": problem,
+                }
+            )
+        usable = sum(1 for e in endpoints if e["state"] == "ok")
+        return {
+            "name": model.name,
+            "source": spec.get("base_url"),
+            "engine": "external",
+            "state": "serving" if usable else "unavailable",
+            "replicas": len(endpoints),
+            "desired": len(endpoints),
+            "ready": usable,
+            "starting": 0,
+            "stale": 0,
+            "context": model.context,
+            "slots": model.slots,
+            "max_output": model.max_output,
+            "on_demand": False,
+            "stopped": model.stopped,
+            "parked": None,
+            "allow_pickle": False,
+            "weight_bytes": None,
+            "shape": {},
+            "profiles": [],
+            "external": {
+                "base_url": spec.get("base_url"),
+                "upstream_model": spec.get("upstream_model"),
+                "endpoints": endpoints,
+            },
+        }

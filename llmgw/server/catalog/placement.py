@@ -1,0 +1,196 @@
+"""What placement speaks of: a node's capacity, a replica's request, and the answers
+(a placement, or a refusal with every node's verdict). Plain frozen data; the judging is
+in ``scheduler.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+from llmgw.wire.states import NodeState
+
+if TYPE_CHECKING:
+    from llmgw.server.fleet.registry import NodeFigures, NodeView
+
+
+ROLE_LABEL = "llmgw.role"
+GIB = 1024**3
+
+Strategy = Literal["binpack", "spread"]
+
+
+@dataclass(frozen=True)
+class Card:
+    """One accelerator as placement sees it; `reserved` is held by placed replicas."""
+
+    uuid: str
+    index: int
+    name: str = ""
+    memory_total: int = 0
+    memory_free: int = 0
+    reserved: int = 0
+
+
+@dataclass(frozen=True)
+class NodeCapacity:
+    """A node's facts plus what placed replicas already hold on it."""
+
+    id: str
+    ready: bool = True
+    cordoned: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    cpu_cores: float = 0.0
+    cpu_reserved: float = 0.0
+    memory_total: int = 0
+    memory_available: int = 0
+    memory_reserved: int = 0
+    # None means the agent reported no local disk: unknown, not full.
+    disk_free: int | None = None
+    weights: frozenset[str] = frozenset()
+    engines_installed: frozenset[str] = frozenset()
+    engines_installable: frozenset[str] = frozenset()
+    cards: tuple[Card, ...] = ()
+
+    @classmethod
+    def from_view(
+        cls,
+        view: NodeView,
+        *,
+        cpu_reserved: float = 0.0,
+        memory_reserved: int = 0,
+        card_reserved: Mapping[str, int] | None = None,
+        weights: Iterable[str] = (),
+        figures: NodeFigures | None = None,
+    ) -> NodeCapacity:
+        """A node's typed figures (``NodeView.figures``) plus what only the control
+        plane knows: what its replicas hold, the weights it has, its scheduling marks."""
+        figures = figures or view.figures()
+        card_reserved = card_reserved or {}
+        cards = tuple(
+            Card(
+                uuid=g.uuid,
+                index=g.index,
+                name=g.name,
+                memory_total=g.memory_total or 0,
+                memory_free=(g.memory_total or 0) - (g.memory_used or 0),
+                reserved=card_reserved.get(g.uuid, 0),
+            )
+            for g in figures.gpus
+        )
+        # A model file cannot span filesystems, and a shared filer's free space is
+        # everyone's, so the room a node has is its largest local filesystem.
+        local = [d.free for d in figures.disks or () if not d.shared]
+        return cls(
+            id=view.id,
+            ready=view.state == NodeState.READY,
+            cordoned=view.cordoned or view.draining,
+            labels=dict(view.labels),
+            cpu_cores=float(figures.cpu_count or 0),
+            cpu_reserved=cpu_reserved,
+            memory_total=figures.memory_total or 0,
+            memory_available=figures.memory_available or 0,
+            memory_reserved=memory_reserved,
+            disk_free=max(local) if local else None,
+            weights=frozenset(weights),
+            engines_installed=view.engine_names(),
+            engines_installable=frozenset(view.installable),
+            cards=cards,
+        )
+
+
+@dataclass(frozen=True)
+class Request:
+    """One replica to place: what a profile asks of a node."""
+
+    model: str
+    profile: str
+    engine: str
+    source: str
+    memory: int = 0
+    disk: int = 0
+    cpu_cores: float = 0.0
+    cards: int = 0
+    card_memory: int = 0
+    role: str | None = None
+    selector: Mapping[str, str] = field(default_factory=dict)
+    # Nodes where this model failed recently (the reconciler's memory).
+    avoid: frozenset[str] = frozenset()
+
+    @property
+    def wanted_role(self) -> str | None:
+        # A selector naming the role label asks for that role as surely as `role` does.
+        return self.role if self.role is not None else self.selector.get(ROLE_LABEL)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One node's answer to one request, as `ctl explain` prints it."""
+
+    node: str
+    ok: bool
+    reasons: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    # Bytes free after placing (card memory when cards are asked, host memory if not).
+    score: int | None = None
+    rank: int | None = None  # 1 is where the replica would go
+    holds_weights: bool = False
+    cards: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "ok": self.ok,
+            "reasons": list(self.reasons),
+            "notes": list(self.notes),
+            "score": self.score,
+            "rank": self.rank,
+            "holds_weights": self.holds_weights,
+            "cards": list(self.cards),
+        }
+
+
+@dataclass(frozen=True)
+class Placement:
+    request: Request
+    node: str
+    cards: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.request.model,
+            "profile": self.request.profile,
+            "node": self.node,
+            "cards": list(self.cards),
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Nowhere fits. Verdicts are judged when first read: a batch that refuses
+    thousands of replicas should not pay for explaining each one it never shows.
+    From `place_many` they judge the fleet as the whole batch left it."""
+
+    request: Request
+    judge: Callable[[], Sequence[Verdict]] = field(repr=False, compare=False)
+
+    @cached_property
+    def verdicts(self) -> tuple[Verdict, ...]:
+        return tuple(self.judge())
+
+    @property
+    def reason(self) -> str:
+        if not self.verdicts:
+            return "no nodes"
+        return "; ".join(f"{v.node}: {', '.join(v.reasons)}" for v in self.verdicts)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "model": self.request.model,
+            "profile": self.request.profile,
+            "node": None,
+            "verdicts": [v.as_json() for v in self.verdicts],
+        }

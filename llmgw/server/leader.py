@@ -1,0 +1,72 @@
+"""The work only the leading control plane does, behind one switch.
+
+The reconciler's loop (placing and stopping replicas), the flush of the gateway's usage
+counts and the writes of node states change the store and the fleet: two control planes
+doing them at once would fight. ``LeaderWork`` starts them when this control plane leads
+and stops them, with a last flush, when it no longer does. Everything else (``/v1``,
+the agents' streams, reading the catalog) runs on every control plane. Today a control
+plane always leads from start to stop; the standby issue adds who decides.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("llmgw.leader")
+
+# A loop that runs until its event is set.
+Loop = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+# Written once more when leadership ends, so nothing counted is lost.
+Flush = Callable[[], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Duty:
+    name: str
+    loop: Loop
+    flush: Flush | None = None
+
+
+class LeaderWork:
+    def __init__(self, duties: list[Duty]) -> None:
+        self.duties = duties
+        self._stop = asyncio.Event()
+        self._tasks: list[tuple[Duty, asyncio.Task[None]]] = []
+
+    @property
+    def leading(self) -> bool:
+        return bool(self._tasks)
+
+    def lead(self) -> None:
+        """Start every duty; a second call while leading does nothing."""
+        if self._tasks:
+            return
+        self._stop = asyncio.Event()
+        self._tasks = [
+            (duty, asyncio.create_task(duty.loop(self._stop), name=f"leader:{duty.name}"))
+            for duty in self.duties
+        ]
+        log.info("leading: %s", ", ".join(d.name for d in self.duties))
+
+    async def step_down(self) -> None:
+        """Stop every duty, then flush what each still holds."""
+        if not self._tasks:
+            return
+        self._stop.set()
+        tasks, self._tasks = self._tasks, []
+        for duty, task in tasks:
+            try:
+                await task
+            except Exception:
+                log.exception("%s ended with an error", duty.name)
+        for duty, _ in tasks:
+            if duty.flush is None:
+                continue
+            try:
+                await duty.flush()
+            except Exception as exc:
+                log.error("%s: what the last seconds held could not be written: %s", duty.name, exc)

@@ -1,0 +1,49 @@
+"""Nodes as the planner sees them, built the way the control plane builds them: a
+``NodeView`` with its facts, its capacity for placement, and ``plan_nodes``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmgw.modelkit.sizing import GiB
+from llmgw.server.catalog.plan import PlanNode, plan_nodes
+from llmgw.server.catalog.scheduler import NodeCapacity
+from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.states import NodeState
+
+
+def plan_node(
+    node_id: str,
+    *,
+    state: NodeState = NodeState.READY,
+    reason: str = "",
+    cordoned: bool = False,
+    memory_available: int = 64 * GiB,
+    gpus: list[dict[str, Any]] | None = None,
+    memory_read_gbs: float | None = None,
+    memory_read_one_core_gbs: float | None = None,
+) -> PlanNode:
+    """A node as the control plane holds it, seen as the planner sees it."""
+    rates = {
+        "memory_read_gbs": memory_read_gbs,
+        "memory_read_one_core_gbs": memory_read_one_core_gbs,
+    }
+    view = NodeView(
+        id=node_id,
+        cert_serial=1,
+        state=state,
+        reason=reason,
+        cordoned=cordoned,
+        facts={
+            "cpu_count": 16,
+            "memory_total": memory_available + GiB,
+            "memory_available": memory_available,
+            "gpus": gpus or [],
+        },
+        live={k: v for k, v in rates.items() if v is not None},
+        engines=[{"name": "llama.cpp", "path": "/x"}],
+        engines_probed=True,
+        installable=["vllm", "sglang"],
+    )
+    (planned,) = plan_nodes({node_id: view}, [NodeCapacity.from_view(view)])
+    return planned
