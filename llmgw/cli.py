@@ -18,12 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import __version__
+from llmgw.client import UsageError
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-class UsageError(RuntimeError):
-    """Bad input on the command line; printed without a traceback."""
 
 
 def parse_duration(text: str) -> int:

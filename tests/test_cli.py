@@ -100,3 +100,28 @@ def test_agent_config_file_is_checked(tmp_path: Path, capsys: pytest.CaptureFixt
 
 def test_parser_builds() -> None:
     assert build_parser().prog == "llmgw"
+
+
+def test_llmgw_py_at_the_top_runs_every_role_from_a_checkout(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    launcher = Path(__file__).resolve().parent.parent / "llmgw.py"
+    # From elsewhere, as `python3 /path/to/checkout/llmgw.py`: the package beside it runs.
+    version = subprocess.run(
+        [sys.executable, str(launcher), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.strip() == f"llmgw {__version__}"
+    helped = subprocess.run(
+        [sys.executable, str(launcher), "agent", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert helped.returncode == 0 and "run" in helped.stdout

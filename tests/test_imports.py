@@ -99,3 +99,102 @@ def test_the_agent_role_does_not_load_the_web_stack_or_the_ui() -> None:
         [sys.executable, "-c", AGENT_IMPORTS, *HEAVY], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the package under ``root`` → the package's modules it imports.
+
+    Importing ``a.b.c`` runs ``a`` and ``a.b`` too, so those count, except a module's own
+    enclosing packages (already running when it is imported). Imports inside functions
+    and under ``TYPE_CHECKING`` count: a cycle hidden there is still a knot.
+    """
+    modules: dict[str, tuple[Path, bool]] = {}
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root.parent).with_suffix("")
+        is_package = rel.name == "__init__"
+        modules[".".join(rel.parts[:-1] if is_package else rel.parts)] = (path, is_package)
+    graph: dict[str, set[str]] = {}
+    for module, (path, is_package) in modules.items():
+        edges: set[str] = set()
+        for name in imported_modules(path.read_text(), module, is_package):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]  # `from pkg import function`
+            parts = name.split(".") if name else []
+            for i in range(1, len(parts) + 1):
+                target = ".".join(parts[:i])
+                if target in modules and not (module + ".").startswith(target + "."):
+                    edges.add(target)
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles: strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_anywhere() -> None:
+    assert cycles(module_graph(PACKAGE)) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_package_and_a_late_import(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "llmgw"
+    (root / "core").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "core" / "__init__.py").write_text("from llmgw.core.a import A\n")
+    (root / "core" / "a.py").write_text("A = 1\n")  # a's own package: no edge back
+    (root / "b.py").write_text("from llmgw.core import a\n")
+    (root / "c.py").write_text("def f():\n    from llmgw import b\n")
+    assert cycles(module_graph(root)) == []
+    (root / "core" / "a.py").write_text("from llmgw.c import f\nA = 1\n")
+    assert cycles(module_graph(root)) == [["llmgw.b", "llmgw.c", "llmgw.core", "llmgw.core.a"]]
+
+
+# The server's core and its gateway: no web framework, and nothing of the composition
+# root or the admin API, which are built on them and not the other way round.
+CORE = ("store", "fleet", "catalog", "gateway")
+CORE_MUST_NOT_IMPORT = ("starlette", "llmgw.server.app", "llmgw.server.api")
+
+
+def test_the_server_core_imports_neither_the_web_stack_nor_the_app() -> None:
+    graph = module_graph(PACKAGE)
+    found = []
+    for package in CORE:
+        for path in sorted((PACKAGE / "server" / package).rglob("*.py")):
+            rel = path.relative_to(PACKAGE.parent).with_suffix("")
+            is_package = rel.name == "__init__"
+            module = ".".join(rel.parts[:-1] if is_package else rel.parts)
+            names = imported_modules(path.read_text(), module, is_package) | graph[module]
+            for name in sorted(names):
+                if any(name == bad or name.startswith(bad + ".") for bad in CORE_MUST_NOT_IMPORT):
+                    found.append(f"{module}: imports {name}")
+    assert found == []

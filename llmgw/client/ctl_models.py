@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from llmgw.client import UsageError
 from llmgw.client.tables import binary, count, render
 
 Client = Callable[[argparse.Namespace], Any]
@@ -260,8 +261,6 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
             head, _, tail = option.rpartition(":")
             if head and tail.replace(".", "", 1).isdigit():
                 path, weight = head, float(tail)
-            from llmgw.cli import UsageError
-
             try:
                 secret = Path(path).read_text().strip()
             except OSError as exc:

@@ -20,6 +20,7 @@ from llmgw.tui.base import Pane
 from llmgw.tui.gpumap import GpuMapPane
 from llmgw.tui.keys import KeysPane
 from llmgw.tui.models import ModelsPane
+from llmgw.tui.nodepage import NodePage
 from llmgw.tui.nodes import NodesPane
 from llmgw.tui.overview import OverviewPane
 from llmgw.tui.replicas import ReplicasPane
@@ -98,6 +99,10 @@ class ConsoleApp(App[None]):
     def on_list_view_highlighted(self, event: ListView.Highlighted) -> None:
         if event.item is not None and event.item.id and event.item.id.startswith("nav-"):
             self.query_one(ContentSwitcher).current = event.item.id[4:]
+
+    def open_node(self, node_id: str) -> None:
+        """A node's own page: its cards, disks, replicas and log."""
+        self.push_screen(NodePage(self.api, node_id, refresh=self.refresh_seconds))
 
     def action_refresh_now(self) -> None:
         self.fetch()

@@ -4,17 +4,27 @@ table that updates in place (changed cells only, so a refresh never flickers).""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol, cast
 
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
-from llmgw.tui.api import Snapshot
-
-if TYPE_CHECKING:
-    from llmgw.tui.app import ConsoleApp
+from llmgw.tui.api import ConsoleApi, Snapshot
 
 DASH = "-"
+
+
+class Console(Protocol):
+    """What a pane asks of the console app (``app.ConsoleApp``), which holds every pane:
+    named here so that a pane never imports the app."""
+
+    api: ConsoleApi
+    refresh_seconds: float
+    snapshot: Snapshot
+
+    def action_refresh_now(self) -> None: ...
+
+    def open_node(self, node_id: str) -> None: ...
 
 
 class Pane(Vertical):
@@ -31,12 +41,8 @@ class Pane(Vertical):
         """Show the latest snapshot; called on the UI's loop."""
 
     @property
-    def console(self) -> ConsoleApp:
-        from llmgw.tui.app import ConsoleApp
-
-        app = self.app
-        assert isinstance(app, ConsoleApp)
-        return app
+    def console(self) -> Console:
+        return cast(Console, self.app)
 
 
 def fill(table: DataTable[Any], columns: Sequence[str], rows: Mapping[str, Sequence[Any]]) -> None:

@@ -135,11 +135,5 @@ class NodesPane(Pane):
         self.show_detail()
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        from llmgw.tui.nodepage import NodePage
-
-        if event.row_key.value is None:
-            return
-        node_id = str(event.row_key.value)
-        self.app.push_screen(
-            NodePage(self.console.api, node_id, refresh=self.console.refresh_seconds)
-        )
+        if event.row_key.value is not None:
+            self.console.open_node(str(event.row_key.value))

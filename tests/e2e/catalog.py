@@ -53,6 +53,17 @@ def serve_tiny(cluster: Cluster, binary: Path, node_id: str = "a") -> None:
     wait_ready(cluster, "tiny", 1)
 
 
+def passes(cluster: Cluster, count: int = 3, timeout: float = 30) -> None:
+    """Wait until the reconciler has made ``count`` more passes (``reconcile_passes`` in
+    /api/v1/status): after them, what it did not do it will not do, with no guessed sleep."""
+    start = int(cluster.api("/api/v1/status")["reconcile_passes"])
+    wait_for(
+        lambda: int(cluster.api("/api/v1/status")["reconcile_passes"]) >= start + count,
+        timeout,
+        f"{count} more reconcile passes",
+    )
+
+
 def ctl(cluster: Cluster, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return run("ctl", *args, "--data-dir", str(cluster.data_dir), check=check)
 

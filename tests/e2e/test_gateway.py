@@ -22,6 +22,7 @@ from tests.e2e.catalog import (
     ctl,
     ctl_json,
     join,
+    passes,
     replicas,
     scheduled,
     serve,
@@ -412,7 +413,7 @@ def test_on_demand_starts_on_the_first_request_and_idles_back_to_zero(
 ) -> None:
     join(cluster, "a", binary)
     serve(cluster, model, "lazy", "--on-demand")
-    time.sleep(1)
+    passes(cluster)
     assert replicas(cluster, "lazy") == []
     sdk = client(cluster, make_key(cluster))
     started = time.monotonic()

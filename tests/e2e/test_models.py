@@ -22,6 +22,7 @@ from tests.e2e.catalog import (
     ctl_json,
     engine_key,
     join,
+    passes,
     replicas,
     scheduled,
     serve,
@@ -110,7 +111,7 @@ def test_serve_scale_change_context_and_scale_to_zero(
     assert ctl_json(cluster, "model", "show", "tiny")["max_output"] == 200
     out = ctl(cluster, "model", "context", "tiny", "4096", check=False)
     assert out.returncode != 0 and "past the 512 the model was trained for" in out.stderr
-    time.sleep(1.5)
+    passes(cluster)
     assert {r["replica_id"] for r in replicas(cluster, "tiny")} == {r["replica_id"] for r in rows}
 
     pids = [r["pid"] for r in rows]
@@ -247,7 +248,7 @@ def test_restart_of_the_control_plane_rebuilds_replicas_and_flags_stale_ones(
     rows = wait_ready(cluster, "tiny", 2)
     assert {r["replica_id"]: r["pid"] for r in rows} == before
     assert all(r["stale"] and "stale" in r["note"] for r in rows)
-    time.sleep(2)  # several passes: nothing is restarted behind the operator's back
+    passes(cluster, 4)  # several passes: nothing is restarted behind the operator's back
     assert {r["replica_id"]: r["pid"] for r in wait_ready(cluster, "tiny", 2)} == before
     shown = ctl_json(cluster, "model", "show", "tiny")
     assert shown["stale"] == 2 and "model restart tiny" in shown["profiles"][0]["status"]["note"]
@@ -316,7 +317,7 @@ def test_on_demand_a_second_profile_cards_refused_and_remove_with_files(
         )
         assert served["shape"]["trained_context"] == 512
         assert served["state"] == "idle" and served["desired"] == 0
-        time.sleep(1.5)
+        passes(cluster)
         assert replicas(cluster, "od") == []
         cluster.api("/api/v1/models/od/demand", body={})
         (first,) = wait_ready(cluster, "od", 1)
