@@ -1,8 +1,10 @@
-"""One HTTP/2 connection over asyncio streams, for either end of the agent stream.
+"""One HTTP/2 connection over asyncio streams: a raw end of the agent stream.
 
-h2 is sans-IO; this is the thin IO around it that both roles share: feeding received
-bytes, acknowledging them (flow control), writing what h2 wants sent, and sending DATA
-no faster than the peer's window allows, one whole frame at a time.
+The agent and the control plane run the stream through their protocol objects
+(``llmgw.agent.stream``, ``llmgw.server.fleet.stream``) over ``llmgw.wire.channel``;
+this plain link is for talking to the agents' port byte by byte (the tests' hostile
+agents): feeding received bytes, acknowledging them (flow control), writing what h2
+wants sent, and sending DATA no faster than the peer's window allows.
 """
 
 from __future__ import annotations
@@ -10,29 +12,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from h2.config import H2Configuration
-from h2.connection import H2Connection
 from h2.events import (
     DataReceived,
     Event,
     RemoteSettingsChanged,
     WindowUpdated,
 )
-from h2.settings import SettingCodes
 
-STREAM_PATH = "/agent/v1/stream"
-CONTENT_TYPE = "application/x-llmgw-frames"
-# Large windows: the stream is one long request, and a window that fills would stall it.
-WINDOW = 4 * 1024 * 1024
+from llmgw.wire.channel import CONTENT_TYPE, STREAM_PATH, WINDOW, h2_connection, header_map
 
-
-def header_map(headers: list[tuple[bytes, bytes]] | list[tuple[str, str]] | None) -> dict[str, str]:
-    """Headers as a str map, whichever form h2 handed them in."""
-    out: dict[str, str] = {}
-    for key, value in headers or []:
-        k = key.decode() if isinstance(key, bytes) else key
-        out[k] = value.decode() if isinstance(value, bytes) else value
-    return out
+__all__ = ["CONTENT_TYPE", "STREAM_PATH", "WINDOW", "H2Link", "LinkClosed", "header_map"]
 
 
 class LinkClosed(ConnectionError):
@@ -45,19 +34,13 @@ class H2Link:
     ) -> None:
         self.reader = reader
         self.writer = writer
-        self.conn = H2Connection(H2Configuration(client_side=client_side, header_encoding="utf-8"))
+        self.conn = h2_connection(client_side)
         self._window_open = asyncio.Event()
         self._send_lock = asyncio.Lock()
         self.closed = False
 
     def start(self) -> None:
         """Send the connection preface and our settings."""
-        self.conn.local_settings.update(
-            {
-                SettingCodes.INITIAL_WINDOW_SIZE: WINDOW,
-                SettingCodes.MAX_CONCURRENT_STREAMS: 8,
-            }
-        )
         self.conn.initiate_connection()
         self.conn.increment_flow_control_window(WINDOW)
         self.flush()

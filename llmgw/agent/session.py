@@ -4,33 +4,28 @@ One POST over HTTP/2 with mutual TLS stays open for the life of the connection. 
 PINGs every couple of seconds; a PING unanswered in a few seconds means the control plane
 is gone (stopped, partitioned, or wedged), and the session ends so the caller can move on
 to the next control plane in seconds rather than after TCP's fifteen minutes.
+
+The stream's rules live in ``AgentStream`` (``llmgw.agent.stream``, no IO); this is the
+socket loop around it: read and feed it, keep its clock, gather heartbeat figures, and
+write what it returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import os
 import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from h2.events import (
-    ConnectionTerminated,
-    DataReceived,
-    PingAckReceived,
-    ResponseReceived,
-    StreamEnded,
-    StreamReset,
-)
-
 from llmgw import __version__
+from llmgw.agent.stream import Accepted, AgentStream, Deliver
 from llmgw.config import parse_hostport
-from llmgw.h2link import CONTENT_TYPE, STREAM_PATH, H2Link, header_map
-from llmgw.wire import FrameDecoder, Heartbeat, HostFacts, Register, Registered
-from llmgw.wire.messages import GPU, Disk, Goodbye, Message, decode_message, encode_message
+from llmgw.wire import HostFacts, Register
+from llmgw.wire.messages import GPU, Disk, Message
 
 log = logging.getLogger("llmgw.agent.session")
 
@@ -139,26 +134,16 @@ class AgentSession:
             writer.close()
             raise SessionEnded(f"{address}: the server did not agree to HTTP/2")
         self.address = writer.get_extra_info("sockname")[0]
-        link = H2Link(reader, writer, client_side=True)
         self.registered_at = None
-        try:
-            await self._stream(link, address)
-        finally:
-            link.close()
-
-    async def _stream(self, link: H2Link, address: str) -> None:
-        link.start()
-        sid = link.conn.get_next_available_stream_id()
-        link.send_headers(
-            sid,
-            [
-                (":method", "POST"),
-                (":scheme", "https"),
-                (":authority", address),
-                (":path", STREAM_PATH),
-                ("content-type", CONTENT_TYPE),
-            ],
+        pipe = _Pipe(
+            AgentStream(ping_interval=s.ping_interval, ping_timeout=s.ping_timeout), writer
         )
+        try:
+            await self._stream(pipe, reader, address)
+        finally:
+            pipe.close()
+
+    async def _stream(self, pipe: _Pipe, reader: asyncio.StreamReader, address: str) -> None:
         facts = await self.source.facts(self.node_id)
         extra = self.hooks.register_fields() if self.hooks else {}
         register = Register(
@@ -169,29 +154,27 @@ class AgentSession:
             features=self.settings.features,
             **extra,
         )
-        await link.send(sid, encode_message(register))
+        pipe.proto.connect(address, register)
+        pipe.flush()
         registered = asyncio.Event()
-        pings = _Pings()
-        outbox: asyncio.Queue[Message] = asyncio.Queue()
         tasks = [
-            asyncio.create_task(self._read(link, sid, address, registered, pings)),
-            asyncio.create_task(self._heartbeats(link, sid, registered, pings)),
-            asyncio.create_task(self._pings(link, address, pings)),
+            asyncio.create_task(self._read(pipe, reader, address, registered)),
+            asyncio.create_task(self._heartbeats(pipe, registered)),
+            asyncio.create_task(self._ticks(pipe)),
+            asyncio.create_task(pipe.over.wait()),
         ]
-        if self.hooks is not None:
-            tasks.append(asyncio.create_task(self._send_outbox(link, sid, registered, outbox)))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            registered_ever = self.registered_at is not None
+            if pipe.proto.ended is not None:
+                raise SessionEnded(f"{address}: {pipe.proto.ended}", registered_ever)
             for task in done:
                 exc = task.exception()
-                if isinstance(exc, SessionEnded):
-                    exc.registered = self.registered_at is not None
-                    raise exc
                 if exc is not None:
                     raise SessionEnded(
-                        f"{address}: {type(exc).__name__}: {exc}", self.registered_at is not None
+                        f"{address}: {type(exc).__name__}: {exc}", registered_ever
                     ) from exc
-            raise SessionEnded(f"{address}: the stream ended", self.registered_at is not None)
+            raise SessionEnded(f"{address}: the stream ended", registered_ever)
         finally:
             if self.hooks:
                 self.hooks.attach(None)
@@ -205,57 +188,40 @@ class AgentSession:
 
     async def _read(
         self,
-        link: H2Link,
-        sid: int,
+        pipe: _Pipe,
+        reader: asyncio.StreamReader,
         address: str,
         registered: asyncio.Event,
-        pings: _Pings,
     ) -> None:
-        decoder = FrameDecoder()
-        while True:
-            data = await link.reader.read(65536)
-            if not data:
-                raise SessionEnded(f"{address}: the control plane closed the connection")
-            for event in link.receive(data):
-                if isinstance(event, PingAckReceived):
-                    pings.outstanding = None
-                elif isinstance(event, ResponseReceived) and event.stream_id == sid:
-                    status = header_map(event.headers).get(":status")
-                    if status != "200":
-                        raise SessionEnded(f"{address}: the stream was refused (HTTP {status})")
-                elif isinstance(event, DataReceived) and event.stream_id == sid:
-                    for payload in decoder.feed(event.data):
-                        msg = decode_message(payload)
-                        if isinstance(msg, Registered):
-                            self.control_planes = msg.control_planes
-                            self.settings.heartbeat_interval = msg.heartbeat_interval
-                            self.registered_at = time.monotonic()
-                            registered.set()
-                            log.info("registered with %s as %s", address, self.node_id)
-                        elif isinstance(msg, Goodbye):
-                            raise SessionEnded(f"{address}: the control plane said: {msg.reason}")
-                        elif msg is not None and self.hooks is not None:
-                            # Handled beside the reader: a slow handler must not stall
-                            # the stream (pings, heartbeats, other requests).
-                            task = asyncio.create_task(self.hooks.handle(msg))
-                            self._handling.add(task)
-                            task.add_done_callback(self._handling.discard)
-                elif isinstance(event, StreamEnded | StreamReset) and event.stream_id == sid:
-                    raise SessionEnded(f"{address}: the control plane ended the stream")
-                elif isinstance(event, ConnectionTerminated):
-                    raise SessionEnded(f"{address}: the control plane closed the connection")
+        proto = pipe.proto
+        while proto.ended is None:
+            data = await reader.read(65536)
+            events = proto.receive(data) if data else proto.connection_lost()
+            for event in events:
+                if isinstance(event, Accepted):
+                    msg = event.registered
+                    self.control_planes = msg.control_planes
+                    self.settings.heartbeat_interval = msg.heartbeat_interval
+                    self.registered_at = time.monotonic()
+                    registered.set()
+                    if self.hooks is not None:
+                        self.hooks.attach(pipe.send)
+                    log.info("registered with %s as %s", address, self.node_id)
+                elif isinstance(event, Deliver) and self.hooks is not None:
+                    # Handled beside the reader: a slow handler must not stall the
+                    # stream (pings, heartbeats, other requests).
+                    task = asyncio.create_task(self.hooks.handle(event.message))
+                    self._handling.add(task)
+                    task.add_done_callback(self._handling.discard)
+            pipe.flush()
 
-    async def _heartbeats(
-        self, link: H2Link, sid: int, registered: asyncio.Event, pings: _Pings
-    ) -> None:
+    async def _heartbeats(self, pipe: _Pipe, registered: asyncio.Event) -> None:
         await registered.wait()
-        seq = 0
         while True:
             await asyncio.sleep(self.settings.heartbeat_interval)
-            seq += 1
             live = await self.source.live()
-            beat = Heartbeat(
-                seq=seq,
+            pipe.proto.heartbeat(
+                time.monotonic(),
                 memory_available=live.memory_available,
                 cpu_percent=live.cpu_percent,
                 load=live.load,
@@ -263,48 +229,39 @@ class AgentSession:
                 gpus=live.gpus,
                 **(self.hooks.heartbeat_fields() if self.hooks else {}),
             )
-            # The PING rides in the same write as the heartbeat: one wake-up of the
-            # control plane for both, instead of one each.
-            pings.send(link, flush=False)
-            async with asyncio.timeout(self.settings.ping_timeout):
-                await link.send(sid, encode_message(beat))
+            pipe.flush()
 
-    async def _send_outbox(
-        self, link: H2Link, sid: int, registered: asyncio.Event, outbox: asyncio.Queue[Message]
-    ) -> None:
-        await registered.wait()
-        assert self.hooks is not None
-        self.hooks.attach(outbox.put_nowait)
+    async def _ticks(self, pipe: _Pipe) -> None:
+        """The protocol's clock: PINGs when nothing else went, and their deadline."""
         while True:
-            msg = await outbox.get()
-            await link.send(sid, encode_message(msg))
-
-    async def _pings(self, link: H2Link, address: str, pings: _Pings) -> None:
-        """PING when nothing else did for a while; end the session on one unanswered."""
-        s = self.settings
-        while True:
-            now = time.monotonic()
-            if pings.outstanding is not None and now - pings.outstanding > s.ping_timeout:
-                raise SessionEnded(
-                    f"{address}: no answer to HTTP/2 PING in {s.ping_timeout:g} s; "
-                    "the control plane is stopped or unreachable"
-                )
-            if pings.outstanding is None and now - pings.last_sent >= s.ping_interval:
-                pings.send(link)
-            await asyncio.sleep(min(0.25, s.ping_interval))
+            pipe.proto.tick(time.monotonic())
+            pipe.flush()
+            await asyncio.sleep(min(0.25, self.settings.ping_interval))
 
 
-class _Pings:
-    """The stream's PING state: at most one unanswered at a time."""
+class _Pipe:
+    """An AgentStream and the socket it writes to. Writing never blocks: what the
+    control plane's window does not take waits in the stream's bounded outbox, and a
+    control plane that stops reading stops answering PINGs too."""
 
-    def __init__(self) -> None:
-        self.outstanding: float | None = None  # when the unanswered PING went out
-        self.last_sent = 0.0
+    def __init__(self, proto: AgentStream, writer: asyncio.StreamWriter) -> None:
+        self.proto = proto
+        self.writer = writer
+        self.over = asyncio.Event()
 
-    def send(self, link: H2Link, flush: bool = True) -> None:
-        if self.outstanding is not None:
-            return
-        self.outstanding = self.last_sent = time.monotonic()
-        link.conn.ping(os.urandom(8))
-        if flush:
-            link.flush()
+    def send(self, msg: Message) -> None:
+        self.proto.send(msg)
+        self.flush()
+
+    def flush(self) -> None:
+        data = self.proto.data_to_send()
+        if data and not self.writer.is_closing():
+            self.writer.write(data)
+        if self.proto.ended is not None:
+            self.over.set()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if not self.writer.is_closing():
+                self.writer.write(self.proto.close())
+        self.writer.close()

@@ -7,7 +7,10 @@ certificate the store holds for it. Every connection is its own task: a malforme
 or a slow peer ends or stalls only that one.
 
 We run our own loop over h2 here rather than an ASGI app under Hypercorn: Hypercorn does
-not give the application the client certificate, and the node id lives there.
+not give the application the client certificate, and the node id lives there. The
+stream's rules live in ``NodeStream`` (``llmgw.server.fleet.stream``, no IO); this is the
+socket loop around it: it feeds it what it reads, hands what it returns to the registry
+and to the ``ask()`` that waits, and writes what it has to send.
 """
 
 from __future__ import annotations
@@ -22,30 +25,19 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from h2.events import (
-    ConnectionTerminated,
-    DataReceived,
-    RequestReceived,
-    StreamEnded,
-    StreamReset,
-)
-from h2.exceptions import ProtocolError
-
-from llmgw.h2link import CONTENT_TYPE, STREAM_PATH, H2Link, header_map
 from llmgw.server.fleet.registry import NodeRegistry
-from llmgw.wire import FrameDecoder, FrameError, Heartbeat, Register, Registered
-from llmgw.wire.messages import (
-    DownloadProgress,
-    EngineStatus,
-    Goodbye,
-    Message,
-    MessageError,
-    Request,
-    Response,
-    ShardStatus,
-    decode_message,
-    encode_message,
+from llmgw.server.fleet.stream import (
+    Answered,
+    Ended,
+    NodeStream,
+    Registering,
+    Reported,
+    StreamClosed,
+    admit,
 )
+from llmgw.wire import Heartbeat, Registered
+from llmgw.wire.messages import Message, Request, Response
+from llmgw.wire.outbox import OutboxFull
 
 log = logging.getLogger("llmgw.agentport")
 
@@ -83,23 +75,45 @@ def peer_identity(writer: asyncio.StreamWriter) -> tuple[str, int] | None:
 
 
 class AgentConnection:
-    """One agent's stream, from the control plane's side."""
+    """One agent's stream, from the control plane's side: the socket loop around a
+    NodeStream, which holds the stream's rules (``llmgw.server.fleet.stream``)."""
 
-    def __init__(self, port: AgentPort, link: H2Link, node_id: str, peer: str) -> None:
+    def __init__(
+        self,
+        port: AgentPort,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        node_id: str,
+        peer: str,
+    ) -> None:
         self.port = port
-        self.link = link
+        self.reader = reader
+        self.writer = writer
         self.node_id = node_id
         self.peer = peer
-        self.stream_id: int | None = None
-        self.decoder = FrameDecoder()
-        self.registered = False
+        self.proto = NodeStream(node_id)
         self.closing: str | None = None
-        self.pending: dict[str, asyncio.Queue[Response | None]] = {}
+        # One per ask() waiting, set when its answers arrive or the stream ends.
+        self._wakes: dict[str, asyncio.Event] = {}
+
+    def start(self) -> None:
+        self.proto.start()
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write what the protocol has to send. Never blocks: what the agent's window
+        does not take waits in the protocol's bounded outbox."""
+        data = self.proto.data_to_send()
+        if data and not self.writer.is_closing():
+            self.writer.write(data)
 
     async def send(self, msg: Message) -> None:
-        if self.stream_id is None:
-            raise ConnectionError(f"node {self.node_id} has no open stream")
-        await self.link.send(self.stream_id, encode_message(msg))
+        try:
+            self.proto.send(msg)
+        except OutboxFull as exc:
+            self.close(f"the agent is not reading its stream: {exc}")
+            raise StreamClosed(f"node {self.node_id} is not reading its stream: {exc}") from exc
+        self._flush()
 
     async def ask(
         self, kind: str, args: dict[str, Any], timeout: float = 15.0
@@ -109,26 +123,35 @@ class AgentConnection:
         The timeout runs from the last answer, so a followed log can go on for as long as
         its lines keep coming (and the caller keeps reading).
         """
-        request_id = secrets.token_hex(8)
-        queue: asyncio.Queue[Response | None] = asyncio.Queue()
-        self.pending[request_id] = queue
+        wake = asyncio.Event()
         try:
-            await self.send(Request(id=request_id, kind=kind, args=args))
+            request_id, answers = self.proto.ask(kind, args)
+        except OutboxFull as exc:
+            self.close(f"the agent is not reading its stream: {exc}")
+            raise StreamClosed(f"node {self.node_id} is not reading its stream: {exc}") from exc
+        self._wakes[request_id] = wake
+        self._flush()
+        try:
             while True:
-                try:
-                    answer = await asyncio.wait_for(queue.get(), timeout)
-                except TimeoutError as exc:
-                    raise TimeoutError(
-                        f"node {self.node_id} did not answer {kind!r} in {timeout:g} s"
-                    ) from exc
+                answer = answers.pop()
                 if answer is None:
-                    raise ConnectionError(f"node {self.node_id} went away while answering")
+                    if answers.over:
+                        raise ConnectionError(f"node {self.node_id} went away while answering")
+                    wake.clear()
+                    try:
+                        await asyncio.wait_for(wake.wait(), timeout)
+                    except TimeoutError as exc:
+                        raise TimeoutError(
+                            f"node {self.node_id} did not answer {kind!r} in {timeout:g} s"
+                        ) from exc
+                    continue
                 yield answer
                 if not answer.more:
                     return
         finally:
-            self.pending.pop(request_id, None)
-            if self.stream_id is not None and not self.link.closed:
+            self.proto.forget(request_id)
+            self._wakes.pop(request_id, None)
+            if self.proto.stream_id is not None and not self.proto.closed:
                 with contextlib.suppress(Exception):
                     await self.send(
                         Request(id=secrets.token_hex(8), kind="cancel", args={"id": request_id})
@@ -140,90 +163,64 @@ class AgentConnection:
             return
         self.closing = reason
         log.info("closing stream of node %s: %s", self.node_id, reason)
-        if self.stream_id is not None and not self.link.closed:
+        data = self.proto.close(reason)
+        self._wake_all()
+        if not self.writer.is_closing():
             with contextlib.suppress(Exception):
-                self.link.conn.send_data(
-                    self.stream_id, encode_message(Goodbye(reason=reason)), end_stream=True
-                )
-                self.link.flush()
-        self.link.close()
+                self.writer.write(data)
+            self.writer.close()
+
+    def _wake_all(self) -> None:
+        self.proto.connection_lost()
+        for wake in self._wakes.values():
+            wake.set()
 
     async def run(self) -> None:
-        reader = self.link.reader
+        registry = self.port.registry
         try:
-            while not self.link.closed:
-                data = await reader.read(READ_SIZE)
+            while not self.proto.closed:
+                data = await self.reader.read(READ_SIZE)
                 if not data:
                     break
-                for event in self.link.receive(data):
-                    if isinstance(event, RequestReceived):
-                        await self._request(event)
-                    elif isinstance(event, DataReceived) and event.stream_id == self.stream_id:
-                        await self._data(event.data)
-                    elif isinstance(event, StreamEnded | StreamReset):
-                        if event.stream_id == self.stream_id:
-                            self.close("the agent ended its stream")
-                    elif isinstance(event, ConnectionTerminated):
-                        self.close("the agent closed the connection")
-        except (FrameError, MessageError) as exc:
-            log.warning("node %s (%s) sent a bad frame: %s", self.node_id, self.peer, exc)
-            self.close(f"bad frame: {exc}")
-        except ProtocolError as exc:
-            log.warning("node %s (%s) broke HTTP/2: %s", self.node_id, self.peer, exc)
-            self.close(f"HTTP/2 protocol error: {exc}")
+                start = time.perf_counter()
+                for event in self.proto.receive(data):
+                    if isinstance(event, Reported):
+                        msg = event.message
+                        if isinstance(msg, Heartbeat):
+                            registry.heartbeat(self.node_id, msg)
+                            registry.handle_times.append(time.perf_counter() - start)
+                        else:
+                            registry.report(self.node_id, msg)
+                    elif isinstance(event, Answered):
+                        wake = self._wakes.get(event.request_id)
+                        if wake is not None:
+                            wake.set()
+                    elif isinstance(event, Registering):
+                        await self._register(event)
+                    elif isinstance(event, Ended):
+                        if event.fault is not None:
+                            log.warning("node %s (%s) %s", self.node_id, self.peer, event.fault)
+                        self.close(event.reason)
+                self._flush()
         except (ConnectionError, ssl.SSLError, TimeoutError) as exc:
             log.info("node %s (%s) connection lost: %s", self.node_id, self.peer, exc)
         finally:
-            for queue in self.pending.values():
-                queue.put_nowait(None)
-            self.port.registry.disconnected(self.node_id, self)
-            self.link.close()
+            self._wake_all()
+            registry.disconnected(self.node_id, self)
+            if not self.proto.closed:
+                with contextlib.suppress(Exception):
+                    self.writer.write(self.proto.channel.close())
+            self.writer.close()
 
-    async def _request(self, event: RequestReceived) -> None:
-        headers = header_map(event.headers)
-        sid = event.stream_id
-        if headers.get(":method") != "POST" or headers.get(":path") != STREAM_PATH:
-            self.link.send_headers(sid, [(":status", "404")], end=True)
-            return
-        if self.stream_id is not None:
-            self.link.send_headers(sid, [(":status", "409")], end=True)
-            return
-        self.stream_id = sid
-        self.link.send_headers(sid, [(":status", "200"), ("content-type", CONTENT_TYPE)])
-
-    async def _data(self, data: bytes) -> None:
-        for payload in self.decoder.feed(data):
-            start = time.perf_counter()
-            msg = decode_message(payload)
-            if isinstance(msg, Heartbeat):
-                if not self.registered:
-                    raise MessageError("heartbeat before register")
-                self.port.registry.heartbeat(self.node_id, msg)
-                self.port.registry.handle_times.append(time.perf_counter() - start)
-            elif isinstance(msg, Register):
-                await self._register(msg)
-            elif not self.registered:
-                raise MessageError(f"{type(msg).__name__} before register")
-            elif isinstance(msg, Response):
-                queue = self.pending.get(msg.id)
-                if queue is not None:
-                    queue.put_nowait(msg)
-            elif isinstance(msg, ShardStatus | DownloadProgress | EngineStatus):
-                self.port.registry.report(self.node_id, msg)
-            # Unknown and unhandled types are ignored: a newer agent may send more.
-
-    async def _register(self, msg: Register) -> None:
-        if msg.node_id != self.node_id:
-            raise MessageError(
-                f"Register names node {msg.node_id!r} but the certificate is for {self.node_id!r}"
-            )
-        await self.port.registry.register(msg, self)
-        self.registered = True
+    async def _register(self, event: Registering) -> None:
+        msg = event.message
+        registry = self.port.registry
+        await registry.register(msg, self)
         log.info("node %s registered from %s (agent %s)", self.node_id, self.peer, msg.version)
         await self.send(
             Registered(
                 node_id=self.node_id,
-                heartbeat_interval=self.port.registry.interval,
+                heartbeat_interval=registry.interval,
                 control_planes=self.port.control_planes,
             )
         )
@@ -262,24 +259,17 @@ class AgentPort:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str(writer.get_extra_info("peername"))
         ssl_obj = writer.get_extra_info("ssl_object")
-        if ssl_obj is None or ssl_obj.selected_alpn_protocol() != "h2":
-            log.warning("refused %s: the agents' port speaks HTTP/2 only", peer)
+        alpn = ssl_obj.selected_alpn_protocol() if ssl_obj is not None else None
+        identity = peer_identity(writer) if alpn == "h2" else None
+        current = identity is not None and self.registry.certificate_ok(*identity)
+        refusal = admit(alpn, identity, current)
+        if refusal is not None or identity is None:
+            log.warning("refused %s: %s", peer, refusal)
             self.refused += 1
             writer.close()
             return
-        identity = peer_identity(writer)
-        if identity is None or not self.registry.certificate_ok(*identity):
-            log.warning(
-                "refused %s: certificate %s is not the current one of an enrolled node",
-                peer,
-                identity,
-            )
-            self.refused += 1
-            writer.close()
-            return
-        link = H2Link(reader, writer, client_side=False)
-        link.start()
-        conn = AgentConnection(self, link, identity[0], peer)
+        conn = AgentConnection(self, reader, writer, identity[0], peer)
+        conn.start()
         self.connections.add(conn)
         try:
             await conn.run()
