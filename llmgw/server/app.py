@@ -198,6 +198,7 @@ class ControlPlane:
             # The admin listener serves the admin API and pages, never /v1.
             self.listeners.append(Listener(self.config.admin_listen, None, bridge, **limits))
         store = asyncio.create_task(self.store.watch(self.stopping))
+        probe = asyncio.create_task(self.gateway.probe_engines(self.stopping))
         try:
             for listener in self.listeners:
                 await listener.start()
@@ -217,6 +218,7 @@ class ControlPlane:
             for listener in self.listeners:
                 await listener.stop()
             await self.leader.step_down()
+            await probe
             await self.gateway.close()
             await self.inspector.close()
             await self.agent_port.stop()

@@ -93,22 +93,22 @@ class Gateway:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Write usage every two seconds (kept and retried while the store cannot take
-        it), and probe the engines of silent agents."""
-        probe = asyncio.create_task(self.probe.run(self.upstream.session, stop))
-        try:
-            while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), timeout=2.0)
-                except TimeoutError:
-                    pass
-                try:
-                    await self.usage.tick()
-                except StoreUnavailable:
-                    pass  # said once by the store; the usage is kept and written later
-                except Exception:
-                    log.exception("could not write usage (kept, retried in 2 s)")
-        finally:
-            await probe
+        it): the leading control plane's duty."""
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=2.0)
+            except TimeoutError:
+                pass
+            try:
+                await self.usage.tick()
+            except StoreUnavailable:
+                pass  # said once by the store; the usage is kept and written later
+            except Exception:
+                log.exception("could not write usage (kept, retried in 2 s)")
+
+    async def probe_engines(self, stop: asyncio.Event) -> None:
+        """Probe the engines of silent agents: every control plane that serves /v1."""
+        await self.probe.run(self.upstream.session, stop)
 
     async def close(self) -> None:
         await self.upstream.close()
