@@ -165,7 +165,7 @@ class ControlPlane:
             ),
         )
         ops += replicas.routes(self.registry, self.models, self.store, self.cluster_secret)
-        ops += models.routes(self.models, self.views, self.registry, self.store)
+        ops += models.routes(self.models, self.views, self.registry)
         ops += plan.routes(self.inspector, self.plan_nodes)
         ops += keys.routes(self.gateway, self.store, self.set_stopped)
         return ops

@@ -21,14 +21,14 @@ from llmgw.server.requests import (
     RestartRequest,
     ServeRequest,
 )
-from llmgw.server.store import Audit, Store
+from llmgw.server.store import Audit
 
 MODEL = {"type": "object", "required": ["name", "state", "profiles"]}
 MODELS = {"type": "array", "items": MODEL}
 NODE = {"type": "object", "required": ["id", "state"]}
 
 
-def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry, store: Store) -> list[Op]:
+def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry) -> list[Op]:
     async def list_models(call: Call) -> Any:
         return [views.model_json(m) for _, m in sorted(service.models.items())]
 
@@ -160,11 +160,8 @@ def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry, store:
             labels.update(ask.set or {})
             for key in ask.remove:
                 labels.pop(key, None)
-        await store.set_node_scheduling(
-            node_id, cordoned, draining, labels, Audit(call.actor, f"node.{action}", node_id)
-        )
-        view.cordoned, view.draining, view.labels = cordoned, draining, labels
-        service.wake()
+        audit = Audit(call.actor, f"node.{action}", node_id)
+        await nodes.set_scheduling(view, cordoned, draining, labels, audit)
         return view.as_json()
 
     named = "/api/v1/models/{name}"

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from llmgw.server.store import Store, StoreUnavailable
+from llmgw.server.store import Audit, Store, StoreUnavailable
 from llmgw.wire import GPU, Disk, Heartbeat, Register
 from llmgw.wire.messages import (
     DownloadProgress,
@@ -215,6 +215,20 @@ class NodeRegistry:
             self.nodes[rec.id] = view
             if rec.state != NodeState.NOT_READY:
                 self._dirty[rec.id] = view
+
+    async def set_scheduling(
+        self,
+        view: NodeView,
+        cordoned: bool,
+        draining: bool,
+        labels: dict[str, str],
+        audit: Audit,
+    ) -> None:
+        """An operator's marks on a node: written with their audit entry, then taken."""
+        await self.store.set_node_scheduling(view.id, cordoned, draining, labels, audit)
+        view.cordoned, view.draining, view.labels = cordoned, draining, labels
+        self.version += 1
+        self.on_change()
 
     def certificate_ok(self, node_id: str, serial: int) -> bool:
         """Only a node's newest certificate is honoured: re-enrolling retires the old one."""

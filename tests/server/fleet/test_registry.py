@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from llmgw.server.fleet.registry import NodeRegistry
-from llmgw.server.store import SQLiteStore
+from llmgw.server.store import Audit, SQLiteStore
 from llmgw.wire import Disk, Heartbeat, HostFacts, Register
 from llmgw.wire.states import NodeState
 
@@ -112,3 +112,22 @@ async def test_restart_loads_nodes_not_ready(tmp_path: Path) -> None:
     stored = await store.get_node("n1")
     assert stored is not None and stored.state == NodeState.NOT_READY
     await store.close()
+
+
+async def test_an_operators_marks_are_written_with_their_audit_then_taken(
+    tmp_path: Path,
+) -> None:
+    reg = await _registry(tmp_path)
+    woken: list[int] = []
+    reg.on_change = lambda: woken.append(reg.version)
+    view = reg.nodes["n1"]
+    before = reg.version
+    await reg.set_scheduling(view, True, True, {"zone": "a"}, Audit("admin@t", "node.drain", "n1"))
+    assert (view.cordoned, view.draining, view.labels) == (True, True, {"zone": "a"})
+    assert reg.version > before and woken == [reg.version]  # placement looks again
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.cordoned and stored.draining
+    assert stored.labels == {"zone": "a"}
+    (entry, *_) = await reg.store.audit_log()
+    assert (entry["actor"], entry["action"], entry["target"]) == ("admin@t", "node.drain", "n1")
+    await reg.store.close()
