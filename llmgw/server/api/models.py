@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from llmgw.server.api.modelviews import ModelViews
 from llmgw.server.api.routing import Call, Empty, Op
-from llmgw.server.catalog.model import Model
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
@@ -48,90 +46,27 @@ def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry) -> lis
         return {"name": model.name, "removed": True, "with_files": with_files}
 
     async def stop(call: Call) -> Any:
-        model = service.find(call.params["name"])
-        changed = await service.change(
-            model, replace(model, stopped=True), call.actor, "model.stop", ""
-        )
-        return views.model_json(changed)
+        return views.model_json(await service.stop(service.find(call.params["name"]), call.actor))
 
     async def start(call: Call) -> Any:
         model = service.find(call.params["name"])
-        service.reconciler.forget_failures(model.name)
-        if model.on_demand:
-            service.reconciler.want(model.name)
-        changed = await service.change(
-            model, replace(model, stopped=False, parked=None), call.actor, "model.start", ""
-        )
-        return views.model_json(changed)
+        return views.model_json(await service.start(model, call.actor))
 
     async def restart(call: Call) -> Any:
         model = service.find(call.params["name"])
-        ask: RestartRequest = call.body
-        changed = replace(model, restart=model.restart + 1, in_place=ask.in_place)
-        changed = await service.change(
-            model, changed, call.actor, "model.restart", "", replace_running=True
-        )
-        return views.model_json(changed)
+        return views.model_json(await service.restart(model, call.body, call.actor))
 
     async def context(call: Call) -> Any:
         model = service.find(call.params["name"])
-        ask: ContextRequest = call.body
-        if ask.context is None and ask.slots is None and ask.max_output is None:
-            raise Refusal(400, "bad_request", "give context, slots or max_output")
-        changed = replace(
-            model,
-            context=ask.context or model.context,
-            slots=ask.slots or model.slots,
-            max_output=ask.max_output if ask.max_output is not None else model.max_output,
-            in_place=ask.in_place,
-        )
-        if changed.max_output is not None and changed.max_output > changed.context:
-            if ask.max_output is None:
-                changed = replace(changed, max_output=changed.context)
-        detail = (
-            f"context {changed.context}, slots {changed.slots}, max_output {changed.max_output}"
-        )
-        changed = await service.change(model, changed, call.actor, "model.context", detail)
-        return views.model_json(changed)
+        return views.model_json(await service.set_context(model, call.body, call.actor))
 
     async def gpus(call: Call) -> Any:
-        model = served(call.params["name"])
-        ask: GpusRequest = call.body
-        profile = service.pick_profile(model, ask.profile)
-        new = replace(profile, cards=ask.gpus)
-        if not profile.memory_set:
-            new = replace(new, memory=0)
-        changed = replace(
-            model,
-            profiles=tuple(new if p.name == profile.name else p for p in model.profiles),
-            in_place=ask.in_place,
-        )
-        detail = f"profile {profile.name}: {profile.cards} -> {ask.gpus} card(s)"
-        changed = await service.change(model, changed, call.actor, "model.gpus", detail)
-        return views.model_json(changed)
-
-    def served(name: str) -> Model:
-        """A model llmgw runs itself: an external provider has no replicas or cards."""
-        model = service.find(name)
-        if model.external:
-            raise Refusal(
-                400, "invalid", f"{model.name} is an external provider: it has no replicas"
-            )
-        return model
+        model = service.served(call.params["name"])
+        return views.model_json(await service.set_gpus(model, call.body, call.actor))
 
     async def replicas(call: Call) -> Any:
-        model = served(call.params["name"])
-        ask: ReplicasRequest = call.body
-        profile = service.pick_profile(model, ask.profile, create=True)
-        new = replace(profile, replicas=ask.replicas)
-        if profile.name in [p.name for p in model.profiles]:
-            profiles = tuple(new if p.name == profile.name else p for p in model.profiles)
-        else:
-            profiles = (*model.profiles, new)
-        changed = replace(model, profiles=profiles)
-        detail = f"profile {profile.name}: {profile.replicas} -> {ask.replicas}"
-        changed = await service.change(model, changed, call.actor, "model.replicas", detail)
-        return views.model_json(changed)
+        model = service.served(call.params["name"])
+        return views.model_json(await service.set_replicas(model, call.body, call.actor))
 
     async def explain(call: Call) -> Any:
         return service.explain(service.find(call.params["name"]))

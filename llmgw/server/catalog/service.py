@@ -26,7 +26,14 @@ from llmgw.server.catalog.model import CatalogError, Model, Profile
 from llmgw.server.catalog.reconciler import Plan, Reconciler
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
-from llmgw.server.requests import ExternalRequest, ServeRequest
+from llmgw.server.requests import (
+    ContextRequest,
+    ExternalRequest,
+    GpusRequest,
+    ReplicasRequest,
+    RestartRequest,
+    ServeRequest,
+)
 from llmgw.server.store import Audit, Store, StoreUnavailable
 from llmgw.wire.messages import StartShard, StopShard
 
@@ -446,6 +453,74 @@ class ModelService:
         self.check_room(model, changed)
         await self._save(changed, Audit(actor, action, model.name, detail))
         return changed
+
+    # ------------------------------------------------------------ the operator's changes
+
+    def served(self, name: str) -> Model:
+        """A model llmgw runs itself: an external provider has no replicas or cards."""
+        model = self.find(name)
+        if model.external:
+            raise Refusal(
+                400, "invalid", f"{model.name} is an external provider: it has no replicas"
+            )
+        return model
+
+    async def stop(self, model: Model, actor: str) -> Model:
+        return await self.change(model, replace(model, stopped=True), actor, "model.stop", "")
+
+    async def start(self, model: Model, actor: str) -> Model:
+        """Start again: un-parks, forgets failures, and an on-demand model is wanted."""
+        self.reconciler.forget_failures(model.name)
+        if model.on_demand:
+            self.reconciler.want(model.name)
+        changed = replace(model, stopped=False, parked=None)
+        return await self.change(model, changed, actor, "model.start", "")
+
+    async def restart(self, model: Model, ask: RestartRequest, actor: str) -> Model:
+        changed = replace(model, restart=model.restart + 1, in_place=ask.in_place)
+        return await self.change(model, changed, actor, "model.restart", "", replace_running=True)
+
+    async def set_context(self, model: Model, ask: ContextRequest, actor: str) -> Model:
+        if ask.context is None and ask.slots is None and ask.max_output is None:
+            raise Refusal(400, "bad_request", "give context, slots or max_output")
+        changed = replace(
+            model,
+            context=ask.context or model.context,
+            slots=ask.slots or model.slots,
+            max_output=ask.max_output if ask.max_output is not None else model.max_output,
+            in_place=ask.in_place,
+        )
+        if changed.max_output is not None and changed.max_output > changed.context:
+            if ask.max_output is None:
+                changed = replace(changed, max_output=changed.context)
+        detail = (
+            f"context {changed.context}, slots {changed.slots}, max_output {changed.max_output}"
+        )
+        return await self.change(model, changed, actor, "model.context", detail)
+
+    async def set_gpus(self, model: Model, ask: GpusRequest, actor: str) -> Model:
+        profile = self.pick_profile(model, ask.profile)
+        new = replace(profile, cards=ask.gpus)
+        if not profile.memory_set:
+            new = replace(new, memory=0)
+        changed = replace(
+            model,
+            profiles=tuple(new if p.name == profile.name else p for p in model.profiles),
+            in_place=ask.in_place,
+        )
+        detail = f"profile {profile.name}: {profile.cards} -> {ask.gpus} card(s)"
+        return await self.change(model, changed, actor, "model.gpus", detail)
+
+    async def set_replicas(self, model: Model, ask: ReplicasRequest, actor: str) -> Model:
+        profile = self.pick_profile(model, ask.profile, create=True)
+        new = replace(profile, replicas=ask.replicas)
+        if profile.name in [p.name for p in model.profiles]:
+            profiles = tuple(new if p.name == profile.name else p for p in model.profiles)
+        else:
+            profiles = (*model.profiles, new)
+        detail = f"profile {profile.name}: {profile.replicas} -> {ask.replicas}"
+        changed = replace(model, profiles=profiles)
+        return await self.change(model, changed, actor, "model.replicas", detail)
 
     def pick_profile(self, model: Model, name: str | None, create: bool = False) -> Profile:
         if name:

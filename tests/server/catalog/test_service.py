@@ -15,7 +15,7 @@ from llmgw.server.catalog.plan import plan, plan_nodes
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.refusal import Refusal
-from llmgw.server.requests import ServeRequest
+from llmgw.server.requests import ContextRequest, ReplicasRequest, ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.states import NodeState
@@ -207,3 +207,32 @@ async def test_plan_and_explain_agree_node_by_node(service: ModelService, gpus: 
     assert said["lost"] == "node not Ready: missed 3 heartbeats"
     assert said["no-engine"] == reasons["no-engine"][0]
     assert said["for-embeddings"] == reasons["for-embeddings"][0]
+
+
+async def test_the_operators_changes_are_the_services_own(service: ModelService) -> None:
+    """Routes hand typed requests to the service; it refuses, changes and audits."""
+    model = await serve(service, {"source": "hf:org/repo:Q4_K_M", "context": 4096})
+    with pytest.raises(Refusal, match="give context, slots or max_output"):
+        await service.set_context(model, read(ContextRequest, {}), "admin@test")
+    # A longest answer past a shorter context is cut to it, unless asked for.
+    model = await service.set_context(
+        model, read(ContextRequest, {"max_output": 4096}), "admin@test"
+    )
+    model = await service.set_context(model, read(ContextRequest, {"context": 2048}), "admin@t")
+    assert (model.context, model.max_output) == (2048, 2048)
+    model = await service.set_replicas(
+        model, read(ReplicasRequest, {"replicas": 3, "profile": "spare"}), "admin@test"
+    )
+    assert [(p.name, p.replicas) for p in model.profiles] == [("default", 1), ("spare", 3)]
+    stopped = await service.stop(model, "admin@test")
+    assert stopped.stopped and service.find(model.name).stopped
+    started = await service.start(stopped, "admin@test")
+    assert not started.stopped and started.parked is None
+    actions = [a["action"] for a in await service.store.audit_log()][:5]
+    assert actions == [
+        "model.start",
+        "model.stop",
+        "model.replicas",
+        "model.context",
+        "model.context",
+    ]
