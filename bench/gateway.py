@@ -3,24 +3,33 @@
 A fast fake OpenAI-compatible engine (``bench/fake_engine.py``: a bare asyncio HTTP/1.1
 server answering every completion with prepared bytes, 20 SSE chunks when streamed)
 runs on loopback in a process of its own, and wrk (Debian's) drives the same POST load
-three ways:
+these ways:
 
 - ``direct``: to the fake engine itself;
 - ``llmgw``: through a real control plane's gateway (``llmgw server init`` and ``server
   run``), to a real agent (``llmgw agent run``) that runs the fake engine as its
   llama.cpp (a wrapper script named with ``--engine llama.cpp=PATH``) for a model served
   with ``llmgw ctl model serve``, with a key from ``llmgw ctl keys create``: keys, limits,
-  routing all on the request path;
+  routing and metrics all on the request path;
+- ``llmgw-ext``: through the same gateway to an external provider's endpoint (``llmgw
+  ctl model external tiny-ext``), a third fake engine with a key of its own behind it;
 - ``litellm``: through LiteLLM's proxy (``litellm[proxy]`` in its own virtual
   environment, ``~/.cache/llmgw/bench-litellm``, one worker) with the fake engine as its
   deployment.
 
 For each way: latency p50/p99 at concurrency 1, requests/s and p50/p99 at 16 and 64
-connections, streamed requests/s at 16, and the RSS of the serving process after the
-load; then llmgw against direct and against LiteLLM, and the issue's targets.
+connections, streamed requests/s at 16, the serving process's CPU time a request, and
+its RSS after the load; then llmgw against direct and against LiteLLM, and the issue's
+targets, to the replica and to the provider alike.
 
-    .venv/bin/python bench/gateway.py                       # 10 s a run, all three ways
+``--baseline TREE`` starts a second cluster from another checkout (a git worktree of
+the commit to compare with) beside the first, and ``--rounds N`` measures both, in
+alternating order, N times: on shared cores only a side-by-side run tells a change from
+the noise.
+
+    .venv/bin/python bench/gateway.py                       # 10 s a run, all the ways
     .venv/bin/python bench/gateway.py --skip-litellm --json /tmp/gateway.json
+    .venv/bin/python bench/gateway.py --skip-litellm --baseline /tmp/perf-base --rounds 3
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -54,12 +64,19 @@ FAKE_ENGINE = REPO / "bench" / "fake_engine.py"
 LITELLM_VENV = Path.home() / ".cache" / "llmgw" / "bench-litellm"
 BODY = '{"model":"tiny","messages":[{"role":"user","content":"hi"}]}'
 STREAM_BODY = BODY[:-1] + ',"stream":true}'
+EXTERNAL = "tiny-ext"
 PATH = "/v1/chat/completions"
-# The issue's targets for one gateway process.
-TARGET_ADDED_P50_MS = 0.7
-TARGET_RPS_C16 = 2000.0
-TARGET_STREAM_RPS_C16 = 1500.0
+# The issue's targets for one gateway process, to a replica and to a provider alike.
+TARGET_ADDED_P50_MS = 0.5
+TARGET_RPS_C16 = 3500.0
+TARGET_STREAM_RPS_C16 = 2500.0
 TARGET_VS_LITELLM = 20.0
+# The control plane's event loop forced (``--loop``): uvloop's on a checkout that would
+# not choose it, or asyncio's with uvloop kept from being imported.
+LAUNCHERS = {
+    "uvloop": "import asyncio, uvloop; asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())",
+    "asyncio": "import sys; sys.modules['uvloop'] = None",
+}
 SCHEDULING = """
 scheduling:
   interval: 0.5
@@ -132,7 +149,11 @@ class Processes:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
 
     def start(
-        self, name: str, argv: Sequence[str], env: dict[str, str] | None = None
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> psutil.Process:
         logfile = (self.root / f"{name}.log").open("ab")
         popen = subprocess.Popen(
@@ -141,6 +162,7 @@ class Processes:
             stdout=logfile,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
+            cwd=cwd,
             start_new_session=True,
         )
         logfile.close()
@@ -184,13 +206,15 @@ class Processes:
                 pass
 
 
-def llmgw(*args: str, timeout: float = 60) -> str:
+def llmgw(*args: str, tree: Path = REPO, timeout: float = 60) -> str:
+    """``llmgw ARGS`` as the checkout at ``tree`` has it (``-m`` puts the working
+    directory first on the import path, ahead of the virtual environment's install)."""
     out = subprocess.run(
         [sys.executable, "-m", "llmgw", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        cwd=REPO,
+        cwd=tree,
     )
     if out.returncode != 0:
         raise BenchError(f"llmgw {' '.join(args)} failed:\n{out.stdout}{out.stderr}")
@@ -205,59 +229,101 @@ def rss_mb(procs: Sequence[psutil.Process]) -> float:
     return total / 1e6
 
 
+def cpu_seconds(procs: Sequence[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def tree(proc: psutil.Process) -> list[psutil.Process]:
     with contextlib.suppress(psutil.Error):
         return [proc, *proc.children(recursive=True)]
     return [proc]
 
 
-def start_fake_engine(procs: Processes) -> tuple[str, psutil.Process]:
+def start_fake_engine(
+    procs: Processes, name: str = "engine-direct", key: str = ""
+) -> tuple[str, psutil.Process]:
     port = free_port()
     proc = procs.start(
-        "engine-direct",
+        name,
         [sys.executable, str(FAKE_ENGINE), "--host", "127.0.0.1", "--port", str(port)],
-        env={"LLAMA_API_KEY": ""},
+        env={"LLAMA_API_KEY": key},
     )
     base = f"http://127.0.0.1:{port}"
-    wait_for(lambda: procs.check("engine-direct") or answers(base + "/health"), 20, "the engine")
+    wait_for(lambda: procs.check(name) or answers(base + "/health"), 20, "the engine")
     return base, proc
 
 
-def start_llmgw(procs: Processes, root: Path) -> tuple[str, str, list[psutil.Process]]:
-    """A control plane, one agent running the fake engine as llama.cpp, model ``tiny``
-    served on it and Ready, and a key: (gateway base URL, key, [cp, agent, engine])."""
+@dataclasses.dataclass
+class Cluster:
+    """One control plane under test, its agent and engines, and the key to call it with."""
+
+    label: str
+    tree: Path
+    commit: str
+    loop: str
+    base: str
+    key: str
+    cp: psutil.Process
+    agent: psutil.Process
+    engines: list[psutil.Process]
+
+
+def start_llmgw(
+    procs: Processes, root: Path, tree: Path, label: str, loop: str, index: int = 0
+) -> Cluster:
+    """A control plane from the checkout at ``tree``, one agent running the fake engine
+    as llama.cpp, model ``tiny`` served on it and Ready, model ``tiny-ext`` an external
+    provider (another fake engine, with a key), and a key for the gateway."""
+    root = root / label
+    root.mkdir()
     data = root / "cp"
     listen = f"127.0.0.1:{free_port()}"
     llmgw(
         "server", "init", "--data-dir", str(data), "--listen", listen,
-        "--agent-port", str(free_port()), "--yes",
+        "--agent-port", str(free_port()), "--yes", tree=tree,
     )  # fmt: skip
     config = data / "server.yaml"
-    config.write_text(config.read_text() + SCHEDULING)
+    # Each cluster's engines on ports of their own: two clusters share this one host.
+    first = 41000 + 1000 * index
+    ports = f"  engine_ports: {first}-{first + 999}\n"
+    config.write_text(config.read_text() + SCHEDULING + ports)
+    entry = ["-m", "llmgw"]
+    if loop in LAUNCHERS:
+        entry = ["-c", f"{LAUNCHERS[loop]}; import sys; from llmgw.cli import main; "
+                 "sys.exit(main(sys.argv[1:]))"]  # fmt: skip
     cp = procs.start(
-        "control-plane",
-        [sys.executable, "-m", "llmgw", "server", "run", "--data-dir", str(data),
+        f"{label}-control-plane",
+        [sys.executable, *entry, "server", "run", "--data-dir", str(data),
          "--log-level", "warning"],
+        cwd=tree,
     )  # fmt: skip
     base = f"http://{listen}"
-    wait_for(lambda: procs.check("control-plane") or answers(base + "/healthz"), 30, "the CP")
+    wait_for(
+        lambda: procs.check(f"{label}-control-plane") or answers(base + "/healthz"), 30, "the CP"
+    )
     admin = (data / "admin.token").read_text().strip()
 
     # The fake engine as llama-server: the agent runs it with llama-server's arguments.
     wrapper = root / "fake-llama-server"
     wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE_ENGINE} "$@"\n')
     wrapper.chmod(0o755)
-    token = llmgw("node", "token", "--data-dir", str(data)).strip()
+    token = llmgw("node", "token", "--data-dir", str(data), tree=tree).strip()
     agent = procs.start(
-        "agent",
+        f"{label}-agent",
         [sys.executable, "-m", "llmgw", "agent", "run", "--server", listen, "--token", token,
          "--state-dir", str(root / "agent"), "--node-id", "bench",
          "--weights-dir", str(root / "weights"), "--engine", f"llama.cpp={wrapper}",
          "--log-level", "warning"],
+        cwd=tree,
     )  # fmt: skip
 
     def node_ready() -> bool:
-        procs.check("agent")
+        procs.check(f"{label}-agent")
         status, raw = http(base + "/api/v1/nodes", token=admin)
         return status == 200 and any(n["state"] == "Ready" for n in json.loads(raw))
 
@@ -269,11 +335,11 @@ def start_llmgw(procs: Processes, root: Path) -> tuple[str, str, list[psutil.Pro
     gguf = write_tiny_model(root / "tiny.gguf")
     llmgw(
         "ctl", "model", "serve", str(gguf), "--name", "tiny", "--context", "256",
-        "--memory", "1GiB", "--data-dir", str(data),
+        "--memory", "1GiB", "--data-dir", str(data), tree=tree,
     )  # fmt: skip
 
     def replica_ready() -> dict[str, Any] | None:
-        procs.check("agent")
+        procs.check(f"{label}-agent")
         status, raw = http(base + "/api/v1/replicas", token=admin)
         rows = [r for r in json.loads(raw) if r["model"] == "tiny"] if status == 200 else []
         for row in rows:
@@ -282,17 +348,44 @@ def start_llmgw(procs: Processes, root: Path) -> tuple[str, str, list[psutil.Pro
         return next((r for r in rows if r["state"] == "ready"), None)
 
     wait_for(replica_ready, 60, "the replica of tiny to be ready")
+
+    # The provider: the same fake engine, asking for a key of its own.
+    secret = "sk-provider-" + secrets.token_hex(16)
+    provider, provider_proc = start_fake_engine(procs, f"{label}-engine-ext", secret)
+    key_file = root / "provider.key"
+    key_file.write_text(secret + "\n")
+    llmgw(
+        "ctl", "model", "external", EXTERNAL, "--base-url", provider + "/v1",
+        "--key-file", str(key_file), "--data-dir", str(data), tree=tree,
+    )  # fmt: skip
+
     key = json.loads(llmgw("ctl", "keys", "create", "--name", "bench", "--json",
-                           "--data-dir", str(data)))["key"]  # fmt: skip
+                           "--data-dir", str(data), tree=tree))["key"]  # fmt: skip
     # The first answer through the gateway may come before its table has the replica.
-    wait_for(lambda: http(base + PATH, token=key, body=BODY)[0] == 200, 20, "a 200 via llmgw")
+    for model in ("tiny", EXTERNAL):
+        body = body_for(model, stream=False)
+
+        def answered(body: str = body) -> bool:
+            return http(base + PATH, token=key, body=body)[0] == 200
+
+        wait_for(answered, 20, f"a 200 from {model} via llmgw")
     engines = [
         p
         for p in psutil.process_iter(["cmdline"])
         if str(FAKE_ENGINE) in " ".join(p.info["cmdline"] or []) and str(root) in
         " ".join(p.info["cmdline"] or [])
     ]  # fmt: skip
-    return base, key, [cp, agent, *engines]
+    return Cluster(
+        label, tree, commit(tree), loop_of(cp), base, key, cp, agent, [*engines, provider_proc]
+    )
+
+
+def loop_of(proc: psutil.Process) -> str:
+    """The event loop a process runs: uvloop's if its library is mapped in, else asyncio's."""
+    with contextlib.suppress(OSError):
+        if "uvloop" in Path(f"/proc/{proc.pid}/maps").read_text():
+            return "uvloop"
+    return "asyncio"
 
 
 def start_litellm(procs: Processes, root: Path, engine: str) -> tuple[str, str, psutil.Process]:
@@ -368,6 +461,10 @@ def parse_wrk(output: str) -> dict[str, Any]:
     return out
 
 
+def body_for(model: str, stream: bool) -> str:
+    return (STREAM_BODY if stream else BODY).replace('"tiny"', json.dumps(model), 1)
+
+
 def lua(path: Path, body: str, key: str) -> Path:
     path.write_text(
         'wrk.method = "POST"\n'
@@ -405,20 +502,28 @@ def load(
     root: Path,
     duration: int,
     serving: Callable[[], list[psutil.Process]],
+    model: str = "tiny",
+    runs: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Every run of the load against one way; RSS of its serving processes after."""
-    plain = lua(root / f"{name}-post.lua", BODY, key)
-    streamed = lua(root / f"{name}-stream.lua", STREAM_BODY, key)
+    plain = lua(root / f"{name}-post.lua", body_for(model, stream=False), key)
+    streamed = lua(root / f"{name}-stream.lua", body_for(model, stream=True), key)
     # A short warm-up, so pools, caches and lazy imports are not in the first figure.
     wrk(base + PATH, plain, 2, 16, 2)
     result: dict[str, Any] = {}
     for run, threads, conns, stream in RUNS:
+        if runs and run not in runs:
+            continue
+        before = cpu_seconds(serving())
         r = wrk(base + PATH, streamed if stream else plain, threads, conns, duration)
+        # CPU time a request, which other work on shared cores moves much less than req/s.
+        r["cpu_us"] = 1e6 * (cpu_seconds(serving()) - before) / max(r["requests"], 1)
         result[run] = r
         errors = r["non_2xx"] + r["socket_errors"]
         log(
-            f"  {name:8} {run:9} {r['rps']:9.0f} req/s  p50 {_fmt(r['p50_ms'])} ms  "
-            f"p99 {_fmt(r['p99_ms'])} ms" + (f"  ERRORS {errors}" if errors else "")
+            f"  {name:9} {run:9} {r['rps']:9.0f} req/s  p50 {_fmt(r['p50_ms'])} ms  "
+            f"p99 {_fmt(r['p99_ms'])} ms  {r['cpu_us']:5.0f} us CPU a request"
+            + (f"  ERRORS {errors}" if errors else "")
         )
     result["rss_mb"] = rss_mb([p for top in serving() for p in tree(top)])
     return result
@@ -494,10 +599,10 @@ def machine() -> str:
     return f"{psutil.cpu_count()} CPUs ({model}), {mem:.1f} GiB, Python {platform.python_version()}"
 
 
-def commit() -> str:
+def commit(tree: Path = REPO) -> str:
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", *args], capture_output=True, text=True, cwd=REPO, check=False
+            ["git", *args], capture_output=True, text=True, cwd=tree, check=False
         ).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
@@ -505,66 +610,139 @@ def commit() -> str:
     return head + (" + uncommitted changes in llmgw/" if dirty else "")
 
 
+def median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def figure(rounds: Sequence[dict[str, Any]], run: str, field: str) -> float | None:
+    """The median over rounds of one figure of one way, None where it was not measured."""
+    values = [r[run][field] for r in rounds if run in r and r[run][field] is not None]
+    return median(values) if values else None
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"x{a / b:.3f}" if a is not None and b else "-"
+
+
 def report(results: dict[str, Any]) -> list[str]:
-    ways = results["ways"]
+    ways: dict[str, list[dict[str, Any]]] = results["ways"]
     lines = [
-        "way        c=1 p50  c=1 p99   c=16 req/s  p50    p99     c=64 req/s  p50    p99"
-        "     stream c=16 req/s  RSS MB",
+        "way        round  c=1 p50  c=1 p99   c=16 req/s  p50    p99   CPU us   c=64 req/s  p50"
+        "    p99     stream c=16 req/s  CPU us  RSS MB",
     ]
-    for name, r in ways.items():
-        if "error" in r:
-            lines.append(f"{name:9}  not measured: {r['error']}")
-            continue
-        c1, c16, c64, s16 = r["c1"], r["c16"], r["c64"], r["stream16"]
-        lines.append(
-            f"{name:9}  {_fmt(c1['p50_ms']):>7}  {_fmt(c1['p99_ms']):>7}  "
-            f"{c16['rps']:11.0f}  {_fmt(c16['p50_ms'], 2):>5}  {_fmt(c16['p99_ms'], 2):>6}  "
-            f"{c64['rps']:11.0f}  {_fmt(c64['p50_ms'], 2):>5}  {_fmt(c64['p99_ms'], 2):>6}  "
-            f"{s16['rps']:20.0f}  {r['rss_mb']:6.0f}"
-        )
+    for name, rounds in ways.items():
+        for i, r in enumerate(rounds, start=1):
+            if "error" in r:
+                lines.append(f"{name:9}  not measured: {r['error']}")
+                continue
+            row = f"{name:9}  {i:5}  "
+            c1 = r.get("c1", {})
+            row += f"{_fmt(c1.get('p50_ms')):>7}  {_fmt(c1.get('p99_ms')):>7}  "
+            for run in ("c16", "c64"):
+                x = r.get(run)
+                row += (
+                    f"{x['rps']:11.0f}  {_fmt(x['p50_ms'], 2):>5}  {_fmt(x['p99_ms'], 2):>6}  "
+                    if x
+                    else f"{'-':>11}  {'-':>5}  {'-':>6}  "
+                )
+                if run == "c16":
+                    row += f"{x['cpu_us']:6.0f}  " if x else f"{'-':>6}  "
+            s16 = r.get("stream16")
+            row += (
+                f"{s16['rps']:20.0f}  {s16['cpu_us']:6.0f}  " if s16 else f"{'-':>20}  {'-':>6}  "
+            )
+            row += f"{r['rss_mb']:6.0f}"
+            lines.append(row)
     errors = {
-        f"{n}/{run}": r[run]["non_2xx"] + r[run]["socket_errors"]
-        for n, r in ways.items()
+        f"{n}/{i}/{run}": r[run]["non_2xx"] + r[run]["socket_errors"]
+        for n, rounds in ways.items()
+        for i, r in enumerate(rounds, start=1)
         if "error" not in r
         for run, *_ in RUNS
-        if r[run]["non_2xx"] + r[run]["socket_errors"]
+        if run in r and r[run]["non_2xx"] + r[run]["socket_errors"]
     }
     lines.append(f"errors (non-2xx or socket): {errors or 'none'}")
-    gw, direct, lite = ways.get("llmgw", {}), ways.get("direct", {}), ways.get("litellm", {})
+    measured = {n: rs for n, rs in ways.items() if rs and "error" not in rs[0]}
+    if any(len(rs) > 1 for rs in measured.values()):
+        lines.append("(medians over the rounds below)")
+    direct = measured.get("direct")
+    gateways = [n for n in measured if n not in ("direct", "litellm")]
     targets: dict[str, Any] = {}
-    if "error" not in gw and "error" not in direct:
-        added = gw["c1"]["p50_ms"] - direct["c1"]["p50_ms"]
-        added99 = gw["c1"]["p99_ms"] - direct["c1"]["p99_ms"]
-        lines.append(
-            f"llmgw vs direct: {added:+.3f} ms p50 ({added99:+.3f} ms p99) at c=1; "
-            f"req/s x{gw['c16']['rps'] / direct['c16']['rps']:.3f} at c=16, "
-            f"x{gw['c64']['rps'] / direct['c64']['rps']:.3f} at c=64, "
-            f"x{gw['stream16']['rps'] / direct['stream16']['rps']:.3f} streamed at c=16"
+    for name in gateways:
+        gw = measured[name]
+        p50, rps, srps = (
+            figure(gw, "c1", "p50_ms"),
+            figure(gw, "c16", "rps"),
+            figure(gw, "stream16", "rps"),
         )
-        targets["added_p50_ms"] = (added, added <= TARGET_ADDED_P50_MS, TARGET_ADDED_P50_MS)
-    if "error" not in gw and lite and "error" not in lite:
-        added = lite["c1"]["p50_ms"] - direct["c1"]["p50_ms"]
-        ratio = gw["c16"]["rps"] / lite["c16"]["rps"]
+        if direct:
+            d50 = figure(direct, "c1", "p50_ms")
+            added = p50 - d50 if p50 is not None and d50 is not None else None
+            lines.append(
+                f"{name} vs direct: {_fmt(added, 3)} ms added p50 at c=1 "
+                f"({_fmt(p50)} against {_fmt(d50)}); "
+                f"req/s {_ratio(rps, figure(direct, 'c16', 'rps'))} at c=16, "
+                f"{_ratio(figure(gw, 'c64', 'rps'), figure(direct, 'c64', 'rps'))} at c=64, "
+                f"{_ratio(srps, figure(direct, 'stream16', 'rps'))} streamed at c=16"
+            )
+            if added is not None and not name.startswith("base"):
+                targets[f"{name}/added_p50_ms"] = (
+                    added,
+                    added <= TARGET_ADDED_P50_MS,
+                    TARGET_ADDED_P50_MS,
+                )
+        if not name.startswith("base"):
+            if rps is not None:
+                targets[f"{name}/rps_c16"] = (rps, rps >= TARGET_RPS_C16, TARGET_RPS_C16)
+            if srps is not None:
+                targets[f"{name}/stream_rps_c16"] = (
+                    srps,
+                    srps >= TARGET_STREAM_RPS_C16,
+                    TARGET_STREAM_RPS_C16,
+                )
+    for name in gateways:
+        base = measured.get(name.replace("llmgw", "base", 1)) if name.startswith("llmgw") else None
+        if base is None:
+            continue
+        gw = measured[name]
+        parts = []
+        for run, field, words in (
+            ("c1", "p50_ms", "p50 at c=1"),
+            ("c16", "rps", "req/s at c=16"),
+            ("c16", "cpu_us", "CPU us a request at c=16"),
+            ("c64", "rps", "req/s at c=64"),
+            ("stream16", "rps", "streamed req/s at c=16"),
+            ("stream16", "cpu_us", "CPU us a streamed request"),
+        ):
+            a, b = figure(gw, run, field), figure(base, run, field)
+            if a is not None and b is not None:
+                parts.append(f"{words} {a:,.3f} against {b:,.3f} ({_ratio(a, b)})")
+        lines.append(f"{name} vs {name.replace('llmgw', 'base', 1)}: " + "; ".join(parts))
+    lite = measured.get("litellm")
+    ours = measured.get("llmgw")
+    if ours and lite and direct:
+        added = (figure(lite, "c1", "p50_ms") or 0.0) - (figure(direct, "c1", "p50_ms") or 0.0)
+        ratio = (figure(ours, "c16", "rps") or 0.0) / (figure(lite, "c16", "rps") or 1.0)
         lines.append(
             f"llmgw vs LiteLLM: req/s x{ratio:.1f} at c=16, "
-            f"x{gw['c64']['rps'] / lite['c64']['rps']:.1f} at c=64, "
-            f"x{gw['stream16']['rps'] / lite['stream16']['rps']:.1f} streamed at c=16; "
-            f"LiteLLM adds {added:.2f} ms p50 at c=1"
+            f"{_ratio(figure(ours, 'c64', 'rps'), figure(lite, 'c64', 'rps'))} at c=64, "
+            f"{_ratio(figure(ours, 'stream16', 'rps'), figure(lite, 'stream16', 'rps'))} "
+            f"streamed at c=16; LiteLLM adds {added:.2f} ms p50 at c=1"
         )
-        targets["vs_litellm"] = (ratio, ratio >= TARGET_VS_LITELLM, TARGET_VS_LITELLM)
-    if "error" not in gw:
-        rps, srps = gw["c16"]["rps"], gw["stream16"]["rps"]
-        targets["rps_c16"] = (rps, rps >= TARGET_RPS_C16, TARGET_RPS_C16)
-        targets["stream_rps_c16"] = (srps, srps >= TARGET_STREAM_RPS_C16, TARGET_STREAM_RPS_C16)
-    words = {
+        targets["llmgw/vs_litellm"] = (ratio, ratio >= TARGET_VS_LITELLM, TARGET_VS_LITELLM)
+    says = {
         "added_p50_ms": "added latency p50 at c=1 <= {t} ms",
         "rps_c16": ">= {t:,.0f} req/s at c=16",
         "stream_rps_c16": ">= {t:,.0f} streamed req/s at c=16",
         "vs_litellm": ">= {t:.0f}x LiteLLM's req/s at c=16",
     }
     for name, (value, met, target) in targets.items():
+        way, _, what = name.partition("/")
         lines.append(
-            f"target {words[name].format(t=target)}: {'met' if met else 'NOT met'} ({value:,.3f})"
+            f"target {way}: {says[what].format(t=target)}: "
+            f"{'met' if met else 'NOT met'} ({value:,.3f})"
         )
     results["targets"] = {
         n: {"value": v, "met": m, "target": t} for n, (v, m, t) in targets.items()
@@ -575,6 +753,10 @@ def report(results: dict[str, Any]) -> list[str]:
 # --- main ---------------------------------------------------------------------------------
 
 
+def _on(loop: str) -> str:
+    return "" if loop == "default" else f" ({loop} forced)"
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signal.Signals(signum).name)
 
@@ -583,6 +765,33 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=int, default=10, help="seconds each wrk run lasts")
     p.add_argument("--skip-litellm", action="store_true", help="measure direct and llmgw only")
+    p.add_argument(
+        "--skip-external", action="store_true", help="leave out the external provider's way"
+    )
+    p.add_argument(
+        "--runs",
+        default=",".join(r[0] for r in RUNS),
+        help="which wrk runs, comma-separated (default: all of c1,c16,c64,stream16)",
+    )
+    p.add_argument("--tree", type=Path, default=REPO, help="the llmgw checkout measured")
+    p.add_argument(
+        "--loop",
+        choices=("default", "uvloop", "asyncio"),
+        default="default",
+        help="the control plane's event loop: its own choice, or one forced",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="TREE",
+        help="also measure a control plane from this checkout (ways base, base-ext), "
+        "alternating with the one measured",
+    )
+    p.add_argument(
+        "--baseline-loop", choices=("default", "uvloop", "asyncio"), default="default",
+        help="as --loop",
+    )  # fmt: skip
+    p.add_argument("--rounds", type=int, default=1, help="measure every llmgw way this often")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     p.add_argument(
         "--profile",
@@ -591,7 +800,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--duration seconds, print its hot spots and keep the raw stacks at PATH",
     )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    p.add_argument("--time-limit", type=float, default=1200, help="stop after this many s")
+    p.add_argument("--time-limit", type=float, default=1800, help="stop after this many s")
     return p.parse_args(argv)
 
 
@@ -600,35 +809,74 @@ def main(argv: Sequence[str] | None = None) -> int:
     if shutil.which("wrk") is None:
         log("wrk is not installed (apt install wrk)")
         return 2
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    unknown = set(runs) - {r[0] for r in RUNS}
+    if unknown:
+        log(f"--runs: no run named {', '.join(sorted(unknown))}")
+        return 2
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGALRM, _on_signal)
     signal.alarm(int(args.time_limit))
     root = Path(tempfile.mkdtemp(prefix="llmgw-bench-gateway-"))
     procs = Processes(root)
+    tree = args.tree.resolve()
     results: dict[str, Any] = {
         "machine": machine(),
-        "commit": commit(),
+        "commit": commit(tree),
+        "loop": args.loop,
         "duration_s": args.duration,
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "ways": {},
     }
-    log(f"llmgw gateway benchmark: {results['machine']}; llmgw at {results['commit']}")
-    log(f"wrk runs of {args.duration} s: c=1 (-t1), c=16 and c=64 (-t2), streamed c=16 (-t2)")
+    if args.baseline:
+        results["baseline"] = {"commit": commit(args.baseline), "loop": args.baseline_loop}
+    title = f"llmgw at {results['commit']}" + _on(args.loop)
+    if args.baseline:
+        title += f"; base: llmgw at {results['baseline']['commit']}" + _on(args.baseline_loop)
+    log(f"llmgw gateway benchmark: {results['machine']}; {title}")
+    log(f"wrk runs of {args.duration} s: {', '.join(runs)}")
     code = 0
     try:
         engine, engine_proc = start_fake_engine(procs)
         log(f"fake engine on {engine}")
-        ways = results["ways"]
-        ways["direct"] = load("direct", engine, "x", root, args.duration, lambda: [engine_proc])
+        ways: dict[str, list[dict[str, Any]]] = results["ways"]
+        ways["direct"] = [
+            load("direct", engine, "x", root, args.duration, lambda: [engine_proc], runs=runs)
+        ]
         log("starting a control plane and an agent for llmgw")
-        base, key, (cp, agent, *engines) = start_llmgw(procs, root)
-        ways["llmgw"] = load("llmgw", base, key, root, args.duration, lambda: [cp])
-        ways["llmgw"]["agent_rss_mb"] = rss_mb([agent])
-        ways["llmgw"]["engine_rss_mb"] = rss_mb(engines)
+        clusters = [start_llmgw(procs, root, tree, "llmgw", args.loop)]
+        if args.baseline:
+            log(f"starting a control plane and an agent from {args.baseline}")
+            clusters.append(
+                start_llmgw(procs, root, args.baseline.resolve(), "base", args.baseline_loop, 1)
+            )
+        for c in clusters:
+            results.setdefault("loops", {})[c.label] = c.loop
+            log(f"{c.label}: llmgw at {c.commit} from {c.tree}, on {c.loop}'s event loop")
+        models = [("", "tiny")] + ([] if args.skip_external else [("-ext", EXTERNAL)])
+        for i in range(args.rounds):
+            # Alternate which cluster goes first, so neither always has the warmer machine.
+            order = clusters if i % 2 == 0 else clusters[::-1]
+            for c in order:
+                for suffix, model in models:
+                    name = c.label + suffix
+                    cp = c.cp
+                    r = load(
+                        name, c.base, c.key, root, args.duration,
+                        lambda: [cp], model=model, runs=runs,  # noqa: B023 (called at once)
+                    )  # fmt: skip
+                    r["agent_rss_mb"] = rss_mb([c.agent])
+                    r["engine_rss_mb"] = rss_mb(c.engines)
+                    ways.setdefault(name, []).append(r)
         if args.profile:
+            cp = clusters[0].cp
             log(f"profiling the control plane (pid {cp.pid}) under c=16 for {args.duration} s")
             hot = profile(
-                cp.pid, base + PATH, root / "llmgw-post.lua", args.duration, Path(args.profile)
+                cp.pid,
+                clusters[0].base + PATH,
+                root / "llmgw-post.lua",
+                args.duration,
+                Path(args.profile),
             )
             results["profile"] = hot
             log("\n".join(hot))
@@ -638,22 +886,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 log("starting LiteLLM's proxy")
                 lbase, lkey, lproc = start_litellm(procs, root, engine)
-                ways["litellm"] = load("litellm", lbase, lkey, root, args.duration,
-                                       lambda: [lproc])  # fmt: skip
+                ways["litellm"] = [
+                    load("litellm", lbase, lkey, root, args.duration, lambda: [lproc], runs=runs)
+                ]
             except BenchError as exc:
                 log(f"LiteLLM not measured: {exc}")
                 log(procs.tail("litellm"))
-                ways["litellm"] = {"error": str(exc).splitlines()[0]}
+                ways["litellm"] = [{"error": str(exc).splitlines()[0]}]
         print()
-        print(f"llmgw gateway benchmark: {results['machine']}; llmgw at {results['commit']}")
+        print(f"llmgw gateway benchmark: {results['machine']}; {title}")
+        loops = ", ".join(f"{k} on {v}" for k, v in results.get("loops", {}).items())
         print(
-            f"{args.duration} s a run; latencies in ms; RSS after the load (llmgw: control plane)"
+            f"{args.duration} s a run; latencies in ms; CPU us: the serving process's CPU time "
+            f"a request; RSS after the load (llmgw: control plane); {loops}"
         )
         print("\n".join(report(results)))
     except (BenchError, KeyboardInterrupt, Stopped) as exc:
         log(f"stopped: {type(exc).__name__}: {exc}")
-        for name in ("control-plane", "agent"):
-            if (root / f"{name}.log").exists():
+        for name, _popen in procs.procs:
+            if name.endswith(("control-plane", "agent")):
                 log(f"--- {name} log tail:\n{procs.tail(name)}")
         code = 1
     finally:

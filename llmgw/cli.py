@@ -128,9 +128,11 @@ def _terminal() -> bool:
 
 def cmd_server_run(args: argparse.Namespace) -> int:
     from llmgw.server.app import run_server
+    from llmgw.server.front import event_loop_factory
 
     _setup_logging(args.log_level)
-    asyncio.run(run_server(_data_dir(args)))
+    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+        runner.run(run_server(_data_dir(args)))
     return 0
 
 

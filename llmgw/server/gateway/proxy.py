@@ -17,6 +17,10 @@ llama.cpp's server closes its connection after every stream while announcing
 keep-alive; its streams are sent with ``Connection: close``, which it echoes, so such a
 connection never goes back to the pool.
 
+Requests go to engines and providers over the gateway's own HTTP/1.1 client
+(``engineclient.py``); aiohttp's client remains for what is not a client's request: the
+probe of silent agents' engines and the scrape of engines' metrics.
+
 Streams pass through event by event. The engine is always asked for the stream's usage
 (``stream_options.include_usage``), so streamed tokens are counted like any others;
 a client that did not ask for it never sees it. A request past ``request_timeout`` is
@@ -37,15 +41,19 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from llmgw.server.gateway.engineclient import (
+    CONNECT_TIMEOUT,
+    POOL_KEEPALIVE,
+    BadAnswer,
+    EngineConnection,
+    EnginePool,
+    Lost,
+)
 from llmgw.server.gateway.errors import JSON, bad_request, fail, stream_error
 from llmgw.server.gateway.router import Endpoint, Router
 
 log = logging.getLogger("llmgw.gateway")
 
-# Shorter than the engines' own keep-alive (llama.cpp's and uvicorn's 5 s), so the pool
-# never offers a connection the engine is about to close.
-POOL_KEEPALIVE = 4.0
-CONNECT_TIMEOUT = 5.0
 # An incomplete event longer than this is passed on as it is (it is not SSE).
 MAX_HELD = 1 << 20
 _HOP = frozenset(
@@ -166,22 +174,34 @@ class StreamTap:
         return rest
 
     def _usage(self, done: bytes) -> bytes:
+        """Read (and, not asked for, take out) the usage: only the events that mention
+        it are parsed, the rest passed on as they are."""
         out = []
-        for event in done.split(b"\n\n"):
-            if b'"usage"' in event and event.startswith(b"data:"):
-                try:
-                    body = json.loads(event[5:])
-                except ValueError:
-                    body = None
-                if isinstance(body, dict) and isinstance(body.get("usage"), dict):
-                    self.prompt, self.completion = read_usage(body["usage"])
-                    if self.strip:
-                        if not body.get("choices"):
-                            continue  # the usage's own event: not asked for, not sent
-                        del body["usage"]
-                        event = b"data: " + json.dumps(body).encode()
+        at = 0
+        while (hit := done.find(b'"usage"', at)) >= 0:
+            start = done.rfind(b"\n\n", at, hit)
+            start = at if start < 0 else start + 2
+            end = done.find(b"\n\n", hit) + 2  # done ends with an event's end
+            out.append(done[at:start])
+            at = end
+            event = done[start:end]
+            if not event.startswith(b"data:"):
+                out.append(event)
+                continue
+            try:
+                body = json.loads(event[5:])
+            except ValueError:
+                body = None
+            if isinstance(body, dict) and isinstance(body.get("usage"), dict):
+                self.prompt, self.completion = read_usage(body["usage"])
+                if self.strip:
+                    if not body.get("choices"):
+                        continue  # the usage's own event: not asked for, not sent
+                    del body["usage"]
+                    event = b"data: " + json.dumps(body).encode() + b"\n\n"
             out.append(event)
-        return b"\n\n".join(out)
+        out.append(done[at:])
+        return b"".join(out)
 
     def tokens(self) -> tuple[int, int]:
         if self.completion or self.prompt:
@@ -195,28 +215,27 @@ class Upstream:
     def __init__(self, router: Router, request_timeout: float) -> None:
         self.router = router
         self.request_timeout = request_timeout
-        self._pooled: aiohttp.ClientSession | None = None
-        self._fresh: aiohttp.ClientSession | None = None
+        self.pool = EnginePool()
+        self._session: aiohttp.ClientSession | None = None
         self.stale_retries = 0
 
     @property
     def session(self) -> aiohttp.ClientSession:
-        if self._pooled is None:
-            self._pooled = _session(aiohttp.TCPConnector(limit=0, keepalive_timeout=POOL_KEEPALIVE))
-        return self._pooled
-
-    @property
-    def fresh(self) -> aiohttp.ClientSession:
-        """New connections only: the retry after a stale pooled one."""
-        if self._fresh is None:
-            self._fresh = _session(aiohttp.TCPConnector(limit=0, force_close=True))
-        return self._fresh
+        """aiohttp's client, for what is not a client's request: probes, metrics."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=POOL_KEEPALIVE),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
+                auto_decompress=False,
+                skip_auto_headers=("User-Agent",),
+            )
+        return self._session
 
     async def close(self) -> None:
-        for session in (self._pooled, self._fresh):
-            if session is not None:
-                await session.close()
-        self._pooled = self._fresh = None
+        self.pool.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def send(
         self,
@@ -310,37 +329,45 @@ class Upstream:
         fresh: bool,
         prepared: web.StreamResponse | None,
     ) -> web.StreamResponse:
-        headers = {"Authorization": f"Bearer {endpoint.key}", "Content-Type": JSON}
-        if stream and endpoint.closes_after_stream:
-            # The engine closes this connection after the stream anyway; said up front,
-            # its answer says so too, and the connection never goes back to the pool.
-            headers["Connection"] = "close"
         if endpoint.upstream_model:
             body = json.loads(raw)
             body["model"] = endpoint.upstream_model
             raw = json.dumps(body).encode()
-        session = self.fresh if fresh else self.session
-        # Every base ends in the provider's /v1 (or its equivalent): path less "/v1".
-        url = endpoint.url + path[3:]
+        pool = self.pool
         try:
-            upstream = await session.post(url, data=raw, headers=headers)
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientConnectionResetError) as exc:
-            raise Stale(str(exc) or type(exc).__name__) from None
-        except aiohttp.ClientOSError as exc:
-            if isinstance(exc, aiohttp.ClientConnectorError):
+            origin = pool.origin(endpoint.url)
+            # The engine closes this connection after a stream anyway; said up front, its
+            # answer says so too, and the connection never goes back to the pool.
+            close = stream and endpoint.closes_after_stream
+            # Every base ends in the provider's /v1 (or its equivalent): path less "/v1".
+            message = origin.request(path[3:], endpoint.key, raw, close)
+        except ValueError as exc:
+            raise ReplicaFailed(_unreachable(str(exc)), str(exc)) from None
+        conn = None if fresh else pool.take(origin)
+        if conn is None:
+            try:
+                conn = await pool.connect(origin)
+            except (OSError, TimeoutError) as exc:
+                why = f"cannot connect to {origin.authority}: {exc or type(exc).__name__}"
+                raise ReplicaFailed(_unreachable(why), why) from None
+        try:
+            conn.send(message, close)
+            try:
+                await conn.head()
+            except Lost as exc:
+                if exc.early:
+                    raise Stale(str(exc)) from None
                 raise ReplicaFailed(_unreachable(str(exc)), str(exc)) from None
-            raise Stale(str(exc)) from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            why = str(exc) or type(exc).__name__
-            raise ReplicaFailed(_unreachable(why), why) from None
-        async with upstream:
-            status = upstream.status
+            except BadAnswer as exc:
+                why = f"an answer the gateway cannot read: {exc}"
+                raise ReplicaFailed(_unreachable(why), why) from None
+            status = conn.status
             if endpoint.external and status in (401, 403, 429):
-                self.router.key_refused(endpoint, status, upstream.headers.get("Retry-After"))
-                body = await _read(upstream)
-                raise KeyRefused(_passed_on(upstream, body), f"HTTP {status}")
+                self.router.key_refused(endpoint, status, conn.header("retry-after"))
+                body = await _read(conn)
+                raise KeyRefused(_passed_on(conn, body), f"HTTP {status}")
             if status >= 500 and status != 501:
-                body = await _read(upstream)
+                body = await _read(conn)
                 if _ABOUT_THE_REQUEST.search(body[:4096]):
                     # The engine could not read what the client sent: the client's to fix.
                     tally.answered = True
@@ -348,31 +375,37 @@ class Upstream:
                         f"the engine could not read the request: {_message(body)}",
                         "invalid_request",
                     )
-                raise ReplicaFailed(_passed_on(upstream, body), f"HTTP {status}")
+                raise ReplicaFailed(_passed_on(conn, body), f"HTTP {status}")
             if status >= 400:
                 # About the request, in the client's error shape: a 4xx, or 501 (the
                 # replica does not do what was asked, embeddings of a chat model say).
-                body = await _read(upstream)
+                body = await _read(conn)
                 tally.answered = True
                 return _refused_by_engine(400 if status == 501 else status, body)
             self.router.succeeded(endpoint)
             if not stream:
                 try:
-                    data = await upstream.read()
-                except (aiohttp.ClientError, OSError) as exc:
+                    data = await conn.read()
+                except (OSError, BadAnswer) as exc:
                     raise ReplicaFailed(_unreachable(str(exc)), f"while answering: {exc}") from None
                 tally.prompt, tally.completion = answer_usage(data)
                 tally.answered = True
                 trace.first = trace.first or time.perf_counter()
-                return _passed_on(upstream, data)
-            return await self._relay(
-                request, upstream, endpoint, trace, tally, strip_usage, prepared
-            )
+                return _passed_on(conn, data)
+            return await self._relay(request, conn, endpoint, trace, tally, strip_usage, prepared)
+        finally:
+            # Back to the pool only when its answer was read to the end, still open and
+            # kept alive; anything else (a timeout, a client gone) closes it, so the
+            # engine hears the request go.
+            if conn.complete:
+                pool.give_back(origin, conn)
+            else:
+                conn.close()
 
     async def _relay(
         self,
         request: web.BaseRequest,
-        upstream: aiohttp.ClientResponse,
+        conn: EngineConnection,
         endpoint: Endpoint,
         trace: Trace,
         tally: Tally,
@@ -382,8 +415,8 @@ class Upstream:
         """A stream, event by event; once a byte is sent there is no failing over."""
         response = prepared
         if response is None:
-            response = web.StreamResponse(status=200)
-            for name, value in upstream.headers.items():
+            response = _Stream(status=200)
+            for name, value in conn.headers:
                 if name.lower() not in _HOP:
                     response.headers[name] = value
             await response.prepare(request)
@@ -391,17 +424,20 @@ class Upstream:
         tap = StreamTap(strip_usage)
         tally.answered = True
         try:
-            async for chunk in upstream.content.iter_any():
+            while chunk := await conn.chunk():
                 if not trace.first:
                     trace.first = time.perf_counter()
                 out = tap.feed(chunk)
+                if conn.complete:
+                    # The stream's last bytes: sent with its end, in one write.
+                    out += tap.end()
+                    break
                 if out:
                     await response.write(out)
-            rest = tap.end()
-            if rest:
-                await response.write(rest)
-            await response.write_eof()
-        except (aiohttp.ClientError, OSError) as exc:
+            else:
+                out = tap.end()
+            await response.write_eof(out)
+        except (OSError, BadAnswer) as exc:
             # The engine went away mid-stream, or the client did: it ends as it ends.
             log.info("%s: stream ended early: %s", endpoint.replica_id, exc)
         finally:
@@ -409,26 +445,22 @@ class Upstream:
         return response
 
 
-def _session(connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=connector,
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT),
-        auto_decompress=False,
-        skip_auto_headers=("User-Agent",),
-    )
+class _Stream(web.StreamResponse):
+    """A relayed stream whose head goes out with its first event, in one write instead
+    of two (aiohttp's switch, the one its ``web.Response`` uses)."""
+
+    _send_headers_immediately = False
 
 
-async def _read(upstream: aiohttp.ClientResponse) -> bytes:
+async def _read(conn: EngineConnection) -> bytes:
     try:
-        return await upstream.read()
-    except (aiohttp.ClientError, OSError):
+        return await conn.read()
+    except (OSError, BadAnswer):
         return b""
 
 
-def _passed_on(upstream: aiohttp.ClientResponse, body: bytes) -> web.Response:
-    return web.Response(
-        status=upstream.status, body=body, content_type=upstream.content_type or JSON
-    )
+def _passed_on(conn: EngineConnection, body: bytes) -> web.Response:
+    return web.Response(status=conn.status, body=body, content_type=conn.content_type or JSON)
 
 
 def _refused_by_engine(status: int, body: bytes) -> web.Response:
