@@ -544,8 +544,8 @@ _OUTER = (
 
 
 def profile(pid: int, url: str, script: Path, duration: int, out: Path) -> list[str]:
-    """py-spy over the control plane under the c=16 load: the top functions by own time
-    and by time including callees (from its raw, collapsed stacks)."""
+    """py-spy over the control plane under a load of 16 connections: the top functions by
+    own time and by time including callees (from its raw, collapsed stacks)."""
     spy = LITELLM_VENV / "bin" / "py-spy"
     if not spy.exists():
         return [f"no py-spy at {spy} ({LITELLM_VENV}/bin/pip install py-spy)"]
@@ -799,6 +799,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="after the measured runs, py-spy the control plane under the c=16 load for "
         "--duration seconds, print its hot spots and keep the raw stacks at PATH",
     )
+    p.add_argument(
+        "--profile-load", choices=("c16", "stream16"), default="c16",
+        help="the load --profile runs under: plain requests or streams, 16 connections",
+    )  # fmt: skip
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--time-limit", type=float, default=1800, help="stop after this many s")
     return p.parse_args(argv)
@@ -870,11 +874,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ways.setdefault(name, []).append(r)
         if args.profile:
             cp = clusters[0].cp
-            log(f"profiling the control plane (pid {cp.pid}) under c=16 for {args.duration} s")
+            log(
+                f"profiling the control plane (pid {cp.pid}) under {args.profile_load} "
+                f"for {args.duration} s"
+            )
             hot = profile(
                 cp.pid,
                 clusters[0].base + PATH,
-                root / "llmgw-post.lua",
+                root
+                / ("llmgw-stream.lua" if args.profile_load == "stream16" else "llmgw-post.lua"),
                 args.duration,
                 Path(args.profile),
             )
