@@ -131,8 +131,13 @@ def cmd_server_run(args: argparse.Namespace) -> int:
     from llmgw.server.front import event_loop_factory
 
     _setup_logging(args.log_level)
-    with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-        runner.run(run_server(_data_dir(args)))
+    from llmgw.server.store import StoreError
+
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(run_server(_data_dir(args)))
+    except StoreError as exc:  # a store that cannot be opened: said, not a traceback
+        raise UsageError(str(exc)) from None
     return 0
 
 

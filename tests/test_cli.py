@@ -125,3 +125,21 @@ def test_llmgw_py_at_the_top_runs_every_role_from_a_checkout(tmp_path: Path) -> 
         cwd=tmp_path,
     )
     assert helped.returncode == 0 and "run" in helped.stdout
+
+
+def test_server_run_on_a_store_from_a_newer_llmgw_says_so_and_exits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from llmgw.server.datadir import init
+
+    root = tmp_path / "cp"
+    init(root, listen="127.0.0.1:1", agent_port=2, advertise=["127.0.0.1"])
+    with sqlite3.connect(root / "store.db") as db:
+        db.execute("INSERT INTO schema_migrations VALUES (9999, 0.0)")
+    db.close()
+    assert main(["server", "run", "--data-dir", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("llmgw: the store ") and "written by a newer llmgw" in err
+    assert "Traceback" not in err

@@ -13,6 +13,7 @@ from llmgw.server.store.base import (
     NodeRecord,
     Store,
     StoreError,
+    StoreTooNew,
     StoreUnavailable,
     Writability,
 )
@@ -27,6 +28,7 @@ __all__ = [
     "SQLiteStore",
     "Store",
     "StoreError",
+    "StoreTooNew",
     "StoreUnavailable",
     "Writability",
     "open_store",

@@ -55,6 +55,11 @@ class StoreUnavailable(StoreError):
     elsewhere): the message says what and how to fix it. Nothing was changed."""
 
 
+class StoreTooNew(StoreError):
+    """The store was migrated by a newer llmgw: this one must not read or write it, since
+    its rows may mean what this version does not know."""
+
+
 @dataclass(frozen=True)
 class NodeRecord:
     id: str

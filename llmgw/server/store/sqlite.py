@@ -31,6 +31,7 @@ from llmgw.server.store.base import (
     NodeRecord,
     Store,
     StoreError,
+    StoreTooNew,
     StoreUnavailable,
     Writability,
 )
@@ -97,6 +98,9 @@ class SQLiteStore(Store):
             self._db = await self._connect()
             await self._migrate()
             await _touch(self._db)  # learn now whether it can be written
+        except StoreTooNew:
+            await self.close()  # never served, not even to be read: its rows mean more
+            raise
         except (sqlite3.Error, StoreError) as exc:
             if not self.path.exists():
                 raise StoreError(f"the store {self.path} cannot be created: {exc}") from exc
@@ -245,6 +249,13 @@ class SQLiteStore(Store):
         )
         async with db.execute("SELECT version FROM schema_migrations") as cur:
             done = {row[0] for row in await cur.fetchall()}
+        known = max((n for n, _ in migrations()), default=0)
+        if done and max(done) > known:
+            raise StoreTooNew(
+                f"the store {self.path} was written by a newer llmgw (its schema is at "
+                f"migration {max(done)}; this llmgw knows up to {known}); nothing was "
+                "changed: run that newer llmgw, or restore the copy taken before upgrading"
+            )
         for number, sql in migrations():
             if number in done:
                 continue

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiosqlite
 import pytest
 
-from llmgw.server.store import Audit, SQLiteStore, StoreError, StoreUnavailable
+from llmgw.server.store import Audit, SQLiteStore, StoreError, StoreTooNew, StoreUnavailable
 from llmgw.server.store import sqlite as sqlite_store
 from llmgw.server.store.sqlite import migrations
 
@@ -151,9 +151,11 @@ async def test_an_older_store_is_migrated_and_keeps_its_rows(tmp_path: Path) -> 
         await store.close()
 
 
-async def test_a_store_from_a_newer_version_is_opened_as_it_is(tmp_path: Path) -> None:
-    # Today the code does not refuse a store a newer llmgw migrated: it opens it, runs
-    # nothing, and leaves the newer version recorded. This pins that behaviour.
+async def test_a_store_from_a_newer_version_is_refused_and_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    # A newer llmgw migrated it: its rows may mean what this version does not know, so
+    # it is neither written nor served read-only; the message says what to do.
     store = await _store(tmp_path / "s.db")
     await store.put_setting("a", "1")
     await store.close()
@@ -161,13 +163,16 @@ async def test_a_store_from_a_newer_version_is_opened_as_it_is(tmp_path: Path) -
         db.execute("INSERT INTO schema_migrations VALUES (?, 2.0)", (LATEST + 1,))
     db.close()
     before = applied(tmp_path / "s.db")
-    store = await _store(tmp_path / "s.db")
-    try:
-        assert store.writable().ok
-        assert await store.get_setting("a") == "1"
-        assert applied(tmp_path / "s.db") == before
-    finally:
-        await store.close()
+    store = SQLiteStore(tmp_path / "s.db")
+    with pytest.raises(StoreTooNew) as refused:
+        await store.open()
+    said = str(refused.value)
+    assert f"migration {LATEST + 1}; this llmgw knows up to {LATEST}" in said
+    assert "nothing was changed" in said and "run that newer llmgw" in said
+    assert applied(tmp_path / "s.db") == before
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        assert db.execute("SELECT value FROM settings WHERE key = 'a'").fetchone() == ("1",)
+    db.close()
 
 
 async def test_a_failing_migration_is_undone_whole_and_refused(
