@@ -111,7 +111,7 @@ class ControlPlane:
             expires_at=record.expires_at,
         )
 
-    def plan_nodes(self) -> list[PlanNode]:
+    def planning_fleet(self) -> list[PlanNode]:
         """The nodes as placement sees them now, for the planner: one judge of fit."""
         return plan_nodes(self.registry.nodes, self.models.fleet(at_rest=False))
 
@@ -166,7 +166,7 @@ class ControlPlane:
         )
         ops += replicas.routes(self.registry, self.models, self.store, self.cluster_secret)
         ops += models.routes(self.models, self.views, self.registry)
-        ops += plan.routes(self.inspector, self.plan_nodes)
+        ops += plan.routes(self.inspector, self.planning_fleet)
         ops += keys.routes(self.gateway, self.store, self.set_stopped)
         return ops
 

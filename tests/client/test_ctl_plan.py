@@ -11,23 +11,10 @@ import pytest
 
 from llmgw.client import ctl_plan
 from llmgw.client.ctl_plan import add_plan_parser, plan_query, plan_text
-from llmgw.modelkit.sizing import GiB, ModelShape
-from llmgw.server.catalog.inspector import Inspection
+from llmgw.modelkit.sizing import GiB
 from llmgw.server.catalog.plan import plan
-from tests.support.plannodes import plan_node
+from tests.support.plannodes import MODEL, plan_node
 
-SHAPE = ModelShape(
-    architecture="llama",
-    parameters=8_000_000_000,
-    file_bytes=8 * GiB,
-    layers=32,
-    embedding=4096,
-    heads=32,
-    kv_heads=8,
-    head_size=128,
-    trained_context=8192,
-)
-MODEL = Inspection("hf:org/test:Q8_0", "gguf", SHAPE, SHAPE.file_bytes, ("test.gguf",))
 NODES = [
     plan_node(
         "gpu1",

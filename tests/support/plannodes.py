@@ -5,11 +5,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.modelkit.sizing import GiB
+from llmgw.modelkit.sizing import GiB, ModelShape
+from llmgw.server.catalog.inspector import Inspection
 from llmgw.server.catalog.plan import PlanNode, plan_nodes
 from llmgw.server.catalog.scheduler import NodeCapacity
 from llmgw.server.fleet.registry import NodeView
 from llmgw.wire.states import NodeState
+
+# An 8B model read from its GGUF header, as the planner's tests plan it.
+SHAPE = ModelShape(
+    architecture="llama",
+    parameters=8_000_000_000,
+    file_bytes=8 * GiB,
+    layers=32,
+    embedding=4096,
+    heads=32,
+    kv_heads=8,
+    head_size=128,
+    value_head_size=128,
+    trained_context=8192,
+    name="Test-8B",
+)
+MODEL = Inspection("hf:org/test:Q8_0", "gguf", SHAPE, SHAPE.file_bytes, ("test.gguf",))
 
 
 def plan_node(

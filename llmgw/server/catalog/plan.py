@@ -203,23 +203,25 @@ def _card_json(verdict: Verdict, node: PlanNode) -> list[dict[str, Any]]:
     return out
 
 
-def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> dict[str, Any]:
+def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> tuple[dict[str, Any], list[str]]:
+    """The cards' verdict as the plan shows it, and its reasons when it does not fit."""
     out: dict[str, Any] = {"fits": False, "cards": [], "needed_per_card": [], "reason": None}
     cards = node.capacity.cards
     known = _known_cards(node)
-    if not cards:
-        out["reason"] = "no cards"
-        return out
-    if not known:
-        out["reason"] = "its cards' free memory is not known"
-        return out
-    if ask.cards is not None and ask.cards > known:
-        out["reason"] = f"{ask.cards} cards asked, it has {known}"
-        return out
     counts = ask.card_counts(known)
-    if not counts:
-        out["reason"] = "no count of its cards splits the model's KV heads evenly"
-        return out
+    if not cards:
+        why = "no cards"
+    elif not known:
+        why = "its cards' free memory is not known"
+    elif ask.cards is not None and ask.cards > known:
+        why = f"{ask.cards} cards asked, it has {known}"
+    elif not counts:
+        why = "no count of its cards splits the model's KV heads evenly"
+    else:
+        why = ""
+    if why:
+        out["reason"] = why
+        return out, [why]
     verdict: Verdict | None = None
     for n in counts:
         verdict = _judge(ask.request(context, n), node)
@@ -227,22 +229,24 @@ def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> dict[str, Any]:
         out["needed_per_card"] = needed
         if verdict.ok:
             out.update(fits=True, cards=_card_json(verdict, node))
-            return out
+            return out, []
     assert verdict is not None
     out["reason"] = "; ".join(verdict.reasons)
-    return out
+    return out, list(verdict.reasons)
 
 
-def _cpu_verdict(ask: _Ask, inspection: Inspection, node: PlanNode, context: int) -> dict[str, Any]:
+def _cpu_verdict(
+    ask: _Ask, inspection: Inspection, node: PlanNode, context: int
+) -> tuple[dict[str, Any], list[str]]:
+    """The CPU's verdict as the plan shows it, and its reasons when it does not fit."""
     needed = ask.on_cpu(context).total
-    reason: str | None = None
+    reasons: list[str] = []
     if ask.cards is not None and ask.cards > 0:
-        reason = f"{ask.cards} card(s) asked"
+        reasons = [f"{ask.cards} card(s) asked"]
     elif node.memory_available is None:
-        reason = "its available memory is not known"
+        reasons = ["its available memory is not known"]
     else:
-        verdict = _judge(ask.request(context, 0), node)
-        reason = None if verdict.ok else "; ".join(verdict.reasons)
+        reasons = list(_judge(ask.request(context, 0), node).reasons)
     rate, one_core = node.memory_read_gbs, node.memory_read_one_core_gbs
     tps: float | None = None
     warning: str | None = None
@@ -259,36 +263,34 @@ def _cpu_verdict(ask: _Ask, inspection: Inspection, node: PlanNode, context: int
     available = None
     if node.memory_available is not None:
         available = max(0, node.memory_available - node.capacity.memory_reserved)
-    return {
-        "fits": reason is None,
+    shown = {
+        "fits": not reasons,
         "needed": needed,
         "available": available,
-        "reason": reason,
+        "reason": "; ".join(reasons) or None,
         "memory_read_gbs": rate,
         "memory_read_one_core_gbs": one_core,
         "tokens_per_second": tps,
         "warning": warning,
         "note": note,
     }
+    return shown, reasons
 
 
-def _reasons(
-    node: PlanNode, ask: _Ask, gpu: dict[str, Any] | None, cpu: dict[str, Any]
-) -> list[str]:
+def _reasons(node: PlanNode, ask: _Ask, gpu: list[str] | None, cpu: list[str]) -> list[str]:
     """Why nothing fits: what the node itself refuses (its state, marks, engines,
     labels; the scheduler's words), or else what each of cards and CPU lacks."""
     static = scheduler.static_reasons(node.capacity, ask.request(0, 0))
-    out = [f"{r}: {node.reason}" if r == "node not Ready" and node.reason else r for r in static]
-    if out:
-        return out  # refused whatever it has free
-    for label, judged in (("on cards", gpu), ("on the CPU", cpu)):
-        if judged is None:
-            continue
-        own = [r for r in str(judged["reason"]).split("; ") if r and r not in static]
+    if static:  # refused whatever it has free
+        return [
+            f"{r}: {node.reason}" if r == "node not Ready" and node.reason else r for r in static
+        ]
+    out = []
+    if gpu:
         # "on cards: needs 2 with ...", not "on cards: cards: needs 2 with ...".
-        own = [r.removeprefix("cards: ") if label == "on cards" else r for r in own]
-        if own:
-            out.append(f"{label}: {'; '.join(own)}")
+        out.append(f"on cards: {'; '.join(r.removeprefix('cards: ') for r in gpu)}")
+    if cpu:
+        out.append(f"on the CPU: {'; '.join(cpu)}")
     return out
 
 
@@ -367,8 +369,8 @@ def plan(
     n_cards = cards if cards else 1
     verdicts = []
     for node in sorted(nodes, key=lambda n: n.id):
-        gpu = _gpu_verdict(ask, node, chosen) if cards != 0 else None
-        cpu = _cpu_verdict(ask, inspection, node, chosen)
+        gpu, gpu_reasons = _gpu_verdict(ask, node, chosen) if cards != 0 else (None, None)
+        cpu, cpu_reasons = _cpu_verdict(ask, inspection, node, chosen)
         where: str | None = None
         if gpu is not None and gpu["fits"]:
             where = "cards"
@@ -376,7 +378,7 @@ def plan(
             where = "cpu"
         reasons: list[str] = []
         if where is None:
-            reasons = _reasons(node, ask, gpu, cpu)
+            reasons = _reasons(node, ask, gpu_reasons, cpu_reasons)
         verdicts.append(
             {
                 "node": node.id,

@@ -12,16 +12,17 @@ import httpx
 import pytest
 
 from llmgw.modelkit.files import NeedMore, gguf_header_length, shape_from_gguf_prefix
-from llmgw.modelkit.sizing import GiB, ModelShape, cpu_tokens_per_second, read_gguf_header
+from llmgw.modelkit.sizing import GiB, cpu_tokens_per_second, read_gguf_header
 from llmgw.server.api import Gate, build_app
 from llmgw.server.api.plan import routes as plan_routes
-from llmgw.server.catalog.inspector import Inspection, Inspector, PickledWeights, PlanError
+from llmgw.server.catalog.inspector import Inspector, PickledWeights, PlanError
 from llmgw.server.catalog.plan import PlanNode, plan, plan_nodes
 from llmgw.server.catalog.scheduler import NodeCapacity
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.wire.messages import Heartbeat
 from llmgw.wire.states import NodeState
 from tests.agent.weights.weights_fakehub import FakeHub, Served, start_hub
+from tests.support.plannodes import MODEL, SHAPE
 from tests.support.plannodes import plan_node as node
 from tests.support.tinymodel import write_tiny_model
 
@@ -202,21 +203,6 @@ async def test_local_path_read_here_else_asked_of_nodes(tiny: Path) -> None:
 
 
 # ------------------------------------------------------------------------------ plan
-
-SHAPE = ModelShape(
-    architecture="llama",
-    parameters=8_000_000_000,
-    file_bytes=8 * GiB,
-    layers=32,
-    embedding=4096,
-    heads=32,
-    kv_heads=8,
-    head_size=128,
-    value_head_size=128,
-    trained_context=8192,
-    name="Test-8B",
-)
-MODEL = Inspection("hf:org/test:Q8_0", "gguf", SHAPE, SHAPE.file_bytes, ("test.gguf",))
 
 
 def card(index: int, total_gib: float, used_gib: float) -> dict[str, Any]:
