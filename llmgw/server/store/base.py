@@ -98,6 +98,20 @@ class JoinTokenRecord:
     used_by: str | None = None
 
 
+@dataclass(frozen=True)
+class ServerRecord:
+    """A control plane of the cluster: where it answers, and the certificate it uses on
+    the control planes' link (a removed one stays, so that certificate stays refused)."""
+
+    name: str
+    cert_serial: str
+    api_address: str
+    agent_address: str
+    peer_address: str
+    joined_at: float
+    removed_at: float | None = None
+
+
 class Store(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None: ...
@@ -200,6 +214,19 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def usage(self, since_day: str) -> list[dict[str, Any]]:
         """Every row from ``since_day`` (YYYY-MM-DD) on."""
+
+    # control planes
+    @abc.abstractmethod
+    async def put_server(self, record: ServerRecord, audit: Audit) -> None:
+        """Add a control plane, or replace the one of that name (a rejoin)."""
+
+    @abc.abstractmethod
+    async def list_servers(self) -> list[ServerRecord]:
+        """Every control plane, removed ones too, by name."""
+
+    @abc.abstractmethod
+    async def remove_server(self, name: str, at: float, audit: Audit) -> bool:
+        """Mark a control plane removed; False when there is none or it already was."""
 
     # audit
     @abc.abstractmethod

@@ -29,6 +29,7 @@ from llmgw.server.store.base import (
     JoinTokenRecord,
     ModelRecord,
     NodeRecord,
+    ServerRecord,
     Store,
     StoreError,
     StoreTooNew,
@@ -486,6 +487,33 @@ class SQLiteStore(Store):
             (since_day,),
         ) as cur:
             return [dict(r) for r in await cur.fetchall()]
+
+    async def put_server(self, record: ServerRecord, audit: Audit) -> None:
+        await self._audited(
+            "INSERT INTO servers (name, cert_serial, api_address, agent_address, peer_address, "
+            "joined_at, removed_at) VALUES (?, ?, ?, ?, ?, ?, NULL) "
+            "ON CONFLICT(name) DO UPDATE SET cert_serial = excluded.cert_serial, "
+            "api_address = excluded.api_address, agent_address = excluded.agent_address, "
+            "peer_address = excluded.peer_address, joined_at = excluded.joined_at, "
+            "removed_at = NULL",
+            (
+                record.name,
+                record.cert_serial,
+                record.api_address,
+                record.agent_address,
+                record.peer_address,
+                record.joined_at,
+            ),
+            audit,
+        )
+
+    async def list_servers(self) -> list[ServerRecord]:
+        async with self.db.execute("SELECT * FROM servers ORDER BY name") as cur:
+            return [ServerRecord(**dict(r)) for r in await cur.fetchall()]
+
+    async def remove_server(self, name: str, at: float, audit: Audit) -> bool:
+        sql = "UPDATE servers SET removed_at = ? WHERE name = ? AND removed_at IS NULL"
+        return bool(await self._audited(sql, (at, name), audit, if_changed=True))
 
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
         await self._execute(

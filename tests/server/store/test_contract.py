@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from llmgw.server.store import ApiKeyRecord, Audit, JoinTokenRecord, Store
+from llmgw.server.store import ApiKeyRecord, Audit, JoinTokenRecord, ServerRecord, Store
 from tests.server.store.conftest import Backend, audits
 
 # ------------------------------------------------------------------------- settings
@@ -406,6 +406,35 @@ async def test_usage_adds_up_per_day_key_model_and_replica(store: Store) -> None
 
 
 # --------------------------------------------------------------------------- audit
+
+
+# ------------------------------------------------------------------ control planes
+
+
+def server(name: str, serial: str, at: float) -> ServerRecord:
+    return ServerRecord(name, serial, f"{name}:8080", f"{name}:8443", f"{name}:8444", joined_at=at)
+
+
+async def test_control_planes_are_kept_by_name_removed_once_and_rejoin(store: Store) -> None:
+    assert await store.list_servers() == []
+    await store.put_server(server("b", "2", 2.0), Audit("admin", "server.join", "b"))
+    await store.put_server(server("a", "1", 1.0), Audit("admin", "server.join", "a"))
+    assert [s.name for s in await store.list_servers()] == ["a", "b"]
+    assert await store.remove_server("b", 5.0, Audit("admin", "server.remove", "b")) is True
+    assert await store.remove_server("b", 6.0, Audit("admin", "server.remove", "b")) is False
+    assert await store.remove_server("zz", 6.0, Audit("admin", "server.remove", "zz")) is False
+    a, b = await store.list_servers()
+    assert (a.removed_at, b.removed_at) == (None, 5.0)
+    # Joining again under the same name takes the new certificate and clears the removal.
+    await store.put_server(server("b", "9", 7.0), Audit("admin", "server.join", "b"))
+    b = (await store.list_servers())[1]
+    assert (b.cert_serial, b.joined_at, b.removed_at, b.peer_address) == ("9", 7.0, None, "b:8444")
+    assert [x[1:3] for x in await audits(store)] == [
+        ("server.join", "b"),
+        ("server.remove", "b"),
+        ("server.join", "a"),
+        ("server.join", "b"),
+    ]
 
 
 async def test_the_audit_trail_is_newest_first_and_limited(store: Store) -> None:
