@@ -5,7 +5,11 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux
+# postgresql-15: the store tests start their own server from its binaries (initdb,
+# pg_ctl, pg_basebackup), on a port of their own: a cluster Debian may start on 5432 is
+# neither used nor in the way.
+APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux \
+	postgresql-15
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all demo test check apt venv zipapp bench clean llama-server

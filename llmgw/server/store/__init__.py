@@ -1,4 +1,7 @@
-"""The control plane's state: one interface, SQLite by default (PostgreSQL for HA later)."""
+"""The control plane's state: one interface, SQLite by default, PostgreSQL for HA.
+
+``PostgresStore`` is imported only when the configuration asks for it (``open_store``,
+or ``llmgw.server.store.postgres``): psycopg is not loaded otherwise."""
 
 from __future__ import annotations
 
@@ -44,7 +47,13 @@ async def open_store(config: ServerConfig, data_dir: Path) -> Store:
         store = SQLiteStore(path if path.is_absolute() else data_dir / path)
         await store.open()
         return store
+    if config.store.backend == "postgres":
+        from llmgw.server.store.postgres import PostgresStore
+
+        pg = PostgresStore(config.store.dsn)
+        await pg.open()
+        return pg
     raise StoreError(
         f"store backend {config.store.backend!r} is not available in this version; "
-        "use 'sqlite' in server.yaml"
+        "use 'sqlite' or 'postgres' in server.yaml"
     )

@@ -52,7 +52,8 @@ class Writability:
 
 class StoreUnavailable(StoreError):
     """The store cannot be written now (an unwritable file, a full disk, a lock held
-    elsewhere): the message says what and how to fix it. Nothing was changed."""
+    elsewhere; a database server out of reach, or read-only as a replica is): the message
+    says what and how to fix it. Nothing was changed."""
 
 
 class StoreTooNew(StoreError):

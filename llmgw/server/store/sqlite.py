@@ -12,11 +12,12 @@ itself when the store can be written again (``watch``). Writes are few and batch
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -90,6 +91,14 @@ class SQLiteStore(Store):
         if self._db is None:
             raise StoreError("the store is not open")
         return self._db
+
+    @contextlib.asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[aiosqlite.Connection]:
+        """The connection, with no change under way and none begun until the block ends:
+        for work that must see only committed rows (shipping changes, a snapshot) or
+        that commits or undoes its own transaction."""
+        async with self._writing:
+            yield self.db
 
     async def open(self) -> None:
         """Open and migrate; a store that exists but cannot be written is opened to be

@@ -1,0 +1,4 @@
+-- Nothing to do: SQLite's 0005 captures each change (triggers, replica_state) so its
+-- store can be shipped to standby control planes. PostgreSQL replicates itself
+-- (streaming replication under Patroni), so nothing is captured here. The number is
+-- kept so both backends' schemas are at the same migration.

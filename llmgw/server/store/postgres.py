@@ -1,0 +1,613 @@
+"""The PostgreSQL backend: one connection, numbered migrations run at open under a lock.
+
+For control planes in HA: the DSN may list every member of a Patroni cluster with
+``target_session_attrs=read-write``, and libpq connects to whichever is the primary.
+PostgreSQL replicates itself, so nothing here captures changes (``migrations_pg/0005``).
+
+One connection, and one transaction on it at a time, as in SQLite: the control plane's
+writes are few and batched, and a statement of one change interleaved with another's
+would be committed, or undone, by the other. Reads take the same turn, so none lands in
+the middle of a change.
+
+A lost connection or a read-only server (a replica, a demoted primary: SQLSTATE 25006)
+makes writes raise ``StoreUnavailable`` saying what and what to do; ``watch`` connects
+again every RETRY seconds (libpq tries the DSN's hosts in order) and the store takes
+writes once a primary answers. Reads connect again by themselves: a read is safe to try
+twice, a write is not (its commit may have landed before the connection broke).
+
+Migrations run at open in one transaction holding ``pg_advisory_xact_lock(LOCK)``:
+control planes starting at once wait for the first, then find nothing left to run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import dict_row
+
+from llmgw.server.store.base import (
+    ApiKeyRecord,
+    Audit,
+    JoinTokenRecord,
+    ModelRecord,
+    NodeRecord,
+    ServerRecord,
+    Store,
+    StoreError,
+    StoreTooNew,
+    StoreUnavailable,
+    Writability,
+)
+
+log = logging.getLogger("llmgw.store")
+T = TypeVar("T")
+Conn = psycopg.AsyncConnection[dict[str, Any]]
+# How often a store that cannot be written is tried again.
+RETRY = 2.0
+# The advisory lock migrations hold: any constant no other program of the database uses.
+LOCK = 0x6C6C6D67_73746F72  # "llmgstor"
+# Connection settings the DSN may set itself; these are used where it does not. Short
+# keepalives, so a primary gone silent (a partition) is noticed in seconds, not hours.
+DEFAULTS = {
+    "connect_timeout": "5",
+    "application_name": "llmgw",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+}
+_READ_ONLY = "25006"  # read_only_sql_transaction
+_DISK_FULL = "53100"
+
+
+def migrations() -> list[tuple[int, str]]:
+    """Every migration shipped, as (number, SQL), in order."""
+    out: list[tuple[int, str]] = []
+    folder = resources.files("llmgw.server.store").joinpath("migrations_pg")
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            out.append((int(name[:4]), entry.read_text()))
+    return sorted(out)
+
+
+def _where(params: dict[str, Any]) -> str:
+    """The servers and database a DSN names, as ``host:port,host:port/dbname``: what a
+    message may show (never the password)."""
+    hosts = str(params.get("host") or params.get("hostaddr") or "localhost").split(",")
+    ports = str(params.get("port") or "5432").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    servers = []
+    for host, port in zip(hosts, ports, strict=False):
+        host = host or "localhost"
+        servers.append(host if host.startswith("/") else f"{host}:{port or 5432}")
+    return f"{','.join(servers)}/{params.get('dbname') or params.get('user') or ''}"
+
+
+class PostgresStore(Store):
+    def __init__(self, dsn: str) -> None:
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.Error:
+            # libpq's own words may quote a piece of the DSN, the password among them.
+            raise StoreError(
+                "store.dsn is neither a libpq DSN ('host=db1,db2 dbname=llmgw user=llmgw "
+                "target_session_attrs=read-write') nor a postgresql:// URI: fix it in "
+                "server.yaml"
+            ) from None
+        self.dsn = dsn
+        self.where = _where(params)
+        self._password = str(params.get("password") or "")
+        self._conninfo = make_conninfo(
+            dsn, **{k: v for k, v in DEFAULTS.items() if k not in params}
+        )
+        self._conn: Conn | None = None
+        self._open = False
+        self._problem = ""
+        # One transaction at a time on the one connection (see the module's docstring).
+        self._turn = asyncio.Lock()
+
+    async def open(self) -> None:
+        """Connect and migrate. A read-only server whose schema is current is opened to be
+        read, and said to be unwritable until ``watch`` finds a primary."""
+        try:
+            conn = await self._connect()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(self.describe(exc, retrying=False)) from exc
+        try:
+            await self._migrate(conn)
+            await self._touch(conn)
+        except psycopg.Error as exc:
+            if not self._storage_error(exc):
+                await conn.close()
+                raise
+            if conn.closed or conn.broken:
+                await conn.close()
+                raise StoreUnavailable(self.describe(exc, retrying=False)) from exc
+            self._problem = self.describe(exc)
+            log.error("the store cannot be written; serving from what it holds: %s", self._problem)
+        except BaseException:
+            await conn.close()  # never served, not even to be read
+            raise
+        self._conn, self._open = conn, True
+
+    async def _connect(self) -> Conn:
+        return await psycopg.AsyncConnection.connect(
+            self._conninfo, autocommit=True, row_factory=dict_row
+        )
+
+    async def _touch(self, conn: Conn) -> None:
+        """A write of no consequence, committed: proof the store takes writes."""
+        await conn.execute(
+            "INSERT INTO settings (key, value) VALUES ('store.checked_at', %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (str(time.time()),),
+        )
+
+    async def _applied(self, conn: Conn) -> set[int]:
+        cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS made")
+        row = await cur.fetchone()
+        if row is None or not row["made"]:
+            return set()
+        cur = await conn.execute("SELECT version FROM schema_migrations")
+        return {int(r["version"]) for r in await cur.fetchall()}
+
+    def _refuse_newer(self, applied: set[int]) -> None:
+        known = max((n for n, _ in migrations()), default=0)
+        if applied and max(applied) > known:
+            raise StoreTooNew(
+                f"the store at {self.where} was written by a newer llmgw (its schema is at "
+                f"migration {max(applied)}; this llmgw knows up to {known}); nothing was "
+                "changed: run that newer llmgw, or restore the copy taken before upgrading"
+            )
+
+    async def _migrate(self, conn: Conn) -> None:
+        """Run what is pending, all in one transaction under the advisory lock; a control
+        plane that waited on it reads again what ran meanwhile."""
+        applied = await self._applied(conn)
+        self._refuse_newer(applied)
+        pending = [n for n, _ in migrations() if n not in applied]
+        if not pending:
+            return
+        number = 0
+        try:
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK,))
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY,"
+                    " applied_at DOUBLE PRECISION NOT NULL)"
+                )
+                applied = await self._applied(conn)
+                self._refuse_newer(applied)
+                for number, sql in migrations():
+                    if number in applied:
+                        continue
+                    await conn.execute(sql.encode())  # several statements: no parameters
+                    await conn.execute(
+                        "INSERT INTO schema_migrations VALUES (%s, %s)", (number, time.time())
+                    )
+        except psycopg.Error as exc:
+            if self._storage_error(exc) and not (conn.closed or conn.broken):
+                raise StoreError(
+                    f"the store needs migrating to this version (migrations {pending}) and "
+                    f"cannot be written: {self.describe(exc, retrying=False)}; then start again"
+                ) from exc
+            if self._storage_error(exc):
+                raise
+            raise StoreError(f"migration {number:04d} failed: {self._scrub(str(exc))}") from exc
+
+    # --------------------------------------------------------- can it be written
+
+    def writable(self) -> Writability:
+        return Writability(not self._problem, self._problem)
+
+    def _scrub(self, text: str) -> str:
+        return text.replace(self._password, "***") if self._password else text
+
+    def describe(self, exc: BaseException, *, retrying: bool = True) -> str:
+        """What a failed write says to a person: the problem and its fix; ``retrying``
+        when ``watch`` will try again by itself (not at start, which stops instead)."""
+        said = self._scrub(" ".join(str(exc).split()))
+        state = str(getattr(exc, "sqlstate", None) or "")
+        again = f"; llmgw connects again every {RETRY:g} s" if retrying else ""
+        if state == _READ_ONLY:
+            return (
+                f"the PostgreSQL server at {self.where} is read-only, a replica ({said}): list "
+                "every member in store.dsn with target_session_attrs=read-write so the "
+                f"primary is found{again}"
+            )
+        if state == _DISK_FULL:
+            return (
+                f"the disk of the PostgreSQL server at {self.where} is full ({said}): "
+                "free space there"
+            )
+        if not state or state.startswith(("08", "57P")):  # no session, or it was ended
+            return (
+                f"the PostgreSQL server at {self.where} cannot be reached ({said}): check "
+                f"that it runs and takes connections there, and store.dsn in server.yaml{again}"
+            )
+        return f"the PostgreSQL server at {self.where} refused the change ({said}){again}"
+
+    @staticmethod
+    def _storage_error(exc: psycopg.Error) -> bool:
+        """The server or the link refused, not the change: connection lost, server read-only,
+        shutting down, out of space."""
+        return isinstance(exc, psycopg.OperationalError) or exc.sqlstate == _READ_ONLY
+
+    def _unavailable(self, exc: psycopg.Error) -> StoreUnavailable:
+        problem = self.describe(exc)
+        if problem != self._problem:
+            log.error("the store cannot be written: %s", problem)
+        self._problem = problem
+        return StoreUnavailable(problem)
+
+    async def _connection(self, *, writing: bool = False) -> Conn:
+        """The connection, opened again when it was lost (called holding the turn). A write
+        meeting none while ``watch`` is on it fails at once rather than waiting out a
+        connection attempt of its own: the node states' writer calls every second."""
+        if not self._open:
+            raise StoreError("the store is not open")
+        conn = self._conn
+        if conn is not None and not (conn.closed or conn.broken):
+            return conn
+        self._conn = None
+        if conn is not None:
+            await conn.close()
+        if writing and self._problem:
+            raise StoreUnavailable(self._problem)
+        try:
+            self._conn = await self._connect()
+        except psycopg.Error as exc:
+            raise self._unavailable(exc) from exc
+        return self._conn
+
+    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        async with self._turn:
+            for retry in (False, True):
+                conn = await self._connection()
+                try:
+                    cur = await conn.execute(sql, params)
+                    return await cur.fetchall()
+                except psycopg.OperationalError as exc:
+                    # A connection that broke while idle: the read is tried on a new one.
+                    if retry or not conn.broken:
+                        raise self._unavailable(exc) from exc
+        raise AssertionError("unreachable")
+
+    async def _write(self, work: Callable[[Conn], Awaitable[T]]) -> T:
+        """One change in one transaction: committed whole, or undone and, when the server
+        or the link refused, ``StoreUnavailable`` saying why and what to do."""
+        async with self._turn:
+            conn = await self._connection(writing=True)
+            try:
+                try:
+                    await conn.execute("BEGIN")
+                except psycopg.OperationalError:
+                    # Broken while idle (a restart, a failover): nothing was sent, so the
+                    # change is tried once on a new connection.
+                    if not conn.broken:
+                        raise
+                    conn = await self._connection()
+                    await conn.execute("BEGIN")
+                result = await work(conn)
+                await conn.execute("COMMIT")
+            except psycopg.Error as exc:
+                await self._rollback(conn)
+                if not self._storage_error(exc):
+                    raise
+                raise self._unavailable(exc) from exc
+            except BaseException:
+                # Cancelled half-way (a shutdown, a timeout): psycopg has cancelled the
+                # statement on the server; undone here, or the next change commits it.
+                await self._rollback(conn)
+                raise
+        if self._problem:
+            log.warning("the store can be written again")
+            self._problem = ""
+        return result
+
+    async def _rollback(self, conn: Conn) -> None:
+        if conn.closed or conn.broken:
+            await conn.close()
+            return
+        try:
+            await conn.execute("ROLLBACK")
+        except psycopg.Error:
+            await conn.close()  # in an unknown state: the next call opens a new one
+
+    async def check_writable(self) -> bool:
+        """Try a write on a new connection (libpq finds the primary among the DSN's hosts)
+        and keep that connection when it works."""
+        try:
+            conn = await self._connect()
+        except psycopg.Error as exc:
+            self._problem = self.describe(exc)
+            return False
+        try:
+            await self._migrate(conn)
+            await self._touch(conn)
+        except (psycopg.Error, StoreError) as exc:
+            await conn.close()
+            self._problem = exc.args[0] if isinstance(exc, StoreError) else self.describe(exc)
+            return False
+        async with self._turn:
+            if not self._open:
+                await conn.close()
+                return False
+            old, self._conn = self._conn, conn
+            if old is not None:
+                await old.close()
+        if self._problem:
+            log.warning("the store can be written again")
+        self._problem = ""
+        return True
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """While the store cannot be written, try it again every RETRY seconds."""
+        while not stop.is_set():
+            if self._problem:
+                await self.check_writable()
+            try:
+                await asyncio.wait_for(stop.wait(), timeout=RETRY)
+            except TimeoutError:
+                pass
+
+    async def close(self) -> None:
+        async with self._turn:
+            self._open = False
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                await conn.close()
+
+    # ------------------------------------------------------------------- the interface
+
+    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+        """One statement as one change; the rows it touched."""
+
+        async def work(conn: Conn) -> int:
+            cur = await conn.execute(sql, params)
+            return cur.rowcount
+
+        return await self._write(work)
+
+    async def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+        async def work(conn: Conn) -> None:
+            async with conn.cursor() as cur:
+                await cur.executemany(sql, rows)
+
+        await self._write(work)
+
+    async def get_setting(self, key: str) -> str | None:
+        rows = await self._read("SELECT value FROM settings WHERE key = %s", (key,))
+        return str(rows[0]["value"]) if rows else None
+
+    async def put_setting(self, key: str, value: str) -> None:
+        await self._execute(
+            "INSERT INTO settings (key, value) VALUES (%s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    async def add_admin_token(self, token_id: str, token_hash: str) -> None:
+        await self._execute(
+            "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES (%s, %s, %s)",
+            (token_id, token_hash, time.time()),
+        )
+
+    async def admin_token_hashes(self) -> list[str]:
+        return [
+            str(r["token_hash"]) for r in await self._read("SELECT token_hash FROM admin_tokens")
+        ]
+
+    async def add_join_token(self, record: JoinTokenRecord) -> None:
+        await self._execute(
+            "INSERT INTO join_tokens (id, secret_sealed, created_at, expires_at, created_by) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (
+                record.id,
+                record.secret_sealed,
+                record.created_at,
+                record.expires_at,
+                record.created_by,
+            ),
+        )
+
+    async def get_join_token(self, token_id: str) -> JoinTokenRecord | None:
+        rows = await self._read("SELECT * FROM join_tokens WHERE id = %s", (token_id,))
+        return JoinTokenRecord(**rows[0]) if rows else None
+
+    async def use_join_token(self, token_id: str, node_id: str, at: float) -> bool:
+        touched = await self._execute(
+            "UPDATE join_tokens SET used_at = %s, used_by = %s WHERE id = %s AND used_at IS NULL",
+            (at, node_id, token_id),
+        )
+        return touched == 1
+
+    async def enroll_node(self, node_id: str, cert_serial: str, at: float) -> None:
+        await self._execute(
+            "INSERT INTO nodes (id, state, state_reason, cert_serial, enrolled_at) "
+            "VALUES (%s, 'NotReady', 'enrolled, not yet connected', %s, %s) "
+            "ON CONFLICT (id) DO UPDATE SET cert_serial = excluded.cert_serial, "
+            "enrolled_at = excluded.enrolled_at",
+            (node_id, cert_serial, at),
+        )
+
+    @staticmethod
+    def _node(row: dict[str, Any]) -> NodeRecord:
+        data = dict(row)
+        data["facts"] = json.loads(data["facts"] or "{}") or None
+        data["labels"] = json.loads(data.get("labels") or "{}")
+        data["cordoned"] = bool(data.get("cordoned"))
+        data["draining"] = bool(data.get("draining"))
+        return NodeRecord(**data)
+
+    async def list_nodes(self) -> list[NodeRecord]:
+        return [self._node(r) for r in await self._read("SELECT * FROM nodes ORDER BY id")]
+
+    async def get_node(self, node_id: str) -> NodeRecord | None:
+        rows = await self._read("SELECT * FROM nodes WHERE id = %s", (node_id,))
+        return self._node(rows[0]) if rows else None
+
+    async def register_nodes(
+        self, records: list[tuple[str, str | None, str, dict[str, Any], float]]
+    ) -> None:
+        if not records:
+            return
+        await self._execute_many(
+            "UPDATE nodes SET address = %s, version = %s, facts = %s, registered_at = %s, "
+            "last_seen = %s, state = 'Ready', state_reason = '' WHERE id = %s",
+            [
+                (address, version, json.dumps(facts), at, at, node_id)
+                for node_id, address, version, facts, at in records
+            ],
+        )
+
+    async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:
+        if not changes:
+            return
+        await self._execute_many(
+            "UPDATE nodes SET state = %s, state_reason = %s, "
+            "last_seen = COALESCE(%s::double precision, last_seen) WHERE id = %s",
+            [(state, reason, seen, node_id) for node_id, state, reason, seen in changes],
+        )
+
+    async def _audited(
+        self, sql: str, params: tuple[Any, ...], audit: Audit, *, if_changed: bool = False
+    ) -> int:
+        """One change and its audit entry in one transaction; the rows it touched.
+        With ``if_changed`` a change that touched nothing is not audited."""
+
+        async def work(conn: Conn) -> int:
+            cur = await conn.execute(sql, params)
+            touched = cur.rowcount
+            if touched or not if_changed:
+                await conn.execute(
+                    "INSERT INTO audit (at, actor, action, target, detail) "
+                    "VALUES (%s, %s, %s, %s, %s)",
+                    (time.time(), audit.actor, audit.action, audit.target, audit.detail),
+                )
+            return touched
+
+        return await self._write(work)
+
+    async def set_node_scheduling(
+        self, node_id: str, cordoned: bool, draining: bool, labels: dict[str, str], audit: Audit
+    ) -> None:
+        await self._audited(
+            "UPDATE nodes SET cordoned = %s, draining = %s, labels = %s WHERE id = %s",
+            (int(cordoned), int(draining), json.dumps(labels, sort_keys=True), node_id),
+            audit,
+        )
+
+    async def list_models(self) -> list[ModelRecord]:
+        rows = await self._read("SELECT * FROM models ORDER BY name")
+        return [
+            ModelRecord(r["name"], json.loads(r["spec"]), r["created_at"], r["updated_at"])
+            for r in rows
+        ]
+
+    async def put_model(self, name: str, spec: dict[str, Any], audit: Audit) -> None:
+        now = time.time()
+        await self._audited(
+            "INSERT INTO models (name, spec, created_at, updated_at) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
+            "updated_at = excluded.updated_at",
+            (name, json.dumps(spec, sort_keys=True), now, now),
+            audit,
+        )
+
+    async def delete_model(self, name: str, audit: Audit) -> bool:
+        sql = "DELETE FROM models WHERE name = %s"
+        return bool(await self._audited(sql, (name,), audit, if_changed=True))
+
+    async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None:
+        await self._audited(
+            "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, "
+            "expires_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (
+                record.id,
+                record.name,
+                record.key_hash,
+                json.dumps(list(record.models)),
+                record.rpm,
+                record.tpm,
+                record.budget,
+                record.expires_at,
+                record.created_at,
+            ),
+            audit,
+        )
+
+    async def list_api_keys(self) -> list[ApiKeyRecord]:
+        out = []
+        for row in await self._read("SELECT * FROM api_keys ORDER BY created_at"):
+            data = dict(row)
+            data["models"] = tuple(json.loads(data["models"] or "[]"))
+            out.append(ApiKeyRecord(**data))
+        return out
+
+    async def revoke_api_key(self, key_id: str, at: float, audit: Audit) -> bool:
+        sql = "UPDATE api_keys SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL"
+        return bool(await self._audited(sql, (at, key_id), audit, if_changed=True))
+
+    async def add_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
+        if not rows:
+            return
+        await self._execute_many(
+            "INSERT INTO usage (day, key_id, model, replica, requests, prompt_tokens, "
+            "completion_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (day, key_id, model, replica) DO UPDATE SET "
+            "requests = usage.requests + excluded.requests, "
+            "prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, "
+            "completion_tokens = usage.completion_tokens + excluded.completion_tokens",
+            list(rows),
+        )
+
+    async def usage(self, since_day: str) -> list[dict[str, Any]]:
+        return await self._read(
+            "SELECT * FROM usage WHERE day >= %s ORDER BY day, key_id, model, replica",
+            (since_day,),
+        )
+
+    async def put_server(self, record: ServerRecord, audit: Audit) -> None:
+        await self._audited(
+            "INSERT INTO servers (name, cert_serial, api_address, agent_address, peer_address, "
+            "joined_at, removed_at) VALUES (%s, %s, %s, %s, %s, %s, NULL) "
+            "ON CONFLICT (name) DO UPDATE SET cert_serial = excluded.cert_serial, "
+            "api_address = excluded.api_address, agent_address = excluded.agent_address, "
+            "peer_address = excluded.peer_address, joined_at = excluded.joined_at, "
+            "removed_at = NULL",
+            (
+                record.name,
+                record.cert_serial,
+                record.api_address,
+                record.agent_address,
+                record.peer_address,
+                record.joined_at,
+            ),
+            audit,
+        )
+
+    async def list_servers(self) -> list[ServerRecord]:
+        return [ServerRecord(**r) for r in await self._read("SELECT * FROM servers ORDER BY name")]
+
+    async def remove_server(self, name: str, at: float, audit: Audit) -> bool:
+        sql = "UPDATE servers SET removed_at = %s WHERE name = %s AND removed_at IS NULL"
+        return bool(await self._audited(sql, (at, name), audit, if_changed=True))
+
+    async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
+        await self._execute(
+            "INSERT INTO audit (at, actor, action, target, detail) VALUES (%s, %s, %s, %s, %s)",
+            (time.time(), actor, action, target, detail),
+        )
+
+    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
+        return await self._read("SELECT * FROM audit ORDER BY id DESC LIMIT %s", (limit,))
