@@ -11,24 +11,15 @@ import asyncio
 import json
 import logging
 import os
-import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from llmgw import __version__
-from llmgw.client import UsageError
+from llmgw.client import UsageError, parse_duration
 
 Handler = Callable[[argparse.Namespace], int]
-
-
-def parse_duration(text: str) -> int:
-    """'90', '90s', '30m', '1h', '2d' as seconds."""
-    m = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 30m, 1h, 2d)")
-    return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
 def _setup_logging(level: str) -> None:
@@ -103,6 +94,10 @@ def cmd_server_init(args: argparse.Namespace) -> int:
         given["listen"] = args.listen
     if args.agent_port is not None:
         given["agent_port"] = args.agent_port
+    if args.name is not None:
+        given["name"] = args.name
+    if args.peer_port is not None:
+        given["peer_port"] = args.peer_port
     try:
         config, token = init(root, **given)
     except InitError as exc:
@@ -139,6 +134,14 @@ def cmd_server_run(args: argparse.Namespace) -> int:
     except StoreError as exc:  # a store that cannot be opened: said, not a traceback
         raise UsageError(str(exc)) from None
     return 0
+
+
+def cmd_server_local(args: argparse.Namespace) -> int:
+    """``server join`` and ``server promote``: on this machine's data dir."""
+    from llmgw.server.ha import commands
+
+    run = commands.cmd_join if args.local == "join" else commands.cmd_promote
+    return run(args, _data_dir(args))
 
 
 # --- agent ----------------------------------------------------------------------------
@@ -372,12 +375,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="an address agents reach this machine at (repeat; default: found)",
     )
+    p.add_argument("--name", help="this control plane's name (default: the hostname)")
+    p.add_argument("--peer-port", type=int, help="the control planes' link (default 8444)")
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.set_defaults(handler=cmd_server_init)
     p = server_cmds.add_parser("run", help="run the control plane in the foreground")
     p.add_argument("--data-dir", help="state dir made by `server init` (or LLMGW_DATA_DIR)")
     p.add_argument("--log-level", default="info")
     p.set_defaults(handler=cmd_server_run)
+    from llmgw.client.ctl_servers import add_parsers as add_server_parsers
 
     agent = roles.add_parser("agent", help="the node agent")
     agent_cmds = agent.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
@@ -504,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_keys import add_parsers as add_key_parsers
 
     add_key_parsers(roles, ctl_cmds, _client, _client_options)
+    add_server_parsers(server_cmds, ctl_cmds, _client, _client_options, cmd_server_local)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

@@ -158,6 +158,19 @@ class GatewayConfig:
 
 
 @dataclass(frozen=True)
+class HaConfig:
+    """Which control plane this is, and whom it follows while a standby."""
+
+    # Its name in the cluster (`ctl servers`); its peer certificate's name.
+    name: str = ""
+    role: str = _checked(_check_one_of("leader", "standby"), "leader")
+    # The control planes' mutual-TLS link: snapshots, changes, fleet, usage.
+    peer_port: int = _checked(_check_port, 8444)
+    # A standby's leader on that link (HOST:PORT); written by `server join`.
+    leader: str | None = _checked(_check_hostport, None)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """server.yaml, in the data dir."""
 
@@ -173,6 +186,7 @@ class ServerConfig:
     store: StoreConfig = field(default_factory=StoreConfig)
     scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    ha: HaConfig = field(default_factory=HaConfig)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 import msgpack
 
 PREFIX = "llmgw-join-1."
+# A token for a new control plane (`server token`): the same shape, its own prefix, and an
+# id the control plane recognises, so neither kind of token joins as the other.
+SERVER_PREFIX = "llmgw-server-1."
+SERVER_ID = "s-"
 
 
 class TokenError(ValueError):
@@ -31,6 +35,10 @@ class JoinToken:
     ca_fingerprint: str
     expires_at: float
 
+    @property
+    def for_server(self) -> bool:
+        return self.id.startswith(SERVER_ID)
+
     def encode(self) -> str:
         body = msgpack.packb(
             {
@@ -42,20 +50,31 @@ class JoinToken:
             },
             use_bin_type=True,
         )
-        return PREFIX + base64.urlsafe_b64encode(body).decode().rstrip("=")
+        prefix = SERVER_PREFIX if self.for_server else PREFIX
+        return prefix + base64.urlsafe_b64encode(body).decode().rstrip("=")
 
     def expired(self, now: float | None = None) -> bool:
         return (now if now is not None else time.time()) >= self.expires_at
 
 
-def parse(text: str) -> JoinToken:
+def parse(text: str, server: bool = False) -> JoinToken:
+    """A node's join token, or with ``server`` a new control plane's."""
     text = text.strip()
-    if not text.startswith(PREFIX):
-        raise TokenError(
-            "not an llmgw join token (it should start with 'llmgw-join-1.'); "
-            "make one with `llmgw node token` on the control plane"
+    prefix, other = (SERVER_PREFIX, PREFIX) if server else (PREFIX, SERVER_PREFIX)
+    make = "llmgw server token" if server else "llmgw node token"
+    if text.startswith(other):
+        kind = (
+            "a control plane's (for `llmgw server join`)"
+            if other == SERVER_PREFIX
+            else ("a node's (for `llmgw agent run` or `llmgw node add`)")
         )
-    raw = text[len(PREFIX) :]
+        raise TokenError(f"this token is {kind}; make one with `{make}` on the control plane")
+    if not text.startswith(prefix):
+        raise TokenError(
+            f"not an llmgw {'server' if server else 'join'} token (it should start with "
+            f"'{prefix}'); make one with `{make}` on the control plane"
+        )
+    raw = text[len(prefix) :]
     try:
         data = msgpack.unpackb(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
         return JoinToken(
@@ -67,8 +86,7 @@ def parse(text: str) -> JoinToken:
         )
     except Exception as exc:
         raise TokenError(
-            "the join token is damaged (copied incompletely?); make a new "
-            "one with `llmgw node token`"
+            f"the token is damaged (copied incompletely?); make a new one with `{make}`"
         ) from exc
 
 
@@ -88,6 +106,16 @@ def enroll_mac(secret: bytes, node_id: str, csr_pem: bytes) -> str:
 def answer_mac(secret: bytes, cert_pem: bytes, ca_pem: bytes) -> str:
     """The control plane's proof that it holds the token, bound to what it answers."""
     return _mac(secret, b"llmgw enrolled", cert_pem, ca_pem)
+
+
+def join_mac(secret: bytes, name: str, csr_pem: bytes) -> str:
+    """A joining control plane's proof that it holds its token, bound to its CSR."""
+    return _mac(secret, b"llmgw server join", name.encode(), csr_pem)
+
+
+def joined_mac(secret: bytes, cert_pem: bytes, ca_pem: bytes, sealed: bytes) -> str:
+    """The leader's proof that it holds the token, bound to all it answers."""
+    return _mac(secret, b"llmgw server joined", cert_pem, ca_pem, sealed)
 
 
 def check(expected: str, given: str) -> bool:

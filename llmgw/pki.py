@@ -181,6 +181,69 @@ def sign_csr(ca: KeyPair, csr_pem: bytes, node_id: str) -> tuple[bytes, int]:
     return cert.public_bytes(serialization.Encoding.PEM), cert.serial_number
 
 
+# A control plane's certificate on the control planes' link is named so: a node id cannot
+# hold ':', so no node's certificate can pass for a control plane's.
+PEER_PREFIX = "llmgw-server:"
+
+
+def _peer_cert(ca: KeyPair, name: str, public: ec.EllipticCurvePublicKey, sans: list[str]) -> bytes:
+    ca_key = _load_key(ca.key_pem)
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem)
+    now = _now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, PEER_PREFIX + name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=365 * SERVER_YEARS))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()),
+            critical=False,
+        )
+        .add_extension(_san(sans), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def make_peer_cert(ca: KeyPair, name: str, sans: list[str]) -> KeyPair:
+    """A control plane's certificate for the control planes' link (both ends of it), made
+    where the CA's key is."""
+    key = new_key()
+    return KeyPair(key_pem(key), _peer_cert(ca, name, key.public_key(), sans))
+
+
+def sign_peer_csr(ca: KeyPair, csr_pem: bytes, name: str, sans: list[str]) -> tuple[bytes, int]:
+    """Sign a joining control plane's CSR: its certificate for the agents' port and the
+    control planes' link; returns PEM and serial."""
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem)
+    except ValueError as exc:
+        raise PKIError(f"the CSR is not a PEM certificate request: {exc}") from exc
+    if not csr.is_signature_valid:
+        raise PKIError("the CSR's signature does not match its key")
+    public = csr.public_key()
+    if not isinstance(public, ec.EllipticCurvePublicKey):
+        raise PKIError("the CSR must hold an ECDSA key")
+    pem = _peer_cert(ca, name, public, sans)
+    return pem, cert_serial(pem)
+
+
+def peer_name(cert_pem_or_cn: str) -> str | None:
+    """The control plane a certificate's common name names, or None."""
+    cn = cert_pem_or_cn
+    return cn[len(PEER_PREFIX) :] if cn.startswith(PEER_PREFIX) else None
+
+
 def fingerprint(cert_pem: bytes) -> str:
     """SHA-256 of the certificate's DER, hex: what a join token pins."""
     cert = x509.load_pem_x509_certificate(cert_pem)
@@ -243,6 +306,28 @@ def unseal(cluster_secret: bytes, sealed: str) -> bytes:
         raise PKIError("sealed value does not open with this cluster's secret") from exc
 
 
+def _token_key(token_secret: bytes, context: bytes) -> bytes:
+    return HKDF(hashes.SHA256(), 32, salt=None, info=b"llmgw join seal v1" + context).derive(
+        token_secret
+    )
+
+
+def seal_for_token(token_secret: bytes, context: bytes, plaintext: bytes) -> bytes:
+    """Encrypt what a joining control plane receives (the cluster's secret and CA key)
+    under its token's secret, bound to ``context`` (its name and CSR): only the holder
+    of the token can open it, and only for that request."""
+    nonce = os.urandom(12)
+    return nonce + AESGCM(_token_key(token_secret, context)).encrypt(nonce, plaintext, context)
+
+
+def open_for_token(token_secret: bytes, context: bytes, sealed: bytes) -> bytes:
+    try:
+        key = _token_key(token_secret, context)
+        return AESGCM(key).decrypt(sealed[:12], sealed[12:], context)
+    except Exception as exc:
+        raise PKIError("the answer does not open with this token (altered on the way?)") from exc
+
+
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
@@ -274,6 +359,20 @@ def client_tls(cert: Path, key: Path, ca: Path) -> ssl.SSLContext:
     ctx.check_hostname = True
     ctx.verify_mode = ssl.CERT_REQUIRED
     ctx.set_alpn_protocols(["h2"])
+    return ctx
+
+
+def peer_tls(cert: Path, key: Path, ca: Path, *, server: bool) -> ssl.SSLContext:
+    """The control planes' link, either end: TLS 1.2+, HTTP/1.1, the other end's
+    certificate from our CA required."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server else ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    ctx.load_verify_locations(ca)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    if not server:
+        ctx.check_hostname = True
+    ctx.set_alpn_protocols(["http/1.1"])
     return ctx
 
 

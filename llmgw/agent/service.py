@@ -77,6 +77,9 @@ async def keep_connected(
     while not stop.is_set():
         planes = state.control_planes
         address = planes[index % len(planes)]
+        if session.redirect:
+            # A standby named its leader: go there next, whatever the list says.
+            address, session.redirect = session.redirect, None
         run = asyncio.create_task(session.run(address))
         halt = asyncio.create_task(stop.wait())
         await asyncio.wait([run, halt], return_when=asyncio.FIRST_COMPLETED)
@@ -90,7 +93,9 @@ async def keep_connected(
         if session.control_planes:
             state.learn_control_planes(session.control_planes)
         index += 1
-        if isinstance(exc, SessionEnded) and exc.registered:
+        if session.redirect:
+            wait, delay = 0.1, RETRY_FIRST
+        elif isinstance(exc, SessionEnded) and exc.registered:
             # A stream that was up just ended: every agent of the cluster saw the same
             # thing at the same moment (a restart, a failover). Spread their first try
             # over the whole retry window, so thousands of handshakes do not land on the

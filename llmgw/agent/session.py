@@ -106,6 +106,8 @@ class AgentSession:
         self.control_planes: list[str] = []
         self.registered_at: float | None = None
         self.address: str | None = None
+        # Where the last control plane sent this agent (a standby naming its leader).
+        self.redirect: str | None = None
         self._handling: set[asyncio.Task[None]] = set()
 
     async def run(self, address: str) -> None:
@@ -135,12 +137,14 @@ class AgentSession:
             raise SessionEnded(f"{address}: the server did not agree to HTTP/2")
         self.address = writer.get_extra_info("sockname")[0]
         self.registered_at = None
+        self.redirect = None
         pipe = _Pipe(
             AgentStream(ping_interval=s.ping_interval, ping_timeout=s.ping_timeout), writer
         )
         try:
             await self._stream(pipe, reader, address)
         finally:
+            self.redirect = pipe.proto.redirect
             pipe.close()
 
     async def _stream(self, pipe: _Pipe, reader: asyncio.StreamReader, address: str) -> None:

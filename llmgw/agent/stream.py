@@ -90,6 +90,8 @@ class AgentStream:
         self._entropy = entropy
         self.registered: Registered | None = None
         self.ended: str | None = None
+        # Where a standby control plane said the leader takes agents (HOST:PORT).
+        self.redirect: str | None = None
         self.seq = 0
         self.ping_outstanding: float | None = None  # when the unanswered PING went out
         self.ping_last_sent = float("-inf")
@@ -162,8 +164,13 @@ class AgentStream:
         if isinstance(event, PingAckReceived):
             self.ping_outstanding = None
         elif isinstance(event, ResponseReceived) and event.stream_id == sid:
-            status = header_map(event.headers).get(":status")
-            if status != "200":
+            headers = header_map(event.headers)
+            status = headers.get(":status")
+            if status == "307" and headers.get("location"):
+                # A standby control plane: the leader takes agents' streams.
+                self.redirect = headers["location"]
+                out.append(self._end(f"a standby; the leader is at {self.redirect}"))
+            elif status != "200":
                 out.append(self._end(f"the stream was refused (HTTP {status})"))
         elif isinstance(event, DataReceived) and event.stream_id == sid:
             for payload in self.channel.frames(event.data):

@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llmgw import __version__, jointoken, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.modelkit.sizing import ModelShape
+from llmgw.server.admission import new_token_record
 from llmgw.server.api import (
     AdminApp,
     Gate,
@@ -23,6 +25,7 @@ from llmgw.server.api import (
     openapi,
     plan,
     replicas,
+    servers,
 )
 from llmgw.server.api.modelviews import ModelViews
 from llmgw.server.catalog.inspector import make_inspector
@@ -33,9 +36,12 @@ from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.front import AsgiBridge, Listener, connection_cap, raise_file_limit
 from llmgw.server.gateway import Gateway
-from llmgw.server.gateway.service import bounds_of
+from llmgw.server.gateway.service import STOPPED_SETTING, bounds_of
+from llmgw.server.ha.joining import Admission
+from llmgw.server.ha.leadership import Hooks, Leadership, Seat
+from llmgw.server.ha.peerlink import PeerClient, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
-from llmgw.server.store import Store, open_store
+from llmgw.server.store import SQLiteStore, Store, open_store
 
 log = logging.getLogger("llmgw.server")
 
@@ -78,6 +84,76 @@ class ControlPlane:
                 Duty("node states", self.registry.monitor, self.registry.flush),
             ]
         )
+        self.ha = self._leadership()
+        # Counted on a standby, usage goes to the leader; on the leader, to the store.
+        self.gateway.usage.write = self._write_usage
+        self.peer_listener: PeerListener | None = None
+
+    def _leadership(self) -> Leadership:
+        config, data = self.config, self.data
+        name = config.ha.name or socket.gethostname()
+        first = config.advertise[0] if config.advertise else "127.0.0.1"
+        sans = [*config.advertise, socket.gethostname(), "localhost", "127.0.0.1", "::1"]
+        serial = data.ensure_peer_cert(name, sans)
+        seat = Seat(
+            name,
+            self.api_addresses[0] if self.api_addresses else format_hostport(first, 8080),
+            self.agent_addresses[0]
+            if self.agent_addresses
+            else format_hostport(first, config.agent_port),
+            format_hostport(first, config.ha.peer_port),
+            str(serial),
+        )
+        client = PeerClient(pki.peer_tls(data.peer_cert, data.peer_key, data.ca_cert, server=False))
+        hooks = Hooks(
+            applied=self.reload,
+            followed=self.registry.follow,
+            fleet=self.registry.followable,
+            usage=self.store.add_usage,
+            remember=data.remember_role,
+            standby_duties=lambda ha: [Duty("usage", self.gateway.run, self.gateway.flush)],
+            announce=self._announce,
+        )
+        return Leadership(
+            cast(SQLiteStore, self.store),
+            seat,
+            config.ha.role,
+            config.ha.leader,
+            client,
+            self.leader,
+            hooks,
+        )
+
+    async def _announce(self) -> None:
+        if self.agent_port is not None:
+            await self.agent_port.announce()
+
+    async def _write_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
+        if self.ha.leading:
+            await self.store.add_usage(rows)
+            return
+        leader = self.ha.follower.leader
+        if not leader:
+            raise ConnectionError("a standby that knows no leader keeps its usage")
+        await self.ha.client.json("POST", leader, "/peer/usage", [list(r) for r in rows])
+
+    async def reload(self, tables: set[str]) -> None:
+        """A standby's store changed under it: take again what is kept in memory."""
+        every = "*" in tables
+        if every or "admin_tokens" in tables:
+            self._admin_hashes = set(await self.store.admin_token_hashes())
+        if every or "api_keys" in tables:
+            self.gateway.keys.load(await self.store.list_api_keys())
+        if every or "models" in tables:
+            await self.models.reload()
+        if every or "settings" in tables:
+            stopped = (await self.store.get_setting(STOPPED_SETTING)) == "true"
+            if stopped != self.gateway.stopped:
+                self.set_stopped(stopped)
+        if every or "nodes" in tables:
+            await self.registry.reload_marks()
+        if every or "servers" in tables:
+            await self.ha.reload_servers()
 
     async def load(self) -> None:
         self._admin_hashes = set(await self.store.admin_token_hashes())
@@ -100,7 +176,7 @@ class ControlPlane:
 
     async def mint_join_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
         secret = pki.new_secret()
-        record = cluster.new_token_record(self.cluster_secret, ttl, secret, actor)
+        record = new_token_record(self.cluster_secret, ttl, secret, actor)
         await self.store.add_join_token(record)
         await self.store.audit(actor, "token.create", record.id, f"ttl {ttl}s")
         return jointoken.JoinToken(
@@ -109,6 +185,24 @@ class ControlPlane:
             addresses=self.api_addresses,
             ca_fingerprint=self.ca_fingerprint,
             expires_at=record.expires_at,
+        )
+
+    async def mint_server_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
+        secret = pki.new_secret()
+        record = new_token_record(self.cluster_secret, ttl, secret, actor, server=True)
+        await self.store.add_join_token(record)
+        await self.store.audit(actor, "server.token", record.id, f"ttl {ttl}s")
+        return jointoken.JoinToken(
+            id=record.id,
+            secret=secret,
+            addresses=self.api_addresses,
+            ca_fingerprint=self.ca_fingerprint,
+            expires_at=record.expires_at,
+        )
+
+    async def admission(self) -> Admission:
+        return Admission(
+            self.store, self.cluster_secret, self.ca, self.ha.state()["leader"], self.ha.term
         )
 
     def planning_fleet(self) -> list[PlanNode]:
@@ -131,6 +225,10 @@ class ControlPlane:
             "version": __version__,
             "uptime_seconds": round(time.time() - self.started, 1),
             "leader": self.leader.leading,
+            "name": self.ha.name,
+            "role": self.ha.role,
+            "term": self.ha.state()["term"],
+            "control_planes": self.ha.counts(),
             "serving": "stopped" if self.gateway.stopped else "serving",
             "store": self.config.store.backend,
             "store_writable": writable.ok,
@@ -168,11 +266,19 @@ class ControlPlane:
         ops += models.routes(self.models, self.views, self.registry)
         ops += plan.routes(self.inspector, self.planning_fleet)
         ops += keys.routes(self.gateway, self.store, self.set_stopped)
+        ops += servers.routes(self.ha, self.mint_server_token, self.admission)
         return ops
 
     def admin_app(self) -> AdminApp:
         """The admin API as an ASGI app: every route behind the one gate."""
-        return build_app(self.routes(), Gate(self.admin_token_ok), self.config.gateway.body_timeout)
+        gate = Gate(self.admin_token_ok, self._standby)
+        return build_app(self.routes(), gate, self.config.gateway.body_timeout)
+
+    def _standby(self) -> dict[str, Any] | None:
+        """The leader, while this control plane is a standby (writes go there)."""
+        if self.ha.leading:
+            return None
+        return self.ha.state()["leader"] or {}
 
     async def run(self) -> None:
         agent_host = parse_hostport(self.config.listen)[0]
@@ -181,9 +287,17 @@ class ControlPlane:
             pki.server_tls(self.data.server_cert, self.data.server_key, self.data.ca_cert),
             agent_host,
             self.config.agent_port,
-            self.agent_addresses,
+            self.ha.agent_addresses,
         )
+        self.agent_port.redirect = self.ha.redirect
         await self.agent_port.start()
+        self.peer_listener = PeerListener(
+            self.ha,
+            pki.peer_tls(self.data.peer_cert, self.data.peer_key, self.data.ca_cert, server=True),
+            agent_host,
+            self.config.ha.peer_port,
+        )
+        await self.peer_listener.start()
         gw = self.config.gateway
         bridge = AsgiBridge(self.admin_app())
         cap = connection_cap(gw.max_connections, raise_file_limit())
@@ -199,16 +313,21 @@ class ControlPlane:
             self.listeners.append(Listener(self.config.admin_listen, None, bridge, **limits))
         store = asyncio.create_task(self.store.watch(self.stopping))
         probe = asyncio.create_task(self.gateway.probe_engines(self.stopping))
+        watch = asyncio.create_task(self.ha.watch(self.stopping))
         try:
+            # The role first: an old leader started again learns here that another leads.
+            await self.ha.start()
             for listener in self.listeners:
                 await listener.start()
-            self.leader.lead()
             log.info(
-                "control plane %s: HTTP on %s, agents on port %d, store %s, "
-                "at most %d client connections",
+                "control plane %s (%s, %s): HTTP on %s, agents on port %d, control planes "
+                "on port %d, store %s, at most %d client connections",
                 __version__,
+                self.ha.name,
+                self.ha.role,
                 self.config.listen,
                 self.config.agent_port,
+                self.config.ha.peer_port,
                 self.config.store.backend,
                 cap,
             )
@@ -217,11 +336,13 @@ class ControlPlane:
             self.stopping.set()
             for listener in self.listeners:
                 await listener.stop()
-            await self.leader.step_down()
+            await watch
+            await self.ha.stop()
             await probe
             await self.gateway.close()
             await self.inspector.close()
             await self.agent_port.stop()
+            await self.peer_listener.stop()
             await store
 
 

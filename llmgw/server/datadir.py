@@ -6,6 +6,7 @@ Layout::
     cluster.key      32 random bytes: seals secrets in the store, derives engine keys (0600)
     admin.token      the first admin token, for ctl on this machine (0600)
     pki/ca.crt ca.key server.crt server.key
+    pki/peer.crt peer.key   this control plane on the control planes' link
     store.db         SQLite (the default store)
 """
 
@@ -59,6 +60,14 @@ class DataDir:
     def server_key(self) -> Path:
         return self.root / "pki" / "server.key"
 
+    @property
+    def peer_cert(self) -> Path:
+        return self.root / "pki" / "peer.crt"
+
+    @property
+    def peer_key(self) -> Path:
+        return self.root / "pki" / "peer.key"
+
     def existing(self) -> list[str]:
         """The parts of an initialised data dir already present, relative to it."""
         parts = [
@@ -80,6 +89,27 @@ class DataDir:
                 f"--data-dir {self.root}` first"
             )
         return load(ServerConfig, self.config_path)
+
+    def remember_role(self, role: str, leader: str | None) -> None:
+        """Write this control plane's role (and a standby's leader) into server.yaml,
+        so a restart takes the role it had."""
+        import dataclasses
+
+        config = self.load_config()
+        ha = dataclasses.replace(config.ha, role=role, leader=leader)
+        new = dataclasses.replace(config, ha=ha)
+        tmp = self.config_path.with_suffix(".yaml.new")
+        tmp.write_text("# llmgw control plane settings; see docs/configuration.md\n" + dump(new))
+        tmp.replace(self.config_path)
+
+    def ensure_peer_cert(self, name: str, sans: list[str]) -> int:
+        """This control plane's certificate on the control planes' link, made now from
+        the CA when a data dir from before standbys lacks one; returns its serial."""
+        if not self.peer_cert.exists():
+            pair = pki.make_peer_cert(self.ca(), name, sans)
+            pki.write_private(self.peer_key, pair.key_pem)
+            self.peer_cert.write_bytes(pair.cert_pem)
+        return pki.cert_serial(self.peer_cert.read_bytes())
 
     def cluster_secret(self) -> bytes:
         return self.cluster_key.read_bytes()
@@ -117,6 +147,8 @@ def init(
     listen: str = "0.0.0.0:8080",
     agent_port: int = 8443,
     advertise: list[str] | None = None,
+    name: str | None = None,
+    peer_port: int = 8444,
 ) -> tuple[ServerConfig, str]:
     """Make a new data dir; returns its settings and the admin token (shown once)."""
     data = DataDir(root)
@@ -133,6 +165,7 @@ def init(
             "listen": listen,
             "agent_port": agent_port,
             "advertise": advertise or default_advertise(listen_host),
+            "ha": {"name": name or socket.gethostname(), "peer_port": peer_port},
         },
         "server init",
     )
@@ -151,6 +184,9 @@ def init(
     pki.write_private(data.server_key, server.key_pem)
     data.server_cert.write_bytes(server.cert_pem)
     pki.write_private(data.cluster_key, pki.new_secret())
+    peer = pki.make_peer_cert(ca, config.ha.name, sans)
+    pki.write_private(data.peer_key, peer.key_pem)
+    data.peer_cert.write_bytes(peer.cert_pem)
 
     token = "llmgw-admin-" + secrets.token_urlsafe(32)
     asyncio.run(_create_store(data, config, token))
@@ -170,6 +206,8 @@ async def _create_store(data: DataDir, config: ServerConfig, admin_token: str) -
         await store.put_setting(
             "cluster.ca_fingerprint", pki.fingerprint(data.ca_cert.read_bytes())
         )
+        await store.put_setting("ha.term", "1")
+        await store.put_setting("ha.leader", config.ha.name)
         await store.audit("server init", "init", str(data.root))
     finally:
         await store.close()

@@ -32,8 +32,9 @@ class Duty:
 
 
 class LeaderWork:
-    def __init__(self, duties: list[Duty]) -> None:
+    def __init__(self, duties: list[Duty], label: str = "leading") -> None:
         self.duties = duties
+        self.label = label
         self._stop = asyncio.Event()
         self._tasks: list[tuple[Duty, asyncio.Task[None]]] = []
 
@@ -50,7 +51,7 @@ class LeaderWork:
             (duty, asyncio.create_task(duty.loop(self._stop), name=f"leader:{duty.name}"))
             for duty in self.duties
         ]
-        log.info("leading: %s", ", ".join(d.name for d in self.duties))
+        log.info("%s: %s", self.label, ", ".join(d.name for d in self.duties))
 
     async def step_down(self) -> None:
         """Stop every duty, then flush what each still holds."""

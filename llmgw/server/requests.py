@@ -213,6 +213,22 @@ class Enroll:
     mac: str = spec(max_length=256, min_length=1)
 
 
+@dataclass(frozen=True)
+class JoinServer:
+    """A new control plane's first call (`server join`): its CSR and where it will
+    answer, with a MAC under the server token's secret."""
+
+    token_id: str = spec(max_length=64, min_length=1)
+    name: str = spec(max_length=256, min_length=1)
+    csr: str = spec(max_length=8192, min_length=1)
+    api_address: str = spec(max_length=300, min_length=1)
+    agent_address: str = spec(max_length=300, min_length=1)
+    peer_address: str = spec(max_length=300, min_length=1)
+    mac: str = spec(max_length=256, min_length=1)
+    # Every name and address its certificate must carry.
+    sans: tuple[str, ...] = spec((), max_items=64)
+
+
 # --------------------------------------------------------------------------- keys
 
 

@@ -135,9 +135,16 @@ class ConsoleApp(App[None]):
         else:
             nodes = status.get("nodes") or {}
             serving = status.get("serving", "serving")
+            planes = status.get("control_planes") or {}
+            answering = (
+                f" ({planes['answering']}/{planes['total']} control planes answer)"
+                if planes.get("total", 0) > 1
+                else ""
+            )
             text = (
                 f"llmgw {status.get('version', '')} · {self.api.base_url} · "
-                f"{'leader' if status.get('leader') else 'standby'} · "
+                f"{status.get('role') or ('leader' if status.get('leader') else 'standby')}"
+                f"{answering} · "
                 f"{'STOPPED' if serving == 'stopped' else 'serving'} · "
                 f"{nodes.get('ready', 0)}/{nodes.get('total', 0)} nodes Ready"
             )

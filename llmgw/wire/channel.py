@@ -106,8 +106,12 @@ class FrameChannel:
         self.stream_id = stream_id
         self.conn.send_headers(stream_id, [(":status", "200"), ("content-type", CONTENT_TYPE)])
 
-    def refuse_stream(self, stream_id: int, status: int) -> None:
-        self.conn.send_headers(stream_id, [(":status", str(status))], end_stream=True)
+    def refuse_stream(
+        self, stream_id: int, status: int, headers: list[tuple[str, str]] | None = None
+    ) -> None:
+        self.conn.send_headers(
+            stream_id, [(":status", str(status)), *(headers or [])], end_stream=True
+        )
 
     def receive(self, data: bytes) -> list[Event]:
         """h2's events for received bytes, data acknowledged so the peer may keep

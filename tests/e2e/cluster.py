@@ -89,6 +89,8 @@ class Cluster:
     heartbeat_interval: float = 1.0
     http_port: int = field(default_factory=free_port)
     agent_port: int = field(default_factory=free_port)
+    peer_port: int = field(default_factory=free_port)
+    name: str = "cp-a"
     server: Proc | None = None
     agents: dict[str, Proc] = field(default_factory=dict)
     # A command the control plane runs under (``prlimit --nofile=1024:1024 --``).
@@ -112,6 +114,10 @@ class Cluster:
             self.listen,
             "--agent-port",
             str(self.agent_port),
+            "--peer-port",
+            str(self.peer_port),
+            "--name",
+            self.name,
             "--yes",
         )
         cfg = self.data_dir / "server.yaml"
@@ -121,6 +127,41 @@ class Cluster:
             )
         )
         return out.stdout
+
+    def join_as_standby(self, leader: Cluster) -> None:
+        """``server join`` this control plane to ``leader``'s cluster (then start it)."""
+        token = run(
+            "server", "token", "--data-dir", str(leader.data_dir), "--server", leader.listen
+        ).stdout.strip()
+        run(
+            "server",
+            "join",
+            "--server",
+            leader.listen,
+            "--token",
+            token,
+            "--data-dir",
+            str(self.data_dir),
+            "--listen",
+            self.listen,
+            "--agent-port",
+            str(self.agent_port),
+            "--peer-port",
+            str(self.peer_port),
+            "--advertise",
+            "127.0.0.1",
+            "--name",
+            self.name,
+        )
+        # Admin tokens are the cluster's (their hashes are in the copied store); the test
+        # keeps the leader's beside the standby's data dir for its own calls.
+        (self.data_dir / "admin.token").write_text(leader.admin_token)
+        cfg = self.data_dir / "server.yaml"
+        cfg.write_text(
+            cfg.read_text().replace(
+                "heartbeat_interval: 5.0", f"heartbeat_interval: {self.heartbeat_interval}"
+            )
+        )
 
     @property
     def admin_token(self) -> str:

@@ -44,7 +44,7 @@ async def test_screens_show_the_cluster(cluster: Cluster) -> None:
             if app.snapshot.nodes:
                 break
         title = str(app.query_one("#title", Static).render())
-        assert "serving" in title and "1/1 nodes Ready" in title
+        assert "leader" in title and "serving" in title and "1/1 nodes Ready" in title
         overview = str(app.query_one("#overview-body", Static).render())
         assert "Nodes     1 Ready of 1" in overview
         await pilot.press("2")

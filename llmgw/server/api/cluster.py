@@ -6,9 +6,6 @@ wants the admin token (the gate in ``routing.py`` decides, from each route's acc
 
 from __future__ import annotations
 
-import datetime as dt
-import re
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,19 +14,15 @@ from typing import Any
 from starlette.responses import Response
 
 from llmgw import __version__, jointoken, pki
+from llmgw.server.admission import NODE_ID, check_token
 from llmgw.server.api.routing import Call, Op
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import Enroll, MintToken
-from llmgw.server.store import JoinTokenRecord, Store
+from llmgw.server.store import Store
 
-NODE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 # An enrollment is a token id, a node id, a CSR and a MAC: a few KiB at most.
 ENROLL_BODY = 16 * 1024
-
-
-def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @dataclass(frozen=True)
@@ -173,38 +166,10 @@ async def enroll_node(
             f"node id {node_id!r} is not valid: use letters, digits, '.', '_' or '-', "
             "up to 63 characters, starting with a letter or digit",
         )
-    record = await cp.store.get_join_token(token_id)
-    if record is None:
-        raise Refusal(
-            403,
-            "token_forged",
-            "this join token was not issued by this control plane (forged, or from another "
-            "cluster); make one with `llmgw node token` on the control plane",
-        )
-    secret = pki.unseal(cp.secret, record.secret_sealed)
-    if not jointoken.check(jointoken.enroll_mac(secret, node_id, csr.encode()), mac):
-        raise Refusal(
-            403,
-            "token_forged",
-            "the join token's secret does not match the one issued (forged or altered); "
-            "make a new one with `llmgw node token`",
-        )
-    if record.used_at is not None:
-        raise Refusal(
-            403,
-            "token_used",
-            f"this join token was already used by node {record.used_by!r} at "
-            f"{_iso(record.used_at)}; each token joins one node, make a new one with "
-            "`llmgw node token`",
-        )
+    secret = await check_token(
+        cp.store, cp.secret, token_id, jointoken.enroll_mac, node_id, csr.encode(), mac
+    )
     now = time.time()
-    if now >= record.expires_at:
-        raise Refusal(
-            403,
-            "token_expired",
-            f"this join token expired at {_iso(record.expires_at)}; make a new one with "
-            "`llmgw node token`",
-        )
     try:
         cert_pem, serial = pki.sign_csr(cp.ca, csr.encode(), node_id)
     except pki.PKIError as exc:
@@ -221,14 +186,3 @@ async def enroll_node(
         "control_planes": cp.addresses,
         "mac": jointoken.answer_mac(secret, cert_pem, ca_pem),
     }
-
-
-def new_token_record(secret: bytes, ttl: int, token_secret: bytes, actor: str) -> JoinTokenRecord:
-    now = time.time()
-    return JoinTokenRecord(
-        id=secrets.token_hex(8),
-        secret_sealed=pki.seal(secret, token_secret),
-        created_at=now,
-        expires_at=now + ttl,
-        created_by=actor,
-    )

@@ -77,13 +77,25 @@ class Op:
     media: str = "application/json"
     # Statuses this route may answer besides those every route may (see openapi.py).
     errors: tuple[int, ...] = ()
+    # Changes nothing though not a GET (a plan): a standby answers it too.
+    reads: bool = False
+
+    @property
+    def writes(self) -> bool:
+        return self.method != "GET" and not self.reads
 
 
 class Gate:
     """The one authorisation point: who the caller is, or None when they may not call."""
 
-    def __init__(self, admin_token_ok: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        admin_token_ok: Callable[[str], bool],
+        standby: Callable[[], dict[str, Any] | None] = lambda: None,
+    ) -> None:
         self.admin_token_ok = admin_token_ok
+        # On a standby: the leader, where writes go; None while this one leads.
+        self.standby = standby
 
     def actor(self, request: Request, access: Access) -> str | None:
         host = request.client.host if request.client else "?"
@@ -101,6 +113,17 @@ def unauthorised() -> JSONResponse:
         "unauthorized",
         "missing or wrong admin token: send 'Authorization: Bearer <token>' with the "
         "token from the data dir's admin.token",
+    )
+
+
+def not_leader(leader: dict[str, Any]) -> JSONResponse:
+    where = leader.get("api_address") or "unknown (it does not answer)"
+    return error(
+        409,
+        "not_leader",
+        f"this control plane is a standby and changes nothing; send this to the leader, "
+        f"{leader.get('name') or '?'} at {where}",
+        leader=where,
     )
 
 
@@ -149,6 +172,10 @@ def endpoint(op: Op, gate: Gate, body_timeout: float) -> Callable[[Request], Awa
         actor = gate.actor(request, op.access)
         if actor is None:
             return unauthorised()
+        if op.writes:
+            leader = gate.standby()
+            if leader is not None:
+                return not_leader(leader)
         try:
             body: Any = None
             query: Any = None

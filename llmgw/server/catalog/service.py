@@ -91,6 +91,18 @@ class ModelService:
             except (TypeError, ValueError) as exc:
                 log.error("model %s in the store cannot be read (%s); left alone", record.name, exc)
 
+    async def reload(self) -> None:
+        """The store changed under a standby: the catalog as it now says."""
+        models: dict[str, Model] = {}
+        for record in await self.store.list_models():
+            try:
+                models[record.name] = Model.from_spec(record.spec)
+            except (TypeError, ValueError) as exc:
+                log.error("model %s in the store cannot be read (%s); left alone", record.name, exc)
+        self.models.clear()
+        self.models.update(models)
+        self.version += 1
+
     def wake(self) -> None:
         self._wake.set()
 

@@ -22,7 +22,7 @@ import logging
 import secrets
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from llmgw.server.fleet.registry import NodeRegistry
@@ -91,7 +91,7 @@ class AgentConnection:
         self.writer = writer
         self.node_id = node_id
         self.peer = peer
-        self.proto = NodeStream(node_id)
+        self.proto = NodeStream(node_id, redirect=port.redirect())
         self.closing: str | None = None
         # One per ask() waiting, set when its answers arrive or the stream ends.
         self._wakes: dict[str, asyncio.Event] = {}
@@ -221,7 +221,7 @@ class AgentConnection:
             Registered(
                 node_id=self.node_id,
                 heartbeat_interval=registry.interval,
-                control_planes=self.port.control_planes,
+                control_planes=self.port.control_planes(),
             )
         )
 
@@ -233,13 +233,16 @@ class AgentPort:
         tls: ssl.SSLContext,
         host: str,
         port: int,
-        control_planes: list[str],
+        control_planes: Callable[[], list[str]],
     ) -> None:
         self.registry = registry
         self.tls = tls
         self.host = host
         self.port = port
+        # Every control plane's agents' port, the leader's first (sent in Registered).
         self.control_planes = control_planes
+        # On a standby: the leader's agents' port, where each agent is sent.
+        self.redirect: Callable[[], str | None] = lambda: None
         self.server: asyncio.Server | None = None
         self.connections: set[AgentConnection] = set()
         self.refused = 0
@@ -275,6 +278,21 @@ class AgentPort:
             await conn.run()
         finally:
             self.connections.discard(conn)
+
+    async def announce(self) -> None:
+        """Tell every registered agent the control planes as they are now (one joined or
+        was removed): each knows where to go when this one is gone."""
+        planes = self.control_planes()
+        for conn in list(self.connections):
+            if conn.proto.registered and conn.closing is None:
+                with contextlib.suppress(StreamClosed, ConnectionError):
+                    await conn.send(
+                        Registered(
+                            node_id=conn.node_id,
+                            heartbeat_interval=self.registry.interval,
+                            control_planes=planes,
+                        )
+                    )
 
     async def stop(self, reason: str = "the control plane is shutting down") -> None:
         """Say goodbye to every agent, then stop listening."""

@@ -23,6 +23,7 @@ from llmgw.wire.messages import (
     Message,
     Response,
     ShardStatus,
+    from_map,
     to_map,
 )
 from llmgw.wire.states import NodeState, ShardState
@@ -216,6 +217,20 @@ class NodeRegistry:
             if rec.state != NodeState.NOT_READY:
                 self._dirty[rec.id] = view
 
+    async def reload_marks(self) -> None:
+        """A standby's store changed: take each node's cordon, drain and labels again,
+        and nodes enrolled since (their certificates too)."""
+        for rec in await self.store.list_nodes():
+            view = self.nodes.get(rec.id)
+            if view is None:
+                view = self.nodes[rec.id] = NodeView(
+                    id=rec.id, cert_serial=int(rec.cert_serial), address=rec.address
+                )
+            view.cert_serial = int(rec.cert_serial)
+            view.cordoned, view.draining = rec.cordoned, rec.draining
+            view.labels = dict(rec.labels or {})
+        self.version += 1
+
     async def set_scheduling(
         self,
         view: NodeView,
@@ -385,6 +400,45 @@ class NodeRegistry:
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
             except TimeoutError:
                 pass
+
+    # --- a standby's fleet: what the leader's agents say, every two seconds ------------
+
+    def followable(self) -> list[dict[str, Any]]:
+        """The fleet as standbys follow it: each node's state, address and shards."""
+        return [
+            {
+                "id": v.id,
+                "state": str(v.state),
+                "reason": v.reason,
+                "address": v.address,
+                "last_seen": v.last_seen,
+                "shards": [to_map(s) for s in v.shards.values()],
+            }
+            for v in self.nodes.values()
+        ]
+
+    def follow(self, nodes: list[dict[str, Any]]) -> None:
+        """Take the leader's word for which replicas run Ready where (a standby serves
+        ``/v1`` from it); a node the leader no longer lists keeps its last word."""
+        changed = False
+        now = time.monotonic()
+        for item in nodes:
+            view = self.nodes.get(item["id"])
+            if view is None:
+                continue  # enrolled after this standby's last copy: the next one has it
+            shards = {
+                s.replica_id: s for s in (from_map(ShardStatus, m) for m in item.get("shards", []))
+            }
+            state = NodeState(item["state"])
+            if (view.state, view.address, view.shards) != (state, item.get("address"), shards):
+                changed = True
+            view.state, view.reason = state, str(item.get("reason", ""))
+            view.address = item.get("address")
+            view.last_seen = item.get("last_seen")
+            view.last_heartbeat = now
+            view.shards = shards
+        if changed:
+            self.version += 1
 
     def wanted_sources(self) -> set[str]:
         """Weights some shard on some node uses now; the rest no model wants."""

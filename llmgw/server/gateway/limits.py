@@ -17,7 +17,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -108,6 +108,10 @@ class Usage:
         # Tokens each key has used this month (the store's and what is pending).
         self.month: dict[str, int] = {}
         self.month_of = month_of(clock())
+        # Where counted rows go: the store on the leader, the leader on a standby.
+        self.write: Callable[[list[tuple[str, str, str, str, int, int, int]]], Awaitable[None]] = (
+            store.add_usage
+        )
 
     async def load_month(self) -> None:
         now = self.clock()
@@ -139,7 +143,7 @@ class Usage:
         day = time.strftime("%Y-%m-%d", time.gmtime(self.clock()))
         rows = [(day, k, m, r, n, p, c) for (k, m, r), (n, p, c) in pending.items()]
         try:
-            await self.store.add_usage(rows)
+            await self.write(rows)
         except BaseException:
             for key, counts in pending.items():
                 entry = self.pending.setdefault(key, [0, 0, 0])

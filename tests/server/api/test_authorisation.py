@@ -23,6 +23,8 @@ PUBLIC = {
     ("GET", "/api/v1/version"),
     ("GET", "/api/v1/openapi.json"),
     ("POST", "/api/v1/enroll"),
+    ("GET", "/leader"),
+    ("POST", "/api/v1/servers/join"),
     ("GET", "/admin"),
     ("GET", "/admin/{rest:path}"),
 }

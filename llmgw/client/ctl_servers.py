@@ -1,0 +1,115 @@
+"""``llmgw server token|join|promote|remove`` and ``llmgw ctl servers``: the cluster's
+control planes."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from llmgw.client import parse_duration
+from llmgw.client.tables import render
+
+Client = Callable[[argparse.Namespace], Any]
+Handler = Callable[[argparse.Namespace], int]
+DASH = "-"
+
+
+def _ago(ts: Any, now: float) -> str:
+    if not isinstance(ts, int | float):
+        return DASH
+    return f"{max(0.0, now - ts):.0f}s ago"
+
+
+def servers_table(servers: list[dict[str, Any]], now: float | None = None) -> str:
+    if not servers:
+        return "No control planes recorded yet (the leader writes its own when it starts)."
+    now = now if now is not None else dt.datetime.now(dt.UTC).timestamp()
+    rows = []
+    for s in servers:
+        role = s["role"] or ("not answering" if s["removed_at"] is None else "removed")
+        lag = s.get("lag_seconds")
+        rows.append(
+            [
+                s["name"] + (" *" if s.get("this") else ""),
+                role,
+                str(s["term"]) if s.get("term") is not None else DASH,
+                s["api_address"],
+                s["agent_address"],
+                s["peer_address"],
+                _ago(s.get("last_contact"), now),
+                f"{lag:.1f}s" if isinstance(lag, int | float) else DASH,
+                s.get("problem") or "",
+            ]
+        )
+    head = ["NAME", "ROLE", "TERM", "API", "AGENTS", "PEERS", "CONTACT", "LAG", "PROBLEM"]
+    return render(head, rows) + "\n(* the control plane that answered)"
+
+
+def add_parsers(
+    server_cmds: Any,
+    ctl_cmds: Any,
+    client: Client,
+    client_options: Callable[[argparse.ArgumentParser], None],
+    local: Handler,
+) -> None:
+    """``local`` runs ``server join`` and ``server promote`` on this machine's data dir."""
+
+    def token(args: argparse.Namespace) -> int:
+        answer = client(args).post("/api/v1/servers/tokens", {"ttl_seconds": args.ttl})
+        print(json.dumps(answer, indent=2) if args.json else answer["token"])
+        return 0
+
+    def remove(args: argparse.Namespace) -> int:
+        done = client(args).request("DELETE", f"/api/v1/servers/{quote(args.name)}")
+        if args.json:
+            print(json.dumps(done, indent=2))
+        elif done["removed"]:
+            print(f"control plane {done['name']} removed: its certificate is refused from now on")
+        else:
+            print(f"control plane {done['name']} was already removed")
+        return 0
+
+    def listing(args: argparse.Namespace) -> int:
+        servers = client(args).get("/api/v1/servers")
+        print(json.dumps(servers, indent=2) if args.json else servers_table(servers))
+        return 0
+
+    p = server_cmds.add_parser("token", help="print a token for a new control plane")
+    p.add_argument("--ttl", type=parse_duration, default=3600, help="how long it is valid (1h)")
+    p.add_argument("--json", action="store_true")
+    client_options(p)
+    p.set_defaults(handler=token)
+
+    p = server_cmds.add_parser("join", help="make this machine a standby control plane")
+    p.add_argument("--server", required=True, help="the leader's HTTP address, HOST:PORT")
+    p.add_argument("--token", required=True, help="from `llmgw server token` on the leader")
+    p.add_argument("--data-dir", help="where to keep state (or LLMGW_DATA_DIR)")
+    p.add_argument("--name", help="this control plane's name (default: the hostname)")
+    p.add_argument("--listen", help="HTTP listener of /v1 and /api/v1 (default 0.0.0.0:8080)")
+    p.add_argument("--agent-port", type=int, help="the agents' port (default 8443)")
+    p.add_argument("--peer-port", type=int, help="the control planes' link (default 8444)")
+    p.add_argument("--advertise", action="append", metavar="ADDRESS", help="(repeat)")
+    p.add_argument("--yes", action="store_true", help="do not ask")
+    p.set_defaults(handler=local, local="join")
+
+    p = server_cmds.add_parser("promote", help="make this standby the leader (a new term)")
+    p.add_argument("--data-dir", help="the standby's data dir (or LLMGW_DATA_DIR)")
+    p.add_argument(
+        "--force", action="store_true", help="even while the old leader still answers as leader"
+    )
+    p.set_defaults(handler=local, local="promote")
+
+    p = server_cmds.add_parser("remove", help="remove a control plane from the cluster")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    client_options(p)
+    p.set_defaults(handler=remove)
+
+    p = ctl_cmds.add_parser("servers", help="every control plane: role, term, lag")
+    p.add_argument("--json", action="store_true")
+    client_options(p)
+    p.set_defaults(handler=listing)

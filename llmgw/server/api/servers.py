@@ -1,0 +1,109 @@
+"""The control planes' routes: who leads (``/leader``, for load balancers and
+keepalived), every control plane, tokens for new ones, their joining, and removal."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.responses import JSONResponse
+
+from llmgw.server.api.routing import Call, Op
+from llmgw.server.ha.joining import Admission, admit
+from llmgw.server.ha.leadership import Leadership
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import JoinServer, MintToken
+from llmgw.server.store import Audit
+
+# A join is a token id, a name, a CSR, three addresses and their SANs.
+JOIN_BODY = 32 * 1024
+
+
+def routes(
+    ha: Leadership,
+    mint: Callable[[int, str], Awaitable[Any]],
+    admission: Callable[[], Awaitable[Admission]],
+) -> list[Op]:
+    async def leader(call: Call) -> Any:
+        state = ha.state()
+        return JSONResponse(state, status_code=200 if state["role"] == "leader" else 503)
+
+    async def servers(call: Call) -> Any:
+        return ha.listing()
+
+    async def token(call: Call) -> Any:
+        ask: MintToken = call.body
+        made = await mint(ask.ttl_seconds, call.actor)
+        return {
+            "token": made.encode(),
+            "id": made.id,
+            "expires_at": made.expires_at,
+            "addresses": made.addresses,
+        }
+
+    async def join(call: Call) -> Any:
+        answer = await admit(await admission(), call.body)
+        await ha.reload_servers()  # its certificate opens the link from now on
+        return answer
+
+    async def remove(call: Call) -> Any:
+        name = call.params["name"]
+        if name == ha.name:
+            raise Refusal(
+                409,
+                "server_leads",
+                f"{name} is the control plane answering, and it leads; promote another "
+                "first, then remove this one from there",
+            )
+        known = {s.name for s in await ha.store.list_servers()}
+        if name not in known:
+            raise Refusal(404, "not_found", f"no control plane named {name!r}")
+        removed = await ha.store.remove_server(
+            name, time.time(), Audit(call.actor, "server.remove", name)
+        )
+        await ha.reload_servers()
+        return {"name": name, "removed": removed}
+
+    server_list = {"type": "array", "items": {"type": "object", "required": ["name", "role"]}}
+    return [
+        Op(
+            "GET",
+            "/leader",
+            leader,
+            "Whether this control plane leads: 200 on the leader, 503 on a standby",
+            access="public",
+            answer={"type": "object", "required": ["name", "role", "term", "leader"]},
+            errors=(503,),
+            reads=True,
+        ),
+        Op("GET", "/api/v1/servers", servers, "Every control plane", answer=server_list),
+        Op(
+            "POST",
+            "/api/v1/servers/tokens",
+            token,
+            "Mint a token for a new control plane (`server join`)",
+            body=MintToken,
+            body_optional=True,
+            status=201,
+            answer={"type": "object", "required": ["token", "id", "expires_at"]},
+        ),
+        Op(
+            "POST",
+            "/api/v1/servers/join",
+            join,
+            "A new control plane's joining (used by `server join`)",
+            access="public",
+            body=JoinServer,
+            max_body=JOIN_BODY,
+            errors=(403, 409),
+            answer={"type": "object", "required": ["name", "cert", "ca", "sealed", "mac"]},
+        ),
+        Op(
+            "DELETE",
+            "/api/v1/servers/{name}",
+            remove,
+            "Remove a control plane: its certificate is refused from now on",
+            errors=(404, 409),
+        ),
+    ]

@@ -1,0 +1,1 @@
+"""Control planes: leadership, standbys, replication."""

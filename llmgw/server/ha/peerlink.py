@@ -1,0 +1,271 @@
+"""The control planes' link: mutual TLS on ``ha.peer_port``, HTTP/1.1, JSON.
+
+Only control planes of the cluster get in: the other end's certificate must be signed by
+the cluster CA, be named ``llmgw-server:NAME`` (no node's certificate can be) and carry
+the serial the store holds for that control plane, which ``server remove`` retires.
+
+What goes over it, always asked by a standby of its leader:
+
+- ``GET /peer/state``: who this one is, its role, its term and its leader;
+- ``GET /peer/snapshot``: a consistent copy of the store, with the change it ends at;
+- ``GET /peer/changes?after=SEQ&wait=S``: the store's changes after SEQ, waiting up to
+  S seconds for one (410 when they were pruned: take a snapshot again);
+- ``GET /peer/fleet``: which replicas run Ready where, as the leader's agents say;
+- ``POST /peer/usage``: requests and tokens counted on a standby, for the store;
+- ``POST /peer/promote``: asked by ``llmgw server promote`` on the same machine, with
+  that control plane's own certificate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+from llmgw import pki
+from llmgw.config import format_hostport, parse_hostport
+
+log = logging.getLogger("llmgw.ha")
+
+# A snapshot or a batch of changes is read within this.
+TIMEOUT = 30.0
+# The longest a standby may ask the leader to hold a request for changes.
+MAX_WAIT = 5.0
+
+
+class Behind(Exception):
+    """The changes asked for were pruned: a new snapshot is needed."""
+
+
+class Refused(Exception):
+    """Asked what this control plane will not do (409): its words say why."""
+
+
+class NotLeading(Refused):
+    """Asked of a control plane that does not lead: its words say who does."""
+
+
+class PeerHost(Protocol):
+    """What the link serves, from the control plane it runs in."""
+
+    name: str
+
+    def state(self) -> dict[str, Any]: ...
+
+    def peer_ok(self, name: str, serial: int) -> bool: ...
+
+    async def snapshot(self, dest: Path) -> int: ...
+
+    async def changes(self, after: int, wait: float) -> dict[str, Any]: ...
+
+    def fleet(self) -> list[dict[str, Any]]: ...
+
+    async def usage(self, rows: list[list[Any]], sender: str) -> None: ...
+
+    async def promote(self, force: bool) -> dict[str, Any]: ...
+
+
+def _peer(request: web.Request) -> tuple[str, int] | None:
+    """The other end's control plane name and certificate serial, from its certificate."""
+    transport = request.transport
+    cert = transport.get_extra_info("peercert") if transport else None
+    if not cert:
+        return None
+    cn = ""
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                cn = value
+    name = pki.peer_name(cn)
+    serial = cert.get("serialNumber")
+    if name is None or not serial:
+        return None
+    return name, int(serial, 16)
+
+
+def _error(status: int, kind: str, message: str) -> web.Response:
+    return web.json_response({"error": {"type": kind, "message": message}}, status=status)
+
+
+def peer_app(host: PeerHost) -> web.Application:
+    @web.middleware
+    async def gate(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        who = _peer(request)
+        if who is None or not host.peer_ok(*who):
+            return _error(403, "forbidden", f"{who}: not a current control plane of this cluster")
+        request["peer"] = who[0]
+        try:
+            return await handler(request)
+        except NotLeading as exc:
+            return _error(409, "not_leader", str(exc))
+        except Refused as exc:
+            return _error(409, "refused", str(exc))
+
+    async def state(request: web.Request) -> web.Response:
+        return web.json_response(host.state())
+
+    async def snapshot(request: web.Request) -> web.StreamResponse:
+        with tempfile.TemporaryDirectory(prefix="llmgw-snapshot-") as tmp:
+            dest = Path(tmp) / "store.db"
+            seq = await host.snapshot(dest)
+            data = await asyncio.to_thread(dest.read_bytes)
+        state = host.state()
+        return web.Response(
+            body=data,
+            content_type="application/octet-stream",
+            headers={"llmgw-seq": str(seq), "llmgw-term": str(state["term"])},
+        )
+
+    async def changes(request: web.Request) -> web.Response:
+        try:
+            after = int(request.query.get("after", "0"))
+            wait = min(MAX_WAIT, max(0.0, float(request.query.get("wait", "0"))))
+        except ValueError:
+            return _error(400, "bad_request", "after is a change number, wait seconds")
+        try:
+            return web.json_response(await host.changes(after, wait))
+        except Behind as exc:
+            return _error(410, "behind", str(exc))
+
+    async def fleet(request: web.Request) -> web.Response:
+        return web.json_response(host.fleet())
+
+    async def usage(request: web.Request) -> web.Response:
+        rows = await request.json()
+        if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
+            return _error(400, "bad_request", "usage is a list of rows")
+        await host.usage(rows, request["peer"])
+        return web.json_response({"rows": len(rows)})
+
+    async def promote(request: web.Request) -> web.Response:
+        if request["peer"] != host.name:
+            return _error(403, "forbidden", "only this control plane's own certificate promotes it")
+        body = await request.json()
+        return web.json_response(await host.promote(bool(body.get("force"))))
+
+    app = web.Application(middlewares=[gate], client_max_size=64 << 20)
+    app.router.add_get("/peer/state", state)
+    app.router.add_get("/peer/snapshot", snapshot)
+    app.router.add_get("/peer/changes", changes)
+    app.router.add_get("/peer/fleet", fleet)
+    app.router.add_post("/peer/usage", usage)
+    app.router.add_post("/peer/promote", promote)
+    return app
+
+
+class PeerListener:
+    def __init__(self, host: PeerHost, tls: ssl.SSLContext, bind: str, port: int) -> None:
+        self.runner = web.AppRunner(peer_app(host), access_log=None)
+        self.tls = tls
+        self.bind = bind
+        self.port = port
+
+    async def start(self) -> None:
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.bind, self.port, ssl_context=self.tls)
+        await site.start()
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+class PeerError(Exception):
+    """The other control plane could not be asked, or refused: in words."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class PeerClient:
+    """This control plane asking another over the link."""
+
+    def __init__(self, tls: ssl.SSLContext) -> None:
+        self.tls = tls
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=self.tls, limit=8),
+                timeout=aiohttp.ClientTimeout(total=TIMEOUT, connect=3),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _url(self, address: str, path: str) -> str:
+        host, port = parse_hostport(address)
+        return f"https://{format_hostport(host, port)}{path}"
+
+    async def _call(
+        self,
+        method: str,
+        address: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> tuple[int, bytes, dict[str, str]]:
+        try:
+            async with self.session.request(
+                method,
+                self._url(address, path),
+                json=body,
+                params=params,
+                timeout=aiohttp.ClientTimeout(total=timeout) if timeout else None,
+            ) as resp:
+                data = await resp.read()
+                return resp.status, data, dict(resp.headers)
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise PeerError(
+                f"{address}: its certificate is not trusted: {exc.certificate_error}"
+            ) from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise PeerError(f"{address}: cannot ask it: {exc or type(exc).__name__}") from None
+
+    async def json(
+        self,
+        method: str,
+        address: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        import json
+
+        status, data, _ = await self._call(method, address, path, body, params, timeout)
+        try:
+            answer = json.loads(data) if data else None
+        except ValueError:
+            answer = None
+        if status != 200:
+            message = (
+                answer["error"]["message"]
+                if isinstance(answer, dict) and isinstance(answer.get("error"), dict)
+                else data[:200].decode(errors="replace")
+            )
+            raise PeerError(f"{address}: {message} (HTTP {status})", status)
+        return answer
+
+    async def snapshot(self, address: str, dest: Path) -> tuple[int, int]:
+        """The leader's store written to ``dest``; returns (its last change, its term)."""
+        status, data, headers = await self._call("GET", address, "/peer/snapshot", timeout=120)
+        if status != 200:
+            raise PeerError(f"{address}: no snapshot (HTTP {status}): {data[:200]!r}", status)
+        await asyncio.to_thread(dest.write_bytes, data)
+        return int(headers.get("llmgw-seq", "0")), int(headers.get("llmgw-term", "0"))

@@ -1,0 +1,141 @@
+"""Standby control planes on SQLite, as real processes on loopback.
+
+A leader, a standby joined with `server join`, and a node running the built llama-server.
+Four clients chat through the standby while the leader is killed (-9): none of their
+requests fails. `server promote` makes the standby lead with a higher term: it takes
+writes, the node's agent comes to it and is Ready with the same engine process. The old
+leader, started again, finds the higher term, follows, and writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.catalog import SCHEDULING, ctl_json, join, scheduled, serve, wait_ready
+from tests.e2e.cluster import Cluster, run, wait_for
+from tests.e2e.test_agent_death import Load
+from tests.support.tinymodel import write_tiny_model
+
+pytestmark = pytest.mark.e2e
+
+
+def leader_state(cluster: Cluster) -> tuple[int, dict[str, Any]]:
+    """``GET /leader``: its status and body (200 on the leader, 503 on a standby)."""
+    try:
+        return 200, cluster.api("/leader", auth=False)
+    except urllib.error.HTTPError as exc:
+        with exc:
+            return exc.code, json.loads(exc.read())
+
+
+def standby_of(leader: Cluster, root: Path) -> Cluster:
+    standby = Cluster(root, name="cp-b")
+    standby.root.mkdir(parents=True, exist_ok=True)
+    standby.join_as_standby(leader)
+    config = standby.data_dir / "server.yaml"
+    config.write_text(config.read_text() + SCHEDULING)
+    standby.start_server()
+    return standby
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Cluster, Cluster]]:
+    leader = scheduled(tmp_path / "a")
+    standby: Cluster | None = None
+    try:
+        standby = standby_of(leader, tmp_path / "b")
+        yield leader, standby
+    finally:
+        if standby is not None:
+            standby.stop()
+        leader.stop()
+
+
+def answered(cluster: Cluster, key: str) -> bool:
+    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
+    status, _, _ = cluster.post("/v1/chat/completions", body.encode(), key, timeout=10)
+    return status == 200
+
+
+def audit_count(cluster: Cluster) -> int:
+    with sqlite3.connect(cluster.data_dir / "store.db") as db:
+        return int(db.execute("SELECT count(*) FROM audit").fetchone()[0])
+
+
+def test_a_standby_serves_through_the_leaders_death_and_takes_over(
+    pair: tuple[Cluster, Cluster], binary: Path
+) -> None:
+    leader, standby = pair
+    join(leader, "n1", binary)
+    serve(leader, write_tiny_model(leader.root / "tiny.gguf"), "tiny")
+    (row,) = wait_ready(leader, "tiny", 1)
+    key = ctl_json(leader, "keys", "create", "--name", "load")["key"]
+
+    # The standby follows: /leader says so, ctl servers lists both, and the key and the
+    # Ready replica reach it (a request through it is answered).
+    status, state = leader_state(standby)
+    assert (status, state["role"], state["leader"]["name"]) == (503, "standby", "cp-a")
+    assert leader_state(leader)[0] == 200
+    servers = {s["name"]: s for s in ctl_json(leader, "servers")}
+    assert {n: s["role"] for n, s in servers.items()} == {"cp-a": "leader", "cp-b": "standby"}
+    assert servers["cp-b"]["lag_seconds"] is not None
+
+    # A write sent to the standby is refused, naming the leader.
+    code, body = standby.api_error("/api/v1/keys", body={"name": "nope"})
+    assert code == 409 and body["error"]["leader"] == leader.listen, body
+
+    # The Ready replica reaches the standby with the leader's fleet (every 2 s).
+    wait_for(lambda: answered(standby, key), 10, "the standby to route to the replica")
+    with Load(standby, key) as load:
+        # The leader dies: not one request through the standby fails.
+        assert leader.server is not None
+        leader.server.signal(signal.SIGKILL)
+        leader.server.popen.wait(10)
+        load.flowing_for(8)
+
+        # Promoted, the standby leads with a higher term and takes writes.
+        out = run("server", "promote", "--data-dir", str(standby.data_dir)).stdout
+        assert "cp-b leads now, with term 2" in out
+        status, state = leader_state(standby)
+        assert (status, state["role"], state["term"]) == (200, "leader", 2)
+        made = ctl_json(standby, "keys", "create", "--name", "after")
+        assert made["name"] == "after"
+
+        # The node's agent comes to the new leader and is Ready, its engine untouched.
+        standby.wait_state("n1", "Ready", 15)
+        (again,) = wait_ready(standby, "tiny", 1, timeout=15)
+        assert again["pid"] == row["pid"]
+        load.flowing_for(3)
+        assert load.errors == []
+
+    # The old leader started again finds the higher term: it follows and never writes.
+    before = audit_count(leader)
+    leader.start_server()
+    status, state = wait_for(
+        lambda: (s := leader_state(leader))[1].get("leader", {}).get("name") == "cp-b" and s,
+        15,
+        "the old leader to follow the new one",
+    )
+    assert (status, state["role"], state["term"]) == (503, "standby", 2)
+    assert leader.server is not None
+    assert leader.server.text().count("leading: ") == 1  # its first life only
+    code, body = leader.api_error("/api/v1/keys", body={"name": "stale"})
+    assert code == 409 and body["error"]["leader"] == standby.listen
+    # Its store is now the new leader's copy: the key made after the promotion is in it,
+    # and nothing it wrote itself is (its audit trail is the leader's).
+    names = wait_for(
+        lambda: (k := {k["name"] for k in ctl_json(leader, "keys", "list")}) >= {"after"} and k,
+        10,
+        "the old leader to hold the new leader's keys",
+    )
+    assert {"load", "after"} <= names
+    assert audit_count(leader) >= before
+    assert "standby: took cp-b's store" in leader.server.text()
