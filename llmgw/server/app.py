@@ -109,10 +109,12 @@ class ControlPlane:
             applied=self.reload,
             followed=self.registry.follow,
             fleet=self.registry.followable,
-            usage=self.store.add_usage,
+            usage=self._usage_from_standby,
             remember=data.remember_role,
             standby_duties=lambda ha: [Duty("usage", self.gateway.run, self.gateway.flush)],
             announce=self._announce,
+            key_counts=self.gateway.keys.counts,
+            elsewhere=self._elsewhere,
         )
         return Leadership(
             cast(SQLiteStore, self.store),
@@ -123,6 +125,17 @@ class ControlPlane:
             self.leader,
             hooks,
         )
+
+    async def _usage_from_standby(
+        self, rows: list[tuple[str, str, str, str, int, int, int]]
+    ) -> None:
+        await self.store.add_usage(rows)
+        month = self.gateway.usage.month
+        for _, key_id, _, _, _, prompt, completion in rows:
+            month[key_id] = month.get(key_id, 0) + prompt + completion
+
+    def _elsewhere(self, counts: dict[str, tuple[int, int]]) -> None:
+        self.gateway.keys.elsewhere = counts
 
     async def _announce(self) -> None:
         if self.agent_port is not None:

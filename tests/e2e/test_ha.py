@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import signal
 import sqlite3
+import time
 import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,3 +140,34 @@ def test_a_standby_serves_through_the_leaders_death_and_takes_over(
     assert {"load", "after"} <= names
     assert audit_count(leader) >= before
     assert "standby: took cp-b's store" in leader.server.text()
+
+
+def test_a_keys_rate_limit_is_the_clusters_not_each_control_planes(
+    pair: tuple[Cluster, Cluster], binary: Path
+) -> None:
+    leader, standby = pair
+    join(leader, "n1", binary)
+    serve(leader, write_tiny_model(leader.root / "tiny.gguf"), "tiny")
+    wait_ready(leader, "tiny", 1)
+    key = ctl_json(leader, "keys", "create", "--name", "sixty", "--rpm", "60")["key"]
+    wait_for(lambda: answered(standby, key), 10, "the standby to route to the replica")
+    wait_for(lambda: answered(leader, key), 10, "the leader to answer")
+    # 20 requests a second, alternating between the two, for 9 s: 180 asked of a key
+    # allowed 60 a minute. Each control plane alone would let 60 through (120 in all);
+    # they exchange their counts every 2 s, so the cluster lets about 60 through. The
+    # tolerance: what one control plane admits in the 2 s before it hears the other's
+    # count (10 a second here), so at most 60 + 20 + the 2 asked above.
+    admitted = {leader.name: 0, standby.name: 0}
+    body = json.dumps(
+        {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    ).encode()
+    start = time.monotonic()
+    for i in range(180):
+        target = (leader, standby)[i % 2]
+        status, _, answer = target.post("/v1/chat/completions", body, key, timeout=10)
+        assert status in (200, 429), answer
+        admitted[target.name] += status == 200
+        time.sleep(max(0.0, start + (i + 1) / 20 - time.monotonic()))
+    total = sum(admitted.values())
+    assert 55 <= total + 2 <= 82, admitted
+    assert min(admitted.values()) > 0, admitted

@@ -165,9 +165,34 @@ class KeyBook:
         self.keys: dict[str, Key] = {}
         self.usage = usage
         self.clock = clock
+        # Requests and tokens each key had in the last minute on the other control
+        # planes, as they said last (limits are the cluster's, not each one's).
+        self.elsewhere: dict[str, tuple[int, int]] = {}
 
     def load(self, records: list[ApiKeyRecord]) -> None:
-        self.keys = {r.key_hash: Key(r) for r in records}
+        """The keys as the store has them; a key already known keeps its windows."""
+        old = self.keys
+        self.keys = {}
+        for r in records:
+            key = old.get(r.key_hash)
+            if key is None:
+                key = Key(r)
+            else:
+                key.record = r
+            self.keys[r.key_hash] = key
+
+    def counts(self) -> dict[str, list[int]]:
+        """This control plane's own last minute of each limited key: [requests, tokens]."""
+        now = self.clock()
+        out = {}
+        for key in self.keys.values():
+            record = key.record
+            if record.rpm is None and record.tpm is None:
+                continue
+            requests, tokens = key.requests.count(now), key.tokens.count(now)
+            if requests or tokens:
+                out[record.id] = [requests, tokens]
+        return out
 
     def changed(self, record: ApiKeyRecord) -> None:
         old = self.keys.get(record.key_hash)
@@ -204,11 +229,12 @@ class KeyBook:
         """The 429 of a key over one of its limits, or None."""
         record = key.record
         now = self.clock()
-        if record.rpm is not None and key.requests.count(now) >= record.rpm:
+        requests, tokens = self.elsewhere.get(record.id, (0, 0))
+        if record.rpm is not None and key.requests.count(now) + requests >= record.rpm:
             return limited(
                 "requests per minute", record.rpm, key.requests.retry_after(now, record.rpm)
             )
-        if record.tpm is not None and key.tokens.count(now) >= record.tpm:
+        if record.tpm is not None and key.tokens.count(now) + tokens >= record.tpm:
             return limited("tokens per minute", record.tpm, key.tokens.retry_after(now, record.tpm))
         if record.budget is not None and self.usage.month.get(record.id, 0) >= record.budget:
             return limited("tokens a month (its budget)", record.budget, seconds_to_next_month(now))

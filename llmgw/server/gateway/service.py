@@ -36,6 +36,8 @@ from llmgw.server.store import Store, StoreUnavailable
 log = logging.getLogger("llmgw.gateway")
 
 STOPPED_SETTING = "serving.stopped"
+# How often each key's tokens this month are read again from the store.
+BUDGETS_EVERY = 30.0
 # A stream waiting for an on-demand model's first replica gets a comment this often.
 KEEPALIVE = 10.0
 ROUTES: dict[str, Kind] = {
@@ -93,7 +95,8 @@ class Gateway:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Write usage every two seconds (kept and retried while the store cannot take
-        it): the leading control plane's duty."""
+        it; a standby sends it to the leader), and read the month's again every 30 s."""
+        read_month = time.monotonic()
         while not stop.is_set():
             try:
                 await asyncio.wait_for(stop.wait(), timeout=2.0)
@@ -101,6 +104,10 @@ class Gateway:
                 pass
             try:
                 await self.usage.tick()
+                if time.monotonic() - read_month >= BUDGETS_EVERY:
+                    # Budgets are the cluster's: what every control plane counted.
+                    read_month = time.monotonic()
+                    await self.usage.load_month()
             except StoreUnavailable:
                 pass  # said once by the store; the usage is kept and written later
             except Exception:

@@ -30,6 +30,8 @@ log = logging.getLogger("llmgw.ha")
 
 # How often every control plane asks the others how they stand.
 WATCH = 2.0
+# How often the store's change log is trimmed (a standby's too: applying writes its own).
+PRUNE_EVERY = 60.0
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,9 @@ class Hooks:
     standby_duties: Callable[[Leadership], list[Duty]]
     # The control planes changed: tell the agents (a leader's).
     announce: Callable[[], Awaitable[None]] | None = None
+    # Each limited key's last minute here; and the others' sums, for the limiter.
+    key_counts: Callable[[], dict[str, list[int]]] = dict
+    elsewhere: Callable[[dict[str, tuple[int, int]]], None] = lambda counts: None
 
 
 class Leadership:
@@ -221,8 +226,18 @@ class Leadership:
         self.servers = {s.name: s for s in await self.store.list_servers()}
 
     async def watch(self, stop: asyncio.Event) -> None:
-        """Ask the others how they stand, every two seconds, until ``stop``."""
+        """Ask the others how they stand, every two seconds, until ``stop``; trim the
+        change log every minute."""
+        pruned = time.monotonic()
         while not stop.is_set():
+            if time.monotonic() - pruned >= PRUNE_EVERY:
+                pruned = time.monotonic()
+                try:
+                    gone = await sqlitesync.prune(self.store)
+                    if gone:
+                        log.info("change log: %d changes no standby needs any more", gone)
+                except Exception as exc:
+                    log.warning("could not trim the change log: %s", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=WATCH)
             try:
@@ -242,9 +257,15 @@ class Leadership:
             return_exceptions=True,
         )
         now = time.time()
+        elsewhere: dict[str, tuple[int, int]] = {}
         for server, answer in zip(others, answers, strict=True):
             if isinstance(answer, dict):
+                counts = answer.pop("key_counts", None) or {}
                 self.seen[server.name] = (now, answer)
+                for key_id, (requests, tokens) in counts.items():
+                    r, t = elsewhere.get(key_id, (0, 0))
+                    elsewhere[key_id] = (r + int(requests), t + int(tokens))
+        self.hooks.elsewhere(elsewhere)
         if not self.leading:
             if self.standby_work is None:
                 self._follow()
@@ -353,6 +374,9 @@ class Leadership:
         listed = self.listing()
         current = [s for s in listed if s["removed_at"] is None]
         return {"total": len(current), "answering": sum(1 for s in current if s["answers"])}
+
+    def key_counts(self) -> dict[str, list[int]]:
+        return self.hooks.key_counts()
 
     def peer_ok(self, name: str, serial: int) -> bool:
         record = self.servers.get(name)

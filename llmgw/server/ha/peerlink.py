@@ -6,7 +6,9 @@ the serial the store holds for that control plane, which ``server remove`` retir
 
 What goes over it, always asked by a standby of its leader:
 
-- ``GET /peer/state``: who this one is, its role, its term and its leader;
+- ``GET /peer/state``: who this one is, its role, its term and its leader, and each
+  rate-limited key's requests and tokens of the last minute here (limits are the
+  cluster's: every control plane adds the others' counts to its own);
 - ``GET /peer/snapshot``: a consistent copy of the store, with the change it ends at;
 - ``GET /peer/changes?after=SEQ&wait=S``: the store's changes after SEQ, waiting up to
   S seconds for one (410 when they were pruned: take a snapshot again);
@@ -61,6 +63,8 @@ class PeerHost(Protocol):
 
     def peer_ok(self, name: str, serial: int) -> bool: ...
 
+    def key_counts(self) -> dict[str, list[int]]: ...
+
     async def snapshot(self, dest: Path) -> int: ...
 
     async def changes(self, after: int, wait: float) -> dict[str, Any]: ...
@@ -111,7 +115,8 @@ def peer_app(host: PeerHost) -> web.Application:
             return _error(409, "refused", str(exc))
 
     async def state(request: web.Request) -> web.Response:
-        return web.json_response(host.state())
+        # To another control plane: also each limited key's last minute here.
+        return web.json_response({**host.state(), "key_counts": host.key_counts()})
 
     async def snapshot(request: web.Request) -> web.StreamResponse:
         with tempfile.TemporaryDirectory(prefix="llmgw-snapshot-") as tmp:
