@@ -69,7 +69,7 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     from llmgw.server.datadir import DataDir, InitError, init
 
     root = _data_dir(args)
-    flags = (args.listen, args.agent_port, args.advertise)
+    flags = (args.listen, args.agent_port, args.advertise, args.store, args.dsn)
     if all(f is None for f in flags) and not args.yes and _terminal():
         from llmgw.tui.setup import SetupApp
 
@@ -98,6 +98,17 @@ def cmd_server_init(args: argparse.Namespace) -> int:
         given["name"] = args.name
     if args.peer_port is not None:
         given["peer_port"] = args.peer_port
+    if args.store is not None:
+        given["store"] = args.store
+    if args.dsn is not None:
+        if args.store != "postgres":
+            raise UsageError("--dsn goes with --store postgres")
+        given["dsn"] = args.dsn
+    elif args.store == "postgres":
+        raise UsageError(
+            "--store postgres needs --dsn (e.g. 'host=db1,db2 dbname=llmgw "
+            "user=llmgw target_session_attrs=read-write')"
+        )
     try:
         config, token = init(root, **given)
     except InitError as exc:
@@ -377,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--name", help="this control plane's name (default: the hostname)")
     p.add_argument("--peer-port", type=int, help="the control planes' link (default 8444)")
+    p.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        help="where the cluster's state is kept (default sqlite, in the data dir)",
+    )
+    p.add_argument("--dsn", help="with --store postgres: a libpq DSN or postgresql:// URI")
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.set_defaults(handler=cmd_server_init)
     p = server_cmds.add_parser("run", help="run the control plane in the foreground")

@@ -168,6 +168,9 @@ class HaConfig:
     peer_port: int = _checked(_check_port, 8444)
     # A standby's leader on that link (HOST:PORT); written by `server join`.
     leader: str | None = _checked(_check_hostport, None)
+    # With store.backend postgres: how long the leader's lease lasts unless renewed;
+    # another control plane leads within about this long after the leader is lost.
+    lease_seconds: float = _checked(_check_positive, 10.0)
 
 
 @dataclass(frozen=True)

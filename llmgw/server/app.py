@@ -8,7 +8,7 @@ import signal
 import socket
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from llmgw import __version__, jointoken, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
@@ -41,7 +41,7 @@ from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.peerlink import PeerClient, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
-from llmgw.server.store import SQLiteStore, Store, open_store
+from llmgw.server.store import Store, open_store
 
 log = logging.getLogger("llmgw.server")
 
@@ -117,13 +117,14 @@ class ControlPlane:
             elsewhere=self._elsewhere,
         )
         return Leadership(
-            cast(SQLiteStore, self.store),
+            self.store,
             seat,
             config.ha.role,
             config.ha.leader,
             client,
             self.leader,
             hooks,
+            config.ha.lease_seconds,
         )
 
     async def _usage_from_standby(
@@ -215,7 +216,12 @@ class ControlPlane:
 
     async def admission(self) -> Admission:
         return Admission(
-            self.store, self.cluster_secret, self.ca, self.ha.state()["leader"], self.ha.term
+            self.store,
+            self.cluster_secret,
+            self.ca,
+            self.ha.state()["leader"],
+            self.ha.term,
+            {"backend": self.config.store.backend, "dsn": self.config.store.dsn},
         )
 
     def planning_fleet(self) -> list[PlanNode]:

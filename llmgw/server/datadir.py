@@ -149,6 +149,8 @@ def init(
     advertise: list[str] | None = None,
     name: str | None = None,
     peer_port: int = 8444,
+    store: str = "sqlite",
+    dsn: str | None = None,
 ) -> tuple[ServerConfig, str]:
     """Make a new data dir; returns its settings and the admin token (shown once)."""
     data = DataDir(root)
@@ -166,6 +168,7 @@ def init(
             "agent_port": agent_port,
             "advertise": advertise or default_advertise(listen_host),
             "ha": {"name": name or socket.gethostname(), "peer_port": peer_port},
+            "store": {"backend": store, **({"dsn": dsn} if dsn else {})},
         },
         "server init",
     )

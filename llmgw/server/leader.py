@@ -22,6 +22,8 @@ log = logging.getLogger("llmgw.leader")
 Loop = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
 # Written once more when leadership ends, so nothing counted is lost.
 Flush = Callable[[], Awaitable[None]]
+# How long a duty, or its last flush, is waited for when leadership ends.
+STOP_WAIT = 5.0
 
 
 @dataclass(frozen=True)
@@ -53,21 +55,28 @@ class LeaderWork:
         ]
         log.info("%s: %s", self.label, ", ".join(d.name for d in self.duties))
 
-    async def step_down(self) -> None:
-        """Stop every duty, then flush what each still holds."""
+    async def step_down(self, patience: float = STOP_WAIT) -> None:
+        """Stop every duty, then flush what each still holds. A duty stuck on a store
+        that does not answer is cancelled after ``patience`` seconds, and so is a flush:
+        leadership must end even when the store is gone."""
         if not self._tasks:
             return
         self._stop.set()
         tasks, self._tasks = self._tasks, []
+        _, stuck = await asyncio.wait([t for _, t in tasks], timeout=patience)
+        for task in stuck:
+            task.cancel()
         for duty, task in tasks:
             try:
                 await task
+            except asyncio.CancelledError:
+                log.warning("%s did not stop within %g s: cancelled", duty.name, patience)
             except Exception:
                 log.exception("%s ended with an error", duty.name)
         for duty, _ in tasks:
             if duty.flush is None:
                 continue
             try:
-                await duty.flush()
+                await asyncio.wait_for(duty.flush(), patience)
             except Exception as exc:
                 log.error("%s: what the last seconds held could not be written: %s", duty.name, exc)

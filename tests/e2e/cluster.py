@@ -91,6 +91,8 @@ class Cluster:
     agent_port: int = field(default_factory=free_port)
     peer_port: int = field(default_factory=free_port)
     name: str = "cp-a"
+    # More `server init` flags (``--store postgres --dsn ...``).
+    init_args: list[str] = field(default_factory=list)
     server: Proc | None = None
     agents: dict[str, Proc] = field(default_factory=dict)
     # A command the control plane runs under (``prlimit --nofile=1024:1024 --``).
@@ -118,6 +120,7 @@ class Cluster:
             str(self.peer_port),
             "--name",
             self.name,
+            *self.init_args,
             "--yes",
         )
         cfg = self.data_dir / "server.yaml"

@@ -282,6 +282,7 @@ class TcpProxy:
         self.target = target_port
         self.port = 0
         self._cut = False
+        self._silent = False
         self._links: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
 
@@ -296,6 +297,11 @@ class TcpProxy:
             self._server.close()
             await self._server.wait_closed()
 
+    def silence(self) -> None:
+        """A partition as the network makes one: nothing more gets through either way,
+        and nothing says so (no reset); new connections hang unanswered."""
+        self._silent = True
+
     def cut(self) -> None:
         self._cut = True
         for writer in list(self._links):
@@ -304,11 +310,14 @@ class TcpProxy:
 
     def restore(self, target_port: int | None = None) -> None:
         self.target = target_port or self.target
-        self._cut = False
+        self._cut = self._silent = False
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._cut:
             writer.transport.abort()
+            return
+        if self._silent:
+            self._links.add(writer)  # held open, never answered
             return
         try:
             up_reader, up_writer = await asyncio.open_connection(self.host, self.target)
@@ -320,6 +329,8 @@ class TcpProxy:
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError):
                 while data := await src.read(65536):
+                    if self._silent:
+                        continue  # dropped on the floor
                     dst.write(data)
                     await dst.drain()
             dst.transport.abort()

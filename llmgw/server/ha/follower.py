@@ -20,11 +20,11 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llmgw.server.ha import sqlitesync
 from llmgw.server.ha.peerlink import PeerClient, PeerError
-from llmgw.server.store import SQLiteStore
+from llmgw.server.store import SQLiteStore, Store
 
 log = logging.getLogger("llmgw.ha")
 
@@ -36,7 +36,7 @@ FLEET_EVERY = 2.0
 RETRY = 0.5
 
 
-async def store_term(store: SQLiteStore) -> int:
+async def store_term(store: Store) -> int:
     value = await store.get_setting(TERM_SETTING)
     return int(value) if value and value.isdigit() else 0
 
@@ -44,14 +44,18 @@ async def store_term(store: SQLiteStore) -> int:
 class Follower:
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         client: PeerClient,
         leader: str,
         applied: Callable[[set[str]], Awaitable[None]],
         fleet: Callable[[list[dict[str, Any]]], None],
         moved: Callable[[str], None],
+        ships: bool = True,
     ) -> None:
         self.store = store
+        # SQLite: the leader ships its store here. PostgreSQL: the store is the same one,
+        # read again every second.
+        self.ships = ships
         self.client = client
         # The leader's address on the control planes' link.
         self.leader = leader
@@ -67,6 +71,10 @@ class Follower:
         self.caught_up: float | None = None
         self.problem = ""
 
+    @property
+    def sqlite(self) -> SQLiteStore:
+        return cast(SQLiteStore, self.store)
+
     def lag(self) -> float | None:
         """Seconds since this standby last held every change the leader had."""
         if self.caught_up is None:
@@ -78,7 +86,10 @@ class Follower:
         try:
             while not stop.is_set():
                 try:
-                    await self._follow_store(stop)
+                    if self.ships:
+                        await self._follow_store(stop)
+                    else:
+                        await self._read_store(stop)
                 except (PeerError, sqlitesync.TooFarBehind) as exc:
                     self._said(str(exc))
                 except Exception as exc:
@@ -113,7 +124,7 @@ class Follower:
                 "leadership; point this standby at the current leader, or make this one lead "
                 "with `llmgw server promote`"
             )
-        seq, leader_name, term = await sqlitesync.applied(self.store)
+        seq, leader_name, term = await sqlitesync.applied(self.sqlite)
         if leader_name != state["name"] or term != int(state["term"]) or seq == 0:
             seq = await self._snapshot(state)
         self.seq, self.leader_name, self.term = seq, state["name"], int(state["term"])
@@ -129,24 +140,32 @@ class Follower:
                 )
             except PeerError as exc:
                 if exc.status == 410:  # pruned before this standby read them: start over
-                    await sqlitesync.mark(self.store, 0, self.leader_name, self.term)
+                    await sqlitesync.mark(self.sqlite, 0, self.leader_name, self.term)
                 raise
             self.last_contact = time.time()
             if int(answer["term"]) != self.term or answer["leader"] != self.leader_name:
                 return  # a new term: start again from the leader's state
             changes = [sqlitesync.Change.from_json(c) for c in answer["changes"]]
             if changes:
-                self.seq = await sqlitesync.apply(self.store, changes, self.leader_name, self.term)
+                self.seq = await sqlitesync.apply(self.sqlite, changes, self.leader_name, self.term)
                 await self._applied({c.table for c in changes})
             if self.seq >= int(answer["seq"]):
                 self.caught_up = time.monotonic()
+
+    async def _read_store(self, stop: asyncio.Event) -> None:
+        """The shared store: what is kept in memory read again every second."""
+        while not stop.is_set():
+            await self._applied({"*"})
+            self.caught_up = time.monotonic()
+            self.problem = ""
+            await _sleep(stop, POLL)
 
     async def _snapshot(self, state: dict[str, Any]) -> int:
         with tempfile.TemporaryDirectory(prefix="llmgw-follow-") as tmp:
             dest = Path(tmp) / "store.db"
             seq, term = await self.client.snapshot(self.leader, dest)
-            await sqlitesync.restore(self.store, dest)
-        await sqlitesync.mark(self.store, seq, state["name"], term)
+            await sqlitesync.restore(self.sqlite, dest)
+        await sqlitesync.mark(self.sqlite, seq, state["name"], term)
         log.info("standby: took %s's store at change %d, term %d", state["name"], seq, term)
         await self._applied({"*"})
         return seq

@@ -47,6 +47,9 @@ class Admission:
     ca: pki.KeyPair
     leader: dict[str, Any]
     term: int
+    # The store's backend and DSN: a PostgreSQL store is shared, so the joiner uses the
+    # same (its DSN may hold a password: it travels sealed).
+    store_config: dict[str, str]
 
 
 def _context(name: str, csr: bytes) -> bytes:
@@ -98,7 +101,9 @@ async def admit(ctx: Admission, ask: JoinServer) -> dict[str, Any]:
     await ctx.store.put_server(
         record, Audit(f"server token {ask.token_id}", "server.join", ask.name, f"serial {serial}")
     )
-    bundle = msgpack.packb({"cluster_key": ctx.secret, "ca_key": ctx.ca.key_pem})
+    bundle = msgpack.packb(
+        {"cluster_key": ctx.secret, "ca_key": ctx.ca.key_pem, "store": ctx.store_config}
+    )
     sealed = pki.seal_for_token(secret, _context(ask.name, ask.csr.encode()), bundle)
     return {
         "name": ask.name,
@@ -206,6 +211,7 @@ def join(
     try:
         bundle = msgpack.unpackb(pki.open_for_token(token.secret, _context(name, csr_pem), sealed))
         cluster_key, ca_key = bytes(bundle["cluster_key"]), bytes(bundle["ca_key"])
+        store = {str(k): str(v) for k, v in dict(bundle.get("store") or {}).items()}
     except (pki.PKIError, KeyError, TypeError, ValueError) as exc:
         raise JoinError(f"the cluster's secrets from {server} do not open: {exc}") from exc
     leader = answer.get("leader") or {}
@@ -215,6 +221,8 @@ def join(
             "listen": listen,
             "agent_port": agent_port,
             "advertise": advertise,
+            # SQLite: this control plane's own copy. PostgreSQL: the same store.
+            "store": store if store.get("backend") == "postgres" else {},
             "ha": {
                 "name": name,
                 "role": "standby",
@@ -233,7 +241,8 @@ def join(
         cert.write_bytes(cert_pem)
     pki.write_private(data.cluster_key, cluster_key)
     try:
-        asyncio.run(_first_copy(data, str(leader.get("peer_address"))))
+        if config.store.backend == "sqlite":
+            asyncio.run(_first_copy(data, str(leader.get("peer_address"))))
     except PeerError as exc:
         raise JoinError(
             f"joined, but the store could not be copied from the leader: {exc}; "

@@ -18,13 +18,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from llmgw.server.ha import sqlitesync
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING, Follower, store_term
+from llmgw.server.ha.lease import ROUND as LEASE_ROUND
+from llmgw.server.ha.lease import Lease, LeaseKeeper, LeaseStore
 from llmgw.server.ha.peerlink import Behind, NotLeading, PeerClient, PeerError, Refused
 from llmgw.server.leader import Duty, LeaderWork
-from llmgw.server.store import Audit, ServerRecord, SQLiteStore
+from llmgw.server.store import Audit, ServerRecord, SQLiteStore, Store
 
 log = logging.getLogger("llmgw.ha")
 
@@ -76,24 +78,37 @@ class Hooks:
 class Leadership:
     def __init__(
         self,
-        store: SQLiteStore,
+        store: Store,
         seat: Seat,
         role: str,
         leader: str | None,
         client: PeerClient,
         work: LeaderWork,
         hooks: Hooks,
+        lease_seconds: float = 10.0,
     ) -> None:
         self.store = store
         self.seat = seat
         self.name = seat.name
-        self.role = role
         self.term = 0
         self.client = client
         self.work = work
         self.hooks = hooks
+        # PostgreSQL (shared by every control plane): leadership is a lease in it, and a
+        # standby reads the store itself. SQLite: each has its own copy, shipped.
+        self.lease: LeaseKeeper | None = None
+        if hasattr(store, "take_lease"):
+            self.lease = LeaseKeeper(cast(LeaseStore, store), seat.name, lease_seconds)
+            role = "standby"  # until the lease says otherwise
+        self.role = role
         self.follower = Follower(
-            store, client, leader or "", hooks.applied, hooks.followed, self._moved
+            store,
+            client,
+            leader or "",
+            hooks.applied,
+            hooks.followed,
+            self._moved,
+            ships=self.lease is None,
         )
         self.standby_work: LeaderWork | None = None
         # What the other control planes said last: name -> (when, their state).
@@ -101,6 +116,8 @@ class Leadership:
         self.servers: dict[str, ServerRecord] = {}
         # The control planes agents were last told of (Registered).
         self._announced: list[str] = []
+        # A read of the control planes still under way (the store may be out of reach).
+        self._loading: asyncio.Task[None] | None = None
 
     @property
     def leading(self) -> bool:
@@ -108,10 +125,18 @@ class Leadership:
 
     # ------------------------------------------------------------------ the switch
 
+    @property
+    def sqlite(self) -> SQLiteStore:
+        return cast(SQLiteStore, self.store)
+
     async def start(self) -> None:
-        """Take this control plane's role: lead, unless another leads with a higher term."""
-        self.term = await store_term(self.store)
+        """Take this control plane's role: lead, unless another leads with a higher term
+        (with PostgreSQL: lead when the lease is free)."""
         await self._load_servers()
+        if self.lease is not None:
+            await self.lease_round()
+            return
+        self.term = await store_term(self.sqlite)
         if self.leading:
             # Before anything is written: an old leader started again learns here that
             # another leads now, and follows it instead.
@@ -127,7 +152,10 @@ class Leadership:
             self._follow()
 
     async def stop(self) -> None:
+        leading = self.leading
         await self.work.step_down()
+        if self.lease is not None and leading:
+            await self.lease.release()
         if self.standby_work is not None:
             await self.standby_work.step_down()
             self.standby_work = None
@@ -182,6 +210,11 @@ class Leadership:
 
     async def promote(self, force: bool) -> dict[str, Any]:
         """Lead from now on, with a term above any this control plane has seen."""
+        if self.lease is not None:
+            raise PromoteRefused(
+                "the store is PostgreSQL: leadership moves by itself (the leader's lease); "
+                "stop the leader and another takes over within ha.lease_seconds"
+            )
         if self.leading:
             raise PromoteRefused(f"{self.name} already leads (term {self.term})")
         old = self.follower.leader_name or "the leader"
@@ -199,7 +232,7 @@ class Leadership:
         if self.standby_work is not None:
             await self.standby_work.step_down()
             self.standby_work = None
-        self.term = max(self.term, self.follower.term, await store_term(self.store)) + 1
+        self.term = max(self.term, self.follower.term, await store_term(self.sqlite)) + 1
         self.role = "leader"
         await self._write_term()
         await self.store.audit(
@@ -212,6 +245,54 @@ class Leadership:
         self.work.lead()
         log.warning("promoted: %s leads with term %d (was %s's standby)", self.name, self.term, old)
         return {"name": self.name, "role": "leader", "term": self.term}
+
+    async def lease_round(self) -> None:
+        """Ask for the leader's lease; lead when it is ours, stop when it is not."""
+        assert self.lease is not None
+        lease = await self.lease.round()
+        if lease is not None and lease.held_by(self.name):
+            if not self.leading:
+                await self._take_lease(lease)
+            return
+        if self.leading and (lease is not None or not self.lease.held()):
+            why = (
+                f"{lease.holder} holds the leader's lease (term {lease.term})"
+                if lease is not None
+                else f"the lease could not be renewed for {self.lease.ttl:g} s less two rounds"
+            )
+            await self._lose_lease(why)
+        if lease is not None:
+            self._heed(lease)
+        if not self.leading and self.standby_work is None:
+            self._follow()
+
+    def _heed(self, lease: Lease) -> None:
+        """Follow the lease's holder, where it is."""
+        self.follower.leader_name, self.follower.term = lease.holder, lease.term
+        holder = self.servers.get(lease.holder or "")
+        if holder is not None:
+            self.follower.leader = holder.peer_address
+
+    async def _take_lease(self, lease: Lease) -> None:
+        assert self.lease is not None
+        if self.standby_work is not None:
+            await self.standby_work.step_down()
+            self.standby_work = None
+        self.term = lease.term
+        self.lease.fence(lease.term)
+        self.role = "leader"
+        await self.hooks.applied({"*"})
+        await self._enter()
+        self._announced = self.agent_addresses()
+        self.work.lead()
+        log.warning("%s holds the leader's lease: leading, term %d", self.name, self.term)
+
+    async def _lose_lease(self, why: str) -> None:
+        assert self.lease is not None
+        log.warning("stepping down: %s", why)
+        self.role = "standby"
+        await self.work.step_down()
+        self.lease.fence(None)
 
     async def _write_term(self) -> None:
         await self.store.put_setting(TERM_SETTING, str(self.term))
@@ -228,12 +309,31 @@ class Leadership:
     async def watch(self, stop: asyncio.Event) -> None:
         """Ask the others how they stand, every two seconds, until ``stop``; trim the
         change log every minute."""
+        lease = asyncio.create_task(self._keep_lease(stop)) if self.lease else None
+        try:
+            await self._watch(stop)
+        finally:
+            if lease is not None:
+                await lease
+
+    async def _keep_lease(self, stop: asyncio.Event) -> None:
+        """A round for the lease every ROUND seconds, on its own: nothing else the
+        watch does (reading the store, asking the others) may hold it up."""
+        while not stop.is_set():
+            try:
+                await self.lease_round()
+            except Exception:
+                log.exception("the lease round failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=LEASE_ROUND)
+
+    async def _watch(self, stop: asyncio.Event) -> None:
         pruned = time.monotonic()
         while not stop.is_set():
-            if time.monotonic() - pruned >= PRUNE_EVERY:
+            if self.lease is None and time.monotonic() - pruned >= PRUNE_EVERY:
                 pruned = time.monotonic()
                 try:
-                    gone = await sqlitesync.prune(self.store)
+                    gone = await sqlitesync.prune(self.sqlite)
                     if gone:
                         log.info("change log: %d changes no standby needs any more", gone)
                 except Exception as exc:
@@ -241,14 +341,27 @@ class Leadership:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=WATCH)
             try:
-                await self._load_servers()
-                planes = self.agent_addresses()
-                if self.leading and planes != self._announced and self.hooks.announce:
-                    await self.hooks.announce()
-                self._announced = planes
-                await self.look()
+                # Bounded: a store that stopped answering must not hold the watch.
+                await asyncio.wait_for(self._round(), timeout=3 * WATCH)
+            except TimeoutError:
+                log.warning("the control planes' round took over %g s: skipped", 3 * WATCH)
             except Exception:
                 log.exception("asking the other control planes failed")
+
+    async def _round(self) -> None:
+        await self.look()  # over the control planes' link alone
+        if self._loading is None:
+            self._loading = asyncio.create_task(self._load_servers())
+        loading = self._loading
+        done, _ = await asyncio.wait({loading}, timeout=WATCH)
+        if not done:
+            return  # a store out of reach: the list as it was, asked again next round
+        self._loading = None
+        loading.result()
+        planes = self.agent_addresses()
+        if self.leading and planes != self._announced and self.hooks.announce:
+            await self.hooks.announce()
+        self._announced = planes
 
     async def look(self) -> None:
         others = [s for s in self.servers.values() if s.name != self.name and s.removed_at is None]
@@ -267,9 +380,23 @@ class Leadership:
                     elsewhere[key_id] = (r + int(requests), t + int(tokens))
         self.hooks.elsewhere(elsewhere)
         if not self.leading:
+            if self.lease is not None:
+                # The store may be out of reach here: the one that says it leads, with
+                # the highest term, is whom writes and agents are sent to meanwhile.
+                for server, answer in zip(others, answers, strict=True):
+                    if (
+                        isinstance(answer, dict)
+                        and answer.get("role") == "leader"
+                        and int(answer.get("term", 0)) >= self.follower.term
+                    ):
+                        self.follower.leader_name = server.name
+                        self.follower.term = int(answer["term"])
+                        self.follower.leader = server.peer_address
             if self.standby_work is None:
                 self._follow()
             return
+        if self.lease is not None:
+            return  # the lease decides, not what others say
         for server, answer in zip(others, answers, strict=True):
             if (
                 isinstance(answer, dict)
@@ -387,15 +514,21 @@ class Leadership:
     async def snapshot(self, dest: Path) -> int:
         if not self.leading:
             raise NotLeading(self._not_leading())
-        return await sqlitesync.snapshot(self.store, dest)
+        self._shipped()
+        return await sqlitesync.snapshot(self.sqlite, dest)
+
+    def _shipped(self) -> None:
+        if self.lease is not None:
+            raise Refused("the store is PostgreSQL: every control plane reads it itself")
 
     async def changes(self, after: int, wait: float) -> dict[str, Any]:
         if not self.leading:
             raise NotLeading(self._not_leading())
+        self._shipped()
         deadline = time.monotonic() + wait
         while True:
             try:
-                changes = await sqlitesync.changes_after(self.store, after)
+                changes = await sqlitesync.changes_after(self.sqlite, after)
             except sqlitesync.TooFarBehind as exc:
                 raise Behind(str(exc)) from None
             if changes or time.monotonic() >= deadline:
@@ -404,7 +537,7 @@ class Leadership:
         return {
             "term": self.term,
             "leader": self.name,
-            "seq": await sqlitesync.latest_seq(self.store),
+            "seq": await sqlitesync.latest_seq(self.sqlite),
             "changes": [c.as_json() for c in changes],
         }
 

@@ -26,6 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -92,6 +93,26 @@ def _where(params: dict[str, Any]) -> str:
     return f"{','.join(servers)}/{params.get('dbname') or params.get('user') or ''}"
 
 
+@dataclass(frozen=True)
+class Lease:
+    """Who holds the leader's lease, in which term, until when (the server's clock)."""
+
+    holder: str | None
+    term: int
+    expires_at: float
+    now: float
+
+    def held_by(self, name: str) -> bool:
+        return self.holder == name and self.expires_at > self.now
+
+
+class Fenced(StoreUnavailable):
+    """A write of a control plane that no longer holds the leader's lease: refused."""
+
+
+_NOW = "extract(epoch from clock_timestamp())::double precision"
+
+
 class PostgresStore(Store):
     def __init__(self, dsn: str) -> None:
         try:
@@ -114,6 +135,10 @@ class PostgresStore(Store):
         self._problem = ""
         # One transaction at a time on the one connection (see the module's docstring).
         self._turn = asyncio.Lock()
+        # While this control plane leads: (its name, its term). Every write checks, in
+        # its own transaction, that the lease is still so held; none lands after it
+        # passed to another.
+        self.fence: tuple[str, int] | None = None
 
     async def open(self) -> None:
         """Connect and migrate. A read-only server whose schema is current is opened to be
@@ -282,9 +307,10 @@ class PostgresStore(Store):
                         raise self._unavailable(exc) from exc
         raise AssertionError("unreachable")
 
-    async def _write(self, work: Callable[[Conn], Awaitable[T]]) -> T:
+    async def _write(self, work: Callable[[Conn], Awaitable[T]], *, fenced: bool = True) -> T:
         """One change in one transaction: committed whole, or undone and, when the server
-        or the link refused, ``StoreUnavailable`` saying why and what to do."""
+        or the link refused, ``StoreUnavailable`` saying why and what to do; while
+        ``fence`` is set, only while this control plane still holds the lease."""
         async with self._turn:
             conn = await self._connection(writing=True)
             try:
@@ -297,6 +323,8 @@ class PostgresStore(Store):
                         raise
                     conn = await self._connection()
                     await conn.execute("BEGIN")
+                if fenced and self.fence is not None:
+                    await self._check_fence(conn, *self.fence)
                 result = await work(conn)
                 await conn.execute("COMMIT")
             except psycopg.Error as exc:
@@ -313,6 +341,51 @@ class PostgresStore(Store):
             log.warning("the store can be written again")
             self._problem = ""
         return result
+
+    async def _check_fence(self, conn: Conn, name: str, term: int) -> None:
+        cur = await conn.execute(
+            f"SELECT 1 FROM leader_lease WHERE id = 1 AND holder = %s AND term = %s "
+            f"AND expires_at > {_NOW} FOR SHARE",
+            (name, term),
+        )
+        if await cur.fetchone() is None:
+            raise Fenced(
+                f"{name} no longer holds the leader's lease of term {term}: the change was "
+                "not made (another control plane leads now)"
+            )
+
+    # --- the leader's lease ------------------------------------------------------------
+
+    async def take_lease(self, name: str, ttl: float) -> Lease:
+        """Hold (or renew) the leader's lease for ``ttl`` seconds when it is free, expired
+        or already ours; the lease as it stands after."""
+
+        async def work(conn: Conn) -> Lease:
+            await conn.execute(
+                f"UPDATE leader_lease SET "
+                f"term = CASE WHEN holder = %(me)s AND expires_at > {_NOW} "
+                f"THEN term ELSE term + 1 END, holder = %(me)s, expires_at = {_NOW} + %(ttl)s "
+                f"WHERE id = 1 AND (holder = %(me)s OR holder IS NULL OR expires_at <= {_NOW})",
+                {"me": name, "ttl": ttl},
+            )
+            cur = await conn.execute(
+                f"SELECT holder, term, expires_at, {_NOW} AS now FROM leader_lease WHERE id = 1"
+            )
+            row = await cur.fetchone()
+            assert row is not None
+            return Lease(row["holder"], int(row["term"]), float(row["expires_at"]), row["now"])
+
+        return await self._write(work, fenced=False)
+
+    async def release_lease(self, name: str) -> None:
+        """Give the lease up at once (a clean stop): another takes it without waiting."""
+
+        async def work(conn: Conn) -> None:
+            await conn.execute(
+                "UPDATE leader_lease SET expires_at = 0 WHERE id = 1 AND holder = %s", (name,)
+            )
+
+        await self._write(work, fenced=False)
 
     async def _rollback(self, conn: Conn) -> None:
         if conn.closed or conn.broken:

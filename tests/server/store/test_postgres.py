@@ -459,3 +459,39 @@ async def test_a_replica_whose_schema_needs_migrating_is_refused(
         assert conn.execute(
             sql.SQL("SELECT to_regclass({})").format(sql.Literal(f"{schema}.settings"))
         ).fetchone() == (None,)
+
+
+# ------------------------------------------------------------------ the leader's lease
+
+
+async def test_the_leaders_lease_is_held_by_one_renewed_taken_when_expired_and_fences(
+    dsn: str,
+) -> None:
+    a, b = await _open(dsn), await _open(dsn)
+    try:
+        first = await a.take_lease("cp-a", 30)
+        assert first.held_by("cp-a") and first.term == 1
+        # Held: another cannot take it, and is told who holds it in which term.
+        other = await b.take_lease("cp-b", 30)
+        assert not other.held_by("cp-b") and (other.holder, other.term) == ("cp-a", 1)
+        # Renewed by its holder: the same term, a later expiry.
+        again = await a.take_lease("cp-a", 60)
+        assert again.term == 1 and again.expires_at > first.expires_at
+        # A leading control plane writes only while it holds the lease of its term.
+        a.fence = ("cp-a", 1)
+        await a.put_setting("by", "cp-a")
+        await a.release_lease("cp-a")  # a clean stop gives it up at once
+        taken = await b.take_lease("cp-b", 0.5)
+        assert taken.held_by("cp-b") and taken.term == 2
+        with pytest.raises(postgres_store.Fenced, match="no longer holds the leader's lease"):
+            await a.put_setting("by", "stale cp-a")
+        assert await b.get_setting("by") == "cp-a"
+        # An expired lease goes to whoever asks next, with the next term.
+        deadline = asyncio.get_running_loop().time() + 10
+        while not (late := await a.take_lease("cp-a", 30)).held_by("cp-a"):
+            assert asyncio.get_running_loop().time() < deadline, late
+            await asyncio.sleep(0.1)
+        assert late.term == 3
+    finally:
+        await a.close()
+        await b.close()

@@ -1,0 +1,3 @@
+-- Nothing to do: the leader's lease is PostgreSQL's (migrations_pg/0006). With SQLite
+-- leadership moves by `server promote`, fenced by the term in settings. The number is
+-- kept so both backends' schemas are at the same migration.
