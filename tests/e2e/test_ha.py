@@ -95,6 +95,9 @@ def test_a_standby_serves_through_the_leaders_death_and_takes_over(
 
     # The Ready replica reaches the standby with the leader's fleet (every 2 s).
     wait_for(lambda: answered(standby, key), 10, "the standby to route to the replica")
+    # Its catalog says so too, from what it routes (it reconciles nothing).
+    (tiny,) = ctl_json(standby, "models")
+    assert (tiny["state"], tiny["ready"]) == ("serving", 1), tiny
     with Load(standby, key) as load:
         # The leader dies: not one request through the standby fails.
         assert leader.server is not None

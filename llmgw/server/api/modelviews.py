@@ -47,6 +47,9 @@ class ModelViews:
             )
         if model.external:
             return self.external_json(model)
+        if self.service.passes == 0:
+            # No reconcile pass here (a standby): what routes now is what is Ready.
+            ready = len(self.endpoints_of(model.name))
         now = self.service.reconciler.clock()
         desired = sum(self.service.reconciler.desired(model, p, now) for p in model.profiles)
         if model.parked:
