@@ -17,6 +17,7 @@ import secrets
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -166,8 +167,8 @@ def make_csr(node_id: str) -> tuple[bytes, bytes]:
     return key_pem(key), csr.public_bytes(serialization.Encoding.PEM)
 
 
-def sign_csr(ca: KeyPair, csr_pem: bytes, node_id: str) -> tuple[bytes, int]:
-    """Sign a node's CSR as a client certificate for ``node_id``; returns PEM and serial."""
+def _csr_key(csr_pem: bytes) -> ec.EllipticCurvePublicKey:
+    """The key a CSR asks a certificate for, once the CSR is whole and self-signed."""
     try:
         csr = x509.load_pem_x509_csr(csr_pem)
     except ValueError as exc:
@@ -177,6 +178,12 @@ def sign_csr(ca: KeyPair, csr_pem: bytes, node_id: str) -> tuple[bytes, int]:
     public = csr.public_key()
     if not isinstance(public, ec.EllipticCurvePublicKey):
         raise PKIError("the CSR must hold an ECDSA key")
+    return public
+
+
+def sign_csr(ca: KeyPair, csr_pem: bytes, node_id: str) -> tuple[bytes, int]:
+    """Sign a node's CSR as a client certificate for ``node_id``; returns PEM and serial."""
+    public = _csr_key(csr_pem)
     cert = _issue(ca, node_id, public, NODE_YEARS, ExtendedKeyUsageOID.CLIENT_AUTH)
     return cert.public_bytes(serialization.Encoding.PEM), cert.serial_number
 
@@ -225,16 +232,7 @@ def make_peer_cert(ca: KeyPair, name: str, sans: list[str]) -> KeyPair:
 def sign_peer_csr(ca: KeyPair, csr_pem: bytes, name: str, sans: list[str]) -> tuple[bytes, int]:
     """Sign a joining control plane's CSR: its certificate for the agents' port and the
     control planes' link; returns PEM and serial."""
-    try:
-        csr = x509.load_pem_x509_csr(csr_pem)
-    except ValueError as exc:
-        raise PKIError(f"the CSR is not a PEM certificate request: {exc}") from exc
-    if not csr.is_signature_valid:
-        raise PKIError("the CSR's signature does not match its key")
-    public = csr.public_key()
-    if not isinstance(public, ec.EllipticCurvePublicKey):
-        raise PKIError("the CSR must hold an ECDSA key")
-    pem = _peer_cert(ca, name, public, sans)
+    pem = _peer_cert(ca, name, _csr_key(csr_pem), sans)
     return pem, cert_serial(pem)
 
 
@@ -242,6 +240,21 @@ def peer_name(cert_pem_or_cn: str) -> str | None:
     """The control plane a certificate's common name names, or None."""
     cn = cert_pem_or_cn
     return cn[len(PEER_PREFIX) :] if cn.startswith(PEER_PREFIX) else None
+
+
+def identity(cert: dict[str, Any] | None) -> tuple[str, int] | None:
+    """(common name, serial) of a TLS peer's certificate as ``getpeercert()`` gives it."""
+    if not cert:
+        return None
+    cn = ""
+    for rdn in cert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                cn = value
+    serial = cert.get("serialNumber")
+    if not cn or not serial:
+        return None
+    return cn, int(serial, 16)
 
 
 def fingerprint(cert_pem: bytes) -> str:

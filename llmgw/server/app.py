@@ -113,6 +113,7 @@ class ControlPlane:
             remember=data.remember_role,
             standby_duties=lambda ha: [Duty("usage", self.gateway.run, self.gateway.flush)],
             announce=self._announce,
+            stepped_down=self._stepped_down,
             key_counts=self.gateway.keys.counts,
             elsewhere=self._elsewhere,
         )
@@ -134,6 +135,10 @@ class ControlPlane:
         month = self.gateway.usage.month
         for _, key_id, _, _, _, prompt, completion in rows:
             month[key_id] = month.get(key_id, 0) + prompt + completion
+
+    def _stepped_down(self, why: str) -> None:
+        if self.agent_port is not None:
+            self.agent_port.drop_all(f"this control plane no longer leads: {why}")
 
     def _elsewhere(self, counts: dict[str, tuple[int, int]]) -> None:
         self.gateway.keys.elsewhere = counts
@@ -189,23 +194,19 @@ class ControlPlane:
         return pki.token_hash(token) in self._admin_hashes
 
     async def mint_join_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
-        secret = pki.new_secret()
-        record = new_token_record(self.cluster_secret, ttl, secret, actor)
-        await self.store.add_join_token(record)
-        await self.store.audit(actor, "token.create", record.id, f"ttl {ttl}s")
-        return jointoken.JoinToken(
-            id=record.id,
-            secret=secret,
-            addresses=self.api_addresses,
-            ca_fingerprint=self.ca_fingerprint,
-            expires_at=record.expires_at,
-        )
+        return await self._mint(ttl, actor, server=False)
 
     async def mint_server_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
+        return await self._mint(ttl, actor, server=True)
+
+    async def _mint(self, ttl: int, actor: str, server: bool) -> jointoken.JoinToken:
+        """A token for a node or (``server``) a new control plane: its secret sealed in
+        the store, its use audited."""
         secret = pki.new_secret()
-        record = new_token_record(self.cluster_secret, ttl, secret, actor, server=True)
+        record = new_token_record(self.cluster_secret, ttl, secret, actor, server=server)
         await self.store.add_join_token(record)
-        await self.store.audit(actor, "server.token", record.id, f"ttl {ttl}s")
+        action = "server.token" if server else "token.create"
+        await self.store.audit(actor, action, record.id, f"ttl {ttl}s")
         return jointoken.JoinToken(
             id=record.id,
             secret=secret,

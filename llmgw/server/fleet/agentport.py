@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from llmgw import pki
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.stream import (
     Answered,
@@ -60,18 +61,7 @@ def peer_identity(writer: asyncio.StreamWriter) -> tuple[str, int] | None:
     ssl_obj = writer.get_extra_info("ssl_object")
     if ssl_obj is None:
         return None
-    cert = ssl_obj.getpeercert()
-    if not cert:
-        return None
-    cn = ""
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                cn = value
-    serial = cert.get("serialNumber")
-    if not cn or not serial:
-        return None
-    return cn, int(serial, 16)
+    return pki.identity(ssl_obj.getpeercert())
 
 
 class AgentConnection:
@@ -278,6 +268,12 @@ class AgentPort:
             await conn.run()
         finally:
             self.connections.discard(conn)
+
+    def drop_all(self, reason: str) -> None:
+        """End every agent's stream (this control plane stopped leading): each comes
+        back, and is sent on to the leader."""
+        for conn in list(self.connections):
+            conn.close(reason)
 
     async def announce(self) -> None:
         """Tell every registered agent the control planes as they are now (one joined or

@@ -70,6 +70,8 @@ class Hooks:
     standby_duties: Callable[[Leadership], list[Duty]]
     # The control planes changed: tell the agents (a leader's).
     announce: Callable[[], Awaitable[None]] | None = None
+    # Leading ended here: agents' streams go, so they come back to the leader.
+    stepped_down: Callable[[str], None] = lambda why: None
     # Each limited key's last minute here; and the others' sums, for the limiter.
     key_counts: Callable[[], dict[str, list[int]]] = dict
     elsewhere: Callable[[dict[str, tuple[int, int]]], None] = lambda counts: None
@@ -204,6 +206,7 @@ class Leadership:
         log.warning("stepping down: %s; following %s", why, leader_peer)
         self.role = "standby"
         await self.work.step_down()
+        self.hooks.stepped_down(why)
         self.follower.leader = leader_peer
         self.hooks.remember("standby", leader_peer)
         self._follow()
@@ -293,6 +296,7 @@ class Leadership:
         self.role = "standby"
         await self.work.step_down()
         self.lease.fence(None)
+        self.hooks.stepped_down(why)
 
     async def _write_term(self) -> None:
         await self.store.put_setting(TERM_SETTING, str(self.term))

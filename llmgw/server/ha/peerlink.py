@@ -79,19 +79,11 @@ class PeerHost(Protocol):
 def _peer(request: web.Request) -> tuple[str, int] | None:
     """The other end's control plane name and certificate serial, from its certificate."""
     transport = request.transport
-    cert = transport.get_extra_info("peercert") if transport else None
-    if not cert:
+    found = pki.identity(transport.get_extra_info("peercert") if transport else None)
+    name = pki.peer_name(found[0]) if found else None
+    if found is None or name is None:
         return None
-    cn = ""
-    for rdn in cert.get("subject", ()):
-        for key, value in rdn:
-            if key == "commonName":
-                cn = value
-    name = pki.peer_name(cn)
-    serial = cert.get("serialNumber")
-    if name is None or not serial:
-        return None
-    return name, int(serial, 16)
+    return name, found[1]
 
 
 def _error(status: int, kind: str, message: str) -> web.Response:
