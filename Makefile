@@ -8,8 +8,13 @@ BIN := $(VENV)/bin
 # postgresql-15: the store tests start their own server from its binaries (initdb,
 # pg_ctl, pg_basebackup), on a port of their own: a cluster Debian may start on 5432 is
 # neither used nor in the way.
+# etcd-server, patroni (etcd 3.4, Patroni 3.0; etcd-client for etcdctl): the HA tests
+# run their own etcd and Patroni members on free ports (tests/support/patroni.py). The
+# etcd service the package enables is stopped and disabled when `apt` installs it.
+# keepalived, nftables: tests/e2e/test_vip.py runs keepalived in two network namespaces
+# (the package's service starts only once /etc/keepalived/keepalived.conf exists).
 APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux \
-	postgresql-15
+	postgresql-15 etcd-server etcd-client patroni keepalived nftables
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all demo test check apt venv zipapp bench clean llama-server
@@ -23,7 +28,9 @@ apt:
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+	  case " $$missing " in *" etcd-server "*) [ ! -d /run/systemd/system ] || \
+	    $(SUDO) systemctl disable --now etcd.service >/dev/null 2>&1 || true;; esac; \
 	fi
 
 $(BIN)/python:

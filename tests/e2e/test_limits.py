@@ -293,5 +293,12 @@ def test_every_route_but_the_public_ones_wants_the_token(cluster: Cluster) -> No
                     assert exc.code == 401, (method, path)
                     assert json.loads(exc.read())["error"]["type"] == "unauthorized"
             guarded += 1
-    assert public == {"/healthz", "/api/v1/version", "/api/v1/openapi.json", "/api/v1/enroll"}
+    assert public == {
+        "/healthz",
+        "/leader",
+        "/api/v1/version",
+        "/api/v1/openapi.json",
+        "/api/v1/enroll",
+        "/api/v1/servers/join",
+    }
     assert guarded >= 35
