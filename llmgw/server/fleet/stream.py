@@ -140,7 +140,8 @@ class NodeStream:
         self, node_id: str, outbox: Outbox | None = None, redirect: str | None = None
     ) -> None:
         self.node_id = node_id
-        # A standby's word to the agent: the leader's agents' port, where it should be.
+        # A standby's word to the agent: the leader's agents' port, where it should be
+        # ("" when it knows none); None while this control plane leads.
         self.redirect = redirect
         self.outbox = outbox if outbox is not None else Outbox()
         self.channel = FrameChannel(client_side=False, outbox=self.outbox)
@@ -183,9 +184,13 @@ class NodeStream:
             headers = header_map(event.headers)
             if headers.get(":method") != "POST" or headers.get(":path") != STREAM_PATH:
                 self.channel.refuse_stream(event.stream_id, 404)
-            elif self.redirect is not None:
+            elif self.redirect:
                 self.channel.refuse_stream(event.stream_id, 307, [("location", self.redirect)])
                 out.append(self._end(f"a standby: sent to the leader at {self.redirect}"))
+            elif self.redirect is not None:
+                # A standby that knows no leader now: the agent tries the others.
+                self.channel.refuse_stream(event.stream_id, 503)
+                out.append(self._end("a standby that knows no leader now"))
             elif self.channel.stream_id is not None:
                 self.channel.refuse_stream(event.stream_id, 409)
             else:

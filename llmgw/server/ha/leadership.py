@@ -461,11 +461,12 @@ class Leadership:
         return out
 
     def redirect(self) -> str | None:
-        """A standby sends agents to the leader's agents' port."""
+        """None while leading (agents are taken); a standby sends them to the leader's
+        agents' port, or away ("") when it knows no leader."""
         if self.leading:
             return None
         leader = self.leader_record()
-        return leader.agent_address if leader else None
+        return leader.agent_address if leader and leader.name != self.name else ""
 
     def listing(self) -> list[dict[str, Any]]:
         """``/api/v1/servers``: every control plane as this one knows it."""

@@ -335,3 +335,19 @@ def _raw_agent(node: NodeStream, *bodies: bytes) -> list[object]:
             client.send_data(1, body[at : at + 16384])
         events += node.receive(client.data_to_send())
     return events
+
+
+@pytest.mark.parametrize(
+    ("redirect", "words"),
+    [("10.0.0.1:8443", "a standby; the leader is at 10.0.0.1:8443"), ("", "refused (HTTP 503)")],
+)
+def test_a_standby_sends_an_agent_to_the_leader_or_away(redirect: str, words: str) -> None:
+    pair = Pair()
+    pair.node = NodeStream("n1", redirect=redirect)
+    pair.node.start()
+    pair.settle()
+    # Nothing of the agent's is taken: its Register never reaches the registry.
+    assert not any(isinstance(e, Registering) for e in pair.to_node)
+    assert pair.agent.registered is None
+    assert pair.agent.ended is not None and words in pair.agent.ended
+    assert pair.agent.redirect == (redirect or None)
