@@ -91,6 +91,9 @@ class Cluster:
     agent_port: int = field(default_factory=free_port)
     peer_port: int = field(default_factory=free_port)
     name: str = "cp-a"
+    # The address it listens on and advertises (another than loopback when it runs in a
+    # network namespace, or is reached from one).
+    host: str = "127.0.0.1"
     # More `server init` flags (``--store postgres --dsn ...``).
     init_args: list[str] = field(default_factory=list)
     server: Proc | None = None
@@ -104,7 +107,7 @@ class Cluster:
 
     @property
     def listen(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+        return f"{self.host}:{self.http_port}"
 
     def init(self) -> str:
         out = run(
@@ -152,7 +155,7 @@ class Cluster:
             "--peer-port",
             str(self.peer_port),
             "--advertise",
-            "127.0.0.1",
+            self.host,
             "--name",
             self.name,
         )

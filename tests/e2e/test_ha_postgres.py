@@ -47,9 +47,9 @@ def pg() -> Iterator[PostgresServer]:
 class Proxy:
     """A TcpProxy run on a thread of its own, for a test that is not async."""
 
-    def __init__(self, target_port: int) -> None:
+    def __init__(self, target_port: int, listen: str | None = None) -> None:
         self.loop = asyncio.new_event_loop()
-        self.proxy = TcpProxy(target_port)
+        self.proxy = TcpProxy(target_port, listen=listen)
         self.done: asyncio.Event | None = None
         ready = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)

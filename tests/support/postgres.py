@@ -277,8 +277,12 @@ class TcpProxy:
     every connection through it and refuses new ones until ``restore()``; ``target``
     may be moved to another server meanwhile (a failover as a client sees it)."""
 
-    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, target_port: int, host: str = "127.0.0.1", listen: str | None = None
+    ) -> None:
         self.host = host
+        # Where the relay listens (another of this machine's addresses), ``host`` if None.
+        self.listen = listen or host
         self.target = target_port
         self.port = 0
         self._cut = False
@@ -287,7 +291,7 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
 
     async def __aenter__(self) -> TcpProxy:
-        self._server = await asyncio.start_server(self._relay, self.host, 0)
+        self._server = await asyncio.start_server(self._relay, self.listen, 0)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self
 
