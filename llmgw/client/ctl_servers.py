@@ -84,6 +84,34 @@ def add_parsers(
     client_options(p)
     p.set_defaults(handler=token)
 
+    def add(args: argparse.Namespace) -> int:
+        from llmgw.client.serveradd import add_server
+
+        return add_server(args, client(args))
+
+    p = server_cmds.add_parser("add", help="make HOST a standby control plane over ssh")
+    p.add_argument("host", help="the machine, as ssh reaches it")
+    p.add_argument("--user", help="ssh user (default: yours)")
+    p.add_argument("--ssh-port", type=int, default=22)
+    p.add_argument("--ssh-key", help="ssh identity file")
+    p.add_argument(
+        "--ssh-option", action="append", metavar="OPTION", help="extra ssh -o OPTION (repeat)"
+    )
+    p.add_argument("--name", help="its control plane name (default: its hostname)")
+    p.add_argument("--prefix", default="/opt/llmgw", help="where to install there (/opt/llmgw)")
+    p.add_argument("--zipapp", help="llmgw.pyz to copy (default: this one, or dist/llmgw.pyz)")
+    p.add_argument("--leader", help="HOST:PORT it reaches the leader at (default: --server's)")
+    p.add_argument("--listen", default="0.0.0.0:8080", help="its HTTP listener (0.0.0.0:8080)")
+    p.add_argument("--agent-port", type=int, default=8443, help="its agents' port (8443)")
+    p.add_argument("--peer-port", type=int, default=8444, help="its control planes' link (8444)")
+    p.add_argument("--advertise", action="append", metavar="ADDRESS", help="(default: HOST)")
+    p.add_argument("--vip", metavar="ADDR/PREFIX", help="an address keepalived keeps on the leader")
+    p.add_argument("--interface", metavar="IF", help="with --vip: the interface it goes on")
+    p.add_argument("--vrid", type=int, help="with --vip: the VRRP router id (default: from it)")
+    p.add_argument("--timeout", type=float, default=120, help="seconds to wait for it to answer")
+    client_options(p)
+    p.set_defaults(handler=add)
+
     p = server_cmds.add_parser("join", help="make this machine a standby control plane")
     p.add_argument("--server", required=True, help="the leader's HTTP address, HOST:PORT")
     p.add_argument("--token", required=True, help="from `llmgw server token` on the leader")

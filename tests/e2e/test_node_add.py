@@ -13,13 +13,11 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,92 +25,15 @@ import pytest
 
 from llmgw.client import nodeadd
 from tests.e2e.cluster import Cluster, free_port, run
-from tests.support.procs import stop_process
-
-SSHD = Path("/usr/sbin/sshd")
-
-
-@dataclass
-class Sshd:
-    port: int
-    key: Path
-    known_hosts: Path
-    user: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def node_add_args(self, *extra: str) -> list[str]:
-        return [
-            "node",
-            "add",
-            "127.0.0.1",
-            "--user",
-            self.user,
-            "--ssh-port",
-            str(self.port),
-            "--ssh-key",
-            str(self.key),
-            # Keeps the test's throwaway host keys out of the user's known_hosts.
-            "--ssh-option",
-            f"UserKnownHostsFile={self.known_hosts}",
-            *extra,
-        ]
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+from tests.support.sshd import SSHD, Sshd, running_sshd
 
 
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[Sshd]:
     if not SSHD.exists():
         pytest.skip(f"{SSHD} is absent (Debian's openssh-server; `make apt` installs it)")
-    root = tmp_path / "sshd"
-    root.mkdir()
-    for name in ("host_key", "user_key"):
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root / name)], check=True
-        )
-    (root / "authorized_keys").write_text((root / "user_key.pub").read_text())
-    port = free_port()
-    config = root / "sshd_config"
-    config.write_text(
-        f"""\
-Port {port}
-ListenAddress 127.0.0.1
-HostKey {root / "host_key"}
-AuthorizedKeysFile {root / "authorized_keys"}
-PidFile {root / "sshd.pid"}
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-"""
-    )
-    # sshd refuses to start without its privilege-separation directory.
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    log = root / "sshd.log"
-    with log.open("w") as fh:
-        popen = subprocess.Popen(
-            [str(SSHD), "-D", "-e", "-f", str(config)],
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-            start_new_session=True,
-        )
-    server = Sshd(port, root / "user_key", root / "known_hosts", getpass.getuser(), popen, log)
-    try:
-        deadline = time.monotonic() + 10
-        while not _listening(port):
-            assert popen.poll() is None, "sshd exited:\n" + log.read_text()
-            assert time.monotonic() < deadline, "sshd did not listen:\n" + log.read_text()
-            time.sleep(0.1)
+    with running_sshd(tmp_path / "sshd", free_port()) as server:
         yield server
-    finally:
-        stop_process(popen)
 
 
 def _agent_pid(prefix: Path) -> int | None:
