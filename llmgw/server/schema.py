@@ -337,6 +337,9 @@ def _describe(tp: Any, rules: Spec) -> str:
 # ------------------------------------------------------------------ JSON Schema
 
 
+PLAIN_TEXT = r"^[^\u0000\ud800-\udfff]*$"
+
+
 def json_schema(cls: type) -> dict[str, Any]:
     """The dataclass as a JSON Schema object, with the same rules ``read`` applies."""
     hints = _hints(cls)
@@ -398,6 +401,10 @@ def _schema_of(tp: Any, rules: Spec) -> dict[str, Any]:
             out["minLength"] = rules.min_length
         if rules.pattern is not None:
             out["pattern"] = _ecma(rules.pattern.pattern)
+        else:
+            # What every text is refused for without a pattern of its own: NUL, and a lone
+            # surrogate (code points, as ECMA's "u" flag and Python's re read it).
+            out["pattern"] = PLAIN_TEXT
         return out
     if origin in (tuple, list):
         (inner, *_) = typing.get_args(tp)
