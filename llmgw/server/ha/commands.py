@@ -58,6 +58,11 @@ async def promote(root: Path, force: bool) -> dict[str, Any]:
     store and server.yaml so it leads when it starts."""
     data = DataDir(root)
     config = data.load_config()
+    if config.store.backend != "sqlite":
+        raise UsageError(
+            "the store is PostgreSQL: leadership moves by itself (the leader's lease); stop "
+            "the leader and another control plane takes over within ha.lease_seconds"
+        )
     if config.ha.role == "leader":
         raise UsageError(f"{config.ha.name or root} already leads (server.yaml: role leader)")
     client = PeerClient(pki.peer_tls(data.peer_cert, data.peer_key, data.ca_cert, server=False))
