@@ -300,19 +300,20 @@ WantedBy=multi-user.target
 """
 
 
-def _stop_previous(prefix: str) -> str:
-    """Shell that stops an agent an earlier nohup start left running."""
-    q = shlex.quote
+def stop_previous(prefix: str, name: str = "agent", tenths: int = 50) -> str:
+    """Shell that stops what an earlier nohup start left running (its pid in
+    PREFIX/NAME.pid), waiting up to ``tenths`` tenths of a second for it to go."""
+    pid_file = shlex.quote(f"{prefix}/{name}.pid")
     # The cmdline check keeps a stale pid file from killing whatever reused the pid.
     return f"""\
-if [ -f {q(prefix + "/agent.pid")} ]; then
-  pid=$(cat {q(prefix + "/agent.pid")})
+if [ -f {pid_file} ]; then
+  pid=$(cat {pid_file})
   if [ -n "$pid" ] && grep -q llmgw.pyz /proc/"$pid"/cmdline 2>/dev/null; then
     kill "$pid" 2>/dev/null || true
     i=0
-    while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+    while kill -0 "$pid" 2>/dev/null && [ $i -lt {tenths} ]; do sleep 0.1; i=$((i + 1)); done
   fi
-  rm -f {q(prefix + "/agent.pid")}
+  rm -f {pid_file}
 fi
 """
 
@@ -352,26 +353,49 @@ mv -f {q(prefix + "/agent.yaml.new")} {q(prefix + "/agent.yaml")}
 
 def start_script(prefix: str, systemd: bool) -> str:
     """Shell that (re)starts the agent: the unit (read on stdin) or a nohup'd process."""
+    return launch_script(
+        prefix,
+        systemd,
+        UNIT_NAME,
+        UNIT_PATH,
+        "agent",
+        ["agent", "run", "--config", f"{prefix}/agent.yaml"],
+    )
+
+
+def launch_script(
+    prefix: str,
+    systemd: bool,
+    unit_name: str,
+    unit_path: str,
+    name: str,
+    argv: list[str],
+    tenths: int = 50,
+) -> str:
+    """Shell that (re)starts ``llmgw.pyz ARGV`` under PREFIX: its systemd unit (read on
+    stdin) where systemd runs, else nohup'd with NAME.log and NAME.pid."""
     q = shlex.quote
+    stop = stop_previous(prefix, name, tenths)
     if systemd:
         return f"""\
 set -e
-{_stop_previous(prefix)}
-cat > {UNIT_PATH}.new
-mv -f {UNIT_PATH}.new {UNIT_PATH}
+{stop}
+cat > {unit_path}.new
+mv -f {unit_path}.new {unit_path}
 systemctl daemon-reload
-systemctl enable --quiet {UNIT_NAME}
-systemctl restart {UNIT_NAME}
+systemctl enable --quiet {unit_name}
+systemctl restart {unit_name}
 """
-    # nohup and every stream redirected: the agent outlives the ssh session, and ssh
-    # returns at once instead of waiting on a descriptor the agent holds open.
+    # nohup and every stream redirected: the process outlives the ssh session, and ssh
+    # returns at once instead of waiting on a descriptor it holds open.
+    args = " ".join(q(a) for a in argv)
     return f"""\
 set -e
-{_stop_previous(prefix)}
+{stop}
 cd {q(prefix)}
-SHIV_ROOT={q(prefix + "/.shiv")} nohup python3 {q(prefix + "/llmgw.pyz")} agent run \\
-  --config {q(prefix + "/agent.yaml")} >> agent.log 2>&1 < /dev/null &
-echo $! > agent.pid
+SHIV_ROOT={q(prefix + "/.shiv")} nohup python3 {q(prefix + "/llmgw.pyz")} {args} \\
+  >> {name}.log 2>&1 < /dev/null &
+echo $! > {name}.pid
 """
 
 

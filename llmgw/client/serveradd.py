@@ -46,6 +46,7 @@ from llmgw.client.nodeadd import (
     check_node,
     compiled_for,
     find_zipapp,
+    launch_script,
     remote_from_args,
 )
 from llmgw.config import ConfigError, parse_hostport
@@ -143,45 +144,10 @@ WantedBy=multi-user.target
 """
 
 
-def _stop_previous(prefix: str) -> str:
-    """Shell that stops a control plane an earlier nohup start left running."""
-    pid_file = shlex.quote(prefix + "/server.pid")
-    # The cmdline check keeps a stale pid file from killing whatever reused the pid.
-    return f"""\
-if [ -f {pid_file} ]; then
-  pid=$(cat {pid_file})
-  if [ -n "$pid" ] && grep -q llmgw.pyz /proc/"$pid"/cmdline 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    i=0
-    while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-  fi
-  rm -f {pid_file}
-fi
-"""
-
-
 def start_script(prefix: str, systemd: bool) -> str:
     """Shell that (re)starts the control plane: the unit (read on stdin) or nohup'd."""
-    q = shlex.quote
-    if systemd:
-        return f"""\
-set -e
-{_stop_previous(prefix)}
-cat > {UNIT_PATH}.new
-mv -f {UNIT_PATH}.new {UNIT_PATH}
-systemctl daemon-reload
-systemctl enable --quiet {UNIT_NAME}
-systemctl restart {UNIT_NAME}
-"""
-    # Every stream redirected: it outlives the ssh session, which returns at once.
-    return f"""\
-set -e
-{_stop_previous(prefix)}
-cd {q(prefix)}
-SHIV_ROOT={q(prefix + "/.shiv")} nohup python3 {q(prefix + "/llmgw.pyz")} server run \\
-  --data-dir {q(prefix + "/data")} >> server.log 2>&1 < /dev/null &
-echo $! > server.pid
-"""
+    argv = ["server", "run", "--data-dir", f"{prefix}/data"]
+    return launch_script(prefix, systemd, UNIT_NAME, UNIT_PATH, "server", argv, tenths=100)
 
 
 # --- the steps ------------------------------------------------------------------------
