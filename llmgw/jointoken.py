@@ -11,8 +11,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import json
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 import msgpack
 
@@ -120,3 +124,19 @@ def joined_mac(secret: bytes, cert_pem: bytes, ca_pem: bytes, sealed: bytes) -> 
 
 def check(expected: str, given: str) -> bool:
     return hmac.compare_digest(expected.encode(), given.encode())
+
+
+def post(url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+    """A joiner's POST to the control plane's HTTP listener (it holds no certificate
+    yet; the MACs prove both sides): the status and the JSON answer ({} when none)."""
+    req = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.loads(exc.read() or b"{}")
+        except ValueError:
+            return exc.code, {}

@@ -11,11 +11,8 @@ State dir layout::
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,20 +84,6 @@ def default_node_id() -> str:
     return socket.gethostname().split(".")[0]
 
 
-def _post_json(url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
-    req = urllib.request.Request(
-        url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.loads(exc.read() or b"{}")
-        except ValueError:
-            return exc.code, {}
-
-
 async def enroll(
     state_dir: Path,
     token_text: str,
@@ -129,7 +112,7 @@ async def enroll(
         host, port = parse_hostport(address)
         url = f"http://{format_hostport(host, port)}/api/v1/enroll"
         try:
-            status, answer = await asyncio.to_thread(_post_json, url, body, timeout)
+            status, answer = await asyncio.to_thread(jointoken.post, url, body, timeout)
         except (OSError, ValueError) as exc:
             failures.append(f"{address}: {exc}")
             continue

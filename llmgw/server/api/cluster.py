@@ -58,13 +58,7 @@ def routes(
 
     async def tokens(call: Call) -> Any:
         ask: MintToken = call.body
-        token = await mint(ask.ttl_seconds, call.actor)
-        return {
-            "token": token.encode(),
-            "id": token.id,
-            "expires_at": token.expires_at,
-            "addresses": token.addresses,
-        }
+        return minted(await mint(ask.ttl_seconds, call.actor))
 
     async def enroll(call: Call) -> Any:
         ask: Enroll = call.body
@@ -153,6 +147,16 @@ def routes(
             status=503,
         ),
     ]
+
+
+def minted(token: jointoken.JoinToken) -> dict[str, Any]:
+    """A new token as its route answers it (a node's or a control plane's)."""
+    return {
+        "token": token.encode(),
+        "id": token.id,
+        "expires_at": token.expires_at,
+        "addresses": token.addresses,
+    }
 
 
 async def enroll_node(

@@ -9,6 +9,8 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
+from llmgw import jointoken
+from llmgw.server.api.cluster import minted
 from llmgw.server.api.routing import Call, Op
 from llmgw.server.ha.joining import Admission, admit
 from llmgw.server.ha.leadership import Leadership
@@ -22,7 +24,7 @@ JOIN_BODY = 32 * 1024
 
 def routes(
     ha: Leadership,
-    mint: Callable[[int, str], Awaitable[Any]],
+    mint: Callable[[int, str], Awaitable[jointoken.JoinToken]],
     admission: Callable[[], Awaitable[Admission]],
 ) -> list[Op]:
     async def leader(call: Call) -> Any:
@@ -34,13 +36,7 @@ def routes(
 
     async def token(call: Call) -> Any:
         ask: MintToken = call.body
-        made = await mint(ask.ttl_seconds, call.actor)
-        return {
-            "token": made.encode(),
-            "id": made.id,
-            "expires_at": made.expires_at,
-            "addresses": made.addresses,
-        }
+        return minted(await mint(ask.ttl_seconds, call.actor))
 
     async def join(call: Call) -> Any:
         answer = await admit(await admission(), call.body)

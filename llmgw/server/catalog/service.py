@@ -85,23 +85,25 @@ class ModelService:
         self.passes = 0
 
     async def load(self) -> None:
-        for record in await self.store.list_models():
-            try:
-                self.models[record.name] = Model.from_spec(record.spec)
-            except (TypeError, ValueError) as exc:
-                log.error("model %s in the store cannot be read (%s); left alone", record.name, exc)
+        self.models.update(await self._stored())
 
-    async def reload(self) -> None:
-        """The store changed under a standby: the catalog as it now says."""
+    async def _stored(self) -> dict[str, Model]:
         models: dict[str, Model] = {}
         for record in await self.store.list_models():
             try:
                 models[record.name] = Model.from_spec(record.spec)
             except (TypeError, ValueError) as exc:
                 log.error("model %s in the store cannot be read (%s); left alone", record.name, exc)
-        self.models.clear()
-        self.models.update(models)
-        self.version += 1
+        return models
+
+    async def reload(self) -> None:
+        """The store changed under a standby: the catalog as it now says (the routes are
+        rebuilt only when it says something new)."""
+        models = await self._stored()
+        if models != self.models:
+            self.models.clear()
+            self.models.update(models)
+            self.version += 1
 
     def wake(self) -> None:
         self._wake.set()

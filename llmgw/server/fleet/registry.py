@@ -220,16 +220,20 @@ class NodeRegistry:
     async def reload_marks(self) -> None:
         """A standby's store changed: take each node's cordon, drain and labels again,
         and nodes enrolled since (their certificates too)."""
+        changed = False
         for rec in await self.store.list_nodes():
             view = self.nodes.get(rec.id)
             if view is None:
                 view = self.nodes[rec.id] = NodeView(
                     id=rec.id, cert_serial=int(rec.cert_serial), address=rec.address
                 )
-            view.cert_serial = int(rec.cert_serial)
-            view.cordoned, view.draining = rec.cordoned, rec.draining
-            view.labels = dict(rec.labels or {})
-        self.version += 1
+                changed = True
+            marks = (int(rec.cert_serial), rec.cordoned, rec.draining, dict(rec.labels or {}))
+            if marks != (view.cert_serial, view.cordoned, view.draining, view.labels):
+                view.cert_serial, view.cordoned, view.draining, view.labels = marks
+                changed = True
+        if changed:
+            self.version += 1
 
     async def set_scheduling(
         self,

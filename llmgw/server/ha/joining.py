@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import json
 import socket
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,21 +117,6 @@ class JoinError(RuntimeError):
     """``server join`` cannot go on, and why."""
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
-    data = json.dumps(body).encode()
-    req = urllib.request.Request(
-        url, data=data, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (http only)
-            return resp.status, json.loads(resp.read() or b"{}")
-    except urllib.error.HTTPError as exc:
-        try:
-            return exc.code, json.loads(exc.read() or b"{}")
-        except ValueError:
-            return exc.code, {}
-
-
 def join(
     root: Path,
     server: str,
@@ -182,7 +164,7 @@ def join(
     host, port = parse_hostport(server)
     url = f"http://{format_hostport(host, port)}/api/v1/servers/join"
     try:
-        status, answer = _post(url, body, timeout)
+        status, answer = jointoken.post(url, body, timeout)
     except (OSError, ValueError) as exc:
         raise JoinError(
             f"could not reach the leader at {server}: {exc}; --server is the leader's "
