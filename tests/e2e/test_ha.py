@@ -85,7 +85,12 @@ def test_a_standby_serves_through_the_leaders_death_and_takes_over(
     status, state = leader_state(standby)
     assert (status, state["role"], state["leader"]["name"]) == (503, "standby", "cp-a")
     assert leader_state(leader)[0] == 200
-    servers = {s["name"]: s for s in ctl_json(leader, "servers")}
+    # The leader hears from each control plane every 2 s: the standby within a round.
+    servers = wait_for(
+        lambda: (s := {s["name"]: s for s in ctl_json(leader, "servers")})["cp-b"]["role"] and s,
+        10,
+        "the leader to hear from the standby",
+    )
     assert {n: s["role"] for n, s in servers.items()} == {"cp-a": "leader", "cp-b": "standby"}
     assert servers["cp-b"]["lag_seconds"] is not None
 
