@@ -195,6 +195,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         token=args.join_token or os.environ.get("LLMGW_JOIN_TOKEN") or config.token,
         data_dirs=tuple(Path(d) for d in config.data_dirs),
         heartbeat_interval=config.heartbeat_interval,
+        discovery=config.discovery,
     )
     asyncio.run(run_agent(opts))
     return 0

@@ -61,6 +61,14 @@ def _check_port(value: Any) -> str | None:
     return None if 0 < value < 65536 else "a port must be from 1 to 65535"
 
 
+def _check_http_url(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value.startswith(("http://", "https://"))):
+        return None
+    return (
+        f"{value!r} is not an http:// or https:// URL (for example http://127.0.0.1:9400/metrics)"
+    )
+
+
 def _check_positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
@@ -193,6 +201,19 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class DiscoveryConfig:
+    """How an agent reads its hardware (docs/telemetry.md)."""
+
+    # A dcgm-exporter on the node (http://127.0.0.1:9400/metrics): its profiling
+    # counters (SM active, occupancy, tensor, DRAM) where NVML's GPM gives none.
+    dcgm_exporter: str | None = _checked(_check_http_url, None)
+    # The nvidia-smi read when NVML is absent or broken: a name on PATH or a path.
+    nvidia_smi: str = "nvidia-smi"
+    # Seconds between reads of the slow figures (ECC, retired rows, NVLink counters).
+    slow_interval: float = _checked(_check_positive, 60.0)
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """agent.yaml: what a node's agent needs to find and join its control plane."""
 
@@ -217,6 +238,7 @@ class AgentConfig:
     hf_endpoint: str | None = None
     # The user engines run as when the agent runs as root; None runs them as the agent.
     engine_user: str | None = None
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
 
 
 def _describe(tp: Any) -> str:

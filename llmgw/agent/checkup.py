@@ -20,6 +20,7 @@ from pathlib import Path
 from cryptography import x509
 
 from llmgw import pki
+from llmgw.agent.cardchecks import card_checks
 from llmgw.agent.discovery import Discovery
 from llmgw.agent.doctor import Check, clock_check, hardware_checks
 from llmgw.agent.identity import AgentState, default_node_id
@@ -118,9 +119,18 @@ async def gather_checks(state_dir: Path | None) -> list[Check]:
         facts = await discovery.facts(
             state.node_id if state and state.node_id else default_node_id()
         )
+        live = await discovery.live() if facts.gpus else None
     finally:
         await discovery.close()
     checks = hardware_checks(facts)
+    if live is not None and live.gpus:
+        checks += card_checks(
+            live.gpus,
+            live.gpu_health or [],
+            live.health_warnings or [],
+            facts.cuda_version,
+            discovery.reads_kernel_log,
+        )
     checks.append(await asyncio.to_thread(clock_check))
     if state is not None and state.enrolled() and state.control_planes:
         checks.append(cert_check(state))

@@ -48,7 +48,7 @@ def _size(n: int) -> str:
     return f"{n / GiB:.1f} GiB"
 
 
-def _split_fix(warning: str) -> tuple[str, str | None]:
+def split_fix(warning: str) -> tuple[str, str | None]:
     # Discovery's warnings read "what happened. Fix: what to do".
     detail, sep, fix = warning.partition(" Fix: ")
     return (detail.rstrip(". "), fix) if sep else (warning, None)
@@ -137,7 +137,7 @@ def _disk_check(disk: Disk) -> Check:
 def disk_checks(facts: HostFacts) -> list[Check]:
     if facts.disks is None:
         said = [w for w in facts.warnings if w.startswith("disk:")]
-        detail, fix = _split_fix(said[0]) if said else ("disk space not read", None)
+        detail, fix = split_fix(said[0]) if said else ("disk space not read", None)
         return [Check("disks", "warn", detail, fix or "run `df` on the agent's directories")]
     if not facts.disks:
         # Not a failure: the agent makes its directories when it first starts.
@@ -165,7 +165,7 @@ def nvidia_check(facts: HostFacts) -> Check:
     else:
         found = "no NVIDIA cards"
     if warnings:
-        details, fixes = zip(*(_split_fix(w) for w in warnings), strict=True)
+        details, fixes = zip(*(split_fix(w) for w in warnings), strict=True)
         fix = next((f for f in fixes if f), "run `nvidia-smi` by hand and read its error")
         return Check("nvidia", "warn", f"{found}; {'; '.join(details)}", fix)
     return Check("nvidia", "ok", found)
@@ -177,7 +177,7 @@ def other_checks(facts: HostFacts) -> list[Check]:
     rest = [w for w in facts.warnings if not w.startswith(known) and not is_gpu_warning(w)]
     out = []
     for w in rest:
-        detail, fix = _split_fix(w)
+        detail, fix = split_fix(w)
         out.append(Check("discovery", "warn", detail, fix or "see the agent's log around it"))
     return out
 

@@ -153,6 +153,10 @@ class NodeRuntime:
             "shards": self.supervisor.statuses(),
         }
 
+    def engine_groups(self) -> set[int]:
+        """The process groups of the engines this node runs (each engine leads its own)."""
+        return {s.pid for s in self.supervisor.shards.values() if s.pid is not None}
+
     def heartbeat_fields(self) -> dict[str, Any]:
         return {"shards": self.supervisor.usage(), **self.memrate.heartbeat_fields()}
 

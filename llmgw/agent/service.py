@@ -10,7 +10,7 @@ import asyncio
 import logging
 import random
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmgw import pki
@@ -23,6 +23,7 @@ from llmgw.agent.session import (
     SessionEnded,
     SessionSettings,
 )
+from llmgw.config import DiscoveryConfig
 
 log = logging.getLogger("llmgw.agent")
 
@@ -39,6 +40,7 @@ class AgentOptions:
     data_dirs: tuple[Path, ...] = ()
     heartbeat_interval: float = 5.0
     runtime: RuntimeOptions | None = None
+    discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
 
 
 async def ensure_enrolled(opts: AgentOptions) -> AgentState:
@@ -122,8 +124,15 @@ async def run_agent(opts: AgentOptions) -> None:
     for directory in (opts.state_dir, runtime_opts.weights_dir):
         directory.mkdir(parents=True, exist_ok=True)
     dirs = [opts.state_dir, runtime_opts.weights_dir, *opts.data_dirs]
-    source = Discovery(dirs)
+    found = opts.discovery
+    source = Discovery(
+        dirs,
+        nvidia_smi=found.nvidia_smi,
+        slow_interval=found.slow_interval,
+        dcgm_exporter=found.dcgm_exporter,
+    )
     runtime = NodeRuntime(runtime_opts)
+    source.engine_groups = runtime.engine_groups
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -25,7 +25,7 @@ from llmgw import __version__
 from llmgw.agent.stream import Accepted, AgentStream, Deliver
 from llmgw.config import parse_hostport
 from llmgw.wire import HostFacts, Register
-from llmgw.wire.messages import GPU, Disk, Message
+from llmgw.wire.messages import GPU, Disk, GpuHealth, Message, NodeVitals
 
 log = logging.getLogger("llmgw.agent.session")
 
@@ -53,6 +53,12 @@ class LiveFigures(Protocol):
     def disks(self) -> list[Disk] | None: ...
     @property
     def gpus(self) -> list[GPU] | None: ...
+    @property
+    def gpu_health(self) -> list[GpuHealth] | None: ...
+    @property
+    def vitals(self) -> NodeVitals | None: ...
+    @property
+    def health_warnings(self) -> list[str] | None: ...
 
 
 class FactSource(Protocol):
@@ -231,6 +237,9 @@ class AgentSession:
                 load=live.load,
                 disks=live.disks,
                 gpus=live.gpus,
+                gpu_health=live.gpu_health,
+                vitals=live.vitals,
+                health_warnings=live.health_warnings,
                 **(self.hooks.heartbeat_fields() if self.hooks else {}),
             )
             pipe.flush()

@@ -39,6 +39,132 @@ class GPU:
     utilization: int | None = None
     compute_capability: str | None = None
     driver: str | None = None
+    # The figures that move, read with every heartbeat (docs/telemetry.md). Each is
+    # read apart: one a driver will not give is absent, and costs nothing else.
+    bus_id: str | None = None
+    memory_utilization: int | None = None  # percent of time memory was read or written
+    temperature: int | None = None  # degrees C
+    memory_temperature: int | None = None
+    power: float | None = None  # W
+    power_limit: float | None = None
+    energy: float | None = None  # J since the driver loaded
+    sm_clock: int | None = None  # MHz
+    memory_clock: int | None = None
+    fan: int | None = None  # percent
+    pstate: str | None = None  # "P0".."P15"
+    # Active throttle reasons by name; [] when read and none is active.
+    throttle: list[str] | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_max: int | None = None
+    # Profiling counters (NVML GPM or dcgm-exporter), shares of time 0..1.
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    # Processes holding the card that are not this node's engines.
+    processes: list[GpuProcess] | None = None
+    mig_mode: bool | None = None
+    # A MIG instance is reported as a card of its own: its parent card's UUID, its
+    # profile ("3g.40gb") and class ("a100-80g-mig-3g.40gb").
+    mig_parent: str | None = None
+    mig_profile: str | None = None
+    mig_class: str | None = None
+
+
+# Figures of a whole card that its MIG instances share: each instance carries them (the
+# health rules judge the card through them), and /metrics writes them once per card.
+CARD_WIDE_FIGURES = (
+    "bus_id",
+    "temperature",
+    "memory_temperature",
+    "power",
+    "power_limit",
+    "energy",
+    "sm_clock",
+    "memory_clock",
+    "fan",
+    "pstate",
+    "throttle",
+    "pcie_gen",
+    "pcie_width",
+    "pcie_gen_max",
+    "pcie_width_max",
+)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding a card, as the driver lists it."""
+
+    pid: int
+    name: str | None = None
+    memory: int | None = None  # bytes
+
+
+@dataclass(frozen=True)
+class XidSeen:
+    """One XID code seen on a card: how often since the agent started, and when last."""
+
+    code: int
+    count: int
+    last: float  # epoch seconds
+    meaning: str | None = None
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    """A card's slow figures: sent every minute or when they change."""
+
+    uuid: str
+    index: int
+    persistence_mode: bool | None = None
+    ecc_mode: bool | None = None
+    ecc_volatile_corrected: int | None = None
+    ecc_volatile_uncorrected: int | None = None
+    ecc_aggregate_corrected: int | None = None
+    ecc_aggregate_uncorrected: int | None = None
+    retired_pages: int | None = None
+    retired_pending: bool | None = None
+    remapped_correctable: int | None = None
+    remapped_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failed: bool | None = None
+    xids: list[XidSeen] | None = None
+    nvlink_links: int | None = None
+    nvlink_active: int | None = None
+    # Error counters summed over the card's links ("crc_flit", "replay", ...).
+    nvlink_errors: dict[str, int] | None = None
+
+
+@dataclass(frozen=True)
+class NodeVitals:
+    """A node's sensors: hwmon temperatures and RAPL power, by sensor name."""
+
+    cpu_temperatures: dict[str, float] | None = None  # degrees C per CPU package
+    board_temperatures: dict[str, float] | None = None
+    cpu_power: dict[str, float] | None = None  # W per CPU package
+
+
+@dataclass(frozen=True)
+class CardLinks:
+    """One card in ``nvidia-smi topo -m``: its NUMA node and its path to each peer."""
+
+    index: int
+    numa_node: int | None = None
+    cpu_affinity: str | None = None
+    # Peer card index (as text) -> link ("NV18", "PIX", "SYS", ...).
+    gpus: dict[str, str] = field(default_factory=dict)
+    # NIC device name ("mlx5_0") -> link.
+    nics: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GpuTopology:
+    """How a node's cards and NICs are wired: NVLink peers, NUMA nodes, NIC distances."""
+
+    cards: list[CardLinks] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -61,6 +187,9 @@ class HostFacts:
     gpus: list[GPU] = field(default_factory=list)
     gpu_source: str | None = None
     warnings: list[str] = field(default_factory=list)
+    cuda_version: str | None = None
+    # ``nvidia-smi topo -m`` as read after discovery (see discovery.topology).
+    topology: GpuTopology | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +277,11 @@ class Heartbeat(Message):
     # Measured once by the agent, in the background; absent until it has (GB/s).
     memory_read_gbs: float | None = None
     memory_read_one_core_gbs: float | None = None
+    # Slow card figures: every minute or when they change; absent keeps the last.
+    gpu_health: list[GpuHealth] | None = None
+    vitals: NodeVitals | None = None
+    # The node's health warnings, whole, whenever they change ([] clears them).
+    health_warnings: list[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,15 @@
 ``Discovery`` is the entry point: ``facts`` for Register, ``live`` for heartbeats. The
 modules behind it are split by what they read: ``host`` (CPU, memory, OS, load),
 ``disks`` (filesystems of the agent's directories), ``nvml`` and ``nvidia_smi`` (the two
-ways to read NVIDIA cards) and ``nvidia`` (which of the two answers).
+ways to read NVIDIA cards), ``nvidia`` (which of the two answers), ``cardread`` (their
+answers as wire records), ``smixml``, ``mig``, ``topology``, ``xid``/``xidwatch`` and
+``pcilink`` (the formats of NVIDIA's and the kernel's tools), ``health`` (warnings from
+the figures), ``vitals`` (hwmon and RAPL) and ``dcgm`` (a node's dcgm-exporter).
 """
 
 from __future__ import annotations
 
+from llmgw.agent.discovery.cardread import read_nvml, read_nvml_health
 from llmgw.agent.discovery.disks import (
     DiskTotals,
     Mount,
@@ -17,6 +21,7 @@ from llmgw.agent.discovery.disks import (
     mounts,
     scan_disks,
 )
+from llmgw.agent.discovery.health import card_warnings, warning_kind
 from llmgw.agent.discovery.host import (
     AVX2_FIX,
     CpuInfo,
@@ -39,14 +44,13 @@ from llmgw.agent.discovery.nvidia_smi import (
     run_nvidia_smi,
 )
 from llmgw.agent.discovery.nvml import (
-    FakeCard,
-    FakeNvml,
     NvmlError,
     NvmlSource,
     NvmlUnavailable,
     PynvmlSource,
-    read_nvml,
+    decode_throttle,
 )
+from llmgw.agent.discovery.nvmlfake import FakeCard, FakeNvml
 
 __all__ = [
     "AVX2_FIX",
@@ -68,7 +72,9 @@ __all__ = [
     "PynvmlSource",
     "QUERY_FIELDS",
     "SmiReading",
+    "card_warnings",
     "cpu_warnings",
+    "decode_throttle",
     "disk_totals",
     "is_gpu_warning",
     "is_shared",
@@ -81,6 +87,8 @@ __all__ = [
     "parse_query_gpu_csv",
     "read_host",
     "read_nvml",
+    "read_nvml_health",
     "run_nvidia_smi",
     "scan_disks",
+    "warning_kind",
 ]

@@ -1,24 +1,35 @@
 """The node as a whole: ``Discovery`` gathers host, disks and cards into one report.
 
-``facts`` is the full scan for Register; ``live`` the few figures that move, for each
+``facts`` is the full scan for Register; ``live`` the figures that move, for each
 heartbeat. Both stay well under a second on a sound machine: blocking reads run through
 ``asyncio.to_thread``, disks and cards are read at the same time, and a disk scan that
 hangs (a dead NFS server) is left behind after a timeout instead of holding the beat.
+
+The cards' slow figures (ECC, retired and remapped rows, NVLink) are read every
+``slow_interval`` and sent then, or sooner when an Xid arrives; the node's health
+warnings are sent whenever they change. A card's processes are listed without this
+node's own engines (their process groups, given by ``engine_groups``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from llmgw.agent.discovery.dcgm import scrape_dcgm_exporter
 from llmgw.agent.discovery.disks import scan_disks
+from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.discovery.host import CpuMeter, read_host, read_load, read_memory
 from llmgw.agent.discovery.nvidia import NvidiaCards
-from llmgw.agent.discovery.nvml import NvmlSource
-from llmgw.wire.messages import GPU, Disk, HostFacts
+from llmgw.agent.discovery.nvidia_smi import run_nvidia_smi_topo
+from llmgw.agent.discovery.nvml import NvmlSource, process_group
+from llmgw.agent.discovery.vitals import RaplMeter, read_hwmon
+from llmgw.agent.discovery.xidwatch import KMSG, XidWatch
+from llmgw.wire.messages import GPU, Disk, GpuHealth, HostFacts, NodeVitals
 
 
 @dataclass(frozen=True)
@@ -31,6 +42,10 @@ class Live:
     disks: list[Disk] | None
     gpus: list[GPU] | None
     warnings: list[str] = field(default_factory=list)
+    # Sent only when due or changed; None leaves the control plane's last copy.
+    gpu_health: list[GpuHealth] | None = None
+    vitals: NodeVitals | None = None
+    health_warnings: list[str] | None = None
 
 
 class Discovery:
@@ -50,14 +65,32 @@ class Discovery:
         disk_timeout: float = 5.0,
         nvidia_smi_timeout: float = 10.0,
         cpuinfo: Path = Path("/proc/cpuinfo"),
+        slow_interval: float = 60.0,
+        dcgm_exporter: str | None = None,
+        kmsg: Path = KMSG,
+        sysfs: Path = Path("/sys/class"),
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._directories = [os.fspath(d) for d in directories]
-        self._cards = NvidiaCards(nvml, nvidia_smi, nvidia_smi_timeout)
+        self._smi = [nvidia_smi] if isinstance(nvidia_smi, str) else list(nvidia_smi)
+        self._smi_timeout = nvidia_smi_timeout
+        self._cards = NvidiaCards(nvml, nvidia_smi, nvidia_smi_timeout, XidWatch(kmsg))
         self._disk_timeout = disk_timeout
         self._cpuinfo = cpuinfo
         self._disk_scan: asyncio.Task[list[Disk]] | None = None
         # Primed now so the first report has a window to measure over.
         self._cpu = CpuMeter()
+        self._slow_interval = slow_interval
+        self._dcgm = dcgm_exporter
+        self._hwmon = sysfs / "hwmon"
+        self._rapl = RaplMeter(sysfs / "powercap")
+        self._clock = clock
+        self._slow_at = float("-inf")
+        self._health: list[GpuHealth] = []
+        self._sent_xids: dict[str, object] = {}
+        self._sent_warnings: list[str] | None = None
+        # The process groups of this node's engines: theirs are not "other" processes.
+        self.engine_groups: Callable[[], set[int]] = set
 
     async def _disks(self) -> tuple[list[Disk] | None, list[str]]:
         scan = self._disk_scan
@@ -81,8 +114,11 @@ class Discovery:
         host, (disks, disk_warnings), cards = await asyncio.gather(
             asyncio.to_thread(read_host, self._cpuinfo),
             self._disks(),
-            self._cards.read(retry_nvml=True),
+            self._cards.read(retry_nvml=True, slow=True),
         )
+        topology = None
+        if cards.gpus:
+            topology = await run_nvidia_smi_topo(self._smi, self._smi_timeout)
         cpu = host.cpu
         return HostFacts(
             hostname=hostname,
@@ -102,23 +138,109 @@ class Discovery:
             gpus=cards.gpus or [],
             gpu_source=cards.source,
             warnings=[*host.warnings, *disk_warnings, *cards.warnings],
+            cuda_version=cards.cuda_version,
+            topology=topology,
         )
 
     async def live(self) -> Live:
-        """The moving figures, for a heartbeat."""
-        (memory, load), (disks, disk_warnings), cards = await asyncio.gather(
-            asyncio.to_thread(lambda: (read_memory()[1], read_load())),
+        """The moving figures, for a heartbeat; the slow ones when due or changed."""
+        now = self._clock()
+        slow = now - self._slow_at >= self._slow_interval
+        (memory, load, vitals), (disks, disk_warnings), cards, prof = await asyncio.gather(
+            asyncio.to_thread(lambda: (read_memory()[1], read_load(), self._vitals())),
             self._disks(),
-            self._cards.read(),
+            self._cards.read(slow=slow),
+            self._profiling(),
         )
+        gpus = cards.gpus
+        health: list[GpuHealth] | None = None
+        if gpus is not None:
+            gpus = self._own_removed(self._with_profiling(gpus, prof))
+            if slow and cards.health is not None:
+                self._slow_at, self._health = now, cards.health
+                health = cards.health
+            health = self._xids_news(health)
+        said = None
+        if gpus is not None:  # a failed read judges nothing: the last word stands
+            warnings = card_warnings(gpus, self._health, now)
+            said = None if warnings == self._sent_warnings and health is None else warnings
+            self._sent_warnings = warnings
         return Live(
             memory_available=memory,
             cpu_percent=self._cpu.sample(),
             load=load,
             disks=disks,
-            gpus=cards.gpus,
+            gpus=gpus,
             warnings=[*disk_warnings, *cards.warnings],
+            gpu_health=health,
+            vitals=vitals,
+            health_warnings=said,
         )
+
+    def _vitals(self) -> NodeVitals | None:
+        hwmon = read_hwmon(self._hwmon)
+        power = self._rapl.sample()
+        if not (hwmon.cpu or hwmon.board or power):
+            return None
+        return NodeVitals(
+            cpu_temperatures=hwmon.cpu or None,
+            board_temperatures=hwmon.board or None,
+            cpu_power=power or None,
+        )
+
+    async def _profiling(self) -> dict[str, dict[str, float | None]]:
+        if self._dcgm is None:
+            return {}
+        found = await scrape_dcgm_exporter(self._dcgm)
+        return {
+            uuid: {
+                "sm_active": c.sm_active,
+                "sm_occupancy": c.sm_occupancy,
+                "tensor_active": c.tensor_active,
+                "dram_active": c.dram_active,
+            }
+            for uuid, c in (found or {}).items()
+        }
+
+    @staticmethod
+    def _with_profiling(gpus: list[GPU], prof: dict[str, dict[str, float | None]]) -> list[GPU]:
+        """dcgm-exporter's counters where NVML's GPM gave none."""
+        if not prof:
+            return gpus
+        out = []
+        for g in gpus:
+            counters = prof.get(g.uuid)
+            if counters is None or g.sm_active is not None:
+                out.append(g)
+                continue
+            out.append(replace(g, **counters))  # type: ignore[arg-type]
+        return out
+
+    def _own_removed(self, gpus: list[GPU]) -> list[GPU]:
+        if not any(g.processes for g in gpus):
+            return gpus
+        own = self.engine_groups()
+        return [
+            replace(g, processes=[p for p in g.processes if process_group(p.pid) not in own])
+            if g.processes
+            else g
+            for g in gpus
+        ]
+
+    def _xids_news(self, health: list[GpuHealth] | None) -> list[GpuHealth] | None:
+        """The slow figures again, with fresh Xids, when an Xid arrived since sent."""
+        xids = self._cards.xids
+        now_seen = {h.uuid: xids.seen(h.uuid) for h in self._health}
+        if now_seen == self._sent_xids and health is None:
+            return None
+        self._sent_xids = dict(now_seen)
+        self._health = [replace(h, xids=now_seen.get(h.uuid)) for h in self._health]
+        return self._health
+
+    @property
+    def reads_kernel_log(self) -> bool:
+        """Whether Xids come from the kernel log (else NVML's events, since start)."""
+        return self._cards.xids.uses_kernel_log
 
     async def close(self) -> None:
         """Stop NVML. A disk scan still hung is abandoned; its thread ends when it can."""

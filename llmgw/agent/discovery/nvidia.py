@@ -4,24 +4,37 @@ No NVML and no nvidia-smi means a node without NVIDIA cards: an empty list, no s
 no warning. NVML failing to start, or nvidia-smi present but failing, is a warning:
 the node looks like it should have cards and cannot show them. Every warning made here
 begins with "NVML:" or "nvidia-smi:", which is how ``is_gpu_warning`` tells them apart.
+
+Through nvidia-smi, ``-q -x`` gives every figure in one run; a build that cannot
+(or a wrapper that answers only the CSV query) is read through ``--query-gpu`` instead,
+with the eight figures that has. Xids come from the kernel log, or from NVML's events
+where the log cannot be read (``XidWatch``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from llmgw.agent.discovery.nvidia_smi import DRIVER_FIX, run_nvidia_smi
+from llmgw.agent.discovery.cardread import from_smi_xml, read_nvml, read_nvml_health
+from llmgw.agent.discovery.mig import merge_instances, parse_mig_xml, parse_smi_list
+from llmgw.agent.discovery.nvidia_smi import (
+    DRIVER_FIX,
+    run_nvidia_smi,
+    run_nvidia_smi_list,
+    run_nvidia_smi_xml,
+)
 from llmgw.agent.discovery.nvml import (
     NvmlError,
     NvmlSource,
     NvmlUnavailable,
     PynvmlSource,
-    read_nvml,
 )
-from llmgw.wire.messages import GPU
+from llmgw.agent.discovery.smixml import SmiXml
+from llmgw.agent.discovery.xidwatch import XidWatch
+from llmgw.wire.messages import GPU, GpuHealth
 
 GPU_WARNING_PREFIXES = ("NVML:", "nvidia-smi:")
 
@@ -36,12 +49,15 @@ class GpuReading:
     """One read of the cards. ``gpus`` is None when they could not be read at all.
 
     ``source`` is "nvml" or "nvidia-smi" for whichever gave the figures, None when
-    neither did (no NVIDIA software, or it failed).
+    neither did (no NVIDIA software, or it failed). ``health`` holds the slow figures
+    when they were asked for and could be read.
     """
 
     gpus: list[GPU] | None
     source: Literal["nvml", "nvidia-smi"] | None = None
     warnings: list[str] = field(default_factory=list)
+    health: list[GpuHealth] | None = None
+    cuda_version: str | None = None
 
 
 class NvidiaCards:
@@ -56,12 +72,15 @@ class NvidiaCards:
         nvml: NvmlSource | None = None,
         nvidia_smi: str | Sequence[str] = "nvidia-smi",
         timeout: float = 10.0,
+        xids: XidWatch | None = None,
     ) -> None:
         self._nvml: NvmlSource = nvml if nvml is not None else PynvmlSource()
         self._command = [nvidia_smi] if isinstance(nvidia_smi, str) else list(nvidia_smi)
         self._timeout = timeout
         self._state: Literal["untried", "ok", "absent", "failed"] = "untried"
         self._init_error = ""
+        self._xml = True  # False once nvidia-smi answered the CSV query but not -q -x
+        self.xids = xids if xids is not None else XidWatch()
 
     async def _start_nvml(self) -> None:
         try:
@@ -73,13 +92,71 @@ class NvidiaCards:
         else:
             self._state = "ok"
 
-    async def read(self, retry_nvml: bool = False) -> GpuReading:
+    def _read_nvml(self, slow: bool) -> GpuReading:
+        """In a worker thread: the cards, their Xids, and the slow figures if asked."""
+        gpus, warnings = read_nvml(self._nvml)
+        by_index = {g.index: g.mig_parent or g.uuid for g in gpus}
+        try:
+            events = self._nvml.xid_events()
+        except NvmlError:
+            events = []
+        self._note_xids(gpus)
+        self.xids.nvml_events((by_index.get(i, f"index-{i}"), code) for i, code in events)
+        health = None
+        if slow:
+            health = self._with_xids(read_nvml_health(self._nvml, self._nvml.device_count()))
+        cuda = None
+        if slow:
+            try:
+                cuda = self._nvml.cuda_version()
+            except NvmlError:
+                pass
+        return GpuReading(gpus, "nvml", warnings, health, cuda)
+
+    def _note_xids(self, gpus: list[GPU]) -> None:
+        self.xids.read({g.bus_id: g.mig_parent or g.uuid for g in gpus if g.bus_id})
+
+    def _with_xids(self, health: list[GpuHealth]) -> list[GpuHealth]:
+        return [replace(h, xids=self.xids.seen(h.uuid)) for h in health]
+
+    async def _mig(self, log: SmiXml, text: str) -> dict[str, list[GPU]]:
+        """Each MIG-mode card's instances, from ``-L`` (their UUIDs and profiles) joined
+        with ``-q -x`` (their memory)."""
+        if not any(c.mig_mode_current == "Enabled" for c in log.cards):
+            return {}
+        listed = await run_nvidia_smi_list(self._command, self._timeout)
+        if listed is None:
+            return {}
+        names = {c.uuid: (c.name or "", c.memory_total_bytes) for c in log.cards}
+        found: dict[str, list[GPU]] = {}
+        merged = merge_instances(parse_smi_list(listed), parse_mig_xml(text))
+        for parent, instances in merged.items():
+            name, memory = names.get(parent, ("", None))
+            found[parent] = [
+                GPU(
+                    index=i.parent_index,
+                    uuid=i.uuid,
+                    name=name,
+                    memory_total=i.memory_total,
+                    mig_mode=True,
+                    mig_parent=parent,
+                    mig_profile=i.profile,
+                    mig_class=i.class_name(name, memory),
+                )
+                for i in instances
+                if i.uuid
+            ]
+        return found
+
+    async def read(self, retry_nvml: bool = False, slow: bool = False) -> GpuReading:
         if self._state == "untried" or (retry_nvml and self._state != "ok"):
             await self._start_nvml()
+        if retry_nvml:
+            self._xml = True
         warnings: list[str] = []
         if self._state == "ok":
             try:
-                gpus, card_warnings = await asyncio.to_thread(read_nvml, self._nvml)
+                return await asyncio.to_thread(self._read_nvml, slow)
             except NvmlError as exc:
                 self._state, self._init_error = "failed", str(exc)
                 await asyncio.to_thread(self._nvml.shutdown)
@@ -87,21 +164,35 @@ class NvidiaCards:
                     f"NVML: stopped answering ({exc}); reading nvidia-smi instead. "
                     f"Fix: {DRIVER_FIX}"
                 )
-            else:
-                return GpuReading(gpus, "nvml", card_warnings)
         elif self._state == "failed":
             warnings.append(
                 f"NVML: could not start ({self._init_error}); reading nvidia-smi instead. "
                 f"Fix: {DRIVER_FIX}"
             )
+        if self._xml:
+            read = await run_nvidia_smi_xml(self._command, self._timeout)
+            if read is not None:
+                log, text = read
+                gpus, health = from_smi_xml(log, await self._mig(log, text))
+                await asyncio.to_thread(self._note_xids, gpus)
+                return GpuReading(
+                    gpus,
+                    "nvidia-smi",
+                    warnings,
+                    self._with_xids(health) if slow else None,
+                    log.cuda_version if slow else None,
+                )
         smi = await run_nvidia_smi(self._command, self._timeout)
         warnings += smi.warnings
         if not smi.installed:
             # No nvidia-smi: no cards, unless NVML's failure above says there are some.
             return GpuReading(None if warnings else [], None, warnings)
+        if smi.gpus is not None:
+            self._xml = False  # it answers the query but not -q -x: stop asking
         return GpuReading(smi.gpus, "nvidia-smi" if smi.gpus is not None else None, warnings)
 
     async def close(self) -> None:
         if self._state == "ok":
             self._state = "untried"
             await asyncio.to_thread(self._nvml.shutdown)
+        self.xids.close()

@@ -14,7 +14,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from llmgw.wire.messages import GPU
+from llmgw.agent.discovery.smixml import SmiXml, SmiXmlError, parse_smi_xml
+from llmgw.agent.discovery.topology import TopologyFormatError, parse_topo
+from llmgw.wire.messages import GPU, CardLinks, GpuTopology
 
 QUERY_FIELDS = (
     "index",
@@ -220,3 +222,59 @@ async def run_nvidia_smi(command: Sequence[str], timeout: float = 10.0) -> SmiRe
                 "NVIDIA's nvidia-smi and not a wrapper that prints something else"
             ],
         )
+
+
+async def run_nvidia_smi_xml(
+    command: Sequence[str], timeout: float = 10.0
+) -> tuple[SmiXml, str] | None:
+    """``nvidia-smi -q -x`` read, with its text; None when it cannot be (the caller
+    falls back to the CSV query, which says why in its warnings)."""
+    try:
+        rc, output = await _run([*command, "-q", "-x"], timeout)
+    except (OSError, TimeoutError):
+        return None
+    if rc != 0:
+        return None
+    try:
+        return parse_smi_xml(output), output
+    except SmiXmlError:
+        return None
+
+
+async def run_nvidia_smi_list(command: Sequence[str], timeout: float = 10.0) -> str | None:
+    """``nvidia-smi -L``'s text (cards and their MIG instances); None when it fails."""
+    try:
+        rc, output = await _run([*command, "-L"], timeout)
+    except (OSError, TimeoutError):
+        return None
+    return output if rc == 0 else None
+
+
+async def run_nvidia_smi_topo(command: Sequence[str], timeout: float = 10.0) -> GpuTopology | None:
+    """``nvidia-smi topo -m`` as the node's wiring; None when it cannot be read."""
+    try:
+        rc, output = await _run([*command, "topo", "-m"], timeout)
+    except (OSError, TimeoutError):
+        return None
+    if rc != 0:
+        return None
+    try:
+        found = parse_topo(output)
+    except TopologyFormatError:
+        return None
+    cards = []
+    for card in found.cards:
+        gpus = {k.removeprefix("GPU"): v for k, v in card.links.items() if k.startswith("GPU")}
+        nics = {
+            found.nic_devices.get(k, k): v for k, v in card.links.items() if not k.startswith("GPU")
+        }
+        cards.append(
+            CardLinks(
+                index=card.index,
+                numa_node=card.numa,
+                cpu_affinity=card.cpu_affinity,
+                gpus=gpus,
+                nics=nics,
+            )
+        )
+    return GpuTopology(cards=cards)

@@ -1,20 +1,78 @@
-"""NVML behind an interface: the few calls discovery needs, the real one and a fake.
+"""NVML behind an interface: the calls discovery makes, the real one (and a fake beside).
 
 ``NvmlSource`` is the seam: ``PynvmlSource`` calls the driver's library through
 nvidia-ml-py (imported only when used, so a CPU node never loads it), ``FakeNvml``
-stands in for it in tests, and ``read_nvml`` turns either into ``GPU`` records. Every
-call blocks; the agent runs them through ``asyncio.to_thread``.
+(``nvmlfake``) stands in for it in tests, and ``cardread`` turns either into wire
+records. Every call blocks; the agent runs them through ``asyncio.to_thread``.
+
+The health figures go through one call, ``figure(index, name)``, one NVML query per
+name (``FIGURES`` lists them with what each answers). A name the driver or card does
+not support raises NvmlError and costs nothing else: each figure is read apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from llmgw.wire.messages import GPU
-
 _T = TypeVar("_T")
+
+# Figure name -> what it answers (units as returned; cardread converts).
+FIGURES: dict[str, str] = {
+    "bus_id": "PCI bus id, '0000:19:00.0'",
+    "memory_utilization": "percent of time memory was read or written",
+    "temperature": "GPU temperature, C",
+    "memory_temperature": "HBM temperature, C",
+    "power": "draw, W",
+    "power_limit": "enforced limit, W",
+    "energy": "J since the driver loaded",
+    "sm_clock": "MHz",
+    "memory_clock": "MHz",
+    "fan": "percent",
+    "pstate": "performance state number, 0 fastest",
+    "throttle": "clock event reasons bitmask (THROTTLE_BITS)",
+    "pcie_gen": "PCIe generation in use",
+    "pcie_width": "PCIe lanes in use",
+    "pcie_gen_max": "most PCIe generation the card and host allow",
+    "pcie_width_max": "most PCIe lanes the card and host allow",
+    "processes": "[(pid, used bytes or None)] of compute processes",
+    "gpm": "{sm_active, sm_occupancy, tensor_active, dram_active} 0..1 since the last call",
+    "mig_mode": "True when MIG is on (current mode)",
+    "mig_instances": "[{uuid, memory_total, memory_used, gi_id, ci_id, profile}]",
+    "persistence_mode": "True when on",
+    "ecc_mode": "True when ECC is on (current mode)",
+    "ecc_volatile_corrected": "count since the driver loaded",
+    "ecc_volatile_uncorrected": "count since the driver loaded",
+    "ecc_aggregate_corrected": "count over the card's life",
+    "ecc_aggregate_uncorrected": "count over the card's life",
+    "retired_pages": "pages retired (multiple single-bit + double-bit)",
+    "retired_pending": "True when a retirement waits for a reset",
+    "remapped_rows": "(correctable, uncorrectable, pending, failed)",
+    "nvlink": "[(active, {counter: count})] per link the card has",
+}
+
+# NVML's clock event (throttle) reason bits, named as nvidia-smi -q -x names them.
+THROTTLE_BITS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clocks",
+}
+
+NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # NVML counter 0..3
+_NVLINK_MAX_LINKS = 18
+_XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
+
+
+def decode_throttle(mask: int) -> list[str]:
+    """The active reasons in an NVML clock event mask; bits we do not know are left out."""
+    return [name for bit, name in THROTTLE_BITS.items() if mask & bit]
 
 
 class NvmlError(Exception):
@@ -35,6 +93,9 @@ class NvmlSource(Protocol):
 
     def driver_version(self) -> str: ...
 
+    def cuda_version(self) -> str:
+        """The CUDA version the driver supports, "12.4"."""
+
     def device_count(self) -> int: ...
 
     def uuid(self, index: int) -> str: ...
@@ -49,6 +110,12 @@ class NvmlSource(Protocol):
 
     def compute_capability(self, index: int) -> tuple[int, int]: ...
 
+    def figure(self, index: int, name: str) -> Any:
+        """One health figure of ``FIGURES``; NvmlError when not read."""
+
+    def xid_events(self) -> list[tuple[int, int]]:
+        """(card index, Xid code) of each critical Xid since the last call, not waiting."""
+
 
 def _text(value: Any) -> str:
     # Older nvidia-ml-py releases returned bytes; newer ones decode.
@@ -61,12 +128,16 @@ class PynvmlSource:
     def __init__(self) -> None:
         self._nvml: Any = None
         self._handles: dict[int, Any] = {}
+        self._events: Any = None
+        self._gpm: dict[int, Any] = {}  # index -> the previous GPM sample
 
     def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         try:
             return fn(*args)
         except self._nvml.NVMLError as exc:
             raise NvmlError(str(exc)) from exc
+        except AttributeError as exc:  # a call this nvidia-ml-py does not have
+            raise NvmlError(f"not in this nvidia-ml-py: {exc}") from exc
 
     def init(self) -> None:
         try:
@@ -82,175 +153,287 @@ class PynvmlSource:
             raise NvmlError(str(exc)) from exc
         self._nvml = pynvml
         self._handles = {}
+        self._events = None
+        self._gpm = {}
 
     def shutdown(self) -> None:
         if self._nvml is not None:
             nvml, self._nvml = self._nvml, None
             self._handles = {}
             try:
+                for sample in self._gpm.values():
+                    nvml.nvmlGpmSampleFree(sample)
+                if self._events is not None:
+                    nvml.nvmlEventSetFree(self._events)
                 nvml.nvmlShutdown()
             except nvml.NVMLError:
                 pass  # shutting down a library that is already gone is no fault
+            self._gpm, self._events = {}, None
 
-    def _handle(self, index: int) -> Any:
+    def _started(self) -> Any:
         if self._nvml is None:
             raise NvmlError("NVML is not started")
+        return self._nvml
+
+    def _handle(self, index: int) -> Any:
+        nvml = self._started()
         handle = self._handles.get(index)
         if handle is None:
-            handle = self._call(self._nvml.nvmlDeviceGetHandleByIndex, index)
+            handle = self._call(nvml.nvmlDeviceGetHandleByIndex, index)
             self._handles[index] = handle
         return handle
 
     def driver_version(self) -> str:
-        if self._nvml is None:
-            raise NvmlError("NVML is not started")
-        return _text(self._call(self._nvml.nvmlSystemGetDriverVersion))
+        return _text(self._call(self._started().nvmlSystemGetDriverVersion))
+
+    def cuda_version(self) -> str:
+        version = int(self._call(self._started().nvmlSystemGetCudaDriverVersion))
+        return f"{version // 1000}.{version % 1000 // 10}"
 
     def device_count(self) -> int:
-        if self._nvml is None:
-            raise NvmlError("NVML is not started")
-        return int(self._call(self._nvml.nvmlDeviceGetCount))
+        return int(self._call(self._started().nvmlDeviceGetCount))
 
     def uuid(self, index: int) -> str:
-        return _text(self._call(self._nvml.nvmlDeviceGetUUID, self._handle(index)))
+        return _text(self._call(self._started().nvmlDeviceGetUUID, self._handle(index)))
 
     def name(self, index: int) -> str:
-        return _text(self._call(self._nvml.nvmlDeviceGetName, self._handle(index)))
+        return _text(self._call(self._started().nvmlDeviceGetName, self._handle(index)))
 
     def memory(self, index: int) -> tuple[int, int]:
-        info = self._call(self._nvml.nvmlDeviceGetMemoryInfo, self._handle(index))
+        info = self._call(self._started().nvmlDeviceGetMemoryInfo, self._handle(index))
         return int(info.total), int(info.used)
 
     def utilization(self, index: int) -> int:
-        rates = self._call(self._nvml.nvmlDeviceGetUtilizationRates, self._handle(index))
+        rates = self._call(self._started().nvmlDeviceGetUtilizationRates, self._handle(index))
         return int(rates.gpu)
 
     def compute_capability(self, index: int) -> tuple[int, int]:
         major, minor = self._call(
-            self._nvml.nvmlDeviceGetCudaComputeCapability, self._handle(index)
+            self._started().nvmlDeviceGetCudaComputeCapability, self._handle(index)
         )
         return int(major), int(minor)
 
+    def figure(self, index: int, name: str) -> Any:
+        read = getattr(self, "_fig_" + name, None)
+        if read is None:
+            raise NvmlError(f"no figure {name!r}")
+        return read(self._started(), self._handle(index))
 
-@dataclass(frozen=True)
-class FakeCard:
-    """A card for FakeNvml; a None figure answers "Not Supported" as NVML would."""
+    # --- one reader per figure; each makes the NVML calls for its figure only -------
 
-    uuid: str
-    name: str
-    memory_total: int | None = None
-    memory_used: int | None = None
-    utilization: int | None = None
-    compute_capability: tuple[int, int] | None = None
-    lost: bool = False
+    def _fig_bus_id(self, nv: Any, h: Any) -> str:
+        return _text(self._call(nv.nvmlDeviceGetPciInfo, h).busId).lower()
 
+    def _fig_memory_utilization(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetUtilizationRates, h).memory)
 
-class FakeNvml:
-    """An NvmlSource from fixed cards, for tests. ``unavailable`` plays a CPU node."""
+    def _fig_temperature(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU))
 
-    def __init__(
-        self,
-        cards: Sequence[FakeCard] = (),
-        driver: str | None = "550.54.15",
-        unavailable: bool = False,
-        init_error: str | None = None,
-    ) -> None:
-        self.cards = list(cards)
-        self.driver = driver
-        self.unavailable = unavailable
-        self.init_error = init_error
-        self.started = False
-        self.init_calls = 0
+    def _fig_memory_temperature(self, nv: Any, h: Any) -> int:
+        (value,) = self._call(nv.nvmlDeviceGetFieldValues, h, [nv.NVML_FI_DEV_MEMORY_TEMP])
+        if value.nvmlReturn != nv.NVML_SUCCESS:
+            raise NvmlError("memory temperature not supported")
+        return int(value.value.uiVal)
 
-    def init(self) -> None:
-        self.init_calls += 1
-        if self.unavailable:
-            raise NvmlUnavailable("NVML Shared Library Not Found")
-        if self.init_error:
-            raise NvmlError(self.init_error)
-        self.started = True
+    def _fig_power(self, nv: Any, h: Any) -> float:
+        return int(self._call(nv.nvmlDeviceGetPowerUsage, h)) / 1000
 
-    def shutdown(self) -> None:
-        self.started = False
+    def _fig_power_limit(self, nv: Any, h: Any) -> float:
+        return int(self._call(nv.nvmlDeviceGetEnforcedPowerLimit, h)) / 1000
 
-    def _card(self, index: int) -> FakeCard:
-        if not self.started:
-            raise NvmlError("Uninitialized")
-        card = self.cards[index]
-        if card.lost:
-            raise NvmlError("GPU is lost")
-        return card
+    def _fig_energy(self, nv: Any, h: Any) -> float:
+        return int(self._call(nv.nvmlDeviceGetTotalEnergyConsumption, h)) / 1000
 
-    @staticmethod
-    def _need(value: _T | None) -> _T:
-        if value is None:
-            raise NvmlError("Not Supported")
-        return value
+    def _fig_sm_clock(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM))
 
-    def driver_version(self) -> str:
-        if not self.started:
-            raise NvmlError("Uninitialized")
-        return self._need(self.driver)
+    def _fig_memory_clock(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM))
 
-    def device_count(self) -> int:
-        if not self.started:
-            raise NvmlError("Uninitialized")
-        return len(self.cards)
+    def _fig_fan(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetFanSpeed, h))
 
-    def uuid(self, index: int) -> str:
-        return self._card(index).uuid
+    def _fig_pstate(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetPerformanceState, h))
 
-    def name(self, index: int) -> str:
-        return self._card(index).name
+    def _fig_throttle(self, nv: Any, h: Any) -> int:
+        reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if reasons is None:
+            reasons = nv.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(self._call(reasons, h))
 
-    def memory(self, index: int) -> tuple[int, int]:
-        card = self._card(index)
-        return self._need(card.memory_total), self._need(card.memory_used)
+    def _fig_pcie_gen(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h))
 
-    def utilization(self, index: int) -> int:
-        return self._need(self._card(index).utilization)
+    def _fig_pcie_width(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetCurrPcieLinkWidth, h))
 
-    def compute_capability(self, index: int) -> tuple[int, int]:
-        return self._need(self._card(index).compute_capability)
+    def _fig_pcie_gen_max(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h))
 
+    def _fig_pcie_width_max(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetMaxPcieLinkWidth, h))
 
-def _maybe(call: Callable[..., _T], *args: Any) -> _T | None:
-    try:
-        return call(*args)
-    except NvmlError:
-        return None
+    def _fig_processes(self, nv: Any, h: Any) -> list[tuple[int, int | None]]:
+        found = self._call(nv.nvmlDeviceGetComputeRunningProcesses, h)
+        out: list[tuple[int, int | None]] = []
+        for p in found:
+            used = getattr(p, "usedGpuMemory", None)
+            out.append((int(p.pid), int(used) if isinstance(used, int) else None))
+        return out
 
-
-def read_nvml(source: NvmlSource) -> tuple[list[GPU], list[str]]:
-    """The cards NVML sees, and a warning per card it could not read.
-
-    A figure NVML will not give (MIG mode hides utilisation, some boards hide memory) is
-    absent. The count failing raises NvmlError: then NVML as a whole is not answering.
-    """
-    driver = _maybe(source.driver_version)
-    gpus: list[GPU] = []
-    warnings: list[str] = []
-    for i in range(source.device_count()):
+    def _fig_gpm(self, nv: Any, h: Any) -> dict[str, float]:
+        index = next(i for i, known in self._handles.items() if known is h)
+        if not self._call(nv.nvmlGpmQueryDeviceSupport, h).isSupportedDevice:
+            raise NvmlError("GPM not supported on this card")
+        sample = self._call(nv.nvmlGpmSampleGet, h, self._call(nv.nvmlGpmSampleAlloc))
+        previous = self._gpm.get(index)
+        self._gpm[index] = sample
+        if previous is None:
+            return {}  # two samples make a figure: the next call has one
+        ids = {
+            "sm_active": nv.NVML_GPM_METRIC_SM_UTIL,
+            "sm_occupancy": nv.NVML_GPM_METRIC_SM_OCCUPANCY,
+            "tensor_active": nv.NVML_GPM_METRIC_ANY_TENSOR_UTIL,
+            "dram_active": nv.NVML_GPM_METRIC_DRAM_BW_UTIL,
+        }
+        ask = nv.c_nvmlGpmMetricsGet_t()
+        ask.version = nv.NVML_GPM_METRICS_GET_VERSION
+        ask.numMetrics = len(ids)
+        ask.sample1, ask.sample2 = previous, sample
+        for n, metric in enumerate(ids.values()):
+            ask.metrics[n].metricId = metric
         try:
-            uuid, name = source.uuid(i), source.name(i)
-        except NvmlError as exc:
-            warnings.append(
-                f"NVML: card {i} could not be read ({exc}). Fix: look for Xid errors in "
-                "`dmesg`; a card that fell off the bus needs a reset or a reboot"
+            got = self._call(nv.nvmlGpmMetricsGet, ask)
+        finally:
+            self._call(nv.nvmlGpmSampleFree, previous)
+        return {
+            key: float(got.metrics[n].value) / 100
+            for n, key in enumerate(ids)
+            if got.metrics[n].nvmlReturn == nv.NVML_SUCCESS
+        }
+
+    def _fig_mig_mode(self, nv: Any, h: Any) -> bool:
+        current, _pending = self._call(nv.nvmlDeviceGetMigMode, h)
+        return bool(current == nv.NVML_DEVICE_MIG_ENABLE)
+
+    def _fig_mig_instances(self, nv: Any, h: Any) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for slot in range(int(self._call(nv.nvmlDeviceGetMaxMigDeviceCount, h))):
+            try:
+                mig = self._call(nv.nvmlDeviceGetMigDeviceHandleByIndex, h, slot)
+            except NvmlError:
+                continue  # an empty slot
+            memory = self._call(nv.nvmlDeviceGetMemoryInfo, mig)
+            gi_id = int(self._call(nv.nvmlDeviceGetGpuInstanceId, mig))
+            profile: str | None = None
+            try:
+                gi = self._call(nv.nvmlDeviceGetGpuInstanceById, h, gi_id)
+                info = self._call(nv.nvmlGpuInstanceGetInfo, gi)
+                about = self._call(nv.nvmlDeviceGetGpuInstanceProfileInfoById, h, info.profileId)
+                profile = _text(about.name).removeprefix("MIG ").strip() or None
+            except NvmlError:
+                pass  # the instance is still usable without its profile's name
+            out.append(
+                {
+                    "uuid": _text(self._call(nv.nvmlDeviceGetUUID, mig)),
+                    "memory_total": int(memory.total),
+                    "memory_used": int(memory.used),
+                    "gi_id": gi_id,
+                    "ci_id": int(self._call(nv.nvmlDeviceGetComputeInstanceId, mig)),
+                    "profile": profile,
+                }
             )
-            continue
-        memory = _maybe(source.memory, i)
-        cc = _maybe(source.compute_capability, i)
-        gpus.append(
-            GPU(
-                index=i,
-                uuid=uuid,
-                name=name,
-                memory_total=memory[0] if memory else None,
-                memory_used=memory[1] if memory else None,
-                utilization=_maybe(source.utilization, i),
-                compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
-                driver=driver,
-            )
+        return out
+
+    def _fig_persistence_mode(self, nv: Any, h: Any) -> bool:
+        return bool(self._call(nv.nvmlDeviceGetPersistenceMode, h) == nv.NVML_FEATURE_ENABLED)
+
+    def _fig_ecc_mode(self, nv: Any, h: Any) -> bool:
+        current, _pending = self._call(nv.nvmlDeviceGetEccMode, h)
+        return bool(current == nv.NVML_FEATURE_ENABLED)
+
+    def _ecc(self, nv: Any, h: Any, uncorrected: bool, aggregate: bool) -> int:
+        kind = (
+            nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+            if uncorrected
+            else nv.NVML_MEMORY_ERROR_TYPE_CORRECTED
         )
-    return gpus, warnings
+        counter = nv.NVML_AGGREGATE_ECC if aggregate else nv.NVML_VOLATILE_ECC
+        return int(self._call(nv.nvmlDeviceGetTotalEccErrors, h, kind, counter))
+
+    def _fig_ecc_volatile_corrected(self, nv: Any, h: Any) -> int:
+        return self._ecc(nv, h, False, False)
+
+    def _fig_ecc_volatile_uncorrected(self, nv: Any, h: Any) -> int:
+        return self._ecc(nv, h, True, False)
+
+    def _fig_ecc_aggregate_corrected(self, nv: Any, h: Any) -> int:
+        return self._ecc(nv, h, False, True)
+
+    def _fig_ecc_aggregate_uncorrected(self, nv: Any, h: Any) -> int:
+        return self._ecc(nv, h, True, True)
+
+    def _fig_retired_pages(self, nv: Any, h: Any) -> int:
+        causes = (
+            nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
+            nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
+        )
+        return sum(len(self._call(nv.nvmlDeviceGetRetiredPages, h, c)) for c in causes)
+
+    def _fig_retired_pending(self, nv: Any, h: Any) -> bool:
+        return bool(self._call(nv.nvmlDeviceGetRetiredPagesPendingStatus, h))
+
+    def _fig_remapped_rows(self, nv: Any, h: Any) -> tuple[int, int, bool, bool]:
+        corr, unc, pending, failed = self._call(nv.nvmlDeviceGetRemappedRows, h)
+        return int(corr), int(unc), bool(pending), bool(failed)
+
+    def _fig_nvlink(self, nv: Any, h: Any) -> list[tuple[bool, dict[str, int]]]:
+        links: list[tuple[bool, dict[str, int]]] = []
+        for link in range(_NVLINK_MAX_LINKS):
+            try:
+                active = self._call(nv.nvmlDeviceGetNvLinkState, h, link)
+            except NvmlError:
+                continue  # the card has no such link
+            counts: dict[str, int] = {}
+            for number, counter in enumerate(NVLINK_COUNTERS):
+                try:
+                    counts[counter] = int(
+                        self._call(nv.nvmlDeviceGetNvLinkErrorCounter, h, link, number)
+                    )
+                except NvmlError:
+                    pass
+            links.append((bool(active == nv.NVML_FEATURE_ENABLED), counts))
+        if not links:
+            raise NvmlError("no NVLink on this card")
+        return links
+
+    def xid_events(self) -> list[tuple[int, int]]:
+        nv = self._started()
+        if self._events is None:
+            events = self._call(nv.nvmlEventSetCreate)
+            for index in range(self.device_count()):
+                try:
+                    self._call(
+                        nv.nvmlDeviceRegisterEvents, self._handle(index), _XID_CRITICAL, events
+                    )
+                except NvmlError:
+                    pass  # a card that cannot report them (a MIG parent, an old board)
+            self._events = events
+        found: list[tuple[int, int]] = []
+        while True:
+            try:
+                data = nv.nvmlEventSetWait_v2(self._events, 0)
+            except nv.NVMLError:
+                return found  # a timeout: nothing more waiting
+            index = next((i for i, h in self._handles.items() if h == data.device), -1)
+            found.append((index, int(data.eventData)))
+
+
+def process_group(pid: int) -> int | None:
+    """The process group of ``pid``; None when it is gone or not ours to see."""
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None

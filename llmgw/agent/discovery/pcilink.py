@@ -97,7 +97,8 @@ def _less(now: float | None, can: float | None) -> bool:
 
 
 def _bandwidth(gen: int | None, width: int | None) -> float | None:
-    if gen is None or width is None:
+    """None for a figure not read, or a generation this version has no rate for."""
+    if gen is None or width is None or gen not in _LANE_GBS or width < 0:
         return None
     return bandwidth_gbs(gen, width)
 
