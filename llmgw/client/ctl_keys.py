@@ -41,7 +41,11 @@ def keys_table(keys: list[dict[str, Any]]) -> str:
     return render(["ID", "NAME", "STATE", "MODELS", "RPM", "TPM", "BUDGET", "EXPIRES"], rows)
 
 
-def usage_table(rows: list[dict[str, Any]], by: str) -> str:
+def usage_table(
+    rows: list[dict[str, Any]], by: str, energy: list[dict[str, Any]] | None = None
+) -> str:
+    """Usage summed by key, model, replica or day. By model, ``energy`` (from
+    ``/api/v1/energy``) adds J/token where the cards' power is read."""
     if not rows:
         return "No usage yet."
     field = {"key": "key_name", "model": "model", "replica": "replica", "day": "day"}[by]
@@ -55,7 +59,18 @@ def usage_table(rows: list[dict[str, Any]], by: str) -> str:
     table = [
         [name, str(n), str(p), str(c), str(p + c)] for name, (n, p, c) in sorted(totals.items())
     ]
-    return render([by.upper(), "REQUESTS", "PROMPT", "COMPLETION", "TOKENS"], table)
+    heads = [by.upper(), "REQUESTS", "PROMPT", "COMPLETION", "TOKENS"]
+    if by == "model" and energy is not None:
+        joules: dict[str, list[float]] = {}
+        for e in energy:
+            entry_j = joules.setdefault(str(e["model"]), [0.0, 0.0])
+            entry_j[0] += float(e["joules"])
+            entry_j[1] += float(e["tokens"])
+        for line in table:
+            j, n = joules.get(line[0], (0.0, 0.0))
+            line.append(f"{j / n:.3g}" if j and n else DASH)
+        heads.append("J/TOKEN")
+    return render(heads, table)
 
 
 def add_parsers(
@@ -119,8 +134,10 @@ def add_parsers(
         return run
 
     def usage(args: argparse.Namespace) -> int:
-        rows = client(args).get(f"/api/v1/usage?days={args.days}")
-        return show(args, rows, lambda r: usage_table(r, args.by))
+        api = client(args)
+        rows = api.get(f"/api/v1/usage?days={args.days}")
+        energy = api.get("/api/v1/energy") if args.by == "model" and not args.json else None
+        return show(args, rows, lambda r: usage_table(r, args.by, energy))
 
     def leaf(sub: Any, name: str, run: Callable[[argparse.Namespace], int], text: str) -> Any:
         p = sub.add_parser(name, help=text)

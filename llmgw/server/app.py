@@ -32,6 +32,7 @@ from llmgw.server.catalog.inspector import make_inspector
 from llmgw.server.catalog.plan import PlanNode, plan_nodes
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.datadir import DataDir
+from llmgw.server.fleet import exposition
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.front import AsgiBridge, Listener, connection_cap, raise_file_limit
@@ -266,6 +267,35 @@ class ControlPlane:
             "usage_pending": len(self.gateway.usage.pending),
         }
 
+    async def metrics_text(self) -> str:
+        """``/metrics``: the gateway's and the engines' families, then the fleet's
+        (nodes, cards, shards), models' replicas and keys' budgets."""
+        gateway = await self.gateway.metrics_text()
+        models = []
+        for name, model in self.models.models.items():
+            if not model.external:
+                shown = self.views.model_json(model)
+                models.append((name, int(shown["desired"]), int(shown["ready"])))
+        keys = self.gateway.keys
+        budgets = [
+            (r.id, r.name, keys.usage.month.get(r.id, 0), r.budget)
+            for r in keys.records()
+            if r.budget is not None and r.revoked_at is None
+        ]
+        joules = self.registry.energy.joules_per_token(self.gateway.metrics.replica_tokens)
+        snapshots = [exposition.NodeSnapshot.of(v) for v in self.registry.nodes.values()]
+
+        def fleet() -> str:
+            # Thousands of cards make megabytes of text: written in a worker thread, so
+            # the agents' streams (and their PINGs) are served meanwhile.
+            lines = [
+                *exposition.fleet_metrics(snapshots, exposition.warning_kind),
+                *exposition.cluster_metrics(models, budgets, joules),
+            ]
+            return "\n".join(lines)
+
+        return gateway.rstrip("\n") + "\n" + await asyncio.to_thread(fleet) + "\n"
+
     def routes(self) -> list[Op]:
         """Every admin route, each with who may call it."""
         ops: list[Op] = []
@@ -275,7 +305,7 @@ class ControlPlane:
         ops += cluster.routes(
             self.health,
             self.status,
-            self.gateway.metrics_text,
+            self.metrics_text,
             self.mint_join_token,
             enrollment,
             lambda: openapi.document(
@@ -285,7 +315,12 @@ class ControlPlane:
         ops += replicas.routes(self.registry, self.models, self.store, self.cluster_secret)
         ops += models.routes(self.models, self.views, self.registry)
         ops += plan.routes(self.inspector, self.planning_fleet)
-        ops += keys.routes(self.gateway, self.store, self.set_stopped)
+        ops += keys.routes(
+            self.gateway,
+            self.store,
+            self.set_stopped,
+            lambda replica: self.registry.energy.joules.get(replica, 0.0),
+        )
         ops += servers.routes(self.ha, self.mint_server_token, self.admission)
         return ops
 

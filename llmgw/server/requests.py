@@ -187,6 +187,11 @@ class LogsQuery:
 
 
 @dataclass(frozen=True)
+class HistoryQuery:
+    minutes: int = spec(60, doc="how far back", minimum=1, maximum=60)
+
+
+@dataclass(frozen=True)
 class WeightsQuery:
     node: str | None = spec(None, pattern=NODE_ID, pattern_doc="a node id")
 

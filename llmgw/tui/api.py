@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.error
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from llmgw.client.admin import AdminClient, AdminError
 
@@ -40,6 +42,20 @@ class ConsoleApi:
 
     async def delete(self, path: str) -> Any:
         return await asyncio.to_thread(self.client.request, "DELETE", path)
+
+    async def history(self, node_id: str, minutes: float = 60) -> dict[str, Any] | None:
+        """A node's last ``minutes`` of figures (``GET /api/v1/nodes/{id}/history``,
+        columnar, ``null`` where not read); None when the control plane answers 404, as
+        one older than the history does."""
+        path = f"/api/v1/nodes/{quote(node_id, safe='')}/history?minutes={minutes:g}"
+        try:
+            answer: dict[str, Any] = await self.get(path)
+        except AdminError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, urllib.error.HTTPError) and cause.code == 404:
+                return None
+            raise
+        return answer
 
     async def snapshot(self) -> Snapshot:
         paths = (

@@ -1,12 +1,13 @@
-"""A node's page: its cards with memory and utilisation, its shards, its disks, and a
-log followed live (the agent's by default, or a shard's). Pushed over the console's
-frame from the Nodes pane; Escape goes back and stops the follow."""
+"""A node's page: its cards with memory and utilisation, the last hour of each card's
+figures as sparklines, its shards, its disks, and a log followed live (the agent's by
+default, or a shard's). Pushed over the console's frame from the Nodes pane; Escape goes
+back and stops the follow."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, ClassVar
 from urllib.parse import quote, urlencode
 
@@ -16,6 +17,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static
 
@@ -32,6 +34,16 @@ LOG_LINES = 200
 # Past the node's keep-alive (an empty batch every 20 s), a quiet stream is a lost one.
 STREAM_QUIET_SECONDS = 45.0
 RECONNECT_SECONDS = 2.0
+# The history: how far back, and how often it is read again (the control plane keeps a
+# point per 10 s).
+HISTORY_MINUTES = 60
+HISTORY_SECONDS = 10.0
+SPARKS = "▁▂▃▄▅▆▇█"
+GAP = " "
+NO_HISTORY = "no history from this control plane"
+# A figure's history: (label, points oldest first, top of its scale, latest as text).
+Figure = tuple[str, list[float | None], float, str]
+CARD_LABELS = ("busy", "mem", "power", "temp")
 
 
 class LogStreamError(RuntimeError):
@@ -99,6 +111,120 @@ def disk_row(d: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def sparkline(values: Sequence[float | None], top: float, width: int) -> str:
+    """``values`` (oldest first) drawn in ``width`` cells scaled 0..``top``: each cell the
+    mean of the points it covers, and a gap (a space) where none was read, so a silence
+    or a figure not read never looks like 0 (which is the lowest block)."""
+    if not values or width <= 0:
+        return GAP * max(0, width)
+    count = len(values)
+    cells = []
+    for i in range(width):
+        start = i * count // width
+        end = max(start + 1, (i + 1) * count // width)
+        read = [v for v in values[start:end] if v is not None]
+        if not read:
+            cells.append(GAP)
+            continue
+        share = max(0.0, min(1.0, sum(read) / len(read) / top)) if top > 0 else 0.0
+        cells.append(SPARKS[round(share * (len(SPARKS) - 1))])
+    return "".join(cells)
+
+
+def _latest(values: Sequence[float | None]) -> float | None:
+    return next((v for v in reversed(values) if v is not None), None)
+
+
+def _points(values: Any) -> list[float | None]:
+    return [_number(v) for v in values] if isinstance(values, list) else []
+
+
+def card_figures(card: dict[str, Any], now: dict[str, Any] | None) -> list[Figure]:
+    """A card's figures (busy, memory, power, temperature), only those with at least
+    one point. ``now`` is the card as the node reads it now,
+    for its power limit."""
+    out: list[Figure] = []
+    busy = _points(card.get("utilization"))
+    if (last := _latest(busy)) is not None:
+        out.append(("busy", busy, 100.0, f"{last:.0f}%"))
+    used = _points(card.get("memory_used"))
+    totals = [t for t in _points(card.get("memory_total")) if t]
+    if (last := _latest(used)) is not None:
+        top = max(totals) if totals else max(v for v in used if v is not None)
+        out.append(("mem", used, top, f"{last / top * 100:.0f}%" if top else gib(last)))
+    power = _points(card.get("power"))
+    if (last := _latest(power)) is not None:
+        limit = _number((now or {}).get("power_limit"))
+        top = limit or max(v for v in power if v is not None)
+        out.append(("power", power, top, f"{last:.0f}W"))
+    temperature = _points(card.get("temperature"))
+    if (last := _latest(temperature)) is not None:
+        top = max(100.0, *(v for v in temperature if v is not None))
+        out.append(("temp", temperature, top, f"{last:.0f}°C"))
+    return out
+
+
+def node_figures(history: dict[str, Any]) -> list[Figure]:
+    out: list[Figure] = []
+    cpu = _points(history.get("cpu_percent"))
+    if (last := _latest(cpu)) is not None:
+        out.append(("cpu", cpu, 100.0, f"{last:.0f}%"))
+    used = _points(history.get("memory_used"))
+    totals = [t for t in _points(history.get("memory_total")) if t]
+    if (last := _latest(used)) is not None and totals:
+        out.append(("ram", used, max(totals), f"{last / max(totals) * 100:.0f}%"))
+    return out
+
+
+def history_text(history: dict[str, Any], cards_now: list[dict[str, Any]], width: int) -> Text:
+    """One line for the node (CPU, RAM) and one per card (busy, memory, power,
+    temperature), each figure a sparkline of the window and its latest value. A figure
+    no card read is left out; one that only some cards read is a blank on the others,
+    so the columns line up."""
+    now_by_uuid = {c.get("uuid"): c for c in cards_now}
+    lines: list[tuple[str, list[Figure]]] = [("node", node_figures(history))]
+    for card in history.get("gpus") or []:
+        index = card.get("index")
+        lines.append(
+            (
+                str(index if index is not None else DASH),
+                card_figures(card, now_by_uuid.get(card.get("uuid"))),
+            )
+        )
+    card_labels = [
+        label for label in CARD_LABELS if any(f[0] == label for _, fs in lines[1:] for f in fs)
+    ]
+    prefix = max(len(name) for name, _ in lines) + 1
+    most = max(1, len(card_labels), len(lines[0][1]))
+    # Per figure: label (5), a space, the sparkline, a space, the value (5), two spaces.
+    spark = max(4, (width - prefix) // most - 14)
+    text = Text()
+    for i, (name, figures) in enumerate(lines):
+        if i:
+            text.append("\n")
+        text.append(f"{name:<{prefix}}", style="bold")
+        if not figures:
+            text.append("no points in this window", style="dim")
+            continue
+        by_label = {f[0]: f for f in figures}
+        for label in card_labels if i else list(by_label):
+            if label not in by_label:
+                text.append(" " * (spark + 14))
+                continue
+            _, points, top, last = by_label[label]
+            text.append(f"{label:<5} ", style="dim")
+            text.append(sparkline(points, top, spark), style="cyan")
+            text.append(f" {last:>5}  ")
+    text.rstrip()
+    return text
+
+
 def summary(n: dict[str, Any]) -> str:
     cpu = n.get("cpu_percent")
     parts = [
@@ -146,6 +272,12 @@ class NodePage(Screen[None]):
     NodePage #node-shards {
         max-height: 8;
     }
+    NodePage #node-history {
+        height: auto;
+        max-height: 20;
+        border: round $primary;
+        padding: 0 1;
+    }
     NodePage #node-log {
         height: 1fr;
         min-height: 6;
@@ -171,6 +303,8 @@ class NodePage(Screen[None]):
         self.refresh_seconds = refresh
         self.node: dict[str, Any] = {}
         self.source = "agent"
+        # The last answer of the history route; None before it, or when there is none.
+        self.history: dict[str, Any] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(f"llmgw · {self.api.base_url} · node {self.node_id}", id="node-title")
@@ -178,6 +312,7 @@ class NodePage(Screen[None]):
         with Horizontal(id="node-top"):
             yield DataTable(id="node-cards", cursor_type="none", zebra_stripes=True)
             yield DataTable(id="node-disks", cursor_type="none", zebra_stripes=True)
+        yield Static("reading the history…", id="node-history")
         yield DataTable(id="node-shards", cursor_type="row", zebra_stripes=True)
         yield Log(id="node-log", max_lines=5000)
         yield Footer()
@@ -187,11 +322,14 @@ class NodePage(Screen[None]):
             ("#node-cards", "Cards"),
             ("#node-disks", "Disks"),
             ("#node-shards", "Shards (l: its log)"),
+            ("#node-history", f"Last {HISTORY_MINUTES} min"),
         ):
             self.query_one(widget_id).border_title = title
         self.query_one("#node-shards").focus()
         self.set_interval(self.refresh_seconds, self.fetch)
+        self.set_interval(max(self.refresh_seconds, HISTORY_SECONDS), self.fetch_history)
         self.fetch()
+        self.fetch_history()
         self.follow()
 
     def action_back(self) -> None:
@@ -255,6 +393,36 @@ class NodePage(Screen[None]):
             SHARD_COLUMNS,
             {r["replica_id"]: shard_row(r) for r in shards},
         )
+
+    @work(exclusive=True, group="node-history")
+    async def fetch_history(self) -> None:
+        panel = self.query_one("#node-history", Static)
+        try:
+            history = await self.api.history(self.node_id, HISTORY_MINUTES)
+        except AdminError as exc:
+            panel.update(f"Cannot read the history: {exc}")
+            return
+        self.history = history
+        if history is None:
+            panel.border_title = f"Last {HISTORY_MINUTES} min"
+            panel.update(Text(NO_HISTORY, style="dim"))
+            return
+        self.show_history()
+
+    def show_history(self) -> None:
+        if self.history is None:
+            return
+        panel = self.query_one("#node-history", Static)
+        step = self.history.get("step_seconds")
+        panel.border_title = f"Last {HISTORY_MINUTES} min" + (
+            f" (a point per {step} s; blank: not read)" if step else ""
+        )
+        # Less the border and padding; before the first layout, the screen's width.
+        width = panel.content_size.width or self.size.width - 4
+        panel.update(history_text(self.history, self.node.get("gpus") or [], width))
+
+    def on_resize(self, event: Resize) -> None:
+        self.show_history()
 
     @work(exclusive=True, group="node-log")
     async def follow(self) -> None:

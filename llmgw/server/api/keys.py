@@ -60,7 +60,14 @@ def expiry(value: float | str | None) -> float | None:
     return when.timestamp()
 
 
-def routes(gateway: Gateway, store: Store, set_stopped: Callable[[bool], None]) -> list[Op]:
+def routes(
+    gateway: Gateway,
+    store: Store,
+    set_stopped: Callable[[bool], None],
+    joules_of: Callable[[str], float] = lambda replica: 0.0,
+) -> list[Op]:
+    """Keys, usage, energy per token and the serving switch; ``joules_of`` gives a
+    replica's card energy so far."""
     keys = gateway.keys
 
     async def create(call: Call) -> Any:
@@ -130,6 +137,20 @@ def routes(gateway: Gateway, store: Store, set_stopped: Callable[[bool], None]) 
             row["key_name"] = names.get(row["key_id"])
         return rows
 
+    async def energy(call: Call) -> Any:
+        """Each replica's card energy and answered tokens since this control plane started."""
+        return [
+            {
+                "model": model,
+                "replica": replica,
+                "joules": round(joules_of(replica), 3),
+                "tokens": tokens,
+                "joules_per_token": round(joules_of(replica) / tokens, 6),
+            }
+            for (model, replica), tokens in sorted(gateway.metrics.replica_tokens.items())
+            if tokens > 0 and joules_of(replica) > 0
+        ]
+
     switch_answer = {"type": "object", "required": ["stopped"]}
     return [
         Op(
@@ -138,6 +159,13 @@ def routes(gateway: Gateway, store: Store, set_stopped: Callable[[bool], None]) 
             usage,
             "Requests and tokens per day, key, model and replica",
             query=UsageQuery,
+            answer={"type": "array", "items": {"type": "object"}},
+        ),
+        Op(
+            "GET",
+            "/api/v1/energy",
+            energy,
+            "Each replica's card energy over the tokens it answered (where power is read)",
             answer={"type": "array", "items": {"type": "object"}},
         ),
         Op(

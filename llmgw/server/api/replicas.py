@@ -23,6 +23,7 @@ from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import (
     CollectRequest,
+    HistoryQuery,
     LogsQuery,
     StartShardRequest,
     WeightsQuery,
@@ -98,6 +99,16 @@ def routes(
 
     async def show_node(call: Call) -> Any:
         return node(call.params["node_id"]).as_json()
+
+    async def history(call: Call) -> Any:
+        ask: HistoryQuery = call.query
+        view = node(call.params["node_id"])
+        found = nodes.history.series(view.id, ask.minutes)
+        if found is not None:
+            return found
+        # Enrolled but not heard from since this control plane started.
+        empty: dict[str, Any] = {"node": view.id, "step_seconds": nodes.history.step, "t": []}
+        return {**empty, "cpu_percent": [], "memory_used": [], "memory_total": [], "gpus": []}
 
     async def replicas(call: Call) -> Any:
         rows = replica_rows([v for _, v in sorted(nodes.nodes.items())])
@@ -224,6 +235,16 @@ def routes(
             answer={"type": "array", "items": NODE},
         ),
         Op("GET", "/api/v1/nodes/{node_id}", show_node, "One node", answer=NODE, errors=(404,)),
+        Op(
+            "GET",
+            "/api/v1/nodes/{node_id}/history",
+            history,
+            "A node's last hour at 10 s steps: CPU, memory, each card's work, memory, "
+            "power and temperature (absent points are null)",
+            query=HistoryQuery,
+            answer={"type": "object", "required": ["node", "step_seconds", "t", "gpus"]},
+            errors=(404,),
+        ),
         Op("GET", "/api/v1/replicas", replicas, "Every shard every node reports", answer=LIST),
         Op(
             "POST",

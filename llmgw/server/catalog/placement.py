@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
+from llmgw.wire.messages import GPU
 from llmgw.wire.states import NodeState
 
 if TYPE_CHECKING:
@@ -21,6 +22,12 @@ GIB = 1024**3
 Strategy = Literal["binpack", "spread"]
 
 
+MIG_EMPTY = (
+    "MIG mode is on and no instance is carved (carve some: `nvidia-smi mig -cgi PROFILES -C`,"
+    " or turn MIG off)"
+)
+
+
 @dataclass(frozen=True)
 class Card:
     """One accelerator as placement sees it; `reserved` is held by placed replicas."""
@@ -31,6 +38,26 @@ class Card:
     memory_total: int = 0
     memory_free: int = 0
     reserved: int = 0
+    # A MIG instance: a replica may have one, never more.
+    mig_instance: bool = False
+    # Why no replica may use it ("MIG mode is on and no instance is carved").
+    unusable: str | None = None
+
+    @classmethod
+    def of(cls, gpu: GPU, reserved: int) -> Card:
+        """A card as its node reports it; a MIG-mode card with no instance is unusable."""
+        unusable = MIG_EMPTY if gpu.mig_mode and gpu.mig_parent is None else None
+        total = gpu.memory_total or 0
+        return cls(
+            uuid=gpu.uuid,
+            index=gpu.index,
+            name=gpu.mig_class or gpu.name,
+            memory_total=total,
+            memory_free=0 if unusable else total - (gpu.memory_used or 0),
+            reserved=reserved,
+            mig_instance=gpu.mig_parent is not None,
+            unusable=unusable,
+        )
 
 
 @dataclass(frozen=True)
@@ -68,17 +95,7 @@ class NodeCapacity:
         plane knows: what its replicas hold, the weights it has, its scheduling marks."""
         figures = figures or view.figures()
         card_reserved = card_reserved or {}
-        cards = tuple(
-            Card(
-                uuid=g.uuid,
-                index=g.index,
-                name=g.name,
-                memory_total=g.memory_total or 0,
-                memory_free=(g.memory_total or 0) - (g.memory_used or 0),
-                reserved=card_reserved.get(g.uuid, 0),
-            )
-            for g in figures.gpus
-        )
+        cards = tuple(Card.of(g, card_reserved.get(g.uuid, 0)) for g in figures.gpus)
         # A model file cannot span filesystems, and a shared filer's free space is
         # everyone's, so the room a node has is its largest local filesystem.
         local = [d.free for d in figures.disks or () if not d.shared]

@@ -83,10 +83,17 @@ class _State:
 
     def choose_cards(self, req: Request, strategy: Strategy) -> list[int] | None:
         """Positions of the cards to use, or None; the same state gives the same set."""
-        fits = [i for i, f in enumerate(self.card_free) if f >= req.card_memory]
+        cards = self.node.cards
+        fits = [
+            i
+            for i, f in enumerate(self.card_free)
+            if f >= req.card_memory
+            and cards[i].unusable is None
+            # A replica gets one MIG instance at most: they share no memory or NVLink.
+            and not (req.cards > 1 and cards[i].mig_instance)
+        ]
         if len(fits) < req.cards:
             return None
-        cards = self.node.cards
         # Binpack fills the fullest card that fits; spread takes the emptiest.
         sign = 1 if strategy == "binpack" else -1
         fits.sort(key=lambda i: (sign * self.card_free[i], cards[i].index))
@@ -162,18 +169,32 @@ def _dynamic_reasons(
     if req.cards:
         picked = st.choose_cards(req, strategy)
         if picked is None:
-            have = sum(1 for f in st.card_free if f >= req.card_memory)
-            frees = ", ".join(
-                f"card {c.index}: {_gib(max(f, 0))} free"
-                for c, f in zip(st.node.cards, st.card_free, strict=True)
-            )
-            reasons.append(
-                f"cards: needs {req.cards} with {_gib(req.card_memory)} free each,"
-                f" {have} have it" + (f" ({frees})" if frees else "")
-            )
+            reasons.append(_cards_reason(st, req))
         else:
             chosen = picked
     return reasons, notes, chosen
+
+
+def _cards_reason(st: _State, req: Request) -> str:
+    """Why no set of the node's cards fits: each card's free memory, or why it is out."""
+    cards = st.node.cards
+    usable = [
+        c
+        for c, f in zip(cards, st.card_free, strict=True)
+        if f >= req.card_memory and not c.unusable and not (req.cards > 1 and c.mig_instance)
+    ]
+
+    def name(c: Card) -> str:
+        return f"card {c.index} ({c.uuid[:12]})" if c.mig_instance else f"card {c.index}"
+
+    frees = ", ".join(
+        f"{name(c)}: {c.unusable}" if c.unusable else f"{name(c)}: {_gib(max(f, 0))} free"
+        for c, f in zip(cards, st.card_free, strict=True)
+    )
+    said = f"cards: needs {req.cards} with {_gib(req.card_memory)} free each, {len(usable)} have it"
+    if req.cards > 1 and any(c.mig_instance for c in cards):
+        said += "; a replica gets one MIG instance at most (ask for 1 card, or turn MIG off)"
+    return said + (f" ({frees})" if frees else "")
 
 
 def _order(st: _State, req: Request, strategy: Strategy) -> tuple[bool, bool, int, str]:

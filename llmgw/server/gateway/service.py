@@ -292,6 +292,10 @@ class Gateway:
         def record(replica: str, prompt: int, completion: int) -> None:
             self.usage.add(key, model, replica, prompt, completion)
             self.metrics.add_tokens(model, prompt, completion)
+            if completion:
+                where = (model, replica)
+                answered = self.metrics.replica_tokens
+                answered[where] = answered.get(where, 0) + completion
 
         return record
 

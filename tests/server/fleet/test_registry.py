@@ -131,3 +131,39 @@ async def test_an_operators_marks_are_written_with_their_audit_then_taken(
     (entry, *_) = await reg.store.audit_log()
     assert (entry["actor"], entry["action"], entry["target"]) == ("admin@t", "node.drain", "n1")
     await reg.store.close()
+
+
+async def test_a_heartbeats_decoded_map_is_kept_as_mapping_it_back_would_give(
+    tmp_path: Path,
+) -> None:
+    from llmgw.wire.framing import FrameDecoder
+    from llmgw.wire.messages import (
+        GPU,
+        GpuHealth,
+        NodeVitals,
+        XidSeen,
+        decode_message,
+        encode_message,
+    )
+
+    beat = Heartbeat(
+        seq=3,
+        disks=[Disk(path="/", fstype="ext4", total=10, free=5)],
+        gpus=[GPU(index=0, uuid="GPU-a", name="H100", temperature=61, throttle=[])],
+        gpu_health=[GpuHealth(uuid="GPU-a", index=0, xids=[XidSeen(79, 1, 5.0)])],
+        vitals=NodeVitals(cpu_power={"package0": 120.5}),
+        health_warnings=["xid: card 0 ... Fix: reset it"],
+    )
+    (payload,) = FrameDecoder().feed(encode_message(beat))
+    decoded = decode_message(payload)
+    assert isinstance(decoded, Heartbeat)
+    shown = []
+    for raw in (payload, None):
+        reg = await _registry(tmp_path / str(raw is None))
+        await reg.register(_register(), FakeSession())
+        reg.heartbeat("n1", decoded, raw)
+        shown.append({k: v for k, v in reg.nodes["n1"].as_json().items() if k != "last_seen"})
+        await reg.store.close()
+    assert shown[0] == shown[1]
+    assert shown[0]["gpus"][0]["throttle"] == [] and "fan" not in shown[0]["gpus"][0]
+    assert shown[0]["gpu_health"][0]["xids"] == [{"code": 79, "count": 1, "last": 5.0}]

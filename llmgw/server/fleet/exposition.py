@@ -1,0 +1,360 @@
+"""The fleet on ``/metrics``: every node's, card's and engine's figures as Prometheus text.
+
+Written from the registry's latest reports when scraped, named as docs/telemetry.md
+lists them (base units, ``_total`` counters). A figure the agent did not report is left
+out, never written as 0, and a node not heard from for ``STALE`` seconds has only its
+``llmgw_node_up`` written: its figures are too old to stand for now.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.messages import CARD_WIDE_FIGURES
+from llmgw.wire.states import NodeState
+
+STALE = 60.0
+THROTTLE_REASONS = (
+    "gpu_idle",
+    "applications_clocks",
+    "sw_power_cap",
+    "hw_slowdown",
+    "sync_boost",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "display_clocks",
+)
+
+
+def _esc(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(pairs: Mapping[str, object]) -> str:
+    return ",".join(f'{k}="{_esc(v)}"' for k, v in pairs.items())
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+
+
+class Families:
+    """Samples grouped by family, written with one HELP and TYPE each, in first-use order."""
+
+    def __init__(self) -> None:
+        self._meta: dict[str, tuple[str, str]] = {}
+        self._samples: dict[str, list[str]] = {}
+
+    def declare(self, name: str, kind: str, text: str) -> None:
+        self._meta.setdefault(name, (kind, text))
+        self._samples.setdefault(name, [])
+
+    def add(self, name: str, labels: str, value: Any, scale: float = 1.0) -> None:
+        number = _num(value)
+        if number is None:
+            return
+        self._samples[name].append(f"{name}{{{labels}}} {_fmt(number * scale)}")
+
+    def lines(self) -> Iterable[str]:
+        for name, (kind, text) in self._meta.items():
+            yield f"# HELP {name} {text}"
+            yield f"# TYPE {name} {kind}"
+            yield from self._samples[name]
+
+
+_NODE = (
+    ("llmgw_node_up", "gauge", "1 while the node is Ready, 0 when it is not."),
+    ("llmgw_node_cpu_utilization_ratio", "gauge", "Share of all the node's CPUs busy."),
+    ("llmgw_node_load1", "gauge", "1-minute load average."),
+    ("llmgw_node_load5", "gauge", "5-minute load average."),
+    ("llmgw_node_load15", "gauge", "15-minute load average."),
+    ("llmgw_node_cpus", "gauge", "Logical CPUs."),
+    ("llmgw_node_memory_total_bytes", "gauge", "RAM."),
+    ("llmgw_node_memory_available_bytes", "gauge", "RAM available to new work."),
+    ("llmgw_node_memory_used_bytes", "gauge", "RAM in use: total less available."),
+    ("llmgw_node_cpu_temperature_celsius", "gauge", "CPU package temperatures (hwmon)."),
+    ("llmgw_node_board_temperature_celsius", "gauge", "Board temperatures (hwmon)."),
+    ("llmgw_node_cpu_power_watts", "gauge", "CPU package power (RAPL)."),
+    ("llmgw_node_disk_total_bytes", "gauge", "Size of a filesystem the agent writes to."),
+    ("llmgw_node_disk_free_bytes", "gauge", "Free space on it."),
+    ("llmgw_node_warnings", "gauge", "The node's current warnings, by kind."),
+)
+
+# (family, wire key, scale, help) for the card figures that map one to one.
+_CARD_FIGURES = (
+    ("llmgw_gpu_busy_ratio", "utilization", 0.01, "Share of time a kernel ran on the card."),
+    (
+        "llmgw_gpu_memory_busy_ratio",
+        "memory_utilization",
+        0.01,
+        "Share of time card memory was read or written.",
+    ),
+    ("llmgw_gpu_memory_total_bytes", "memory_total", 1, "Card memory."),
+    ("llmgw_gpu_memory_used_bytes", "memory_used", 1, "Card memory in use."),
+    ("llmgw_gpu_temperature_celsius", "temperature", 1, "GPU temperature."),
+    ("llmgw_gpu_memory_temperature_celsius", "memory_temperature", 1, "Memory temperature."),
+    ("llmgw_gpu_power_watts", "power", 1, "Power draw."),
+    ("llmgw_gpu_power_limit_watts", "power_limit", 1, "Enforced power limit."),
+    ("llmgw_gpu_energy_joules_total", "energy", 1, "Energy since the driver loaded."),
+    ("llmgw_gpu_sm_clock_hertz", "sm_clock", 1e6, "SM clock."),
+    ("llmgw_gpu_memory_clock_hertz", "memory_clock", 1e6, "Memory clock."),
+    ("llmgw_gpu_fan_ratio", "fan", 0.01, "Fan speed."),
+    ("llmgw_gpu_pcie_link_gen", "pcie_gen", 1, "PCIe generation in use."),
+    ("llmgw_gpu_pcie_link_gen_max", "pcie_gen_max", 1, "Most PCIe generation allowed."),
+    ("llmgw_gpu_pcie_link_width", "pcie_width", 1, "PCIe lanes in use."),
+    ("llmgw_gpu_pcie_link_width_max", "pcie_width_max", 1, "Most PCIe lanes allowed."),
+    ("llmgw_gpu_sm_active_ratio", "sm_active", 1, "Share of time SMs were active (profiling)."),
+    ("llmgw_gpu_sm_occupancy_ratio", "sm_occupancy", 1, "Warps resident over the most."),
+    ("llmgw_gpu_tensor_active_ratio", "tensor_active", 1, "Share of time tensor cores ran."),
+    ("llmgw_gpu_dram_active_ratio", "dram_active", 1, "Share of time memory was busy."),
+)
+_HEALTH = (
+    ("llmgw_gpu_retired_pages", "retired_pages", "Card memory pages retired."),
+    ("llmgw_gpu_nvlink_links", "nvlink_links", "NVLink links the card has."),
+    ("llmgw_gpu_nvlink_links_active", "nvlink_active", "NVLink links up."),
+)
+_CARD_OTHER = (
+    ("llmgw_gpu_info", "gauge", "1 per card; its facts as labels."),
+    ("llmgw_gpu_pstate", "gauge", "Performance state (0 is the fastest)."),
+    ("llmgw_gpu_throttled", "gauge", "1 for each clock throttle reason active, 0 if not."),
+    ("llmgw_gpu_foreign_processes", "gauge", "Processes on the card not this node's engines."),
+    ("llmgw_gpu_foreign_memory_bytes", "gauge", "Card memory those processes hold."),
+    ("llmgw_gpu_mig_mode", "gauge", "1 when the card is in MIG mode."),
+    ("llmgw_gpu_ecc_errors_total", "counter", "ECC errors by scope and kind."),
+    ("llmgw_gpu_remapped_rows", "gauge", "Memory rows remapped, by kind."),
+    ("llmgw_gpu_remap_pending", "gauge", "1 when a row remap waits for a reset."),
+    ("llmgw_gpu_remap_failed", "gauge", "1 when a row remap failed."),
+    ("llmgw_gpu_xid_errors_total", "counter", "Xid errors the agent saw, by code."),
+    ("llmgw_gpu_nvlink_errors_total", "counter", "NVLink error counters summed over links."),
+)
+_SHARD = (
+    ("llmgw_shard_cpu_cores", "gauge", "Cores an engine's processes use."),
+    ("llmgw_shard_resident_memory_bytes", "gauge", "Resident memory of an engine's processes."),
+)
+
+
+def _declare_all(f: Families) -> None:
+    for name, kind, text in _NODE:
+        f.declare(name, kind, text)
+    for name, _key, _scale, text in _CARD_FIGURES:
+        f.declare(name, "gauge" if not name.endswith("_total") else "counter", text)
+    for name, _key, text in _HEALTH:
+        f.declare(name, "gauge", text)
+    for name, kind, text in (*_CARD_OTHER, *_SHARD):
+        f.declare(name, kind, text)
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """What /metrics writes of one node, taken on the event loop so the text can be
+    written in a worker thread while heartbeats go on changing the registry."""
+
+    id: str
+    up: bool
+    last_seen: float | None
+    facts: dict[str, Any]  # facts with the latest live figures over them
+    usage: dict[str, dict[str, Any]]
+    sources: dict[str, str | None]  # replica -> what it serves
+
+    @classmethod
+    def of(cls, view: NodeView) -> NodeSnapshot:
+        return cls(
+            id=view.id,
+            up=view.state == NodeState.READY,
+            last_seen=view.last_seen,
+            facts={**view.facts, **view.live},
+            usage=dict(view.usage),
+            sources={r: s.source for r, s in view.shards.items()},
+        )
+
+
+def _node(f: Families, view: NodeSnapshot, kind_of: Callable[[str], str]) -> None:
+    facts = view.facts
+    node = f'node="{_esc(view.id)}"'
+    f.add("llmgw_node_cpu_utilization_ratio", node, facts.get("cpu_percent"), 0.01)
+    load = facts.get("load")
+    if isinstance(load, list) and len(load) == 3:
+        for name, value in zip(("load1", "load5", "load15"), load, strict=True):
+            f.add(f"llmgw_node_{name}", node, value)
+    f.add("llmgw_node_cpus", node, facts.get("cpu_count"))
+    total, available = _num(facts.get("memory_total")), _num(facts.get("memory_available"))
+    f.add("llmgw_node_memory_total_bytes", node, total)
+    f.add("llmgw_node_memory_available_bytes", node, available)
+    if total is not None and available is not None:
+        f.add("llmgw_node_memory_used_bytes", node, total - available)
+    vitals = facts.get("vitals") or {}
+    for family, key, label in (
+        ("llmgw_node_cpu_temperature_celsius", "cpu_temperatures", "sensor"),
+        ("llmgw_node_board_temperature_celsius", "board_temperatures", "sensor"),
+        ("llmgw_node_cpu_power_watts", "cpu_power", "package"),
+    ):
+        for sensor, value in sorted((vitals.get(key) or {}).items()):
+            f.add(family, f'{node},{label}="{_esc(sensor)}"', value)
+    for disk in facts.get("disks") or []:
+        where = f'{node},path="{_esc(disk.get("path", ""))}"'
+        f.add("llmgw_node_disk_total_bytes", where, disk.get("total"))
+        f.add("llmgw_node_disk_free_bytes", where, disk.get("free"))
+    kinds: dict[str, int] = {}
+    for warning in [*facts.get("warnings", []), *facts.get("health_warnings", [])]:
+        kind = kind_of(str(warning))
+        kinds[kind] = kinds.get(kind, 0) + 1
+    for kind, n in sorted(kinds.items()):
+        f.add("llmgw_node_warnings", f'{node},kind="{_esc(kind)}"', n)
+    health = {h.get("uuid"): h for h in facts.get("gpu_health") or [] if isinstance(h, dict)}
+    cuda = facts.get("cuda_version")
+    cards_seen: set[str] = set()
+    for gpu in facts.get("gpus") or []:
+        if isinstance(gpu, dict):
+            card = str(gpu.get("mig_parent") or gpu.get("uuid"))
+            first = card not in cards_seen
+            cards_seen.add(card)
+            _card(f, view.id, gpu, health.get(card) if first else None, cuda, first)
+    for replica, usage in sorted(view.usage.items()):
+        model = view.sources.get(replica)
+        where = _labels({"node": view.id, "replica": replica, "model": model or ""})
+        cpu = _num(usage.get("cpu_percent"))
+        f.add("llmgw_shard_cpu_cores", where, None if cpu is None else cpu / 100)
+        f.add("llmgw_shard_resident_memory_bytes", where, usage.get("rss"))
+
+
+def _card(
+    f: Families,
+    node: str,
+    gpu: dict[str, Any],
+    health: dict[str, Any] | None,
+    cuda: Any,
+    whole_card: bool = True,
+) -> None:
+    """One card's samples; a MIG instance after its card's first writes only its own
+    figures (memory, work), not the card's temperature, power or clocks again."""
+    where = _labels(
+        {
+            "node": node,
+            "gpu": gpu.get("index", ""),
+            "uuid": gpu.get("uuid", ""),
+            "model": gpu.get("mig_class") or gpu.get("name", ""),
+        }
+    )
+    info = {
+        "driver": gpu.get("driver") or "",
+        "cuda": cuda or "",
+        "compute_capability": gpu.get("compute_capability") or "",
+        "bus_id": gpu.get("bus_id") or "",
+    }
+    f.add("llmgw_gpu_info", f"{where},{_labels(info)}", 1)
+    for family, key, scale, _text in _CARD_FIGURES:
+        if whole_card or key not in CARD_WIDE_FIGURES:
+            f.add(family, where, gpu.get(key), scale)
+    if not whole_card:
+        return
+    pstate = gpu.get("pstate")
+    if isinstance(pstate, str) and pstate[1:].isdigit():
+        f.add("llmgw_gpu_pstate", where, int(pstate[1:]))
+    throttle = gpu.get("throttle")
+    if isinstance(throttle, list):
+        for reason in sorted({*THROTTLE_REASONS, *map(str, throttle)}):
+            f.add("llmgw_gpu_throttled", f'{where},reason="{reason}"', int(reason in throttle))
+    processes = gpu.get("processes")
+    if isinstance(processes, list):
+        f.add("llmgw_gpu_foreign_processes", where, len(processes))
+        held = [_num(p.get("memory")) for p in processes]
+        if all(m is not None for m in held):
+            f.add("llmgw_gpu_foreign_memory_bytes", where, sum(m or 0.0 for m in held))
+    mig = gpu.get("mig_mode")
+    if isinstance(mig, bool):
+        f.add("llmgw_gpu_mig_mode", where, int(mig))
+    if health is not None:
+        _health(f, where, health)
+
+
+def _health(f: Families, where: str, h: dict[str, Any]) -> None:
+    for scope in ("volatile", "aggregate"):
+        for kind in ("corrected", "uncorrected"):
+            f.add(
+                "llmgw_gpu_ecc_errors_total",
+                f'{where},scope="{scope}",kind="{kind}"',
+                h.get(f"ecc_{scope}_{kind}"),
+            )
+    for family, key, _text in _HEALTH:
+        f.add(family, where, h.get(key))
+    for kind in ("correctable", "uncorrectable"):
+        f.add("llmgw_gpu_remapped_rows", f'{where},kind="{kind}"', h.get(f"remapped_{kind}"))
+    for family, key in (
+        ("llmgw_gpu_remap_pending", "remap_pending"),
+        ("llmgw_gpu_remap_failed", "remap_failed"),
+    ):
+        if isinstance(h.get(key), bool):
+            f.add(family, where, int(h[key]))
+    for xid in h.get("xids") or []:
+        f.add("llmgw_gpu_xid_errors_total", f'{where},xid="{xid.get("code")}"', xid.get("count"))
+    for counter, n in sorted((h.get("nvlink_errors") or {}).items()):
+        f.add("llmgw_gpu_nvlink_errors_total", f'{where},counter="{_esc(counter)}"', n)
+
+
+def fleet_metrics(
+    nodes: Iterable[NodeView | NodeSnapshot],
+    kind_of: Callable[[str], str],
+    now: float | None = None,
+) -> list[str]:
+    """Prometheus text lines for every node; ``kind_of`` names a warning's kind. Give
+    snapshots (``NodeSnapshot.of``) to write them away from the event loop."""
+    now = time.time() if now is None else now
+    f = Families()
+    _declare_all(f)
+    snaps = [n if isinstance(n, NodeSnapshot) else NodeSnapshot.of(n) for n in nodes]
+    for view in sorted(snaps, key=lambda v: v.id):
+        f.add("llmgw_node_up", f'node="{_esc(view.id)}"', int(view.up))
+        if view.last_seen is None or now - view.last_seen > STALE:
+            continue
+        _node(f, view, kind_of)
+    return list(f.lines())
+
+
+def warning_kind(text: str) -> str:
+    """What a warning is about, by the word it leads with ("pcie: card 3 ..." -> "pcie")."""
+    head, sep, _ = text.partition(":")
+    word = head.strip().lower()
+    return word if sep and word and " " not in word and len(word) <= 20 else "other"
+
+
+def cluster_metrics(
+    models: Iterable[tuple[str, int, int]],
+    budgets: Iterable[tuple[str, str, int, int]],
+    joules_per_token: Mapping[tuple[str, str], float],
+) -> list[str]:
+    """Models' replicas wanted and Ready (name, desired, ready), each key's share of its
+    monthly budget used (id, name, tokens used, budget), and each replica's card energy
+    per answered token by (model, replica)."""
+    f = Families()
+    f.declare(
+        "llmgw_replica_joules_per_token",
+        "gauge",
+        "A replica's card energy over the tokens it answered, since this control plane started.",
+    )
+    for (model, replica), value in sorted(joules_per_token.items()):
+        f.add(
+            "llmgw_replica_joules_per_token", _labels({"model": model, "replica": replica}), value
+        )
+    f.declare("llmgw_model_replicas_wanted", "gauge", "Replicas a model should have now.")
+    f.declare("llmgw_model_replicas_ready", "gauge", "Replicas of a model Ready.")
+    f.declare("llmgw_key_budget_used_ratio", "gauge", "A key's tokens this month over its budget.")
+    for name, desired, ready in sorted(models):
+        where = f'model="{_esc(name)}"'
+        f.add("llmgw_model_replicas_wanted", where, desired)
+        f.add("llmgw_model_replicas_ready", where, ready)
+    for key_id, name, used, budget in sorted(budgets):
+        if budget > 0:
+            where = _labels({"key": key_id, "name": name})
+            f.add("llmgw_key_budget_used_ratio", where, used / budget)
+    return list(f.lines())

@@ -1,0 +1,286 @@
+"""A bounded history of every node's and card's figures: the last hour at 10 s steps.
+
+Each node keeps a ring of ``span / step`` slots (360 for an hour at 10 s); slot ``s``
+covers ``[s * step, (s + 1) * step)`` and lives at position ``s % slots``. A heartbeat
+writes into the slot of its time, so one point is kept per slot and a later heartbeat in
+the same slot overwrites the figures it read (a figure it did not read leaves the earlier
+one of that slot). Slots in which a node was silent are cleared when the ring moves past
+them, so they read as "not read" (``null``), never as 0.
+
+Memory: the rings are preallocated ``array.array`` blocks, not Python floats.
+
+* float32 (``'f'``, NaN = not read): node CPU %, node memory used and total; card
+  SM active, power, memory used and total;
+* one byte (``'B'``, 255 = not read): the two figures that are whole numbers by nature,
+  card busy (``utilization``, %) and temperature (°C, 0..254), rounded.
+
+Memory figures are stored as whole MiB in float32, which holds every integer up to
+2**24 MiB (16 TiB) exactly; bytes come back as ints, exact to the MiB (a float32 of
+bytes would lose precision above 16 MiB).
+
+Per slot that is 12 bytes for the node and 18 bytes per card, so a card costs
+360 * 18 = 6,480 bytes of ring and a node 4,320 plus its cards. Measured with tracemalloc
+(``tests/server/fleet/test_history.py``, 100 nodes x 8 cards), a node with 8 cards
+costs 59,292 bytes with every object counted; the test asserts under 62,000, so 5,000
+nodes x 8 cards take under 310 MB (about 296 MB).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MIB = 2**20
+MAX_CARDS = 64
+# Byte columns: "not read".
+BYTE_NONE = 255
+NAN = math.nan
+
+# Float32 columns of a node's ring, and of a card's; byte columns of a card's.
+NODE_FLOATS = ("cpu_percent", "memory_used", "memory_total")
+CARD_FLOATS = ("sm_active", "memory_used", "memory_total", "power")
+CARD_BYTES = ("utilization", "temperature")
+# Decimals each float figure keeps in a series (float32 carries noise past them).
+DECIMALS = {"cpu_percent": 1, "sm_active": 3, "power": 1}
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return NAN
+    return float(value)
+
+
+def _mib(value: Any) -> float:
+    v = _float(value)
+    return v if math.isnan(v) else float(round(v / MIB))
+
+
+def _byte(value: Any) -> int:
+    v = _float(value)
+    return BYTE_NONE if math.isnan(v) else max(0, min(BYTE_NONE - 1, round(v)))
+
+
+class _Card:
+    __slots__ = ("bytes_", "floats", "index", "last_slot", "name", "uuid")
+
+    def __init__(self, uuid: str, floats: array[float], bytes_: array[int]) -> None:
+        self.uuid = uuid
+        self.index: int | None = None
+        self.name: str | None = None
+        self.last_slot = -1
+        self.floats = array("f", floats)
+        self.bytes_ = array("B", bytes_)
+
+
+class _Node:
+    __slots__ = ("cards", "floats", "last_slot")
+
+    def __init__(self, floats: array[float]) -> None:
+        self.last_slot = -1
+        self.floats = array("f", floats)
+        self.cards: dict[str, _Card] = {}
+
+
+class FleetHistory:
+    """Per node, the last ``span`` seconds of figures at ``step`` second slots."""
+
+    def __init__(self, step: float = 10.0, span: float = 3600.0) -> None:
+        if step <= 0 or span < step:
+            raise ValueError("history needs step > 0 and span >= step")
+        self.step = step
+        self.span = span
+        self.slots = int(round(span / step))
+        n = self.slots
+        # Templates copied into every new ring, and the blank a reset copies from.
+        self._node_blank = array("f", [NAN]) * (len(NODE_FLOATS) * n)
+        self._card_blank_f = array("f", [NAN]) * (len(CARD_FLOATS) * n)
+        self._card_blank_b = array("B", [BYTE_NONE]) * (len(CARD_BYTES) * n)
+        self._nodes: dict[str, _Node] = {}
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._nodes
+
+    def _slot(self, now: float) -> int:
+        return math.floor(now / self.step)
+
+    def _clear(self, node: _Node, first: int, last: int) -> None:
+        """Blank the slots ``first..last`` (inclusive) of the node and its cards."""
+        n = self.slots
+        if last - first + 1 >= n:
+            node.floats[:] = self._node_blank
+            for card in node.cards.values():
+                card.floats[:] = self._card_blank_f
+                card.bytes_[:] = self._card_blank_b
+            return
+        cards = list(node.cards.values())
+        for s in range(first, last + 1):
+            p = s % n
+            for c in range(len(NODE_FLOATS)):
+                node.floats[c * n + p] = NAN
+            for card in cards:
+                for c in range(len(CARD_FLOATS)):
+                    card.floats[c * n + p] = NAN
+                for c in range(len(CARD_BYTES)):
+                    card.bytes_[c * n + p] = BYTE_NONE
+
+    def _advance(self, node: _Node, slot: int) -> None:
+        if node.last_slot >= 0:
+            self._clear(node, node.last_slot + 1, slot)
+        else:
+            node.floats[:] = self._node_blank
+        node.last_slot = slot
+        # A card not seen for a whole span has no point left: it ages out.
+        oldest = slot - self.slots
+        for uuid in [u for u, c in node.cards.items() if c.last_slot <= oldest]:
+            del node.cards[uuid]
+
+    def _card(self, node: _Node, uuid: str, slot: int) -> _Card | None:
+        card = node.cards.get(uuid)
+        if card is not None:
+            return card
+        if len(node.cards) >= MAX_CARDS:
+            # Full: make room by the card seen longest ago, unless every card is current.
+            stalest = min(node.cards.values(), key=lambda c: c.last_slot)
+            if stalest.last_slot >= slot:
+                return None
+            del node.cards[stalest.uuid]
+        card = _Card(uuid, self._card_blank_f, self._card_blank_b)
+        node.cards[card.uuid] = card
+        return card
+
+    def record(
+        self,
+        node_id: str,
+        now: float,
+        cpu_percent: float | None,
+        memory_total: int | None,
+        memory_available: int | None,
+        gpus: Sequence[Mapping[str, Any]],
+    ) -> None:
+        """Keep a heartbeat's figures in the slot of ``now``. Any figure may be None (not
+        read); a gpu mapping has the wire's keys (``uuid``, ``index``, ``name``,
+        ``utilization``, ``sm_active``, ``memory_used``, ``memory_total``, ``power``,
+        ``temperature``), each of which may be absent. Cards are keyed by uuid (by
+        ``index`` when a card has none), at most 64 per node."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            node = self._nodes[node_id] = _Node(self._node_blank)
+        slot = self._slot(now)
+        n = self.slots
+        if slot > node.last_slot:
+            self._advance(node, slot)
+        elif slot <= node.last_slot - n:
+            return  # older than the ring holds
+        p = slot % n
+        total = _float(memory_total)
+        available = _float(memory_available)
+        used = total - available
+        node_values = (_float(cpu_percent), used, total)
+        for c, value in enumerate(node_values):
+            if c > 0:
+                value = NAN if math.isnan(value) else float(round(value / MIB))
+            if not math.isnan(value):
+                node.floats[c * n + p] = value
+        for gpu in gpus:
+            uuid = gpu.get("uuid")
+            if not isinstance(uuid, str) or not uuid:
+                index = gpu.get("index")
+                if not isinstance(index, int):
+                    continue
+                uuid = f"index:{index}"
+            card = self._card(node, uuid, slot)
+            if card is None:
+                continue
+            card.last_slot = max(card.last_slot, slot)
+            index = gpu.get("index")
+            if isinstance(index, int):
+                card.index = index
+            name = gpu.get("name")
+            if isinstance(name, str):
+                card.name = sys.intern(name)
+            floats = (
+                _float(gpu.get("sm_active")),
+                _mib(gpu.get("memory_used")),
+                _mib(gpu.get("memory_total")),
+                _float(gpu.get("power")),
+            )
+            for c, value in enumerate(floats):
+                if not math.isnan(value):
+                    card.floats[c * n + p] = value
+            for c, key in enumerate(CARD_BYTES):
+                byte = _byte(gpu.get(key))
+                if byte != BYTE_NONE:
+                    card.bytes_[c * n + p] = byte
+
+    def forget(self, node_id: str) -> None:
+        self._nodes.pop(node_id, None)
+
+    def series(
+        self, node_id: str, minutes: float = 60, now: float | None = None
+    ) -> dict[str, Any] | None:
+        """The last ``minutes`` (1..span) of a node, columnar, oldest slot first: ``t``
+        holds each slot's start in epoch seconds and every figure one value per slot,
+        ``None`` where it was not read. Memory in bytes (ints, exact to the MiB). None
+        for a node never recorded (or forgotten)."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return None
+        minutes = max(1.0, min(self.span / 60, float(minutes)))
+        count = max(1, min(self.slots, int(round(minutes * 60 / self.step))))
+        end = self._slot(time.time() if now is None else now)
+        first = end - count + 1
+        n = self.slots
+        # Positions in the ring of each slot wanted; None where it holds no such slot.
+        oldest = node.last_slot - n + 1
+        positions = [
+            s % n if oldest <= s <= node.last_slot else None for s in range(first, end + 1)
+        ]
+        step: float | int = int(self.step) if float(self.step).is_integer() else self.step
+        t = [s * step for s in range(first, end + 1)]
+
+        def floats(ring: array[float], column: int, key: str) -> list[Any]:
+            base = column * n
+            decimals = DECIMALS.get(key)
+            out: list[Any] = []
+            for p in positions:
+                v = NAN if p is None else ring[base + p]
+                if math.isnan(v):
+                    out.append(None)
+                elif decimals is None:  # memory: whole MiB
+                    out.append(int(v) * MIB)
+                else:
+                    out.append(round(v, decimals))
+            return out
+
+        def byte_values(ring: array[int], column: int) -> list[int | None]:
+            base = column * n
+            out: list[int | None] = []
+            for p in positions:
+                v = BYTE_NONE if p is None else ring[base + p]
+                out.append(None if v == BYTE_NONE else v)
+            return out
+
+        result: dict[str, Any] = {"node": node_id, "step_seconds": step, "t": t}
+        for c, key in enumerate(NODE_FLOATS):
+            result[key] = floats(node.floats, c, key)
+        cards = sorted(
+            (c for c in node.cards.values() if c.last_slot >= first),
+            key=lambda c: (c.index is None, c.index or 0, c.uuid),
+        )
+        gpus: list[dict[str, Any]] = []
+        for card in cards:
+            entry: dict[str, Any] = {"uuid": card.uuid, "index": card.index, "name": card.name}
+            entry["utilization"] = byte_values(card.bytes_, CARD_BYTES.index("utilization"))
+            for c, key in enumerate(CARD_FLOATS):
+                entry[key] = floats(card.floats, c, key)
+            entry["temperature"] = byte_values(card.bytes_, CARD_BYTES.index("temperature"))
+            gpus.append(entry)
+        result["gpus"] = gpus
+        return result

@@ -1,0 +1,133 @@
+"""The fleet on /metrics: names, units, labels, absent figures and stale nodes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from llmgw.server.fleet.exposition import cluster_metrics, fleet_metrics, warning_kind
+from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.messages import ShardStatus
+from llmgw.wire.states import NodeState, ShardState
+
+NOW = 1_800_000_000.0
+GPU = {
+    "index": 0,
+    "uuid": "GPU-a",
+    "name": "NVIDIA H100 80GB HBM3",
+    "driver": "580.105.08",
+    "utilization": 87,
+    "memory_total": 85 * 2**30,
+    "memory_used": 2**30,
+    "temperature": 61,
+    "power": 512.5,
+    "power_limit": 700.0,
+    "energy": 123456.789,
+    "sm_clock": 1980,
+    "pstate": "P0",
+    "throttle": ["sw_power_cap"],
+    "pcie_gen": 5,
+    "pcie_width": 8,
+    "pcie_gen_max": 5,
+    "pcie_width_max": 16,
+    "processes": [{"pid": 7, "name": "python", "memory": 2**20}],
+}
+HEALTH = {
+    "uuid": "GPU-a",
+    "index": 0,
+    "ecc_volatile_uncorrected": 1,
+    "ecc_aggregate_corrected": 12,
+    "remap_pending": True,
+    "xids": [{"code": 79, "count": 2, "last": NOW - 60}],
+    "nvlink_links": 18,
+    "nvlink_active": 17,
+    "nvlink_errors": {"replay": 3},
+}
+
+
+def view(node_id: str, last_seen: float, **live: object) -> NodeView:
+    v = NodeView(id=node_id, cert_serial=1, state=NodeState.READY, last_seen=last_seen)
+    v.facts = {"cpu_count": 64, "memory_total": 512 * 2**30, "gpus": [GPU], "cuda_version": "13.0"}
+    v.live = {
+        "cpu_percent": 25.0,
+        "memory_available": 500 * 2**30,
+        "load": [1.5, 1.0, 0.5],
+        "gpu_health": [HEALTH],
+        "vitals": {"cpu_temperatures": {"package0": 55.0}, "cpu_power": {"package0": 180.2}},
+        "health_warnings": ["pcie: card 0 runs at x8 Gen5. Fix: reseat it"],
+        **live,
+    }
+    v.shards = {"r1": ShardStatus("r1", ShardState.READY, source="hf:org/model", cards=["GPU-a"])}
+    v.usage = {"r1": {"replica_id": "r1", "cpu_percent": 150.0, "rss": 3 * 2**30}}
+    return v
+
+
+def sample(text: str, name: str, *labels: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(label in line for label in labels):
+            return line.rsplit(" ", 1)[1]
+    return None
+
+
+def test_families_units_and_labels() -> None:
+    text = "\n".join(fleet_metrics([view("n1", NOW - 5)], warning_kind, now=NOW)) + "\n"
+    card = 'node="n1",gpu="0",uuid="GPU-a",model="NVIDIA H100 80GB HBM3"'
+    assert sample(text, "llmgw_gpu_busy_ratio", card) == "0.87"
+    assert sample(text, "llmgw_gpu_sm_clock_hertz", card) == "1980000000"
+    assert sample(text, "llmgw_gpu_energy_joules_total", card) == "123456.789"
+    assert sample(text, "llmgw_gpu_throttled", 'reason="sw_power_cap"') == "1"
+    assert sample(text, "llmgw_gpu_throttled", 'reason="hw_slowdown"') == "0"
+    assert sample(text, "llmgw_gpu_ecc_errors_total", 'scope="volatile",kind="uncorrected"') == "1"
+    # Counts the card did not give are absent, not 0.
+    assert sample(text, "llmgw_gpu_ecc_errors_total", 'scope="volatile",kind="corrected"') is None
+    assert sample(text, "llmgw_gpu_fan_ratio") is None
+    assert sample(text, "llmgw_gpu_memory_temperature_celsius") is None
+    assert sample(text, "llmgw_gpu_xid_errors_total", 'xid="79"') == "2"
+    assert sample(text, "llmgw_gpu_nvlink_errors_total", 'counter="replay"') == "3"
+    assert sample(text, "llmgw_gpu_remap_pending") == "1"
+    assert sample(text, "llmgw_gpu_foreign_memory_bytes") == str(2**20)
+    assert sample(text, "llmgw_gpu_info", 'cuda="13.0"', 'driver="580.105.08"') == "1"
+    assert sample(text, "llmgw_node_memory_used_bytes", 'node="n1"') == str(12 * 2**30)
+    assert sample(text, "llmgw_node_cpu_utilization_ratio") == "0.25"
+    assert sample(text, "llmgw_node_cpu_power_watts", 'package="package0"') == "180.2"
+    assert sample(text, "llmgw_node_warnings", 'kind="pcie"') == "1"
+    assert sample(text, "llmgw_shard_cpu_cores", 'replica="r1"', 'model="hf:org/model"') == "1.5"
+    assert text.count("# TYPE llmgw_gpu_busy_ratio gauge") == 1
+
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+    )
+    assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
+
+
+def test_a_silent_node_has_only_its_up_sample() -> None:
+    quiet = view("n2", NOW - 61)
+    quiet.state = NodeState.NOT_READY
+    text = "\n".join(fleet_metrics([view("n1", NOW), quiet], warning_kind, now=NOW))
+    assert sample(text, "llmgw_node_up", 'node="n2"') == "0"
+    assert sample(text, "llmgw_node_up", 'node="n1"') == "1"
+    assert not [line for line in text.splitlines() if 'node="n2"' in line and "_up{" not in line]
+
+
+def test_cluster_families() -> None:
+    text = "\n".join(
+        cluster_metrics(
+            [("m", 3, 2)],
+            [("k1", "alice", 90, 100), ("k2", "bob", 5, 0)],
+            {("m", "r1"): 2.5},
+        )
+    )
+    assert sample(text, "llmgw_model_replicas_wanted", 'model="m"') == "3"
+    assert sample(text, "llmgw_model_replicas_ready", 'model="m"') == "2"
+    assert sample(text, "llmgw_key_budget_used_ratio", 'key="k1"') == "0.9"
+    assert sample(text, "llmgw_key_budget_used_ratio", 'key="k2"') is None
+    assert sample(text, "llmgw_replica_joules_per_token", 'replica="r1"') == "2.5"
+
+
+def test_warning_kind() -> None:
+    assert warning_kind("pcie: card 1 runs at x8") == "pcie"
+    assert warning_kind("NVML: could not start") == "nvml"
+    assert warning_kind("no colon here") == "other"
+    assert warning_kind("two words: here") == "other"
