@@ -13,8 +13,10 @@ BIN := $(VENV)/bin
 # etcd service the package enables is stopped and disabled when `apt` installs it.
 # keepalived, nftables: tests/e2e/test_vip.py runs keepalived in two network namespaces
 # (the package's service starts only once /etc/keepalived/keepalived.conf exists).
+# prometheus: promtool checks /metrics and the shipped rules; a test runs the server
+# itself on a port of its own (the package's service is stopped and disabled).
 APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux \
-	postgresql-15 etcd-server etcd-client patroni keepalived nftables
+	postgresql-15 etcd-server etcd-client patroni keepalived nftables prometheus
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all demo test check apt venv zipapp bench clean llama-server
@@ -31,6 +33,9 @@ apt:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
 	  case " $$missing " in *" etcd-server "*) [ ! -d /run/systemd/system ] || \
 	    $(SUDO) systemctl disable --now etcd.service >/dev/null 2>&1 || true;; esac; \
+	  case " $$missing " in *" prometheus "*) [ ! -d /run/systemd/system ] || \
+	    $(SUDO) systemctl disable --now prometheus.service prometheus-node-exporter.service \
+	    >/dev/null 2>&1 || true;; esac; \
 	fi
 
 $(BIN)/python:

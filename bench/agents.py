@@ -19,11 +19,20 @@ enrolled nodes, so the figures stand side by side:
 - ``heartbeat``: heartbeats every ``--heartbeat`` seconds and HTTP/2 PINGs every
   ``--ping`` seconds, the defaults an agent runs with.
 - ``no-ping`` (optional): heartbeats as above, PINGs off, to split the two costs.
+- ``nogpu`` and ``gpu`` (optional, ``--phases nogpu,gpu``): nodes without cards (the
+  ``heartbeat`` phase under another name) and nodes with ``--gpus`` cards each, every
+  figure of every card moving a little each heartbeat, the node's vitals each heartbeat,
+  the cards' health (``GpuHealth``) a minute apart and the node's health warnings once
+  (``SimFacts``). The table gives the bytes of one encoded Heartbeat frame with and
+  without the health; the gpu phase also times one ``/metrics`` scrape after its window.
+
+Phases other than ``gpu`` report no cards.
 
 The simulated agents share the machine with the control plane: on a small machine they
 compete with it for CPU, and the table says how busy the machine was.
 
     .venv/bin/python bench/agents.py --agents 100,1000,5000 --window 30
+    .venv/bin/python bench/agents.py --agents 1000 --phases nogpu,gpu --gpus 8
 """
 
 from __future__ import annotations
@@ -58,14 +67,26 @@ import psutil
 import yaml
 
 from llmgw import pki
+from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.identity import enroll
 from llmgw.agent.session import AgentSession, SessionEnded, SessionSettings
 from llmgw.client.admin import AdminClient
 from llmgw.wire import HostFacts
-from llmgw.wire.messages import GPU, Disk
+from llmgw.wire.messages import (
+    GPU,
+    Disk,
+    GpuHealth,
+    GpuProcess,
+    Heartbeat,
+    NodeVitals,
+    XidSeen,
+    encode_message,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 SILENT = 3600.0  # an interval long enough that nothing is sent within a window
+HEALTH_EVERY = 60.0  # seconds between a real agent's slow card figures (GpuHealth)
+MIB = 1024**2
 GIB = 1024**3
 
 
@@ -76,27 +97,117 @@ class BenchError(RuntimeError):
 # --- the simulated agents (worker processes) ---------------------------------------------
 
 
-class FixedFacts:
-    """A FactSource that reads nothing: the same host facts and live figures every time."""
+class SimFacts:
+    """A FactSource that reads nothing: the same host facts every time and, with cards,
+    card figures that move a little every beat, as a real agent's do.
 
-    def __init__(self, gpus: int) -> None:
+    One per agent session. With ``gpus`` > 0 each heartbeat carries every card with
+    every figure ``GPU`` has (new objects each beat, so nothing is shared or cached by
+    identity), the node's vitals, the cards' slow figures (``GpuHealth``) on the first
+    beat and every ``health_every`` beats after (a minute's worth at the bench's
+    heartbeat interval), and the node's health warnings once, on the first beat. With
+    none it sends what the ``heartbeat`` phase always sent: memory, CPU, load, disks.
+    """
+
+    def __init__(
+        self, gpus: int, health_every: int = 12, interval: float = 5.0, seed: int | str = 0
+    ) -> None:
+        self.rng = random.Random(seed)
+        self.health_every = max(1, health_every)
+        self.interval = interval
+        self.beat = 0
         self.disks = [
             Disk(path="/", fstype="ext4", total=512 * GIB, free=300 * GIB),
             Disk(path="/var/lib/llmgw", fstype="xfs", total=4096 * GIB, free=2048 * GIB),
         ]
-        self.gpus = [
-            GPU(
-                index=i,
-                uuid=f"GPU-00000000-0000-0000-0000-{i:012d}",
-                name="NVIDIA H100 80GB HBM3",
-                memory_total=80 * GIB,
-                memory_used=61 * GIB,
-                utilization=87,
-                compute_capability="9.0",
-                driver="550.54.15",
-            )
-            for i in range(gpus)
-        ]
+        self.ncards = gpus
+        # Joules since the driver loaded: counts up by power x interval, as a real one.
+        self.energy = [3.2e9 + 1e7 * i + self.rng.uniform(0, 1e6) for i in range(gpus)]
+        self.ecc_corrected = [self.rng.randint(0, 3) for _ in range(gpus)]
+        self.gpus = [self._card(i) for i in range(gpus)]  # for Register
+
+    def _card(self, i: int) -> GPU:
+        rng = self.rng
+        power = round(rng.uniform(560.0, 695.0), 3)
+        self.energy[i] += power * self.interval
+        return GPU(
+            index=i,
+            uuid=_uuid(i),
+            name="NVIDIA H100 80GB HBM3",
+            memory_total=81559 * MIB,
+            memory_used=(62000 + rng.randint(-64, 64)) * MIB,
+            utilization=rng.randint(80, 99),
+            compute_capability="9.0",
+            driver="550.54.15",
+            bus_id=f"00000000:{_BUSES[i % len(_BUSES)]}:00.0",
+            memory_utilization=rng.randint(30, 60),
+            temperature=rng.randint(55, 70),
+            memory_temperature=rng.randint(60, 75),
+            power=power,
+            power_limit=700.0,
+            energy=round(self.energy[i], 3),
+            sm_clock=rng.randint(1755, 1980),
+            memory_clock=2619,
+            fan=rng.randint(30, 40),  # an SXM card has none; filled to count every figure
+            pstate="P0",
+            throttle=["sw_power_cap"] if power > 690.0 else [],
+            pcie_gen=5,
+            # One card on a link narrower than it can take: a health warning to send.
+            pcie_width=8 if i == 5 else 16,
+            pcie_gen_max=5,
+            pcie_width_max=16,
+            sm_active=round(rng.uniform(0.6, 0.9), 4),
+            sm_occupancy=round(rng.uniform(0.3, 0.5), 4),
+            tensor_active=round(rng.uniform(0.3, 0.6), 4),
+            dram_active=round(rng.uniform(0.4, 0.7), 4),
+            processes=[GpuProcess(pid=41000 + i, name="python3", memory=512 * MIB)],
+            mig_mode=False,  # mig_parent, mig_profile, mig_class: a MIG instance's only
+        )
+
+    def _health(self, i: int, now: float) -> GpuHealth:
+        self.ecc_corrected[i] += self.rng.randint(0, 1)
+        return GpuHealth(
+            uuid=_uuid(i),
+            index=i,
+            persistence_mode=True,
+            ecc_mode=True,
+            ecc_volatile_corrected=self.ecc_corrected[i],
+            ecc_volatile_uncorrected=0,
+            ecc_aggregate_corrected=self.ecc_corrected[i] + 40,
+            ecc_aggregate_uncorrected=0,
+            retired_pages=0,
+            retired_pending=False,
+            remapped_correctable=0,
+            remapped_uncorrectable=0,
+            remap_pending=False,
+            remap_failed=False,
+            # One card saw an Xid lately; the others none.
+            xids=[XidSeen(code=13, count=1, last=now - 600, meaning="Graphics Engine Exception")]
+            if i == 0
+            else [],
+            nvlink_links=18,
+            nvlink_active=18,
+            nvlink_errors={
+                "crc_flit": self.rng.randint(0, 5),
+                "crc_data": 0,
+                "replay": self.rng.randint(0, 2),
+                "recovery": 0,
+            },
+        )
+
+    def _vitals(self) -> NodeVitals:
+        rng = self.rng
+        return NodeVitals(
+            cpu_temperatures={
+                "package0": round(rng.uniform(48, 56), 1),
+                "package1": round(rng.uniform(48, 56), 1),
+            },
+            board_temperatures={"acpitz": round(rng.uniform(28, 32), 1), "nvme0": 38.0},
+            cpu_power={
+                "package-0": round(rng.uniform(180, 240), 3),
+                "package-1": round(rng.uniform(180, 240), 3),
+            },
+        )
 
     async def facts(self, hostname: str) -> HostFacts:
         return HostFacts(
@@ -115,16 +226,73 @@ class FixedFacts:
             disks=list(self.disks),
             gpus=list(self.gpus),
             gpu_source="nvml" if self.gpus else None,
+            cuda_version="12.4" if self.gpus else None,
         )
 
     async def live(self) -> FixedLive:
+        return self.next_live()
+
+    def next_live(self) -> FixedLive:
+        """The next heartbeat's figures."""
+        beat, self.beat = self.beat, self.beat + 1
+        if not self.ncards:
+            return FixedLive(
+                memory_available=512 * GIB,
+                cpu_percent=12.5,
+                load=[3.1, 2.9, 2.7],
+                disks=list(self.disks),
+                gpus=None,
+            )
+        rng = self.rng
+        now = time.time()
+        gpus = [self._card(i) for i in range(self.ncards)]
+        health = None
+        if beat % self.health_every == 0:
+            health = [self._health(i, now) for i in range(self.ncards)]
         return FixedLive(
-            memory_available=512 * GIB,
-            cpu_percent=12.5,
-            load=[3.1, 2.9, 2.7],
+            memory_available=(512 + rng.randint(-4, 4)) * GIB,
+            cpu_percent=round(rng.uniform(10.0, 15.0), 1),
+            load=[round(rng.uniform(2.5, 3.5), 2) for _ in range(3)],
             disks=list(self.disks),
-            gpus=list(self.gpus) if self.gpus else None,
+            gpus=gpus,
+            gpu_health=health,
+            vitals=self._vitals(),
+            health_warnings=card_warnings(gpus, health, now) if beat == 0 and health else None,
         )
+
+
+_BUSES = ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB")
+
+
+def _uuid(i: int) -> str:
+    return f"GPU-00000000-0000-0000-0000-{i:012d}"
+
+
+def heartbeat_frames(gpus: int, health_every: int) -> dict[str, int]:
+    """Bytes of one encoded Heartbeat frame: the first (cards' health and the node's
+    warnings), a plain one, and one with the minute's health."""
+    source = SimFacts(gpus, health_every)
+    sizes: dict[str, int] = {}
+    for beat in range(health_every + 1):
+        live = source.next_live()
+        frame = encode_message(
+            Heartbeat(
+                seq=1000 + beat,
+                memory_available=live.memory_available,
+                cpu_percent=live.cpu_percent,
+                load=live.load,
+                disks=live.disks,
+                gpus=live.gpus,
+                gpu_health=live.gpu_health,
+                vitals=live.vitals,
+                health_warnings=live.health_warnings,
+            )
+        )
+        kind = "first" if beat == 0 else "health" if live.gpu_health else "plain"
+        sizes.setdefault(kind, len(frame))
+    sizes.setdefault("plain", sizes.get("health", sizes["first"]))
+    sizes.setdefault("health", sizes["plain"])
+    return sizes
 
 
 @dataclass
@@ -136,6 +304,9 @@ class FixedLive:
     load: list[float] | None
     disks: list[Disk] | None
     gpus: list[GPU] | None
+    gpu_health: list[GpuHealth] | None = None
+    vitals: NodeVitals | None = None
+    health_warnings: list[str] | None = None
 
 
 @dataclass
@@ -149,10 +320,9 @@ class SimAgent:
 class Worker:
     """One process's share of the agents, driven by commands from the benchmark."""
 
-    def __init__(self, conn: Connection, node_ids: list[str], root: Path, gpus: int) -> None:
+    def __init__(self, conn: Connection, node_ids: list[str], root: Path) -> None:
         self.conn = conn
         self.agents = [SimAgent(n, root / n) for n in node_ids]
-        self.source = FixedFacts(gpus)
         self.tasks: list[asyncio.Task[None]] = []
         self.ended = 0
         self.reasons: list[str] = []
@@ -209,29 +379,47 @@ class Worker:
         }
 
     async def cmd_connect(
-        self, address: str, ramp: float, offset: float, heartbeat: float, ping: float
+        self,
+        address: str,
+        ramp: float,
+        offset: float,
+        heartbeat: float,
+        ping: float,
+        gpus: int,
+        health_every: int,
     ) -> dict[str, Any]:
-        """Start every agent's stream, spread evenly over ``ramp`` seconds."""
+        """Start every agent's stream, spread evenly over ``ramp`` seconds; each reports
+        ``gpus`` cards, their health every ``health_every`` heartbeats."""
         await self.cmd_disconnect()
         if any(a.tls is None for a in self.agents):
             raise BenchError("connect before every agent is enrolled")
         n = len(self.agents)
         for i, agent in enumerate(self.agents):
             delay = ramp * (i + offset) / max(n, 1)
+            sim = (gpus, health_every, heartbeat)
             self.tasks.append(
-                asyncio.create_task(self._hold(agent, address, delay, heartbeat, ping))
+                asyncio.create_task(self._hold(agent, address, delay, heartbeat, ping, sim))
             )
         return {"started": n}
 
     async def _hold(
-        self, agent: SimAgent, address: str, delay: float, heartbeat: float, ping: float
+        self,
+        agent: SimAgent,
+        address: str,
+        delay: float,
+        heartbeat: float,
+        ping: float,
+        sim: tuple[int, int, float],
     ) -> None:
         """Keep one agent's stream up, reconnecting as a real agent would; count drops."""
         assert agent.tls is not None  # checked by cmd_connect
         await asyncio.sleep(delay)
         while True:
             settings = SessionSettings(heartbeat_interval=heartbeat, ping_interval=ping)
-            agent.session = AgentSession(agent.node_id, agent.tls, self.source, settings)
+            # A fresh source a session: a real agent's first beat after a (re)connect
+            # carries the cards' health and its warnings again.
+            source = SimFacts(*sim, seed=agent.node_id)
+            agent.session = AgentSession(agent.node_id, agent.tls, source, settings)
             try:
                 await agent.session.run(address)
             except SessionEnded as exc:
@@ -280,15 +468,15 @@ class Worker:
         return await self.cmd_disconnect()
 
 
-def worker_main(conn: Connection, node_ids: list[str], root: str, gpus: int) -> None:
+def worker_main(conn: Connection, node_ids: list[str], root: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the benchmark stops us, not Ctrl-C
-    asyncio.run(Worker(conn, node_ids, Path(root), gpus).serve())
+    asyncio.run(Worker(conn, node_ids, Path(root)).serve())
 
 
 class WorkerPool:
     """The worker processes, asked the same thing at once and answered within a deadline."""
 
-    def __init__(self, node_ids: list[str], count: int, root: Path, gpus: int) -> None:
+    def __init__(self, node_ids: list[str], count: int, root: Path) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
@@ -299,7 +487,7 @@ class WorkerPool:
             ours, theirs = ctx.Pipe()
             proc = ctx.Process(
                 target=worker_main,
-                args=(theirs, share, str(root), gpus),
+                args=(theirs, share, str(root)),
                 name=f"bench-agents-{i}",
                 daemon=True,
             )
@@ -417,14 +605,17 @@ class ControlPlaneProc:
         config["heartbeat_interval"] = float(seconds)
         path.write_text(yaml.safe_dump(config, sort_keys=False))
 
-    def start(self, timeout: float = 30) -> psutil.Process:
+    def start(self, timeout: float = 30, profile: str | None = None) -> psutil.Process:
+        """``server run``; with ``profile``, under cProfile, its stats written there when
+        it stops (SIGTERM ends it cleanly)."""
         self.runs += 1
         self.log = self.root / f"server-{self.runs}.log"
+        cmd = llmgw_cmd("server", "run", "--data-dir", str(self.data_dir), "--log-level", "warning")
+        if profile:
+            cmd[1:1] = ["-m", "cProfile", "-o", profile]
         with self.log.open("wb") as fh:
             self.proc = subprocess.Popen(
-                llmgw_cmd(
-                    "server", "run", "--data-dir", str(self.data_dir), "--log-level", "warning"
-                ),
+                cmd,
                 cwd=REPO,
                 stdin=subprocess.DEVNULL,
                 stdout=fh,
@@ -453,10 +644,14 @@ class ControlPlaneProc:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
 
     def api(self, path: str, *, auth: bool = True, timeout: float = 30) -> Any:
+        return json.loads(self.get(path, auth=auth, timeout=timeout))
+
+    def get(self, path: str, *, auth: bool = True, timeout: float = 30) -> bytes:
         headers = {"authorization": f"Bearer {self.admin_token}"} if auth else {}
         req = urllib.request.Request(f"http://{self.http}{path}", headers=headers)
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
+            body: bytes = resp.read()
+            return body
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -479,6 +674,7 @@ class Phase:
     server_heartbeat: float
     ping: float
     what: str
+    gpus: int = 0  # cards each node reports, every figure moving (SimFacts)
 
 
 @dataclass
@@ -502,6 +698,15 @@ class Result:
     drops: int = 0
     drop_reasons: list[str] = field(default_factory=list)
     recancelled: int = 0  # sessions that ignored the first cancel when stopped
+    gpus: int = 0
+    frame_bytes: int = 0  # one encoded Heartbeat frame, a plain beat
+    frame_health_bytes: int = 0  # one with the cards' health (every minute)
+    frame_first_bytes: int = 0  # a session's first: health and the node's warnings
+    metrics_seconds: float | None = None  # one /metrics scrape after the window
+    metrics_bytes: int | None = None
+    metrics_gpu_samples: int | None = None  # its llmgw_gpu_* sample lines
+    metrics_rss_mb: float | None = None  # the control plane's RSS just after it
+    profiled: bool = False  # the control plane ran under cProfile: CPU inflated
 
 
 def _cpu_seconds(procs: Sequence[psutil.Process]) -> float:
@@ -570,8 +775,19 @@ def run_phase(
 ) -> None:
     """One phase on a fresh control plane; its result is kept even if clean-up fails."""
     cp.set_heartbeat_interval(phase.server_heartbeat)
-    server = cp.start()
-    result = Result(agents=n, phase=phase.name)
+    profile = args.profile if phase.gpus and args.profile else None
+    server = cp.start(profile=profile)
+    health_every = max(1, round(HEALTH_EVERY / args.heartbeat))
+    frames = heartbeat_frames(phase.gpus, health_every)
+    result = Result(
+        agents=n,
+        phase=phase.name,
+        gpus=phase.gpus,
+        frame_bytes=frames["plain"],
+        frame_health_bytes=frames["health"],
+        frame_first_bytes=frames["first"],
+        profiled=profile is not None,
+    )
     try:
         ramp = max(1.0, n / args.connect_rate)
         nworkers = len(workers.conns)
@@ -586,6 +802,8 @@ def run_phase(
                 "offset": i / nworkers,
                 "heartbeat": args.heartbeat,
                 "ping": phase.ping,
+                "gpus": phase.gpus,
+                "health_every": health_every,
             },
         )
         deadline = start + ramp + args.ready_timeout
@@ -631,6 +849,19 @@ def run_phase(
             f"  {phase.name}: CPU {result.cpu_core:.3f} core, RSS {result.rss_max_mb:.0f} MB, "
             f"{result.heartbeats_per_s:.0f} heartbeats/s, drops {result.drops}"
         )
+        if phase.gpus:  # after the window, so the scrape is not in its figures
+            t0 = time.monotonic()
+            body = cp.get("/metrics", timeout=120)
+            result.metrics_seconds = time.monotonic() - t0
+            result.metrics_bytes = len(body)
+            result.metrics_rss_mb = server.memory_info().rss / 1e6
+            result.metrics_gpu_samples = sum(
+                1 for line in body.split(b"\n") if line.startswith(b"llmgw_gpu_")
+            )
+            log(
+                f"  {phase.name}: /metrics in {result.metrics_seconds:.3f} s, "
+                f"{result.metrics_bytes:,} bytes, {result.metrics_gpu_samples:,} llmgw_gpu_ samples"
+            )
         results.append(asdict(result))
     finally:
         try:
@@ -671,7 +902,7 @@ def bench_n(n: int, args: argparse.Namespace, phases: list[Phase], out: dict[str
     try:
         cp.init()
         node_ids = [f"bench-{i:05d}" for i in range(n)]
-        workers = WorkerPool(node_ids, args.workers, root / "agents", args.gpus)
+        workers = WorkerPool(node_ids, args.workers, root / "agents")
         cp.set_heartbeat_interval(args.heartbeat)
         cp.start()
         log(f"{n} agents: enrolling ({len(workers.conns)} workers)")
@@ -724,6 +955,53 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _gpu_lines(
+    n: int, plain: dict[str, Any] | None, gpu: dict[str, Any] | None, idle: dict[str, float] | None
+) -> list[str]:
+    """The gpu phase against the no-card one, its scrape, and the target (5,000 agents x
+    8 cards under one core and 1 GB), measured or extrapolated linearly in N."""
+    if gpu is None:
+        return []
+    lines = []
+    cards = f"{n:>6} agents x {gpu['gpus']} cards"
+    if gpu.get("profiled"):
+        lines.append(f"{cards}: the control plane ran under cProfile: its CPU is inflated")
+    if plain is not None:
+        extra = gpu["cpu_core"] - plain["cpu_core"]
+        rate = gpu["heartbeats_per_s"]
+        per_beat = f"{extra / rate * 1e6:.0f} us" if rate >= 1 else "-"
+        lines.append(
+            f"{cards}, gpu vs {plain['phase']}: CPU {gpu['cpu_core']:.3f} / "
+            f"{plain['cpu_core']:.3f} core (+{extra:.3f}), RSS {gpu['rss_max_mb']:.0f} / "
+            f"{plain['rss_max_mb']:.0f} MB (+{gpu['rss_max_mb'] - plain['rss_max_mb']:.0f}); "
+            f"{per_beat} of CP CPU more per heartbeat; frame {gpu['frame_bytes']:,} / "
+            f"{plain['frame_bytes']:,} bytes ({gpu['frame_health_bytes']:,} with health, "
+            f"{gpu['frame_first_bytes']:,} a session's first, with its warnings)"
+        )
+    if gpu.get("metrics_seconds") is not None:
+        lines.append(
+            f"{cards}: one /metrics scrape after the window took {gpu['metrics_seconds']:.3f} s, "
+            f"{gpu['metrics_bytes']:,} bytes, {gpu['metrics_gpu_samples']:,} llmgw_gpu_ samples; "
+            f"CP RSS {gpu['metrics_rss_mb']:.0f} MB just after it"
+        )
+    cpu, rss = gpu["cpu_core"], gpu["rss_max_mb"]
+    how = "measured"
+    if n < 5000:
+        if idle is None:  # the part that does not grow with N is not known
+            return lines
+        # Linear in N from the idle control plane: CPU per heartbeat falls as N grows
+        # (wake-ups are shared), so the CPU figure is an upper bound.
+        base = idle["rss_max_mb"]
+        cpu, rss = cpu * 5000 / n, base + (rss - base) * 5000 / n
+        how = f"linear from {n} agents and the idle control plane"
+    ok = cpu < 1.0 and rss < 1000
+    lines.append(
+        f"target at 5000 agents x {gpu['gpus']} cards (under 1 core and 1 GB): "
+        f"{'met' if ok else 'NOT met'} ({how}: {cpu:.3f} core, {rss:.0f} MB)"
+    )
+    return lines
+
+
 def report(
     runs: list[dict[str, Any]], idle: dict[str, float] | None, args: argparse.Namespace
 ) -> str:
@@ -731,8 +1009,9 @@ def report(
     lines = [
         f"llmgw agent-scale benchmark: {machine()}",
         f"window {args.window:g} s; heartbeat every {args.heartbeat:g} s, HTTP/2 PING every "
-        f"{args.ping:g} s; {args.gpus} GPUs a node; {args.workers} agent worker processes "
-        "on the same machine",
+        f"{args.ping:g} s; {args.gpus} cards a node in the gpu phase (none in the others), "
+        f"their health every {max(1, round(HEALTH_EVERY / args.heartbeat))} heartbeats; "
+        f"{args.workers} agent worker processes on the same machine",
     ]
     if idle is not None:
         lines.append(
@@ -741,7 +1020,8 @@ def report(
         )
     header = (
         f"{'agents':>6}  {'phase':<9}  {'CP CPU':>6}  {'CP RSS MB':>9}  {'hb/s':>5}  "
-        f"{'hb p50 ms':>9}  {'hb p99 ms':>9}  {'agents CPU':>10}  {'busy':>4}  "
+        f"{'hb p50 ms':>9}  {'hb p99 ms':>9}  {'frame B':>7}  {'+health B':>9}  "
+        f"{'agents CPU':>10}  {'busy':>4}  "
         f"{'drops':>5}  {'ready s':>7}  {'ramp CPU':>8}  {'ramp drops':>10}"
     )
     lines += ["", header, "-" * len(header)]
@@ -751,6 +1031,8 @@ def report(
                 f"{r['agents']:>6}  {r['phase']:<9}  {r['cpu_core']:>6.3f}  "
                 f"{r['rss_max_mb']:>9.0f}  {r['heartbeats_per_s']:>5.0f}  "
                 f"{_ms(r['hb_p50_ms']):>9}  {_ms(r['hb_p99_ms']):>9}  "
+                f"{r.get('frame_bytes', 0):>7}  "
+                f"{r.get('frame_health_bytes', 0) if r.get('gpus') else '-':>9}  "
                 f"{r['agents_cpu_core']:>10.2f}  {r['machine_busy']:>4.0%}  {r['drops']:>5}  "
                 f"{r['ready_seconds']:>7.1f}  {r['ramp_cpu_core']:>8.2f}  {r['ramp_drops']:>10}"
             )
@@ -781,6 +1063,10 @@ def report(
                 f"{per_beat} of CP CPU per heartbeat over baseline (PINGs included)"
             )
     for run in runs:
+        by = {r["phase"]: r for r in run.get("phases", [])}
+        plain = by.get("nogpu") or by.get("heartbeat")
+        lines += _gpu_lines(run["agents"], plain, by.get("gpu"), idle)
+    for run in runs:
         beat = {r["phase"]: r for r in run.get("phases", [])}.get("heartbeat")
         if run["agents"] >= 5000 and beat:
             ok = beat["cpu_core"] < 0.5 and beat["rss_max_mb"] < 500
@@ -794,6 +1080,8 @@ def report(
         "the window); hb p50/p99 = /api/v1/status heartbeat_handling (decode + registry "
         "update, last 50,000 heartbeats); agents CPU = the worker processes'; busy = the "
         "whole machine's CPU use; drops = agent streams that ended during the window; "
+        "frame B = one encoded Heartbeat frame (length prefix and msgpack), +health B = one "
+        "with the cards' health (sent a minute apart); "
         "ready s, ramp CPU, ramp drops = from the first connection to every node Ready (and "
         "streams that ended before the window)."
     )
@@ -852,7 +1140,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=SessionSettings().ping_interval,
         help="agents' longest gap between HTTP/2 PINGs (one also rides on each heartbeat)",
     )
-    p.add_argument("--gpus", type=int, default=0, help="cards each simulated node reports")
+    p.add_argument(
+        "--gpus",
+        type=int,
+        default=8,
+        help="cards each simulated node reports in the gpu phase (default 8)",
+    )
     p.add_argument("--workers", type=int, default=2, help="agent worker processes")
     p.add_argument(
         "--connect-rate",
@@ -870,7 +1163,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--phases",
         default="baseline,heartbeat",
-        help="of baseline, heartbeat, no-ping (default baseline,heartbeat)",
+        help="of baseline, heartbeat, no-ping, nogpu, gpu (default baseline,heartbeat; "
+        "nogpu,gpu puts nodes without and with cards side by side)",
+    )
+    p.add_argument(
+        "--profile",
+        help="run the gpu phase's control plane under cProfile and write its stats here "
+        "(its CPU figure is then inflated)",
     )
     p.add_argument("--idle-window", type=float, default=10.0, help="0-agent window (0: skip)")
     p.add_argument("--json", help="also write the results here")
@@ -889,6 +1188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "heartbeat": Phase("heartbeat", args.heartbeat, args.ping, "heartbeats and PINGs"),
         # PINGs still ride on heartbeats here; this phase drops only the standalone ones.
         "no-ping": Phase("no-ping", args.heartbeat, SILENT, "heartbeats, no standalone PINGs"),
+        # heartbeat under another name, to stand beside gpu
+        "nogpu": Phase("nogpu", args.heartbeat, args.ping, "heartbeats and PINGs, no cards"),
+        "gpu": Phase("gpu", args.heartbeat, args.ping, "heartbeats with cards", args.gpus),
     }
     try:
         phases = [catalogue[name.strip()] for name in args.phases.split(",") if name.strip()]

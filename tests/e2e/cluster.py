@@ -70,7 +70,12 @@ class Proc:
         stop_process(self.popen)
 
 
-def spawn(args: list[str], log: Path, prefix: list[str] | None = None) -> Proc:
+def spawn(
+    args: list[str],
+    log: Path,
+    prefix: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> Proc:
     fh = log.open("a")
     popen = subprocess.Popen(
         [*(prefix or []), *LLMGW, *args],
@@ -78,6 +83,7 @@ def spawn(args: list[str], log: Path, prefix: list[str] | None = None) -> Proc:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        env=env,
     )
     fh.close()
     return Proc(popen, log)
@@ -258,7 +264,11 @@ class Cluster:
         return self.root / f"agent-{node_id}"
 
     def start_agent(
-        self, node_id: str, token: str | None = None, extra: list[str] | None = None
+        self,
+        node_id: str,
+        token: str | None = None,
+        extra: list[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> Proc:
         args = [
             "agent",
@@ -275,7 +285,7 @@ class Cluster:
         args += extra or []
         if node_id in self.agents:
             self.agents[node_id].stop()
-        proc = spawn(args, self.root / f"agent-{node_id}.log")
+        proc = spawn(args, self.root / f"agent-{node_id}.log", env=env)
         self.agents[node_id] = proc
         return proc
 
