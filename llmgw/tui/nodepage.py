@@ -27,7 +27,7 @@ from llmgw.tui.base import DASH, bar, fill, gib
 from llmgw.tui.nodes import cards_summary, memory_used, node_detail, node_state
 from llmgw.tui.replicas import compute
 
-CARD_COLUMNS = ("#", "CARD", "MEMORY GiB", "MEMORY", "WORK")
+CARD_COLUMNS = ("#", "CARD", "MEMORY GiB", "MEMORY", "BUSY", "TEMP", "POWER", "PCIe", "WIRING")
 SHARD_COLUMNS = ("SHARD", "STATE", "MODEL", "PORT", "PID", "CARDS", "COMPUTE")
 DISK_COLUMNS = ("PATH", "FREE GiB", "TOTAL GiB", "USED", "")
 LOG_LINES = 200
@@ -75,15 +75,48 @@ async def follow_log(api: ConsoleApi, path: str) -> AsyncIterator[list[str]]:
             yield [str(x) for x in batch]
 
 
-def card_row(card: dict[str, Any]) -> tuple[str, ...]:
+def _link(card: dict[str, Any]) -> str:
+    gen, width = card.get("pcie_gen"), card.get("pcie_width")
+    if gen is None or width is None:
+        return DASH
+    link = f"Gen{gen} x{width}"
+    if card.get("pcie_width_max") and width < card["pcie_width_max"]:
+        link += f" of x{card['pcie_width_max']} !"
+    return link
+
+
+def wiring(card: dict[str, Any], topology: dict[str, Any] | None) -> str:
+    """A card's NUMA node and NVLink peers from ``nvidia-smi topo -m``, when read."""
+    row = next(
+        (c for c in (topology or {}).get("cards") or [] if c.get("index") == card.get("index")),
+        None,
+    )
+    if row is None:
+        return DASH
+    peers = sorted(
+        (int(p) for p, link in (row.get("gpus") or {}).items() if str(link).startswith("NV")),
+    )
+    parts = [f"NUMA {row['numa_node']}" if row.get("numa_node") is not None else ""]
+    if peers:
+        parts.append("NVLink " + ",".join(map(str, peers)))
+    return " · ".join(p for p in parts if p) or DASH
+
+
+def card_row(card: dict[str, Any], topology: dict[str, Any] | None = None) -> tuple[str, ...]:
     total, used = card.get("memory_total"), card.get("memory_used")
     util = card.get("utilization")
+    temp, power, limit = card.get("temperature"), card.get("power"), card.get("power_limit")
+    name = str(card.get("mig_class") or card.get("name") or DASH)
     return (
         str(card.get("index", DASH)),
-        str(card.get("name") or DASH),
+        name,
         f"{gib(used)} / {gib(total)}",
         bar(used, total),
         bar(util, 100.0) if util is not None else DASH,
+        f"{temp} C" if temp is not None else DASH,
+        (f"{power:.0f}" + (f"/{limit:.0f} W" if limit else " W")) if power is not None else DASH,
+        _link(card),
+        wiring(card, topology),
     )
 
 
@@ -378,7 +411,10 @@ class NodePage(Screen[None]):
         fill(
             self.query_one("#node-cards", DataTable),
             CARD_COLUMNS,
-            {str(c.get("uuid") or c.get("index")): card_row(c) for c in cards},
+            {
+                str(c.get("uuid") or c.get("index")): card_row(c, node.get("topology"))
+                for c in cards
+            },
         )
         self.query_one("#node-cards").border_title = (
             f"Cards ({len(cards)})" if cards else "Cards: none (CPU only)"

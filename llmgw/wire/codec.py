@@ -134,11 +134,29 @@ def _coercer(tp: Any) -> Coerce:
     return coerce
 
 
-# Per dataclass: (field name, its checking function, whether it must be present).
-_PLANS: dict[type, list[tuple[str, Coerce, bool]]] = {}
+# Per dataclass: (field name, its checking function, whether it must be present, and the
+# exact types a value may have to be taken as it is, without calling the function).
+_PLANS: dict[type, list[tuple[str, Coerce, bool, frozenset[type]]]] = {}
+_AS_IS = {int: int, str: str, bool: bool, float: float}
 
 
-def _plan(cls: type) -> list[tuple[str, Coerce, bool]]:
+def _as_is(tp: Any) -> frozenset[type]:
+    """Exact types taken unchecked: the field's own scalar type (``int`` never admits a
+    bool: ``type(True)`` is ``bool``), and None where the field is optional. A float
+    field given an int goes through its function, which makes it a float."""
+    args = typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
+    found: set[type] = set()
+    for arg in args:
+        if arg is type(None):
+            found.add(type(None))
+        elif arg in _AS_IS:
+            found.add(_AS_IS[arg])
+        else:
+            return frozenset()  # a list, map, enum or dataclass: always checked
+    return frozenset(found)
+
+
+def _plan(cls: type) -> list[tuple[str, Coerce, bool, frozenset[type]]]:
     plan = _PLANS.get(cls)
     if plan is None:
         hints = typing.get_type_hints(cls)
@@ -147,6 +165,7 @@ def _plan(cls: type) -> list[tuple[str, Coerce, bool]]:
                 f.name,
                 _coercer(hints[f.name]),
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+                _as_is(hints[f.name]),
             )
             for f in dataclasses.fields(cls)
         ]
@@ -156,11 +175,14 @@ def _plan(cls: type) -> list[tuple[str, Coerce, bool]]:
 
 def from_map(cls: type[_T], data: dict[str, Any], where: str = "") -> _T:
     """Build ``cls`` from a map, ignoring keys it does not know."""
-    prefix = where or cls.__name__
     kwargs: dict[str, Any] = {}
-    for name, coerce, required in _plan(cls):
+    for name, coerce, required, as_is in _plan(cls):
         if name in data:
-            kwargs[name] = coerce(data[name], f"{prefix}.{name}")
+            value = data[name]
+            if type(value) in as_is:
+                kwargs[name] = value
+            else:
+                kwargs[name] = coerce(value, f"{where or cls.__name__}.{name}")
         elif required:
-            raise MessageError(f"{prefix}: missing field {name!r}")
+            raise MessageError(f"{where or cls.__name__}: missing field {name!r}")
     return cls(**kwargs)
