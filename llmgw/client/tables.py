@@ -103,13 +103,14 @@ def nodes_table(nodes: list[dict[str, Any]]) -> str:
                 memory,
                 f"{gib(disk[0])}/{gib(disk[1])}" if disk else DASH,
                 gpu_text,
+                str(len(n.get("warnings") or [])),
                 ago(n.get("last_seen")),
             ]
         )
-    return render(
-        ["NODE", "STATE", "ADDRESS", "CPUS", "CPU", "LOAD", "MEM GiB", "DISK GiB", "GPUS", "SEEN"],
-        rows,
-    )
+    heads = ["NODE", "STATE", "ADDRESS", "CPUS", "CPU", "LOAD", "MEM GiB", "DISK GiB", "GPUS"]
+    table = render([*heads, "WARN", "SEEN"], rows)
+    said = [f"{n['id']}: {w}" for n in nodes for w in n.get("warnings") or [] if isinstance(w, str)]
+    return table + ("\n\nWarnings:\n" + "\n".join(said) if said else "")
 
 
 def status_text(status: dict[str, Any]) -> str:

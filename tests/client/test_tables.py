@@ -31,7 +31,21 @@ def test_nodes_table_shows_dashes_for_unknowns() -> None:
     assert row[:6] == ["gpu01", "Ready", "10.0.0.2", "64", "12%", "1.50"]
     assert "256.0/512.0" in lines[1] and "40.0/100.0" in lines[1]
     assert "2 NVIDIA H100" in lines[1]
-    assert lines[2].split() == ["new", "NotReady", "-", "-", "-", "-", "-", "-", "0", "-"]
+    assert lines[2].split() == ["new", "NotReady", "-", "-", "-", "-", "-", "-", "0", "0", "-"]
+
+
+def test_nodes_table_lists_each_warning_with_its_fix() -> None:
+    pcie = "pcie: card 3 (NVIDIA H100) runs at x8 Gen4: 15.8 GB/s of 31.5. Fix: reseat it"
+    nodes = [
+        {"id": "gpu01", "state": "Ready", "gpus": [{"name": "NVIDIA H100"}], "warnings": [pcie]},
+        {"id": "gpu02", "state": "Ready", "gpus": [], "warnings": []},
+    ]
+    text = nodes_table(nodes)
+    lines = text.splitlines()
+    assert lines[0].split()[-2:] == ["WARN", "SEEN"]
+    assert lines[1].split()[-2] == "1" and lines[2].split()[-2] == "0"
+    assert text.endswith(f"Warnings:\ngpu01: {pcie}")
+    assert "Warnings" not in nodes_table(nodes[1:])
 
 
 def test_empty_cluster_says_how_to_add_a_node() -> None:

@@ -110,6 +110,8 @@ def test_cards_figures_and_warnings_from_a_capture(cluster: Cluster, tmp_path: P
     }
     assert shown[NODE]["health_warnings"] == warnings
     assert set(warnings) <= set(shown[NODE]["warnings"])
+    table = run("ctl", "nodes", "--server", cluster.listen, "--token", cluster.admin_token)
+    assert f"{NODE}: {pcie}" in table.stdout.splitlines()
 
     text = metrics(cluster)
     card = f'node="{NODE}",gpu="1",uuid="{card1["uuid"]}",model="NVIDIA H100 80GB HBM3"'
