@@ -73,8 +73,10 @@ async def test_xml_gives_every_figure(tmp_path: Path) -> None:
     assert first.memory_total == 81559 * MiB
     assert first.throttle == ["sw_power_cap", "hw_slowdown", "hw_thermal_slowdown"]
     assert (second.uuid, second.pcie_gen, second.pcie_width) == (H100_1, 3, 8)
-    # Not slow: no health, no CUDA version; no MIG card, so no -L.
-    assert (reading.health, reading.cuda_version) == (None, None)
+    # Not slow: -q -x gives the slow figures anyway (sent when they change); no CUDA
+    # version; no MIG card, so no -L.
+    assert reading.health is not None and reading.health[0].ecc_volatile_uncorrected == 1
+    assert reading.cuda_version is None
     assert calls(tmp_path) == ["-q -x"]
     await nv.close()
 
@@ -126,13 +128,15 @@ async def test_csv_only_falls_back_and_stops_asking_for_xml(tmp_path: Path) -> N
     assert first.gpus[0].name == "NVIDIA H100 80GB HBM3" and first.gpus[0].temperature is None
     assert first.health is None  # the CSV has no slow figures
     query = "--query-gpu=" + ",".join(QUERY_FIELDS)
-    assert calls(tmp_path) == ["-q -x", f"{query} --format=csv,noheader,nounits"]
+    # -q -x, then the plain -q, then the CSV query.
+    assert calls(tmp_path) == ["-q -x", "-q", f"{query} --format=csv,noheader,nounits"]
     second = await nv.read()
     assert second.gpus is not None and len(second.gpus) == 8
-    assert [c.split()[0][:11] for c in calls(tmp_path)] == ["-q", "--query-gpu", "--query-gpu"]
+    shown = [c.split()[0][:11] for c in calls(tmp_path)]
+    assert shown == ["-q", "-q", "--query-gpu", "--query-gpu"]
     # A full scan asks -q -x again: the driver may have been upgraded since.
     await nv.read(retry_nvml=True)
-    assert [c.split()[0][:11] for c in calls(tmp_path)][3:] == ["-q", "--query-gpu"]
+    assert [c.split()[0][:11] for c in calls(tmp_path)][4:] == ["-q", "-q", "--query-gpu"]
     await nv.close()
 
 
@@ -144,7 +148,7 @@ async def test_csv_failing_too_keeps_asking_for_xml(tmp_path: Path) -> None:
     (warning,) = reading.warnings
     assert warning.startswith("nvidia-smi: failed (exit 9): NVIDIA-SMI has failed")
     await nv.read()
-    assert [c.split()[0][:11] for c in calls(tmp_path)] == ["-q", "--query-gpu"] * 2
+    assert [c.split()[0][:11] for c in calls(tmp_path)] == ["-q", "-q", "--query-gpu"] * 2
     await nv.close()
 
 
@@ -201,3 +205,25 @@ async def test_mig_capture_without_a_list_is_the_card(tmp_path: Path) -> None:
     (card,) = reading.gpus
     assert (card.uuid, card.mig_mode, card.mig_class) == (A100, True, None)
     await nv.close()
+
+
+async def test_the_plain_text_is_read_where_the_xml_cannot_be(tmp_path: Path) -> None:
+    text = FIXTURES / "smitext" / "h100-hgx_2cards_580.105.08.txt"
+    smi = fake_smi(
+        tmp_path,
+        f'case "$*" in "-q -x") echo "XML output is not supported"; exit 2;; '
+        f'"-q") cat "{text}";; *) exit 3;; esac',
+    )
+    nv = cards(tmp_path, smi)
+    reading = await nv.read(slow=True)
+    assert reading.source == "nvidia-smi" and reading.gpus is not None
+    # The same figures as the XML twin of the capture gives.
+    from_xml = await cards(tmp_path / "x", fake_smi_dir(tmp_path / "x", XML_ONLY)).read(slow=True)
+    assert reading.gpus == from_xml.gpus
+    assert calls(tmp_path) == ["-q -x", "-q"]
+    await nv.close()
+
+
+def fake_smi_dir(where: Path, body: str) -> Path:
+    where.mkdir()
+    return fake_smi(where, body)

@@ -6,8 +6,9 @@ heartbeat. Both stay well under a second on a sound machine: blocking reads run 
 hangs (a dead NFS server) is left behind after a timeout instead of holding the beat.
 
 The cards' slow figures (ECC, retired and remapped rows, NVLink) are read every
-``slow_interval`` and sent then, or sooner when an Xid arrives; the node's health
-warnings are sent whenever they change. A card's processes are listed without this
+``slow_interval`` and sent then; sooner when an Xid arrives, or when they changed in a
+read that gives them anyway (``nvidia-smi -q -x`` does, each heartbeat). The node's
+health warnings are sent whenever they change. A card's processes are listed without this
 node's own engines (their process groups, given by ``engine_groups``).
 """
 
@@ -156,9 +157,11 @@ class Discovery:
         health: list[GpuHealth] | None = None
         if gpus is not None:
             gpus = self._own_removed(self._with_profiling(gpus, prof))
-            if slow and cards.health is not None:
-                self._slow_at, self._health = now, cards.health
-                health = cards.health
+            if cards.health is not None and (slow or cards.health != self._health):
+                # Due, or read anyway (nvidia-smi reads them every time) and changed.
+                if slow:
+                    self._slow_at = now
+                self._health = health = cards.health
             health = self._xids_news(health)
         said = None
         if gpus is not None:  # a failed read judges nothing: the last word stands

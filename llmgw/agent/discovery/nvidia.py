@@ -5,10 +5,11 @@ no warning. NVML failing to start, or nvidia-smi present but failing, is a warni
 the node looks like it should have cards and cannot show them. Every warning made here
 begins with "NVML:" or "nvidia-smi:", which is how ``is_gpu_warning`` tells them apart.
 
-Through nvidia-smi, ``-q -x`` gives every figure in one run; a build that cannot
-(or a wrapper that answers only the CSV query) is read through ``--query-gpu`` instead,
-with the eight figures that has. Xids come from the kernel log, or from NVML's events
-where the log cannot be read (``XidWatch``).
+Through nvidia-smi, ``-q -x`` gives every figure in one run (the plain ``-q`` where the
+XML cannot be had); a build that gives neither (or a wrapper that answers only the CSV
+query) is read through ``--query-gpu`` instead, with the eight figures that has. Xids
+come from the kernel log, or from NVML's events where the log cannot be read
+(``XidWatch``).
 """
 
 from __future__ import annotations
@@ -119,9 +120,9 @@ class NvidiaCards:
     def _with_xids(self, health: list[GpuHealth]) -> list[GpuHealth]:
         return [replace(h, xids=self.xids.seen(h.uuid)) for h in health]
 
-    async def _mig(self, log: SmiXml, text: str) -> dict[str, list[GPU]]:
+    async def _mig(self, log: SmiXml, text: str | None) -> dict[str, list[GPU]]:
         """Each MIG-mode card's instances, from ``-L`` (their UUIDs and profiles) joined
-        with ``-q -x`` (their memory)."""
+        with ``-q -x`` (their memory; none when only the plain ``-q`` was read)."""
         if not any(c.mig_mode_current == "Enabled" for c in log.cards):
             return {}
         listed = await run_nvidia_smi_list(self._command, self._timeout)
@@ -129,7 +130,7 @@ class NvidiaCards:
             return {}
         names = {c.uuid: (c.name or "", c.memory_total_bytes) for c in log.cards}
         found: dict[str, list[GPU]] = {}
-        merged = merge_instances(parse_smi_list(listed), parse_mig_xml(text))
+        merged = merge_instances(parse_smi_list(listed), parse_mig_xml(text) if text else {})
         for parent, instances in merged.items():
             name, memory = names.get(parent, ("", None))
             found[parent] = [
@@ -179,7 +180,8 @@ class NvidiaCards:
                     gpus,
                     "nvidia-smi",
                     warnings,
-                    self._with_xids(health) if slow else None,
+                    # -q -x reads them anyway: given every time, sent when they change.
+                    self._with_xids(health),
                     log.cuda_version if slow else None,
                 )
         smi = await run_nvidia_smi(self._command, self._timeout)

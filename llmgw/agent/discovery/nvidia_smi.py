@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from llmgw.agent.discovery.smitext import SmiTextError, parse_smi_text
 from llmgw.agent.discovery.smixml import SmiXml, SmiXmlError, parse_smi_xml
 from llmgw.agent.discovery.topology import TopologyFormatError, parse_topo
 from llmgw.wire.messages import GPU, CardLinks, GpuTopology
@@ -226,19 +227,22 @@ async def run_nvidia_smi(command: Sequence[str], timeout: float = 10.0) -> SmiRe
 
 async def run_nvidia_smi_xml(
     command: Sequence[str], timeout: float = 10.0
-) -> tuple[SmiXml, str] | None:
-    """``nvidia-smi -q -x`` read, with its text; None when it cannot be (the caller
-    falls back to the CSV query, which says why in its warnings)."""
-    try:
-        rc, output = await _run([*command, "-q", "-x"], timeout)
-    except (OSError, TimeoutError):
-        return None
-    if rc != 0:
-        return None
-    try:
-        return parse_smi_xml(output), output
-    except SmiXmlError:
-        return None
+) -> tuple[SmiXml, str | None] | None:
+    """Every figure nvidia-smi gives: ``-q -x`` read (with its text, which also holds
+    the MIG devices), else the plain ``-q`` (text None); None when neither can be read
+    (the caller falls back to the CSV query, which says why in its warnings)."""
+    for args, parse in ((["-q", "-x"], parse_smi_xml), (["-q"], parse_smi_text)):
+        try:
+            rc, output = await _run([*command, *args], timeout)
+        except (OSError, TimeoutError):
+            return None
+        if rc != 0:
+            continue
+        try:
+            return parse(output), output if parse is parse_smi_xml else None
+        except (SmiXmlError, SmiTextError):
+            continue
+    return None
 
 
 async def run_nvidia_smi_list(command: Sequence[str], timeout: float = 10.0) -> str | None:

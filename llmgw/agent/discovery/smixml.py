@@ -321,6 +321,14 @@ def parse_smi_xml(text: str) -> SmiXml:
         raise SmiXmlError(f"nvidia-smi XML is not well-formed XML: {exc}") from exc
     if root.tag != "nvidia_smi_log":
         raise SmiXmlError(f"nvidia-smi XML has root <{root.tag}>, expected <nvidia_smi_log>")
+    return cards_from_root(root)
+
+
+def cards_from_root(root: ET.Element) -> SmiXml:
+    """The versions and cards under an ``<nvidia_smi_log>`` element already parsed.
+
+    Shared with ``smitext``, which builds such a tree from ``nvidia-smi -q`` text.
+    """
     return SmiXml(
         driver_version=_text(root, "driver_version"),
         cuda_version=_text(root, "cuda_version"),
