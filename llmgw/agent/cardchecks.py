@@ -39,6 +39,9 @@ def _link(gpu: GPU) -> str:
     link = f"PCIe Gen{gpu.pcie_gen} x{gpu.pcie_width}"
     if gpu.pcie_gen_max is not None and gpu.pcie_width_max is not None:
         link += f" of Gen{gpu.pcie_gen_max} x{gpu.pcie_width_max}"
+    card, host = gpu.pcie_gen_device_max, gpu.pcie_gen_host_max
+    if card is not None and host is not None and host < card:
+        link += f" (the card can run Gen{card}, its slot Gen{host})"
     return link
 
 

@@ -56,8 +56,10 @@ class GPU:
     throttle: list[str] | None = None
     pcie_gen: int | None = None
     pcie_width: int | None = None
-    pcie_gen_max: int | None = None
+    pcie_gen_max: int | None = None  # the most the card and its slot allow together
     pcie_width_max: int | None = None
+    pcie_gen_device_max: int | None = None  # the card's own most
+    pcie_gen_host_max: int | None = None  # the slot's (host's) most, where the driver says
     # Profiling counters (NVML GPM or dcgm-exporter), shares of time 0..1.
     sm_active: float | None = None
     sm_occupancy: float | None = None
@@ -91,6 +93,8 @@ CARD_WIDE_FIGURES = (
     "pcie_width",
     "pcie_gen_max",
     "pcie_width_max",
+    "pcie_gen_device_max",
+    "pcie_gen_host_max",
 )
 
 

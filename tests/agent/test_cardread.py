@@ -51,7 +51,7 @@ FULL: dict[str, Any] = {
 }
 
 # The figures read_nvml asks for a card not in MIG mode, one call each.
-GPU_FIGURES = 19
+GPU_FIGURES = 20
 
 
 def full_card(uuid: str = "GPU-full", **figures: Any) -> FakeCard:
@@ -456,6 +456,7 @@ def test_from_smi_xml_h100() -> None:
         pcie_width=16,
         pcie_gen_max=5,
         pcie_width_max=16,
+        pcie_gen_device_max=5,  # the host's most is N/A in this capture: absent
         processes=[],
         mig_mode=False,
     )

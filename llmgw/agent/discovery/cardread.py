@@ -90,6 +90,7 @@ def _card_nvml(source: NvmlSource, i: int, driver: str | None) -> GPU:
         pcie_width=_int(fig("pcie_width")),
         pcie_gen_max=_int(fig("pcie_gen_max")),
         pcie_width_max=_int(fig("pcie_width_max")),
+        pcie_gen_device_max=_int(fig("pcie_gen_device_max")),
         sm_active=_float(gpm.get("sm_active")),
         sm_occupancy=_float(gpm.get("sm_occupancy")),
         tensor_active=_float(gpm.get("tensor_active")),
@@ -227,6 +228,8 @@ def _gpu_from_smi(card: CardHealth, driver: str | None) -> GPU:
         pcie_width=card.pcie_width_current,
         pcie_gen_max=card.pcie_gen_max,
         pcie_width_max=card.pcie_width_max,
+        pcie_gen_device_max=card.pcie_gen_device_max,
+        pcie_gen_host_max=card.pcie_gen_host_max,
         processes=[
             GpuProcess(pid=p.pid, name=p.name, memory=p.used_memory_bytes) for p in card.processes
         ],

@@ -36,6 +36,7 @@ FIGURES: dict[str, str] = {
     "pcie_width": "PCIe lanes in use",
     "pcie_gen_max": "most PCIe generation the card and host allow",
     "pcie_width_max": "most PCIe lanes the card and host allow",
+    "pcie_gen_device_max": "most PCIe generation the card itself can run",
     "processes": "[(pid, used bytes or None)] of compute processes",
     "gpm": "{sm_active, sm_occupancy, tensor_active, dram_active} 0..1 since the last call",
     "mig_mode": "True when MIG is on (current mode)",
@@ -274,6 +275,9 @@ class PynvmlSource:
 
     def _fig_pcie_width_max(self, nv: Any, h: Any) -> int:
         return int(self._call(nv.nvmlDeviceGetMaxPcieLinkWidth, h))
+
+    def _fig_pcie_gen_device_max(self, nv: Any, h: Any) -> int:
+        return int(self._call(nv.nvmlDeviceGetGpuMaxPcieLinkGeneration, h))
 
     def _fig_processes(self, nv: Any, h: Any) -> list[tuple[int, int | None]]:
         found = self._call(nv.nvmlDeviceGetComputeRunningProcesses, h)

@@ -88,6 +88,8 @@ class CardHealth:
     remapped_rows_failure: bool | None
     pcie_gen_current: int | None
     pcie_gen_max: int | None
+    pcie_gen_device_max: int | None
+    pcie_gen_host_max: int | None
     pcie_width_current: int | None
     pcie_width_max: int | None
     mig_mode_current: str | None
@@ -297,6 +299,8 @@ def _card(gpu: ET.Element, position: int) -> CardHealth:
         remapped_rows_failure=_yes_no(remapped, "remapped_row_failure"),
         pcie_gen_current=_int(link, "pcie_gen/current_link_gen"),
         pcie_gen_max=_int(link, "pcie_gen/max_link_gen"),
+        pcie_gen_device_max=_int(link, "pcie_gen/max_device_link_gen"),
+        pcie_gen_host_max=_int(link, "pcie_gen/max_host_link_gen"),
         pcie_width_current=_width(link, "link_widths/current_link_width"),
         pcie_width_max=_width(link, "link_widths/max_link_width"),
         mig_mode_current=_mode(gpu, "mig_mode/current_mig"),

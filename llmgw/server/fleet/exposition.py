@@ -114,6 +114,18 @@ _CARD_FIGURES = (
     ("llmgw_gpu_pcie_link_gen_max", "pcie_gen_max", 1, "Most PCIe generation allowed."),
     ("llmgw_gpu_pcie_link_width", "pcie_width", 1, "PCIe lanes in use."),
     ("llmgw_gpu_pcie_link_width_max", "pcie_width_max", 1, "Most PCIe lanes allowed."),
+    (
+        "llmgw_gpu_pcie_link_gen_device_max",
+        "pcie_gen_device_max",
+        1,
+        "Most PCIe generation the card itself can run.",
+    ),
+    (
+        "llmgw_gpu_pcie_link_gen_host_max",
+        "pcie_gen_host_max",
+        1,
+        "Most PCIe generation the card's slot allows.",
+    ),
     ("llmgw_gpu_sm_active_ratio", "sm_active", 1, "Share of time SMs were active (profiling)."),
     ("llmgw_gpu_sm_occupancy_ratio", "sm_occupancy", 1, "Warps resident over the most."),
     ("llmgw_gpu_tensor_active_ratio", "tensor_active", 1, "Share of time tensor cores ran."),
