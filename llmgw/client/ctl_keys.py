@@ -60,7 +60,7 @@ def usage_table(
         [name, str(n), str(p), str(c), str(p + c)] for name, (n, p, c) in sorted(totals.items())
     ]
     heads = [by.upper(), "REQUESTS", "PROMPT", "COMPLETION", "TOKENS"]
-    if by == "model" and energy is not None:
+    if by == "model" and energy:  # where some card's power is read
         joules: dict[str, list[float]] = {}
         for e in energy:
             entry_j = joules.setdefault(str(e["model"]), [0.0, 0.0])

@@ -54,3 +54,4 @@ def test_usage_by_model_shows_joules_per_token_where_read() -> None:
     assert lines[1].split()[0] == "big" and lines[1].split()[-1] == "2"
     assert lines[2].split()[0] == "cpu" and lines[2].split()[-1] == "-"
     assert "J/TOKEN" not in usage_table(rows, "key", energy)
+    assert "J/TOKEN" not in usage_table(rows, "model", [])  # no card's power read anywhere
