@@ -28,7 +28,7 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
 
-from llmgw.agent.discovery.smixml import _DANGEROUS, SmiXmlError, _bytes, _int, _text
+from llmgw.agent.discovery.smixml import SmiXmlError, _bytes, _int, _text, smi_root
 
 _GPU_LINE = re.compile(
     r"^GPU\s+(?P<index>\d+):\s+(?P<name>.+?)\s+\(UUID:\s*(?P<uuid>GPU-[^\s)]+)\)$"
@@ -181,18 +181,7 @@ def parse_smi_list(text: str) -> list[ListedCard]:
 
 
 def _root(text: str) -> ET.Element:
-    if _DANGEROUS.search(text):
-        raise MigXmlError(
-            "nvidia-smi XML declares entities or a DOCTYPE internal subset; refused "
-            "(nvidia-smi itself writes neither)"
-        )
-    try:
-        root = ET.fromstring(text)
-    except ET.ParseError as exc:
-        raise MigXmlError(f"nvidia-smi XML is not well-formed XML: {exc}") from exc
-    if root.tag != "nvidia_smi_log":
-        raise MigXmlError(f"nvidia-smi XML has root <{root.tag}>, expected <nvidia_smi_log>")
-    return root
+    return smi_root(text, MigXmlError)
 
 
 def parse_mig_xml(text: str) -> dict[str, list[MigInstance]]:

@@ -312,20 +312,26 @@ def _card(gpu: ET.Element, position: int) -> CardHealth:
     )
 
 
-def parse_smi_xml(text: str) -> SmiXml:
-    """The cards in ``nvidia-smi -q -x`` output. Raises SmiXmlError for text it refuses."""
+def smi_root(text: str, error: type[SmiXmlError] = SmiXmlError) -> ET.Element:
+    """The ``<nvidia_smi_log>`` root of a log; ``error`` (SmiXmlError or a subclass) for
+    text that is not XML, has another root, or declares entities."""
     if _DANGEROUS.search(text):
-        raise SmiXmlError(
+        raise error(
             "nvidia-smi XML declares entities or a DOCTYPE internal subset; refused "
             "(nvidia-smi itself writes neither)"
         )
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
-        raise SmiXmlError(f"nvidia-smi XML is not well-formed XML: {exc}") from exc
+        raise error(f"nvidia-smi XML is not well-formed XML: {exc}") from exc
     if root.tag != "nvidia_smi_log":
-        raise SmiXmlError(f"nvidia-smi XML has root <{root.tag}>, expected <nvidia_smi_log>")
-    return cards_from_root(root)
+        raise error(f"nvidia-smi XML has root <{root.tag}>, expected <nvidia_smi_log>")
+    return root
+
+
+def parse_smi_xml(text: str) -> SmiXml:
+    """The cards in ``nvidia-smi -q -x`` output. Raises SmiXmlError for text it refuses."""
+    return cards_from_root(smi_root(text))
 
 
 def cards_from_root(root: ET.Element) -> SmiXml:
