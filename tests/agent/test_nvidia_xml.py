@@ -190,7 +190,7 @@ async def test_mig_capture_reports_instances_as_cards(tmp_path: Path) -> None:
         assert g.memory_total == 19968 * MiB
         assert (g.driver, g.bus_id) == ("535.54.03", "00000000:01:00.0")
         assert g.index == 1
-    assert calls(tmp_path) == ["-q -x", "-L"]
+    assert calls(tmp_path) == ["-q -x", "-L", "nvlink -s"]  # nvlink -s fails: no -e
     # The slow figures stay the card's.
     assert reading.health is not None and [h.uuid for h in reading.health] == [A100]
     await nv.close()
@@ -220,7 +220,7 @@ async def test_the_plain_text_is_read_where_the_xml_cannot_be(tmp_path: Path) ->
     # The same figures as the XML twin of the capture gives.
     from_xml = await cards(tmp_path / "x", fake_smi_dir(tmp_path / "x", XML_ONLY)).read(slow=True)
     assert reading.gpus == from_xml.gpus
-    assert calls(tmp_path) == ["-q -x", "-q"]
+    assert calls(tmp_path) == ["-q -x", "-q", "nvlink -s"]
     await nv.close()
 
 

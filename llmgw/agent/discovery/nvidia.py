@@ -7,9 +7,11 @@ begins with "NVML:" or "nvidia-smi:", which is how ``is_gpu_warning`` tells them
 
 Through nvidia-smi, ``-q -x`` gives every figure in one run (the plain ``-q`` where the
 XML cannot be had); a build that gives neither (or a wrapper that answers only the CSV
-query) is read through ``--query-gpu`` instead, with the eight figures that has. Xids
-come from the kernel log, or from NVML's events where the log cannot be read
-(``XidWatch``).
+query) is read through ``--query-gpu`` instead, with the eight figures that has. NVLink
+is not in ``-q -x``: a slow read also runs ``nvidia-smi nvlink -s`` and ``nvlink -e``, and
+the reads between slow ones repeat what those gave (so their health records do not
+change for want of it). Xids come from the kernel log, or from NVML's events where the
+log cannot be read (``XidWatch``).
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from llmgw.agent.discovery.nvidia_smi import (
     DRIVER_FIX,
     run_nvidia_smi,
     run_nvidia_smi_list,
+    run_nvidia_smi_nvlink_errors,
+    run_nvidia_smi_nvlink_status,
     run_nvidia_smi_xml,
 )
+from llmgw.agent.discovery.nvlinktext import card_key, nvlink_health
 from llmgw.agent.discovery.nvml import (
     NvmlError,
     NvmlSource,
@@ -81,6 +86,9 @@ class NvidiaCards:
         self._state: Literal["untried", "ok", "absent", "failed"] = "untried"
         self._init_error = ""
         self._xml = True  # False once nvidia-smi answered the CSV query but not -q -x
+        # Per card key (nvlinktext.card_key): (links, active, counters) from the last
+        # slow read through nvidia-smi.
+        self._nvlink: dict[str, tuple[int, int, dict[str, int] | None]] = {}
         self.xids = xids if xids is not None else XidWatch()
 
     async def _start_nvml(self) -> None:
@@ -119,6 +127,26 @@ class NvidiaCards:
 
     def _with_xids(self, health: list[GpuHealth]) -> list[GpuHealth]:
         return [replace(h, xids=self.xids.seen(h.uuid)) for h in health]
+
+    async def _read_nvlink(self) -> dict[str, tuple[int, int, dict[str, int] | None]]:
+        """NVLink through nvidia-smi; nothing (and no ``-e`` run) when ``-s`` fails."""
+        status = await run_nvidia_smi_nvlink_status(self._command, self._timeout)
+        if status is None:
+            return {}
+        errors = await run_nvidia_smi_nvlink_errors(self._command, self._timeout)
+        return nvlink_health(status, errors)
+
+    def _with_nvlink(self, health: list[GpuHealth]) -> list[GpuHealth]:
+        # A header without a UUID gives nvidia-smi's index, which is the card's place in
+        # -q -x (the health records' order), not its minor number (GpuHealth.index).
+        out = []
+        for position, h in enumerate(health):
+            found = self._nvlink.get(h.uuid) or self._nvlink.get(card_key(None, position))
+            if found is not None:
+                links, active, errors = found
+                h = replace(h, nvlink_links=links, nvlink_active=active, nvlink_errors=errors)
+            out.append(h)
+        return out
 
     async def _mig(self, log: SmiXml, text: str | None) -> dict[str, list[GPU]]:
         """Each MIG-mode card's instances, from ``-L`` (their UUIDs and profiles) joined
@@ -176,12 +204,14 @@ class NvidiaCards:
                 log, text = read
                 gpus, health = from_smi_xml(log, await self._mig(log, text))
                 await asyncio.to_thread(self._note_xids, gpus)
+                if slow:
+                    self._nvlink = await self._read_nvlink()
                 return GpuReading(
                     gpus,
                     "nvidia-smi",
                     warnings,
                     # -q -x reads them anyway: given every time, sent when they change.
-                    self._with_xids(health),
+                    self._with_xids(self._with_nvlink(health)),
                     log.cuda_version if slow else None,
                 )
         smi = await run_nvidia_smi(self._command, self._timeout)

@@ -14,6 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from llmgw.agent.discovery.nvlinktext import parse_nvlink_errors, parse_nvlink_status
 from llmgw.agent.discovery.smitext import SmiTextError, parse_smi_text
 from llmgw.agent.discovery.smixml import SmiXml, SmiXmlError, parse_smi_xml
 from llmgw.agent.discovery.topology import TopologyFormatError, parse_topo
@@ -252,6 +253,34 @@ async def run_nvidia_smi_list(command: Sequence[str], timeout: float = 10.0) -> 
     except (OSError, TimeoutError):
         return None
     return output if rc == 0 else None
+
+
+async def _run_text(command: Sequence[str], args: Sequence[str], timeout: float) -> str | None:
+    try:
+        rc, output = await _run([*command, *args], timeout)
+    except (OSError, TimeoutError):
+        return None
+    return output if rc == 0 else None
+
+
+async def run_nvidia_smi_nvlink_status(
+    command: Sequence[str], timeout: float = 10.0
+) -> dict[str, list[bool]] | None:
+    """``nvidia-smi nvlink -s`` read (see ``nvlinktext``); None when it fails or names
+    no card (no NVLink support, "No devices were found")."""
+    output = await _run_text(command, ["nvlink", "-s"], timeout)
+    found = parse_nvlink_status(output) if output is not None else {}
+    return found or None
+
+
+async def run_nvidia_smi_nvlink_errors(
+    command: Sequence[str], timeout: float = 10.0
+) -> dict[str, dict[str, int]] | None:
+    """``nvidia-smi nvlink -e`` read (see ``nvlinktext``); None when it fails or names
+    no card."""
+    output = await _run_text(command, ["nvlink", "-e"], timeout)
+    found = parse_nvlink_errors(output) if output is not None else {}
+    return found or None
 
 
 async def run_nvidia_smi_topo(command: Sequence[str], timeout: float = 10.0) -> GpuTopology | None:
