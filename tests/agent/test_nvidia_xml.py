@@ -6,6 +6,7 @@ import stat
 from pathlib import Path
 
 from llmgw.agent.discovery import QUERY_FIELDS, FakeCard, FakeNvml, NvidiaCards
+from llmgw.agent.discovery.smicsv import FULL_QUERY_FIELDS
 from llmgw.agent.discovery.xidwatch import XidWatch
 from llmgw.wire.messages import GpuHealth
 
@@ -128,15 +129,16 @@ async def test_csv_only_falls_back_and_stops_asking_for_xml(tmp_path: Path) -> N
     assert first.gpus[0].name == "NVIDIA H100 80GB HBM3" and first.gpus[0].temperature is None
     assert first.health is None  # the CSV has no slow figures
     query = "--query-gpu=" + ",".join(QUERY_FIELDS)
-    # -q -x, then the plain -q, then the CSV query.
-    assert calls(tmp_path) == ["-q -x", "-q", f"{query} --format=csv,noheader,nounits"]
+    # -q -x, the plain -q, the full CSV (its answer has no header: refused), the CSV query.
+    full = "--query-gpu=" + ",".join(FULL_QUERY_FIELDS) + " --format=csv"
+    basic = f"{query} --format=csv,noheader,nounits"
+    assert calls(tmp_path) == ["-q -x", "-q", full, basic]
     second = await nv.read()
     assert second.gpus is not None and len(second.gpus) == 8
-    shown = [c.split()[0][:11] for c in calls(tmp_path)]
-    assert shown == ["-q", "-q", "--query-gpu", "--query-gpu"]
+    assert calls(tmp_path)[4:] == [basic]  # it stops asking for the others
     # A full scan asks -q -x again: the driver may have been upgraded since.
     await nv.read(retry_nvml=True)
-    assert [c.split()[0][:11] for c in calls(tmp_path)][4:] == ["-q", "-q", "--query-gpu"]
+    assert calls(tmp_path)[5:] == ["-q -x", "-q", full, basic]
     await nv.close()
 
 
@@ -148,7 +150,8 @@ async def test_csv_failing_too_keeps_asking_for_xml(tmp_path: Path) -> None:
     (warning,) = reading.warnings
     assert warning.startswith("nvidia-smi: failed (exit 9): NVIDIA-SMI has failed")
     await nv.read()
-    assert [c.split()[0][:11] for c in calls(tmp_path)] == ["-q", "-q", "--query-gpu"] * 2
+    forms = [c.split()[0][:11] for c in calls(tmp_path)]
+    assert forms == ["-q", "-q", "--query-gpu", "--query-gpu"] * 2
     await nv.close()
 
 
@@ -227,3 +230,20 @@ async def test_the_plain_text_is_read_where_the_xml_cannot_be(tmp_path: Path) ->
 def fake_smi_dir(where: Path, body: str) -> Path:
     where.mkdir()
     return fake_smi(where, body)
+
+
+async def test_the_full_csv_query_is_read_where_neither_xml_nor_text_is(tmp_path: Path) -> None:
+    csv = FIXTURES / "smicsv" / "h100-hgx_card0_csv_580.105.08.csv"
+    smi = fake_smi(
+        tmp_path,
+        f'case "$1" in -q) echo "not supported"; exit 2;; --query-gpu=*) cat "{csv}";; '
+        "*) exit 3;; esac",
+    )
+    nv = cards(tmp_path, smi)
+    reading = await nv.read()
+    assert reading.source == "nvidia-smi" and reading.gpus is not None
+    (card,) = reading.gpus
+    assert (card.temperature, card.power, card.pcie_width) == (34, 70.12, 16)
+    assert reading.health is not None and reading.health[0].ecc_volatile_uncorrected == 1
+    assert [c.split()[0][:11] for c in calls(tmp_path)] == ["-q", "-q", "--query-gpu"]
+    await nv.close()

@@ -6,8 +6,9 @@ the node looks like it should have cards and cannot show them. Every warning mad
 begins with "NVML:" or "nvidia-smi:", which is how ``is_gpu_warning`` tells them apart.
 
 Through nvidia-smi, ``-q -x`` gives every figure in one run (the plain ``-q`` where the
-XML cannot be had); a build that gives neither (or a wrapper that answers only the CSV
-query) is read through ``--query-gpu`` instead, with the eight figures that has. NVLink
+XML cannot be had, then ``--query-gpu`` with every health field and a header); a build
+that gives none of those (or a wrapper that answers only the agent's plain CSV query) is
+read through the eight-field ``--query-gpu`` instead. NVLink
 is not in ``-q -x``: a slow read also runs ``nvidia-smi nvlink -s`` and ``nvlink -e``, and
 the reads between slow ones repeat what those gave (so their health records do not
 change for want of it). Xids come from the kernel log, or from NVML's events where the
@@ -26,6 +27,7 @@ from llmgw.agent.discovery.mig import merge_instances, parse_mig_xml, parse_smi_
 from llmgw.agent.discovery.nvidia_smi import (
     DRIVER_FIX,
     run_nvidia_smi,
+    run_nvidia_smi_full_csv,
     run_nvidia_smi_list,
     run_nvidia_smi_nvlink_errors,
     run_nvidia_smi_nvlink_status,
@@ -214,6 +216,11 @@ class NvidiaCards:
                     self._with_xids(self._with_nvlink(health)),
                     log.cuda_version if slow else None,
                 )
+            full = await run_nvidia_smi_full_csv(self._command, self._timeout)
+            if full is not None:
+                gpus, health = full
+                await asyncio.to_thread(self._note_xids, gpus)
+                return GpuReading(gpus, "nvidia-smi", warnings, self._with_xids(health))
         smi = await run_nvidia_smi(self._command, self._timeout)
         warnings += smi.warnings
         if not smi.installed:

@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from llmgw.agent.discovery.nvlinktext import parse_nvlink_errors, parse_nvlink_status
+from llmgw.agent.discovery.smicsv import FULL_QUERY_FIELDS, SmiCsvError, parse_full_query_csv
 from llmgw.agent.discovery.smitext import SmiTextError, parse_smi_text
 from llmgw.agent.discovery.smixml import SmiXml, SmiXmlError, parse_smi_xml
 from llmgw.agent.discovery.topology import TopologyFormatError, parse_topo
-from llmgw.wire.messages import GPU, CardLinks, GpuTopology
+from llmgw.wire.messages import GPU, CardLinks, GpuHealth, GpuTopology
 
 QUERY_FIELDS = (
     "index",
@@ -244,6 +245,25 @@ async def run_nvidia_smi_xml(
         except (SmiXmlError, SmiTextError):
             continue
     return None
+
+
+async def run_nvidia_smi_full_csv(
+    command: Sequence[str], timeout: float = 10.0
+) -> tuple[list[GPU], list[GpuHealth]] | None:
+    """``--query-gpu`` with every health field (``smicsv.FULL_QUERY_FIELDS``) and a
+    header; None when this nvidia-smi will not answer it (an older one refuses the
+    whole query for one field it does not know)."""
+    query = [f"--query-gpu={','.join(FULL_QUERY_FIELDS)}", "--format=csv"]
+    try:
+        rc, output = await _run([*command, *query], timeout)
+    except (OSError, TimeoutError):
+        return None
+    if rc != 0:
+        return None
+    try:
+        return parse_full_query_csv(output)
+    except SmiCsvError:
+        return None
 
 
 async def run_nvidia_smi_list(command: Sequence[str], timeout: float = 10.0) -> str | None:
