@@ -9,20 +9,20 @@ them, so they read as "not read" (``null``), never as 0.
 
 Memory: the rings are preallocated ``array.array`` blocks, not Python floats.
 
-* float32 (``'f'``, NaN = not read): node CPU %, node memory used and total; card
-  SM active, power, memory used and total;
-* one byte (``'B'``, 255 = not read): the two figures that are whole numbers by nature,
-  card busy (``utilization``, %) and temperature (°C, 0..254), rounded.
+* float32 (``'f'``, NaN = not read): node CPU % and memory used, card memory used
+  (memory as whole MiB: float32 holds every integer up to 2**24 MiB, 16 TiB, exactly;
+  bytes come back as ints, exact to the MiB);
+* one byte (``'B'``, 255 = not read): card busy (``utilization``, %) and temperature
+  (C, 0..254), SM active in steps of 0.005, and whether memory total was read in the
+  slot: the total itself is kept once, the latest read (a card's or a node's total does
+  not change while it runs, so the past slots show today's);
+* 16 bits (``'H'``, 65535 = not read): card power in tenths of a watt (to 6,553.4 W).
 
-Memory figures are stored as whole MiB in float32, which holds every integer up to
-2**24 MiB (16 TiB) exactly; bytes come back as ints, exact to the MiB (a float32 of
-bytes would lose precision above 16 MiB).
-
-Per slot that is 12 bytes for the node and 18 bytes per card, so a card costs
-360 * 18 = 6,480 bytes of ring and a node 4,320 plus its cards. Measured with tracemalloc
+Per slot that is 9 bytes for the node and 10 per card: a card costs 360 * 10 = 3,600
+bytes of ring and a node 3,240 plus its cards. Measured with tracemalloc
 (``tests/server/fleet/test_history.py``, 100 nodes x 8 cards), a node with 8 cards
-costs 59,292 bytes with every object counted; the test asserts under 62,000, so 5,000
-nodes x 8 cards take under 310 MB (about 296 MB).
+costs about 36,300 bytes with every object counted; the test asserts under 38,000, so
+5,000 nodes x 8 cards take under 190 MB.
 """
 
 from __future__ import annotations
@@ -40,12 +40,17 @@ MAX_CARDS = 64
 BYTE_NONE = 255
 NAN = math.nan
 
-# Float32 columns of a node's ring, and of a card's; byte columns of a card's.
-NODE_FLOATS = ("cpu_percent", "memory_used", "memory_total")
-CARD_FLOATS = ("sm_active", "memory_used", "memory_total", "power")
-CARD_BYTES = ("utilization", "temperature")
+SHORT_NONE = 65535
+# Float32 columns of a node's ring, and of a card's; byte and 16-bit columns of a card's.
+NODE_FLOATS = ("cpu_percent", "memory_used")
+CARD_FLOATS = ("memory_used",)
+# ``memory_total`` as a byte is only "read in this slot" (1): the value is the card's
+# (or node's) latest total, which does not change while it runs.
+CARD_BYTES = ("utilization", "temperature", "sm_active", "memory_total")
+CARD_SHORTS = ("power",)  # tenths of a watt, up to 6,553.4 W
+SM_STEPS = 200  # sm_active in steps of 0.005
 # Decimals each float figure keeps in a series (float32 carries noise past them).
-DECIMALS = {"cpu_percent": 1, "sm_active": 3, "power": 1}
+DECIMALS = {"cpu_percent": 1}
 
 
 def _float(value: Any) -> float:
@@ -65,23 +70,29 @@ def _byte(value: Any) -> int:
 
 
 class _Card:
-    __slots__ = ("bytes_", "floats", "index", "last_slot", "name", "uuid")
+    __slots__ = ("bytes_", "floats", "index", "last_slot", "memory_total", "name", "shorts", "uuid")
 
-    def __init__(self, uuid: str, floats: array[float], bytes_: array[int]) -> None:
+    def __init__(
+        self, uuid: str, floats: array[float], bytes_: array[int], shorts: array[int]
+    ) -> None:
         self.uuid = uuid
         self.index: int | None = None
         self.name: str | None = None
+        self.memory_total: int | None = None  # MiB, the latest read
         self.last_slot = -1
         self.floats = array("f", floats)
         self.bytes_ = array("B", bytes_)
+        self.shorts = array("H", shorts)
 
 
 class _Node:
-    __slots__ = ("cards", "floats", "last_slot")
+    __slots__ = ("cards", "floats", "last_slot", "memory_total", "total_read")
 
-    def __init__(self, floats: array[float]) -> None:
+    def __init__(self, floats: array[float], total_read: array[int]) -> None:
         self.last_slot = -1
         self.floats = array("f", floats)
+        self.total_read = array("B", total_read)  # 1 where memory_total was read
+        self.memory_total: int | None = None  # MiB, the latest read
         self.cards: dict[str, _Card] = {}
 
 
@@ -97,8 +108,10 @@ class FleetHistory:
         n = self.slots
         # Templates copied into every new ring, and the blank a reset copies from.
         self._node_blank = array("f", [NAN]) * (len(NODE_FLOATS) * n)
+        self._node_blank_b = array("B", [BYTE_NONE]) * n
         self._card_blank_f = array("f", [NAN]) * (len(CARD_FLOATS) * n)
         self._card_blank_b = array("B", [BYTE_NONE]) * (len(CARD_BYTES) * n)
+        self._card_blank_s = array("H", [SHORT_NONE]) * (len(CARD_SHORTS) * n)
         self._nodes: dict[str, _Node] = {}
 
     def __len__(self) -> int:
@@ -115,26 +128,32 @@ class FleetHistory:
         n = self.slots
         if last - first + 1 >= n:
             node.floats[:] = self._node_blank
+            node.total_read[:] = self._node_blank_b
             for card in node.cards.values():
                 card.floats[:] = self._card_blank_f
                 card.bytes_[:] = self._card_blank_b
+                card.shorts[:] = self._card_blank_s
             return
         cards = list(node.cards.values())
         for s in range(first, last + 1):
             p = s % n
             for c in range(len(NODE_FLOATS)):
                 node.floats[c * n + p] = NAN
+            node.total_read[p] = BYTE_NONE
             for card in cards:
                 for c in range(len(CARD_FLOATS)):
                     card.floats[c * n + p] = NAN
                 for c in range(len(CARD_BYTES)):
                     card.bytes_[c * n + p] = BYTE_NONE
+                for c in range(len(CARD_SHORTS)):
+                    card.shorts[c * n + p] = SHORT_NONE
 
     def _advance(self, node: _Node, slot: int) -> None:
         if node.last_slot >= 0:
             self._clear(node, node.last_slot + 1, slot)
         else:
             node.floats[:] = self._node_blank
+            node.total_read[:] = self._node_blank_b
         node.last_slot = slot
         # A card not seen for a whole span has no point left: it ages out.
         oldest = slot - self.slots
@@ -151,7 +170,7 @@ class FleetHistory:
             if stalest.last_slot >= slot:
                 return None
             del node.cards[stalest.uuid]
-        card = _Card(uuid, self._card_blank_f, self._card_blank_b)
+        card = _Card(uuid, self._card_blank_f, self._card_blank_b, self._card_blank_s)
         node.cards[card.uuid] = card
         return card
 
@@ -171,7 +190,7 @@ class FleetHistory:
         ``index`` when a card has none), at most 64 per node."""
         node = self._nodes.get(node_id)
         if node is None:
-            node = self._nodes[node_id] = _Node(self._node_blank)
+            node = self._nodes[node_id] = _Node(self._node_blank, self._node_blank_b)
         slot = self._slot(now)
         n = self.slots
         if slot > node.last_slot:
@@ -181,13 +200,14 @@ class FleetHistory:
         p = slot % n
         total = _float(memory_total)
         available = _float(memory_available)
-        used = total - available
-        node_values = (_float(cpu_percent), used, total)
-        for c, value in enumerate(node_values):
-            if c > 0:
-                value = NAN if math.isnan(value) else float(round(value / MIB))
-            if not math.isnan(value):
-                node.floats[c * n + p] = value
+        cpu, used = _float(cpu_percent), _mib(total - available)
+        if not math.isnan(cpu):
+            node.floats[p] = cpu
+        if not math.isnan(used):
+            node.floats[n + p] = used
+        if not math.isnan(total):
+            node.memory_total = round(total / MIB)
+            node.total_read[p] = 1
         for gpu in gpus:
             uuid = gpu.get("uuid")
             if not isinstance(uuid, str) or not uuid:
@@ -205,19 +225,29 @@ class FleetHistory:
             name = gpu.get("name")
             if isinstance(name, str):
                 card.name = sys.intern(name)
-            floats = (
-                _float(gpu.get("sm_active")),
-                _mib(gpu.get("memory_used")),
-                _mib(gpu.get("memory_total")),
-                _float(gpu.get("power")),
-            )
-            for c, value in enumerate(floats):
-                if not math.isnan(value):
-                    card.floats[c * n + p] = value
-            for c, key in enumerate(CARD_BYTES):
-                byte = _byte(gpu.get(key))
-                if byte != BYTE_NONE:
-                    card.bytes_[c * n + p] = byte
+            self._card_point(card, gpu, p)
+
+    def _card_point(self, card: _Card, gpu: Mapping[str, Any], p: int) -> None:
+        n = self.slots
+        used = _mib(gpu.get("memory_used"))
+        if not math.isnan(used):
+            card.floats[p] = used
+        total = _mib(gpu.get("memory_total"))
+        sm = _float(gpu.get("sm_active"))
+        power = _float(gpu.get("power"))
+        values = (
+            _byte(gpu.get("utilization")),
+            _byte(gpu.get("temperature")),
+            BYTE_NONE if math.isnan(sm) else max(0, min(SM_STEPS, round(sm * SM_STEPS))),
+            BYTE_NONE if math.isnan(total) else 1,
+        )
+        for c, byte in enumerate(values):
+            if byte != BYTE_NONE:
+                card.bytes_[c * n + p] = byte
+        if not math.isnan(total):
+            card.memory_total = int(total)
+        if not math.isnan(power):
+            card.shorts[p] = max(0, min(SHORT_NONE - 1, round(power * 10)))
 
     def forget(self, node_id: str) -> None:
         self._nodes.pop(node_id, None)
@@ -259,17 +289,21 @@ class FleetHistory:
                     out.append(round(v, decimals))
             return out
 
-        def byte_values(ring: array[int], column: int) -> list[int | None]:
+        def stored(ring: array[int], column: int, none: int) -> list[int | None]:
             base = column * n
             out: list[int | None] = []
             for p in positions:
-                v = BYTE_NONE if p is None else ring[base + p]
-                out.append(None if v == BYTE_NONE else v)
+                v = none if p is None else ring[base + p]
+                out.append(None if v == none else v)
             return out
+
+        def totals(read: list[int | None], mib: int | None) -> list[int | None]:
+            return [None if r is None or mib is None else mib * MIB for r in read]
 
         result: dict[str, Any] = {"node": node_id, "step_seconds": step, "t": t}
         for c, key in enumerate(NODE_FLOATS):
             result[key] = floats(node.floats, c, key)
+        result["memory_total"] = totals(stored(node.total_read, 0, BYTE_NONE), node.memory_total)
         cards = sorted(
             (c for c in node.cards.values() if c.last_slot >= first),
             key=lambda c: (c.index is None, c.index or 0, c.uuid),
@@ -277,10 +311,14 @@ class FleetHistory:
         gpus: list[dict[str, Any]] = []
         for card in cards:
             entry: dict[str, Any] = {"uuid": card.uuid, "index": card.index, "name": card.name}
-            entry["utilization"] = byte_values(card.bytes_, CARD_BYTES.index("utilization"))
-            for c, key in enumerate(CARD_FLOATS):
-                entry[key] = floats(card.floats, c, key)
-            entry["temperature"] = byte_values(card.bytes_, CARD_BYTES.index("temperature"))
+            entry["utilization"] = stored(card.bytes_, 0, BYTE_NONE)
+            sm = stored(card.bytes_, 2, BYTE_NONE)
+            entry["sm_active"] = [None if v is None else round(v / SM_STEPS, 3) for v in sm]
+            entry["memory_used"] = floats(card.floats, 0, "memory_used")
+            entry["memory_total"] = totals(stored(card.bytes_, 3, BYTE_NONE), card.memory_total)
+            power = stored(card.shorts, 0, SHORT_NONE)
+            entry["power"] = [None if v is None else v / 10 for v in power]
+            entry["temperature"] = stored(card.bytes_, 1, BYTE_NONE)
             gpus.append(entry)
         result["gpus"] = gpus
         return result

@@ -235,8 +235,8 @@ def test_memory_per_node_with_8_cards() -> None:
         tracemalloc.stop()
     used = sum(s.size_diff for s in after.compare_to(before, "filename"))
     per_node = used / nodes
-    # 8 x 6,480 + 4,320 bytes of ring; the rest is the objects holding them.
-    assert 8 * 6480 + 4320 <= per_node < 62_000, per_node
-    # So 5,000 nodes of 8 cards stay well under 400 MB.
-    assert per_node * 5000 < 310e6
+    # 8 x 3,600 + 3,240 bytes of ring; the rest is the objects holding them.
+    assert 8 * 3600 + 3240 <= per_node < 38_000, per_node
+    # So 5,000 nodes of 8 cards stay under 190 MB.
+    assert per_node * 5000 < 190e6
     assert not math.isnan(per_node)
