@@ -128,6 +128,8 @@ def model_text(m: dict[str, Any]) -> str:
             lines.append(
                 "      on nodes with: " + ", ".join(f"{k}={v}" for k, v in p["selector"].items())
             )
+        if p.get("card_class"):
+            lines.append(f"      on cards of class: {p['card_class']}")
         if status.get("note"):
             lines.append(f"      {status['note']}")
     return "\n".join(lines)
@@ -193,7 +195,7 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         for key in ("name", "engine", "context", "slots", "gpus", "cpu_cores", "memory"):
             if getattr(args, key) is not None:
                 body[key] = getattr(args, key)
-        for key in ("max_output", "profile", "priority", "role"):
+        for key in ("max_output", "profile", "priority", "role", "card_class"):
             if getattr(args, key) is not None:
                 body[key] = getattr(args, key)
         body["on_demand"] = args.on_demand
@@ -361,6 +363,11 @@ def add_parsers(
     p.add_argument("--priority", type=int, help="higher profiles are used first")
     p.add_argument("--selector", action="append", type=_label, help="KEY=VALUE node label")
     p.add_argument("--role", help="run only on nodes labelled llmgw.role=ROLE")
+    p.add_argument(
+        "--card-class",
+        help="only these cards: a product name ('NVIDIA H100 80GB HBM3') or a MIG class "
+        "('a100-80g-mig-3g.40gb', one instance a replica); see `ctl nodes --json`",
+    )
     p = leaf(sub, "external", "external", "an OpenAI-compatible provider as a model")
     p.add_argument("name")
     p.add_argument("--base-url", required=True, help="the provider's /v1 URL")

@@ -82,6 +82,13 @@ class ServeRequest:
         None, doc="node labels a replica needs", max_items=32, keys=LABEL_SPEC, items=LABEL_SPEC
     )
     role: str | None = spec(None, doc="the node role label", pattern=LABEL, pattern_doc=LABEL_WORDS)
+    card_class: str | None = spec(
+        None,
+        doc="the cards a replica takes: a product name (NVIDIA H100 80GB HBM3) or a MIG "
+        "class (a100-80g-mig-3g.40gb)",
+        min_length=1,
+        max_length=128,
+    )
 
 
 @dataclass(frozen=True)

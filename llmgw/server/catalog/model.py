@@ -46,6 +46,11 @@ class CatalogError(ValueError):
         self.field = field_name
 
 
+def is_mig_class(card_class: str) -> bool:
+    """Whether a card class names a MIG instance (``a100-80g-mig-3g.40gb``)."""
+    return "-mig-" in card_class.lower()
+
+
 @dataclass(frozen=True)
 class Profile:
     name: str
@@ -59,6 +64,8 @@ class Profile:
     priority: int = 0
     selector: Mapping[str, str] = field(default_factory=dict)
     role: str | None = None
+    # Which cards a replica takes: a product name, or a MIG class ("...-mig-3g.40gb").
+    card_class: str | None = None
     # Worked out from the model's shape when written; ``memory_set`` marks an operator's.
     memory: int = 0
     card_memory: int = 0
@@ -266,6 +273,16 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
     for key, value in profile.selector.items():
         if not LABEL.match(key) or not LABEL.match(value):
             raise CatalogError(f"profiles.{profile.name}.selector", f"{key}={value} is not a label")
+    if profile.card_class is not None:
+        where = f"profiles.{profile.name}.card_class"
+        if not profile.cards:
+            raise CatalogError(where, "a card class needs cards: give --gpus 1 or more")
+        if is_mig_class(profile.card_class) and profile.cards > 1:
+            raise CatalogError(
+                where,
+                f"{profile.card_class} is a MIG instance, and a replica gets exactly one: "
+                "give --gpus 1, or a whole card's class for more",
+            )
     if shape is not None and engine.tensor_split and profile.cards > 1:
         problem = sizing.check_cards_vs_kv_heads(shape, profile.cards)
         if problem:

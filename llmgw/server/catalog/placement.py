@@ -43,6 +43,11 @@ class Card:
     # Why no replica may use it ("MIG mode is on and no instance is carved").
     unusable: str | None = None
 
+    def is_class(self, card_class: str | None) -> bool:
+        """Whether the card is of ``card_class`` (any, when None): its MIG class or
+        product name, letter case aside."""
+        return card_class is None or self.name.lower() == card_class.lower()
+
     @classmethod
     def of(cls, gpu: GPU, reserved: int) -> Card:
         """A card as its node reports it; a MIG-mode card with no instance is unusable."""
@@ -132,6 +137,8 @@ class Request:
     card_memory: int = 0
     role: str | None = None
     selector: Mapping[str, str] = field(default_factory=dict)
+    # Only cards of this class (a product name or a MIG class), when set.
+    card_class: str | None = None
     # Nodes where this model failed recently (the reconciler's memory).
     avoid: frozenset[str] = frozenset()
 

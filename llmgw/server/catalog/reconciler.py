@@ -482,6 +482,7 @@ class Reconciler:
             card_memory=profile.card_memory,
             role=profile.role,
             selector=profile.selector,
+            card_class=profile.card_class,
             avoid=avoid,
         )
 

@@ -89,6 +89,7 @@ class _State:
             for i, f in enumerate(self.card_free)
             if f >= req.card_memory
             and cards[i].unusable is None
+            and cards[i].is_class(req.card_class)
             # A replica gets one MIG instance at most: they share no memory or NVLink.
             and not (req.cards > 1 and cards[i].mig_instance)
         ]
@@ -181,7 +182,10 @@ def _cards_reason(st: _State, req: Request) -> str:
     usable = [
         c
         for c, f in zip(cards, st.card_free, strict=True)
-        if f >= req.card_memory and not c.unusable and not (req.cards > 1 and c.mig_instance)
+        if f >= req.card_memory
+        and not c.unusable
+        and c.is_class(req.card_class)
+        and not (req.cards > 1 and c.mig_instance)
     ]
 
     def name(c: Card) -> str:
@@ -191,7 +195,10 @@ def _cards_reason(st: _State, req: Request) -> str:
         f"{name(c)}: {c.unusable}" if c.unusable else f"{name(c)}: {_gib(max(f, 0))} free"
         for c, f in zip(cards, st.card_free, strict=True)
     )
-    said = f"cards: needs {req.cards} with {_gib(req.card_memory)} free each, {len(usable)} have it"
+    each = f"{_gib(req.card_memory)} free each"
+    if req.card_class:
+        each = f"{each}, of class {req.card_class}"
+    said = f"cards: needs {req.cards} with {each}, {len(usable)} have it"
     if req.cards > 1 and any(c.mig_instance for c in cards):
         said += "; a replica gets one MIG instance at most (ask for 1 card, or turn MIG off)"
     return said + (f" ({frees})" if frees else "")
@@ -447,7 +454,14 @@ class _Fleet:
 
     def group(self, req: Request) -> tuple[bool, _Order, set[str]]:
         uses_cards = req.cards > 0
-        gkey = (req.engine, req.wanted_role, tuple(sorted(req.selector.items())), uses_cards)
+        # The card class too: a refusal for one class must not stand for another.
+        gkey = (
+            req.engine,
+            req.wanted_role,
+            tuple(sorted(req.selector.items())),
+            uses_cards,
+            req.card_class,
+        )
         found = self.groups.get(gkey)
         if found is None:
             members = [st for st in self.states.values() if not static_reasons(st.node, req)]
@@ -475,6 +489,7 @@ class _Fleet:
             req.wanted_role,
             tuple(sorted(req.selector.items())),
             tuple(sorted(req.avoid)),
+            req.card_class,
         )
         if shape in self.refused or self.dominated(req):
             return Refusal(req, lambda: self.explain(req))

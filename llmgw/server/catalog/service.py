@@ -415,6 +415,7 @@ class ModelService:
             priority=ask.priority,
             selector=dict(ask.selector or {}),
             role=ask.role,
+            card_class=ask.card_class,
             memory=ask.memory or 0,
             memory_set=ask.memory is not None,
         )

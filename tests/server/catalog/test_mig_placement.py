@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from llmgw.server.catalog.placement import MIG_EMPTY
 from llmgw.server.catalog.scheduler import (
     GIB,
@@ -110,3 +112,65 @@ def test_instances_reach_placement_from_the_agents_report() -> None:
         "a100-80g-mig-3g.40gb",
         40 * GIB,
     )
+
+
+# --- a card class: the catalog refuses more than one MIG instance, placement filters ---
+
+
+def test_the_catalog_refuses_more_than_one_mig_instance() -> None:
+    from llmgw.server.catalog.model import CatalogError, Model, Profile, check_model
+    from tests.server.catalog.test_model import LLAMA_8B
+
+    def served(cards: int, card_class: str | None) -> Model:
+        # vLLM: llama.cpp takes one card a replica until it can split layers.
+        p = Profile(name="default", engine="vllm", cards=cards, card_class=card_class)
+        return Model(
+            name="m",
+            source="hf:meta/Llama-3-8B",
+            engine="vllm",
+            profiles=(p,),
+            context=4096,
+        )
+
+    mig = "a100-80g-mig-3g.40gb"
+    kept = check_model(served(1, mig), LLAMA_8B)
+    assert kept.profiles[0].card_class == mig
+    with pytest.raises(CatalogError) as two:
+        check_model(served(2, mig), LLAMA_8B)
+    assert two.value.field == "profiles.default.card_class"
+    assert "a replica gets exactly one" in str(two.value)
+    with pytest.raises(CatalogError) as none:
+        check_model(served(0, mig), LLAMA_8B)
+    assert "needs cards" in str(none.value)
+    # Whole cards of one product may be more than one.
+    assert check_model(served(2, "NVIDIA H100 80GB HBM3"), LLAMA_8B).profiles[0].cards == 2
+
+
+def test_placement_takes_only_cards_of_the_class() -> None:
+    whole = GPU(
+        index=1,
+        uuid="GPU-whole",
+        name="NVIDIA A100-SXM4-80GB",
+        memory_total=80 * GIB,
+        memory_used=0,
+        mig_mode=False,
+    )
+    node = capacity(instance(1), whole)
+    got = place(req(cards=1, card_memory=1 * GIB, card_class="A100-80G-MIG-3G.40GB"), [node])
+    assert isinstance(got, Placement) and got.cards == (instance(1).uuid,)
+    got = place(req(cards=1, card_memory=1 * GIB, card_class="NVIDIA A100-SXM4-80GB"), [node])
+    assert isinstance(got, Placement) and got.cards == ("GPU-whole",)
+    (verdict,) = explain(
+        req(cards=1, card_memory=1 * GIB, card_class="h100-80g-mig-1g.10gb"), [node]
+    )
+    assert not verdict.ok and "of class h100-80g-mig-1g.10gb, 0 have it" in verdict.reasons[0]
+
+
+def test_a_refusal_for_one_class_does_not_stand_for_another() -> None:
+    from llmgw.server.catalog.scheduler import place_many
+
+    node = capacity(instance(1))
+    wrong = req(cards=1, card_memory=1 * GIB, card_class="h100-80g-mig-1g.10gb")
+    right = req(cards=1, card_memory=1 * GIB, card_class="a100-80g-mig-3g.40gb", model="n")
+    first, second = place_many([wrong, right], [node])
+    assert isinstance(first, Refusal) and isinstance(second, Placement)
