@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
-from llmgw.agent.discovery import FakeNvml, NvidiaCards
-from llmgw.agent.discovery.xidwatch import XidWatch
+from tests.support.fakesmi import calls, cards, fake_smi
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100_XML = FIXTURES / "smi" / "h100-hgx_2cards_580.105.08.xml"
@@ -14,26 +12,6 @@ STATUS = FIXTURES / "nvlink" / "nvlink-s_2xH100_card0-6-inactive.txt"
 ERRORS = FIXTURES / "nvlink" / "nvlink-e_2xH100_535-layout.txt"
 H100_0 = "GPU-3f6d2a10-8c41-4e2b-9a7d-51c0e8b2f001"
 H100_1 = "GPU-3f6d2a10-8c41-4e2b-9a7d-51c0e8b2f002"
-
-
-def fake_smi(tmp_path: Path, body: str) -> Path:
-    """An nvidia-smi stand-in; each run's arguments go, one run a line, to calls.log."""
-    path = tmp_path / "nvidia-smi"
-    path.write_text(f'#!/bin/sh\necho "$*" >> "{tmp_path}/calls.log"\n{body}\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
-
-
-def calls(tmp_path: Path) -> list[str]:
-    log = tmp_path / "calls.log"
-    return log.read_text().splitlines() if log.exists() else []
-
-
-def cards(tmp_path: Path, smi: Path) -> NvidiaCards:
-    # The Xid log is a file of ours: never this machine's /dev/kmsg.
-    return NvidiaCards(
-        FakeNvml(unavailable=True), str(smi), xids=XidWatch(tmp_path / "no-kmsg", boot=0.0)
-    )
 
 
 def answering(status: str, errors: str) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import stat
 from pathlib import Path
 
 from llmgw.agent.discovery import QUERY_FIELDS, FakeCard, FakeNvml, NvidiaCards
 from llmgw.agent.discovery.smicsv import FULL_QUERY_FIELDS
 from llmgw.agent.discovery.xidwatch import XidWatch
 from llmgw.wire.messages import GpuHealth
+from tests.support.fakesmi import calls, cards, fake_smi
 
 FIXTURES = Path(__file__).parent / "fixtures"
 H100_XML = FIXTURES / "smi" / "h100-hgx_2cards_580.105.08.xml"
@@ -31,26 +31,6 @@ A100_LIST = (
     f"  MIG 1g.20gb     Device  2: (UUID: {MIGS[2]})\n"
     f"  MIG 1g.20gb     Device  3: (UUID: {MIGS[3]})\n"
 )
-
-
-def fake_smi(tmp_path: Path, body: str) -> Path:
-    """An nvidia-smi stand-in; each run's arguments go, one run a line, to calls.log."""
-    path = tmp_path / "nvidia-smi"
-    path.write_text(f'#!/bin/sh\necho "$*" >> "{tmp_path}/calls.log"\n{body}\n')
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
-
-
-def calls(tmp_path: Path) -> list[str]:
-    log = tmp_path / "calls.log"
-    return log.read_text().splitlines() if log.exists() else []
-
-
-def cards(tmp_path: Path, smi: Path) -> NvidiaCards:
-    # The Xid log is a file of ours: never this machine's /dev/kmsg.
-    return NvidiaCards(
-        FakeNvml(unavailable=True), str(smi), xids=XidWatch(tmp_path / "no-kmsg", boot=0.0)
-    )
 
 
 XML_ONLY = f'case "$1" in -q) cat "{H100_XML}";; *) echo "unexpected $*"; exit 3;; esac'
