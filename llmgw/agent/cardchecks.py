@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from llmgw.agent.doctor import Check, split_fix
+from llmgw.agent.doctor import Check
 from llmgw.wire.messages import GPU, GpuHealth
+from llmgw.wire.warnings import split_fix
 
 PERSISTENCE_FIX = (
     "turn persistence mode on (`nvidia-smi -pm 1`, or run nvidia-persistenced): without it "

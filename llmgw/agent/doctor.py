@@ -18,6 +18,7 @@ from typing import Literal
 
 from llmgw.agent.discovery import AVX2_FIX, is_gpu_warning, is_x86, normalise_arch
 from llmgw.wire.messages import Disk, HostFacts
+from llmgw.wire.warnings import split_fix
 
 GiB = 1 << 30
 MIN_AVAILABLE_MEMORY = 4 * GiB
@@ -46,12 +47,6 @@ def _size(n: int) -> str:
     if n >= 1024 * GiB:
         return f"{n / (1024 * GiB):.1f} TiB"
     return f"{n / GiB:.1f} GiB"
-
-
-def split_fix(warning: str) -> tuple[str, str | None]:
-    # Discovery's warnings read "what happened. Fix: what to do".
-    detail, sep, fix = warning.partition(" Fix: ")
-    return (detail.rstrip(". "), fix) if sep else (warning, None)
 
 
 def cpu_check(facts: HostFacts) -> Check:

@@ -289,7 +289,7 @@ class ControlPlane:
             # Thousands of cards make megabytes of text: written in a worker thread, so
             # the agents' streams (and their PINGs) are served meanwhile.
             lines = [
-                *exposition.fleet_metrics(snapshots, exposition.warning_kind),
+                *exposition.fleet_metrics(snapshots),
                 *exposition.cluster_metrics(models, budgets, joules),
             ]
             return "\n".join(lines)

@@ -11,6 +11,7 @@ from textual.widgets import DataTable, Static
 
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, bar, fill
+from llmgw.wire.warnings import split_fix
 
 COLUMNS = ("NODE", "STATE", "CPU", "MEMORY", "CARDS", "ENGINES", "WARNINGS")
 
@@ -38,12 +39,6 @@ def cards_summary(gpus: list[dict[str, Any]]) -> str:
         name = str(g.get("name") or "card")
         names[name] = names.get(name, 0) + 1
     return ", ".join(f"{count} × {name}" for name, count in names.items())
-
-
-def split_fix(warning: str) -> tuple[str, str | None]:
-    # The agent's warnings read "what happened. Fix: what to do".
-    detail, sep, fix = warning.partition(" Fix: ")
-    return (detail.rstrip(". "), fix) if sep else (warning, None)
 
 
 def node_row(n: dict[str, Any]) -> tuple[str, ...]:

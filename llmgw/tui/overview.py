@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import Pane, bar
-from llmgw.tui.nodes import split_fix
+from llmgw.wire.warnings import split_fix
 
 # Replica states in the order they move through, so counts read left to right.
 REPLICA_ORDER = ("ready", "loading", "downloading", "installing", "failed")

@@ -14,11 +14,12 @@ from llmgw.agent.discovery.cardread import (
     read_nvml,
     read_nvml_health,
 )
-from llmgw.agent.discovery.health import card_warnings, warning_kind
+from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.discovery.nvml import FIGURES, NvmlError
 from llmgw.agent.discovery.nvmlfake import FakeCard, FakeNvml
 from llmgw.agent.discovery.smixml import parse_smi_xml
 from llmgw.wire.messages import CARD_WIDE_FIGURES, GPU, GpuHealth, GpuProcess
+from llmgw.wire.warnings import warning_kind
 
 SMI = Path(__file__).parent / "fixtures" / "smi"
 MiB = 1 << 20

@@ -21,7 +21,7 @@ from llmgw.agent.discovery.disks import (
     mounts,
     scan_disks,
 )
-from llmgw.agent.discovery.health import card_warnings, warning_kind
+from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.discovery.host import (
     AVX2_FIX,
     CpuInfo,
@@ -51,6 +51,7 @@ from llmgw.agent.discovery.nvml import (
     decode_throttle,
 )
 from llmgw.agent.discovery.nvmlfake import FakeCard, FakeNvml
+from llmgw.wire.warnings import warning_kind
 
 __all__ = [
     "AVX2_FIX",

@@ -46,14 +46,6 @@ _ECC_FIX = (
 )
 
 
-def warning_kind(text: str) -> str:
-    """What a warning is about, by the word it leads with ("pcie: card 3 ..." -> "pcie");
-    "other" when it leads with none. The control plane counts warnings by it."""
-    head, sep, _ = text.partition(":")
-    word = head.strip().lower()
-    return word if sep and word and " " not in word and len(word) <= 20 else "other"
-
-
 def _card(gpu: GPU) -> str:
     return f"card {gpu.index} ({gpu.name})"
 

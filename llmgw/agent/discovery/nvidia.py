@@ -87,7 +87,8 @@ class NvidiaCards:
         self._timeout = timeout
         self._state: Literal["untried", "ok", "absent", "failed"] = "untried"
         self._init_error = ""
-        self._xml = True  # False once nvidia-smi answered the CSV query but not -q -x
+        # False once nvidia-smi answered only the CSV query, or is not there at all.
+        self._xml = True
         # Per card key (nvlinktext.card_key): (links, active, counters) from the last
         # slow read through nvidia-smi.
         self._nvlink: dict[str, tuple[int, int, dict[str, int] | None]] = {}
@@ -113,15 +114,13 @@ class NvidiaCards:
             events = []
         self._note_xids(gpus)
         self.xids.nvml_events((by_index.get(i, f"index-{i}"), code) for i, code in events)
-        health = None
-        if slow:
-            health = self._with_xids(read_nvml_health(self._nvml, self._nvml.device_count()))
-        cuda = None
-        if slow:
-            try:
-                cuda = self._nvml.cuda_version()
-            except NvmlError:
-                pass
+        if not slow:
+            return GpuReading(gpus, "nvml", warnings)
+        health = self._with_xids(read_nvml_health(self._nvml, self._nvml.device_count()))
+        try:
+            cuda: str | None = self._nvml.cuda_version()
+        except NvmlError:
+            cuda = None
         return GpuReading(gpus, "nvml", warnings, health, cuda)
 
     def _note_xids(self, gpus: list[GPU]) -> None:
@@ -225,6 +224,8 @@ class NvidiaCards:
         warnings += smi.warnings
         if not smi.installed:
             # No nvidia-smi: no cards, unless NVML's failure above says there are some.
+            # Its other forms are not tried again until a full scan (a CPU node's beats).
+            self._xml = False
             return GpuReading(None if warnings else [], None, warnings)
         if smi.gpus is not None:
             self._xml = False  # it answers the query but not -q -x: stop asking

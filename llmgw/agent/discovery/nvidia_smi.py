@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from llmgw.agent.discovery.nvlinktext import parse_nvlink_errors, parse_nvlink_status
 from llmgw.agent.discovery.smicsv import FULL_QUERY_FIELDS, SmiCsvError, parse_full_query_csv
 from llmgw.agent.discovery.smitext import SmiTextError, parse_smi_text
-from llmgw.agent.discovery.smixml import SmiXml, SmiXmlError, parse_smi_xml
+from llmgw.agent.discovery.smixml import SmiXml, SmiXmlError, no_figure, parse_smi_xml
 from llmgw.agent.discovery.topology import TopologyFormatError, parse_topo
 from llmgw.wire.messages import GPU, CardLinks, GpuHealth, GpuTopology
 
@@ -62,13 +62,6 @@ class SmiReading:
     warnings: list[str] = field(default_factory=list)
 
 
-def _absent(cell: str) -> bool:
-    # nvidia-smi's ways of saying "no figure": [N/A], [Not Supported], [Unknown Error],
-    # [Insufficient Permissions], [Requested functionality has been deprecated], N/A.
-    c = cell.strip()
-    return not c or (c.startswith("[") and c.endswith("]")) or c.upper() in {"N/A", "NA"}
-
-
 def _column(cell: str) -> tuple[str, str | None]:
     m = _HEADER.match(cell.strip())
     if m is None:
@@ -96,11 +89,11 @@ def _percent(cell: str) -> int | None:
 def _row(values: dict[str, tuple[str, str | None]], where: str) -> GPU:
     def text(name: str) -> str | None:
         cell, _ = values.get(name, ("", None))
-        return None if _absent(cell) else cell.strip()
+        return None if no_figure(cell) else cell.strip()
 
     def size(name: str) -> int | None:
         cell, unit = values.get(name, ("", None))
-        return None if _absent(cell) else _bytes(cell, unit)
+        return None if no_figure(cell) else _bytes(cell, unit)
 
     index, uuid, name = text("index"), text("uuid"), text("name")
     if index is None or not index.isdigit():
@@ -227,6 +220,15 @@ async def run_nvidia_smi(command: Sequence[str], timeout: float = 10.0) -> SmiRe
         )
 
 
+async def _run_text(command: Sequence[str], args: Sequence[str], timeout: float) -> str | None:
+    """What ``command args`` printed when it ran and exited 0; None when it did not."""
+    try:
+        rc, output = await _run([*command, *args], timeout)
+    except (OSError, TimeoutError):
+        return None
+    return output if rc == 0 else None
+
+
 async def run_nvidia_smi_xml(
     command: Sequence[str], timeout: float = 10.0
 ) -> tuple[SmiXml, str | None] | None:
@@ -234,11 +236,8 @@ async def run_nvidia_smi_xml(
     the MIG devices), else the plain ``-q`` (text None); None when neither can be read
     (the caller falls back to the CSV query, which says why in its warnings)."""
     for args, parse in ((["-q", "-x"], parse_smi_xml), (["-q"], parse_smi_text)):
-        try:
-            rc, output = await _run([*command, *args], timeout)
-        except (OSError, TimeoutError):
-            return None
-        if rc != 0:
+        output = await _run_text(command, args, timeout)
+        if output is None:
             continue
         try:
             return parse(output), output if parse is parse_smi_xml else None
@@ -254,11 +253,8 @@ async def run_nvidia_smi_full_csv(
     header; None when this nvidia-smi will not answer it (an older one refuses the
     whole query for one field it does not know)."""
     query = [f"--query-gpu={','.join(FULL_QUERY_FIELDS)}", "--format=csv"]
-    try:
-        rc, output = await _run([*command, *query], timeout)
-    except (OSError, TimeoutError):
-        return None
-    if rc != 0:
+    output = await _run_text(command, query, timeout)
+    if output is None:
         return None
     try:
         return parse_full_query_csv(output)
@@ -268,19 +264,7 @@ async def run_nvidia_smi_full_csv(
 
 async def run_nvidia_smi_list(command: Sequence[str], timeout: float = 10.0) -> str | None:
     """``nvidia-smi -L``'s text (cards and their MIG instances); None when it fails."""
-    try:
-        rc, output = await _run([*command, "-L"], timeout)
-    except (OSError, TimeoutError):
-        return None
-    return output if rc == 0 else None
-
-
-async def _run_text(command: Sequence[str], args: Sequence[str], timeout: float) -> str | None:
-    try:
-        rc, output = await _run([*command, *args], timeout)
-    except (OSError, TimeoutError):
-        return None
-    return output if rc == 0 else None
+    return await _run_text(command, ["-L"], timeout)
 
 
 async def run_nvidia_smi_nvlink_status(
@@ -305,11 +289,8 @@ async def run_nvidia_smi_nvlink_errors(
 
 async def run_nvidia_smi_topo(command: Sequence[str], timeout: float = 10.0) -> GpuTopology | None:
     """``nvidia-smi topo -m`` as the node's wiring; None when it cannot be read."""
-    try:
-        rc, output = await _run([*command, "topo", "-m"], timeout)
-    except (OSError, TimeoutError):
-        return None
-    if rc != 0:
+    output = await _run_text(command, ["topo", "-m"], timeout)
+    if output is None:
         return None
     try:
         found = parse_topo(output)

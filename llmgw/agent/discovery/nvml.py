@@ -16,6 +16,8 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from llmgw.wire.warnings import THROTTLE_REASONS
+
 _T = TypeVar("_T")
 
 # Figure name -> what it answers (units as returned; cardread converts).
@@ -53,18 +55,9 @@ FIGURES: dict[str, str] = {
     "nvlink": "[(active, {counter: count})] per link the card has",
 }
 
-# NVML's clock event (throttle) reason bits, named as nvidia-smi -q -x names them.
-THROTTLE_BITS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clocks",
-}
+# NVML's clock event (throttle) reason bits, in THROTTLE_REASONS' order: 0x1 is
+# gpu_idle, 0x2 applications clocks, ... 0x100 display clocks.
+THROTTLE_BITS: dict[int, str] = {1 << n: name for n, name in enumerate(THROTTLE_REASONS)}
 
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # NVML counter 0..3
 _NVLINK_MAX_LINKS = 18

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 
 from llmgw.agent.discovery.nvml import THROTTLE_BITS, decode_throttle
+from llmgw.agent.discovery.smixml import no_figure
 from llmgw.wire.messages import GPU, GpuHealth
 
 FULL_QUERY_FIELDS: tuple[str, ...] = (
@@ -108,15 +109,6 @@ _CAPABILITY = re.compile(r"^\d+\.\d+$")
 _PSTATE = re.compile(r"^P\d{1,2}$")
 _MASK = re.compile(r"^0[xX][0-9a-fA-F]+$")
 _BYTES = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-_ABSENT_WORDS = {
-    "N/A",
-    "NA",
-    "NOT SUPPORTED",
-    "UNKNOWN ERROR",
-    "INSUFFICIENT PERMISSIONS",
-    "REQUESTED FUNCTIONALITY HAS BEEN DEPRECATED",
-    "GPU IS LOST",
-}
 
 
 class SmiCsvError(ValueError):
@@ -149,9 +141,7 @@ class _Row:
     def text(self, name: str) -> str | None:
         cell, _ = self._cells.get(name, ("", None))
         value = " ".join(cell.split())
-        if not value or (value.startswith("[") and value.endswith("]")):
-            return None
-        return None if value.upper() in _ABSENT_WORDS else value
+        return None if no_figure(value) else value
 
     def _number(self, name: str, units: set[str]) -> float | None:
         value = self.text(name)

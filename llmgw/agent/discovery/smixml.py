@@ -109,6 +109,32 @@ class SmiXml:
     cards: list[CardHealth]
 
 
+# nvidia-smi's words for "no figure", bracketed or not, in any of its forms.
+NO_FIGURE_WORDS = frozenset(
+    {
+        "N/A",
+        "NA",
+        "NOT SUPPORTED",
+        "UNKNOWN ERROR",
+        "INSUFFICIENT PERMISSIONS",
+        "REQUESTED FUNCTIONALITY HAS BEEN DEPRECATED",
+        "GPU IS LOST",
+    }
+)
+
+
+def no_figure(value: str) -> bool:
+    """Whether nvidia-smi printed no figure: nothing, a bracketed word ("[N/A]",
+    "[Not Supported]"), or one of ``NO_FIGURE_WORDS``, in any of its outputs."""
+    value = " ".join(value.split())
+    return (
+        not value
+        or value.startswith("[")
+        or value.upper() in NO_FIGURE_WORDS
+        or "deprecated" in value.lower()
+    )
+
+
 def _text(el: ET.Element | None, path: str) -> str | None:
     """The stripped text at ``path``, or None when absent, empty or a "no figure" word."""
     if el is None:
@@ -117,11 +143,8 @@ def _text(el: ET.Element | None, path: str) -> str | None:
     if found is None or found.text is None:
         return None
     value = " ".join(found.text.split())
-    if not value or value.startswith("[") or value.upper() in {"N/A", "NA"}:
-        return None
-    if value in {"Not Supported", "Unknown Error", "None"} or "deprecated" in value:
-        return None
-    return value
+    # "None" too: the XML's word for an empty list (``<processes>None``).
+    return None if no_figure(value) or value == "None" else value
 
 
 def _number(el: ET.Element | None, path: str, units: set[str]) -> float | None:

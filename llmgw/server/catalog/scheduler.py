@@ -81,18 +81,24 @@ class _State:
     def has_weights(self, source: str) -> bool:
         return source in self.node.weights or source in self.pending
 
-    def choose_cards(self, req: Request, strategy: Strategy) -> list[int] | None:
-        """Positions of the cards to use, or None; the same state gives the same set."""
+    def fitting(self, req: Request) -> list[int]:
+        """Positions of the cards one of ``req``'s could be: room, usable, its class,
+        and no MIG instance when it asks for more than one card (instances share no
+        memory or NVLink, so a replica gets one at most)."""
         cards = self.node.cards
-        fits = [
+        return [
             i
             for i, f in enumerate(self.card_free)
             if f >= req.card_memory
             and cards[i].unusable is None
             and cards[i].is_class(req.card_class)
-            # A replica gets one MIG instance at most: they share no memory or NVLink.
             and not (req.cards > 1 and cards[i].mig_instance)
         ]
+
+    def choose_cards(self, req: Request, strategy: Strategy) -> list[int] | None:
+        """Positions of the cards to use, or None; the same state gives the same set."""
+        cards = self.node.cards
+        fits = self.fitting(req)
         if len(fits) < req.cards:
             return None
         # Binpack fills the fullest card that fits; spread takes the emptiest.
@@ -179,14 +185,6 @@ def _dynamic_reasons(
 def _cards_reason(st: _State, req: Request) -> str:
     """Why no set of the node's cards fits: each card's free memory, or why it is out."""
     cards = st.node.cards
-    usable = [
-        c
-        for c, f in zip(cards, st.card_free, strict=True)
-        if f >= req.card_memory
-        and not c.unusable
-        and c.is_class(req.card_class)
-        and not (req.cards > 1 and c.mig_instance)
-    ]
 
     def name(c: Card) -> str:
         return f"card {c.index} ({c.uuid[:12]})" if c.mig_instance else f"card {c.index}"
@@ -198,7 +196,7 @@ def _cards_reason(st: _State, req: Request) -> str:
     each = f"{_gib(req.card_memory)} free each"
     if req.card_class:
         each = f"{each}, of class {req.card_class}"
-    said = f"cards: needs {req.cards} with {each}, {len(usable)} have it"
+    said = f"cards: needs {req.cards} with {each}, {len(st.fitting(req))} have it"
     if req.cards > 1 and any(c.mig_instance for c in cards):
         said += "; a replica gets one MIG instance at most (ask for 1 card, or turn MIG off)"
     return said + (f" ({frees})" if frees else "")

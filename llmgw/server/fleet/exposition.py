@@ -16,19 +16,9 @@ from typing import Any
 from llmgw.server.fleet.registry import NodeView
 from llmgw.wire.messages import CARD_WIDE_FIGURES
 from llmgw.wire.states import NodeState
+from llmgw.wire.warnings import THROTTLE_REASONS, warning_kind
 
 STALE = 60.0
-THROTTLE_REASONS = (
-    "gpu_idle",
-    "applications_clocks",
-    "sw_power_cap",
-    "hw_slowdown",
-    "sync_boost",
-    "sw_thermal_slowdown",
-    "hw_thermal_slowdown",
-    "hw_power_brake_slowdown",
-    "display_clocks",
-)
 
 
 def _esc(value: object) -> str:
@@ -316,7 +306,7 @@ def _health(f: Families, where: str, h: dict[str, Any]) -> None:
 
 def fleet_metrics(
     nodes: Iterable[NodeView | NodeSnapshot],
-    kind_of: Callable[[str], str],
+    kind_of: Callable[[str], str] = warning_kind,
     now: float | None = None,
 ) -> list[str]:
     """Prometheus text lines for every node; ``kind_of`` names a warning's kind. Give
@@ -331,13 +321,6 @@ def fleet_metrics(
             continue
         _node(f, view, kind_of)
     return list(f.lines())
-
-
-def warning_kind(text: str) -> str:
-    """What a warning is about, by the word it leads with ("pcie: card 3 ..." -> "pcie")."""
-    head, sep, _ = text.partition(":")
-    word = head.strip().lower()
-    return word if sep and word and " " not in word and len(word) <= 20 else "other"
 
 
 def cluster_metrics(
