@@ -14,10 +14,10 @@ import pytest
 from aiohttp import web
 
 from llmgw.agent.discovery import Discovery, FakeCard, FakeNvml
-from llmgw.agent.discovery.health import warning_kind
 from llmgw.agent.discovery.xid import xid_meaning
 from llmgw.agent.discovery.xidwatch import boot_time
 from llmgw.wire.messages import GpuProcess
+from llmgw.wire.warnings import warning_kind
 
 GiB = 1 << 30
 H100 = "NVIDIA H100 80GB HBM3"
@@ -287,3 +287,27 @@ async def test_dcgm_counters_fill_in_where_gpm_gave_none(tmp_path: Path, dcgm_ur
     assert (a.sm_active, a.sm_occupancy, a.tensor_active, a.dram_active) == (0.5, 0.25, 0.75, 0.125)
     assert (b.sm_active, b.sm_occupancy, b.tensor_active, b.dram_active) == (0.1, 0.2, 0.3, 0.4)
     assert (c.sm_active, c.tensor_active) == (None, None)
+
+
+async def test_a_new_stream_gets_the_slow_figures_and_warnings_again(tmp_path: Path) -> None:
+    """facts() starts a stream (Register): its first heartbeat repeats what the control
+    plane's fresh copy lacks, though nothing changed, and NVML is not read twice."""
+    nvml = FakeNvml([card(throttle=0x40)])
+    clock = Clock()
+    d = discovery(tmp_path, nvml, clock)
+    await d.facts("n1")
+    asked = nvml.figure_calls
+    first = await d.live()
+    first_calls = nvml.figure_calls - asked
+    assert first.gpu_health is not None and first.health_warnings
+    clock.now += 5
+    asked = nvml.figure_calls
+    quiet = await d.live()
+    # The first heartbeat read no more than a quiet one: the slow figures came from facts().
+    assert first_calls == nvml.figure_calls - asked
+    assert quiet.gpu_health is None and quiet.health_warnings is None
+    await d.facts("n1")  # reconnected
+    again = await d.live()
+    assert again.gpu_health == first.gpu_health
+    assert again.health_warnings == first.health_warnings
+    await d.close()

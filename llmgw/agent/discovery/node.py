@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from llmgw.agent.discovery.dcgm import scrape_dcgm_exporter
+from llmgw.agent.discovery.dcgm import ProfCounters, scrape_dcgm_exporter
 from llmgw.agent.discovery.disks import scan_disks
 from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.discovery.host import CpuMeter, read_host, read_load, read_memory
@@ -117,6 +117,12 @@ class Discovery:
             self._disks(),
             self._cards.read(retry_nvml=True, slow=True),
         )
+        # A new stream (Register) starts the control plane's copy afresh: the first
+        # heartbeat after it sends the slow figures and the warnings again, the slow
+        # figures as read here rather than read all again.
+        self._sent_xids, self._sent_warnings = {}, None
+        if cards.health is not None:
+            self._health, self._slow_at = cards.health, self._clock()
         topology = None
         if cards.gpus:
             topology = await run_nvidia_smi_topo(self._smi, self._smi_timeout)
@@ -191,32 +197,29 @@ class Discovery:
             cpu_power=power or None,
         )
 
-    async def _profiling(self) -> dict[str, dict[str, float | None]]:
+    async def _profiling(self) -> dict[str, ProfCounters]:
         if self._dcgm is None:
             return {}
-        found = await scrape_dcgm_exporter(self._dcgm)
-        return {
-            uuid: {
-                "sm_active": c.sm_active,
-                "sm_occupancy": c.sm_occupancy,
-                "tensor_active": c.tensor_active,
-                "dram_active": c.dram_active,
-            }
-            for uuid, c in (found or {}).items()
-        }
+        return await scrape_dcgm_exporter(self._dcgm) or {}
 
     @staticmethod
-    def _with_profiling(gpus: list[GPU], prof: dict[str, dict[str, float | None]]) -> list[GPU]:
+    def _with_profiling(gpus: list[GPU], prof: dict[str, ProfCounters]) -> list[GPU]:
         """dcgm-exporter's counters where NVML's GPM gave none."""
-        if not prof:
-            return gpus
         out = []
         for g in gpus:
-            counters = prof.get(g.uuid)
-            if counters is None or g.sm_active is not None:
+            c = prof.get(g.uuid)
+            if c is None or g.sm_active is not None:
                 out.append(g)
-                continue
-            out.append(replace(g, **counters))  # type: ignore[arg-type]
+            else:
+                out.append(
+                    replace(
+                        g,
+                        sm_active=c.sm_active,
+                        sm_occupancy=c.sm_occupancy,
+                        tensor_active=c.tensor_active,
+                        dram_active=c.dram_active,
+                    )
+                )
         return out
 
     def _own_removed(self, gpus: list[GPU]) -> list[GPU]:
