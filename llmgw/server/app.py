@@ -35,7 +35,13 @@ from llmgw.server.datadir import DataDir
 from llmgw.server.fleet import exposition
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.registry import NodeRegistry
-from llmgw.server.front import AsgiBridge, Listener, connection_cap, raise_file_limit
+from llmgw.server.front import (
+    AsgiBridge,
+    Listener,
+    connection_cap,
+    hold_mmap_threshold,
+    raise_file_limit,
+)
 from llmgw.server.gateway import Gateway
 from llmgw.server.gateway.service import STOPPED_SETTING, bounds_of
 from llmgw.server.ha.joining import Admission
@@ -402,6 +408,8 @@ class ControlPlane:
 
 
 async def run_server(root: Path) -> None:
+    # Before the agents' streams come: their TLS buffers are the most of the heap.
+    hold_mmap_threshold()
     data = DataDir(root)
     config = data.load_config()
     store = await open_store(config, root)

@@ -119,3 +119,54 @@ def test_the_cap_follows_the_file_limit_unless_set() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert raise_file_limit() == hard or hard == resource.RLIM_INFINITY
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# Run apart: mallopt changes the whole process. A freed 1 MiB block raises glibc's
+# mapping threshold; the 256 KiB blocks after it are mapped apart only when it is held
+# (all but those a free stretch of the heap happens to fit).
+_MAPPED = """
+import ctypes, ctypes.util, sys
+from llmgw.server.front import hold_mmap_threshold
+
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+        "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.mallinfo2.restype = MallInfo2
+big = bytearray(1 << 20)
+del big
+held = hold_mmap_threshold() if sys.argv[1] == "hold" else None
+before = libc.mallinfo2().hblks
+keep = [bytearray(256 * 1024) for _ in range(16)]
+print(held, libc.mallinfo2().hblks - before)
+"""
+
+
+def _mapped(mode: str, env: dict[str, str] | None = None) -> str:
+    import os
+    import subprocess
+    import sys
+
+    run_env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    run_env.update(env or {})
+    done = subprocess.run(
+        [sys.executable, "-c", _MAPPED, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=run_env,
+    )
+    return done.stdout.strip()
+
+
+def test_held_mmap_threshold_maps_the_tls_sized_blocks_apart() -> None:
+    # Unheld, glibc's threshold rose with the freed 1 MiB block: 256 KiB comes from the heap.
+    assert _mapped("free") == "None 0"
+    held, mapped = _mapped("hold").split()
+    assert held == "True" and int(mapped) >= 12
+
+
+def test_an_operators_mmap_threshold_is_left_alone() -> None:
+    assert _mapped("hold", {"MALLOC_MMAP_THRESHOLD_": "1048576"}) == "False 0"

@@ -23,7 +23,7 @@ import secrets
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, cast
 
 from llmgw import pki
 from llmgw.server.fleet.registry import NodeRegistry
@@ -34,6 +34,7 @@ from llmgw.server.fleet.stream import (
     Registering,
     Reported,
     StreamClosed,
+    StreamEvent,
     admit,
 )
 from llmgw.wire import Heartbeat, Registered
@@ -172,25 +173,14 @@ class AgentConnection:
                 data = await self.reader.read(READ_SIZE)
                 if not data:
                     break
-                start = time.perf_counter()
-                for event in self.proto.receive(data):
-                    if isinstance(event, Reported):
-                        msg = event.message
-                        if isinstance(msg, Heartbeat):
-                            registry.heartbeat(self.node_id, msg, event.payload)
-                            registry.handle_times.append(time.perf_counter() - start)
-                        else:
-                            registry.report(self.node_id, msg)
-                    elif isinstance(event, Answered):
-                        wake = self._wakes.get(event.request_id)
-                        if wake is not None:
-                            wake.set()
-                    elif isinstance(event, Registering):
-                        await self._register(event)
-                    elif isinstance(event, Ended):
-                        if event.fault is not None:
-                            log.warning("node %s (%s) %s", self.node_id, self.peer, event.fault)
-                        self.close(event.reason)
+                start = time.perf_counter()  # heartbeat handling: decoding included
+                events = self.proto.receive(data)
+                done = self._handle(events, 0, start)
+                while done < len(events):
+                    await self._register(cast(Registering, events[done]))
+                    done = self._handle(events, done + 1, start)
+                # The decoded messages go now, not with the next read seconds later.
+                del events
                 self._flush()
         except (ConnectionError, ssl.SSLError, TimeoutError) as exc:
             log.info("node %s (%s) connection lost: %s", self.node_id, self.peer, exc)
@@ -201,6 +191,32 @@ class AgentConnection:
                 with contextlib.suppress(Exception):
                     self.writer.write(self.proto.channel.close())
             self.writer.close()
+
+    def _handle(self, events: list[StreamEvent], first: int, start: float) -> int:
+        """Handle ``events`` from ``first`` up to a Register (awaited by the caller,
+        before what follows it); returns its position, or the length when none.
+        ``start``: when the read that brought them began to be decoded."""
+        registry = self.port.registry
+        for i in range(first, len(events)):
+            event = events[i]
+            if isinstance(event, Reported):
+                msg = event.message
+                if isinstance(msg, Heartbeat):
+                    registry.heartbeat(self.node_id, msg, event.payload)
+                    registry.handle_times.append(time.perf_counter() - start)
+                else:
+                    registry.report(self.node_id, msg)
+            elif isinstance(event, Answered):
+                wake = self._wakes.get(event.request_id)
+                if wake is not None:
+                    wake.set()
+            elif isinstance(event, Registering):
+                return i
+            elif isinstance(event, Ended):
+                if event.fault is not None:
+                    log.warning("node %s (%s) %s", self.node_id, self.peer, event.fault)
+                self.close(event.reason)
+        return len(events)
 
     async def _register(self, event: Registering) -> None:
         msg = event.message
