@@ -10,6 +10,7 @@ on a node whose NVML is broken: the path under test is the real one from there o
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
@@ -48,13 +49,23 @@ def fake_nvidia_smi(bin_dir: Path) -> None:
     script.chmod(0o755)
 
 
-def metrics(cluster: Cluster) -> str:
-    ask = urllib.request.Request(
-        f"http://{cluster.listen}/metrics",
-        headers={"Authorization": f"Bearer {cluster.admin_token}"},
-    )
+def metrics(cluster: Cluster, encoding: str | None = None) -> str:
+    headers = {"Authorization": f"Bearer {cluster.admin_token}"}
+    if encoding:
+        headers["Accept-Encoding"] = encoding
+    ask = urllib.request.Request(f"http://{cluster.listen}/metrics", headers=headers)
     with urllib.request.urlopen(ask, timeout=10) as answer:
-        return str(answer.read().decode())
+        body = answer.read()
+        if answer.headers.get("Content-Encoding") == "gzip":
+            assert encoding and "gzip" in encoding, "gzip sent to a client that did not ask"
+            body = gzip.decompress(body)
+        elif encoding == "gzip":
+            raise AssertionError("/metrics was not gzipped for a client that asked for it")
+        return str(body.decode())
+
+
+def names(text: str) -> set[str]:
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line[:1] != "#"}
 
 
 def node_with_cards(cluster: Cluster) -> dict[str, Any]:
@@ -121,6 +132,10 @@ def test_cards_figures_and_warnings_from_a_capture(cluster: Cluster, tmp_path: P
     assert f'llmgw_node_up{{node="{NODE}"}} 1' in text
     assert 'reason="hw_thermal_slowdown"} 1' in text
     assert "llmgw_gpu_fan_ratio{" not in text  # H100 SXM has no fan: absent, not 0
+    # A scraper that takes gzip (Prometheus does) gets the same families, compressed;
+    # one that refuses it gets plain text.
+    assert names(metrics(cluster, "gzip")) == names(text)
+    assert names(metrics(cluster, "gzip;q=0, identity")) == names(text)
 
     promtool = shutil.which("promtool")
     assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"

@@ -51,10 +51,26 @@ class Families:
         self._samples.setdefault(name, [])
 
     def add(self, name: str, labels: str, value: Any, scale: float = 1.0) -> None:
-        number = _num(value)
-        if number is None:
-            return
-        self._samples[name].append(f"{name}{{{labels}}} {_fmt(number * scale)}")
+        self.add_each(labels, ((name, value, scale),))
+
+    def add_each(self, labels: str, samples: Iterable[tuple[str, Any, float]]) -> None:
+        """Samples of one label set: (family, value, scale) each, None values left out.
+
+        The hot path of a scrape (about 50 samples a card): an exact int or float is
+        written without the generic checks; bools and anything else are no figure."""
+        out = self._samples
+        for name, value, scale in samples:
+            kind = type(value)
+            if kind is int:
+                text = str(value) if scale == 1.0 else _fmt(value * scale)
+            elif kind is float:
+                text = _fmt(value if scale == 1.0 else value * scale)
+            else:
+                number = _num(value)
+                if number is None:
+                    continue
+                text = _fmt(number * scale)
+            out[name].append(f"{name}{{{labels}}} {text}")
 
     def lines(self) -> Iterable[str]:
         for name, (kind, text) in self._meta.items():
@@ -255,9 +271,14 @@ def _card(
         "bus_id": gpu.get("bus_id") or "",
     }
     f.add("llmgw_gpu_info", f"{where},{_labels(info)}", 1)
-    for family, key, scale, _text in _CARD_FIGURES:
-        if whole_card or key not in CARD_WIDE_FIGURES:
-            f.add(family, where, gpu.get(key), scale)
+    f.add_each(
+        where,
+        (
+            (family, gpu.get(key), scale)
+            for family, key, scale, _text in _CARD_FIGURES
+            if whole_card or key not in CARD_WIDE_FIGURES
+        ),
+    )
     if not whole_card:
         return
     pstate = gpu.get("pstate")
