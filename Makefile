@@ -15,8 +15,10 @@ BIN := $(VENV)/bin
 # (the package's service starts only once /etc/keepalived/keepalived.conf exists).
 # prometheus: promtool checks /metrics and the shipped rules; a test runs the server
 # itself on a port of its own (the package's service is stopped and disabled).
+# chromium: Playwright (the test extra) drives Debian's chromium for the admin pages'
+# tests (tests/support/browser.py); no `playwright install` browser download.
 APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux \
-	postgresql-15 etcd-server etcd-client patroni keepalived nftables prometheus
+	postgresql-15 etcd-server etcd-client patroni keepalived nftables prometheus chromium
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: all demo test check apt venv zipapp bench clean llama-server

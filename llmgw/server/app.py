@@ -48,6 +48,8 @@ from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.peerlink import PeerClient, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
+from llmgw.server.pages import site
+from llmgw.server.pages.session import Sessions
 from llmgw.server.store import Store, open_store
 
 log = logging.getLogger("llmgw.server")
@@ -331,9 +333,21 @@ class ControlPlane:
         return ops
 
     def admin_app(self) -> AdminApp:
-        """The admin API as an ASGI app: every route behind the one gate."""
-        gate = Gate(self.admin_token_ok, self._standby)
-        return build_app(self.routes(), gate, self.config.gateway.body_timeout)
+        """The admin API and pages as an ASGI app: every route behind the one gate."""
+        sessions = Sessions(self.cluster_secret, lambda: self._admin_hashes)
+        gate = Gate(self.admin_token_ok, self._standby, sessions)
+        ops = self.routes()
+        services = site.Services(
+            registry=self.registry,
+            gateway=self.gateway,
+            store=self.store,
+            models=lambda: [
+                self.views.model_json(m) for _, m in sorted(self.models.models.items())
+            ],
+            admin_token_ok=self.admin_token_ok,
+        )
+        pages = site.routes(services, ops, gate, self._standby)
+        return build_app(ops, gate, self.config.gateway.body_timeout, pages)
 
     def _standby(self) -> dict[str, Any] | None:
         """The leader, while this control plane is a standby (writes go there)."""

@@ -8,11 +8,13 @@ paths and methods in the same JSON error shape.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from llmgw.server.api.responses import error
 from llmgw.server.api.routing import Gate, Op, endpoint
@@ -38,6 +40,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 AdminApp = Starlette
 
 
-def build_app(ops: list[Op], gate: Gate, body_timeout: float) -> AdminApp:
-    routes = [Route(op.path, endpoint(op, gate, body_timeout), methods=[op.method]) for op in ops]
+def build_app(
+    ops: list[Op], gate: Gate, body_timeout: float, pages: Sequence[BaseRoute] = ()
+) -> AdminApp:
+    """The admin API's routes, and the admin pages' (``llmgw.server.pages.site``)."""
+    routes: list[BaseRoute] = [
+        Route(op.path, endpoint(op, gate, body_timeout), methods=[op.method]) for op in ops
+    ]
+    routes += pages
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})

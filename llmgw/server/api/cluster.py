@@ -77,13 +77,6 @@ def routes(
     async def document(call: Call) -> Any:
         return openapi()
 
-    async def admin_placeholder(call: Call) -> Any:
-        return Response(
-            "llmgw admin pages are not in this version yet; use `llmgw ctl`.\n",
-            status_code=503,
-            media_type="text/plain",
-        )
-
     token_answer = {"type": "object", "required": ["token", "id", "expires_at", "addresses"]}
     return [
         Op(
@@ -137,24 +130,6 @@ def routes(
             max_body=ENROLL_BODY,
             errors=(403,),
             answer={"type": "object", "required": ["node_id", "cert", "ca", "mac"]},
-        ),
-        Op(
-            "GET",
-            "/admin",
-            admin_placeholder,
-            "The admin pages (later)",
-            access="public",
-            media="text/plain",
-            status=503,
-        ),
-        Op(
-            "GET",
-            "/admin/{rest:path}",
-            admin_placeholder,
-            "The admin pages (later)",
-            access="public",
-            media="text/plain",
-            status=503,
         ),
     ]
 

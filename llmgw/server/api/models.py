@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from llmgw.server.api.modelviews import ModelViews
@@ -76,9 +77,16 @@ def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry) -> lis
         service.demand(model.name, True)
         return {"name": model.name, "on_demand": model.on_demand}
 
-    async def schedule(call: Call) -> Any:
+    def scheduler(action: str) -> Callable[[Call], Awaitable[Any]]:
+        """The handler of one of a node's marks (the pages call it in-process too)."""
+
+        async def schedule(call: Call) -> Any:
+            return await mark(call, action)
+
+        return schedule
+
+    async def mark(call: Call, action: str) -> Any:
         node_id = call.params["node_id"]
-        action = call.request.url.path.rsplit("/", 1)[1]
         view = nodes.nodes.get(node_id)
         if view is None:
             raise Refusal(404, "not_found", f"no node {node_id!r}; see `llmgw ctl nodes`")
@@ -210,7 +218,7 @@ def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry) -> lis
             Op(
                 "POST",
                 f"/api/v1/nodes/{{node_id}}/{action}",
-                schedule,
+                scheduler(action),
                 f"{action.capitalize()} a node",
                 body=LabelsRequest if action == "labels" else Empty,
                 body_optional=action != "labels",

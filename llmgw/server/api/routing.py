@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from llmgw.server import schema
 from llmgw.server.api.responses import error
+from llmgw.server.pages.session import COOKIE, Session, Sessions
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import StoreUnavailable
 
@@ -92,10 +93,20 @@ class Gate:
         self,
         admin_token_ok: Callable[[str], bool],
         standby: Callable[[], dict[str, Any] | None] = lambda: None,
+        sessions: Sessions | None = None,
     ) -> None:
         self.admin_token_ok = admin_token_ok
         # On a standby: the leader, where writes go; None while this one leads.
         self.standby = standby
+        # The admin pages' signed sessions (pages/session.py); None: no pages.
+        self.sessions = sessions
+
+    def session(self, request: Request) -> Session | None:
+        """The admin pages' caller: a valid session cookie, or None. Only pages read
+        it; the API takes its bearer token alone, so no cookie can send an API call."""
+        if self.sessions is None:
+            return None
+        return self.sessions.read(request.cookies.get(COOKIE))
 
     def actor(self, request: Request, access: Access) -> str | None:
         host = request.client.host if request.client else "?"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.routing import Route
 
 from llmgw.server.app import ControlPlane
 from llmgw.server.datadir import DataDir, init
@@ -25,8 +26,14 @@ PUBLIC = {
     ("POST", "/api/v1/enroll"),
     ("GET", "/leader"),
     ("POST", "/api/v1/servers/join"),
-    ("GET", "/admin"),
-    ("GET", "/admin/{rest:path}"),
+}
+# The admin pages anyone may open: signing in and out, the language, the static files.
+PUBLIC_PAGES = {
+    ("GET", "/admin/login"),
+    ("POST", "/admin/login"),
+    ("POST", "/admin/logout"),
+    ("GET", "/admin/lang/{lang}"),
+    ("GET", "/admin/static/{name}"),
 }
 
 
@@ -85,3 +92,48 @@ async def test_every_route_but_the_public_list_wants_the_admin_token(
         ok = await client.get("/api/v1/status", headers={"authorization": f"Bearer {token}"})
         # Not running, it leads nothing yet: `leader` says so rather than assuming.
         assert ok.status_code == 200 and ok.json()["leader"] is False
+
+
+async def test_every_admin_page_without_a_session_goes_to_sign_in(
+    cp: ControlPlane, data_dir: tuple[Path, str]
+) -> None:
+    app = cp.admin_app()
+    pages = [
+        (method, route.path)
+        for route in app.routes
+        if isinstance(route, Route) and route.path.startswith("/admin")
+        for method in sorted(route.methods or ())
+        if method != "HEAD"
+    ]
+    assert PUBLIC_PAGES <= set(pages)
+    guarded = [p for p in pages if p not in PUBLIC_PAGES]
+    assert len(guarded) >= 15  # every page, not a handful
+    _, token = data_dir
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
+        for method, path in guarded:
+            # Neither the admin token as a bearer nor a forged cookie opens a page.
+            for headers in (
+                {},
+                {"authorization": f"Bearer {token}"},
+                {"cookie": "llmgw_session=e30.forged"},
+            ):
+                answer = await client.request(method, concrete(path), headers=headers)
+                where = f"{method} {path} with {headers or 'nothing'}"
+                assert answer.status_code == 303, where
+                assert answer.headers["location"].startswith("/admin/login?next=/admin"), where
+                assert "default-src 'none'" in answer.headers["content-security-policy"], where
+                assert answer.headers["x-frame-options"] == "DENY", where
+        # htmx is told where to go rather than handed a redirect to swap in.
+        answer = await client.get("/admin/nodes", headers={"hx-request": "true"})
+        assert answer.status_code == 204 and answer.headers["hx-redirect"].startswith(
+            "/admin/login?next="
+        )
+        # Signed in, a page opens; its session cookie is no key to the API.
+        signed = await client.post("/admin/login", data={"token": token})
+        assert signed.status_code == 303 and signed.headers["location"] == "/admin"
+        cookie = signed.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "samesite=strict" in cookie.lower()
+        session = {"cookie": cookie.split(";")[0]}
+        assert (await client.get("/admin/nodes", headers=session)).status_code == 200
+        assert (await client.get("/api/v1/keys", headers=session)).status_code == 401

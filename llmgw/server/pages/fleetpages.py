@@ -1,0 +1,253 @@
+"""The fleet's pages: the overview, the nodes table, a node's page and its marks.
+
+Each reads the registry and the catalog in-process; each change (serving switch, cordon,
+drain, labels) is the admin API's own handler, called through ``Actions``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from starlette.responses import JSONResponse, RedirectResponse, Response
+
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.pages.frame import Actions, Frame, Page, PageCall
+from llmgw.server.refusal import Refusal
+from llmgw.wire.warnings import split_fix
+
+NODE_ACTIONS = ("cordon", "uncordon", "drain")
+
+
+def _share(used: Any, total: Any) -> float | None:
+    if isinstance(used, int | float) and isinstance(total, int | float) and total > 0:
+        return max(0.0, min(1.0, float(used) / float(total)))
+    return None
+
+
+def node_row(view: NodeView) -> dict[str, Any]:
+    """One node as the table shows it: figures not read stay None."""
+    shown = view.as_json()
+    total, available = shown.get("memory_total"), shown.get("memory_available")
+    used = total - available if isinstance(total, int) and isinstance(available, int) else None
+    cpu = shown.get("cpu_percent")
+    gpus = [g for g in shown.get("gpus") or [] if isinstance(g, dict)]
+    cards = Counter(str(g.get("mig_class") or g.get("name") or "?") for g in gpus)
+    warnings = [split_fix(str(w)) for w in shown.get("warnings") or []]
+    engines = [str(e.get("name", "?")) for e in shown.get("engines") or [] if isinstance(e, dict)]
+    return {
+        **shown,
+        "cpu_share": cpu / 100 if isinstance(cpu, int | float) else None,
+        "memory_used": used,
+        "memory_share": _share(used, total),
+        "cards": sorted(cards.items()),
+        "card_count": len(gpus),
+        "engine_names": engines,
+        "warning_pairs": warnings,
+        "search": " ".join(
+            [
+                view.id,
+                str(shown.get("hostname") or ""),
+                str(shown.get("state")),
+                *(f"{k}={v}" for k, v in view.labels.items()),
+                *cards,
+            ]
+        ).lower(),
+    }
+
+
+SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "name": lambda r: r["id"],
+    "state": lambda r: (str(r["state"]), r["id"]),
+    "cpu": lambda r: (r["cpu_share"] is None, -(r["cpu_share"] or 0.0), r["id"]),
+    "ram": lambda r: (r["memory_share"] is None, -(r["memory_share"] or 0.0), r["id"]),
+    "cards": lambda r: (-r["card_count"], r["id"]),
+    "warnings": lambda r: (-len(r["warning_pairs"]), r["id"]),
+}
+
+
+def node_rows(views: Iterable[NodeView], query: str, sort: str) -> list[dict[str, Any]]:
+    rows = [node_row(v) for v in views]
+    words = query.lower().split()
+    if words:
+        rows = [r for r in rows if all(w in r["search"] for w in words)]
+    return sorted(rows, key=SORTS.get(sort, SORTS["name"]))
+
+
+def overview_figures(registry: NodeRegistry) -> dict[str, Any]:
+    """Nodes by state, cards by model with mean work and memory, and every alert."""
+    states: Counter[str] = Counter()
+    cards: dict[str, list[tuple[float | None, float | None]]] = {}
+    alerts: list[tuple[str, str, str | None]] = []
+    for node_id, view in sorted(registry.nodes.items()):
+        shown = view.as_json()
+        states[str(shown["state"])] += 1
+        if view.cordoned:
+            states["cordoned"] += 1
+        for g in shown.get("gpus") or []:
+            if not isinstance(g, dict):
+                continue
+            work = g.get("utilization")
+            name = str(g.get("mig_class") or g.get("name") or "?")
+            cards.setdefault(name, []).append(
+                (
+                    float(work) / 100 if isinstance(work, int | float) else None,
+                    _share(g.get("memory_used"), g.get("memory_total")),
+                )
+            )
+        for warning in shown.get("warnings") or []:
+            what, fix = split_fix(str(warning))
+            alerts.append((node_id, what, fix))
+
+    def mean(values: list[float | None]) -> float | None:
+        read = [v for v in values if v is not None]
+        return sum(read) / len(read) if read else None
+
+    by_model = [
+        {
+            "model": name,
+            "count": len(figures),
+            "work": mean([w for w, _ in figures]),
+            "memory": mean([m for _, m in figures]),
+        }
+        for name, figures in sorted(cards.items())
+    ]
+    return {"states": sorted(states.items()), "cards": by_model, "alerts": alerts}
+
+
+def pages(
+    frame: Frame,
+    actions: Actions,
+    registry: NodeRegistry,
+    stopped: Callable[[], bool],
+    models: Callable[[], list[dict[str, Any]]],
+    gateway_totals: Callable[[], dict[str, Any]],
+) -> list[Page]:
+    """``models`` gives the catalog as the API shows it; ``gateway_totals`` the gateway's
+    requests, errors and time to first token so far."""
+
+    async def overview(call: PageCall) -> Response:
+        shown = models()
+        replicas: Counter[str] = Counter()
+        for view in registry.nodes.values():
+            for shard in view.shards.values():
+                replicas[str(shard.state)] += 1
+        context = {
+            "stopped": stopped(),
+            "models": shown,
+            "replicas": sorted(replicas.items()),
+            "gateway": gateway_totals(),
+            **overview_figures(registry),
+        }
+        template = "overview_body.html" if call.htmx else "overview.html"
+        return frame.render(call.request, template, call.session, **context)
+
+    async def serving(call: PageCall) -> Response:
+        stop = call.form.get("stopped") == "true"
+        await actions.run(
+            call.request, call.actor, "POST", "/api/v1/serving", body={"stopped": stop}
+        )
+        return RedirectResponse("/admin", status_code=303)
+
+    async def nodes(call: PageCall) -> Response:
+        query = call.request.query_params.get("q", "")[:200]
+        sort = call.request.query_params.get("sort", "name")
+        rows = node_rows(registry.nodes.values(), query, sort)
+        context: dict[str, Any] = {
+            "rows": rows,
+            "q": query,
+            "sort": sort,
+            "total": len(registry.nodes),
+        }
+        template = "nodes_table.html" if call.htmx else "nodes.html"
+        return frame.render(call.request, template, call.session, **context)
+
+    def find(call: PageCall) -> NodeView:
+        view = registry.nodes.get(str(call.params["node_id"]))
+        if view is None:
+            raise Refusal(404, "not_found", f"no node {call.params['node_id']!r}")
+        return view
+
+    async def node(call: PageCall) -> Response:
+        view = find(call)
+        row = node_row(view)
+        shards = [
+            {
+                "replica": r,
+                "source": s.source,
+                "state": str(s.state),
+                "port": s.port,
+                "reason": s.reason,
+                "cards": list(s.cards),
+            }
+            for r, s in sorted(view.shards.items())
+        ]
+        context: dict[str, Any] = {
+            "node": row,
+            "shards": shards,
+            "labels_text": "\n".join(f"{k}={v}" for k, v in sorted(view.labels.items())),
+        }
+        template = "node_body.html" if call.htmx else "node.html"
+        return frame.render(call.request, template, call.session, **context)
+
+    async def history(call: PageCall) -> Response:
+        view = find(call)
+        found = await actions.run(
+            call.request,
+            call.actor,
+            "GET",
+            "/api/v1/nodes/{node_id}/history",
+            params={"node_id": view.id},
+            query={"minutes": "60"},
+        )
+        return JSONResponse(found)
+
+    def marker(action: str) -> Callable[[PageCall], Any]:
+        async def mark(call: PageCall) -> Response:
+            view = find(call)
+            await actions.run(
+                call.request,
+                call.actor,
+                "POST",
+                f"/api/v1/nodes/{{node_id}}/{action}",
+                params={"node_id": view.id},
+            )
+            return RedirectResponse(f"/admin/nodes/{view.id}", status_code=303)
+
+        mark.__name__ = f"node_{action}"
+        return mark
+
+    async def labels(call: PageCall) -> Response:
+        view = find(call)
+        wanted: dict[str, str] = {}
+        for line in call.form.get("labels", "").splitlines():
+            if not line.strip():
+                continue
+            key, sep, value = line.partition("=")
+            if not sep:
+                raise Refusal(400, "bad_request", f"labels: {line.strip()!r} is not key=value")
+            wanted[key.strip()] = value.strip()
+        remove = [k for k in view.labels if k not in wanted]
+        await actions.run(
+            call.request,
+            call.actor,
+            "POST",
+            "/api/v1/nodes/{node_id}/labels",
+            params={"node_id": view.id},
+            body={"set": wanted, "remove": remove},
+        )
+        return RedirectResponse(f"/admin/nodes/{view.id}", status_code=303)
+
+    return [
+        Page("GET", "/admin", overview),
+        Page("POST", "/admin/serving", serving, role="admin"),
+        Page("GET", "/admin/nodes", nodes),
+        Page("GET", "/admin/nodes/{node_id}", node),
+        Page("GET", "/admin/nodes/{node_id}/history", history),
+        *(
+            Page("POST", f"/admin/nodes/{{node_id}}/{a}", marker(a), role="operator")
+            for a in NODE_ACTIONS
+        ),
+        Page("POST", "/admin/nodes/{node_id}/labels", labels, role="operator"),
+    ]

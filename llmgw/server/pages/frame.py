@@ -1,0 +1,339 @@
+"""What every admin page goes through: its session, role and CSRF token, its headers,
+its templates and assets.
+
+A ``Page`` names its method, path, handler and the least role it needs; ``endpoint``
+wraps each in the same steps, so no page can skip one:
+
+1. read the session (``session.py``, through the API's one ``Gate``); none: a GET is
+   sent to ``/admin/login?next=...`` (htmx is told with ``HX-Redirect``), anything else
+   is sent there too and changes nothing;
+2. a role short of the page's: 403, saying which role it needs;
+3. a change (any method but GET): the session's CSRF token in the form or the
+   ``X-CSRF-Token`` header, or 403; on a standby, refused with where the leader is;
+4. run the handler; every answer gets a strict Content-Security-Policy (scripts and
+   styles from this origin only, no inline ones), ``X-Frame-Options: DENY``, no
+   sniffing, no referrer across origins and no caching.
+
+Changes go through the admin API's own handlers (``Actions``), called in-process with the
+signed-in actor: the same checks, audit entries and errors as ``/api/v1``, no HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from llmgw.server import schema
+from llmgw.server.api.routing import Call, Gate, Op
+from llmgw.server.pages import i18n
+from llmgw.server.pages.session import CSRF_FIELD, CSRF_HEADER, ROLES, Session
+from llmgw.server.refusal import Refusal
+
+log = logging.getLogger("llmgw.pages")
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+MAX_FORM = 64 * 1024
+STATIC_TYPES = {
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".svg": "image/svg+xml",
+}
+
+
+class Assets:
+    """The static files, each served under a name with its content's hash, cached for
+    a year: a new version is a new name."""
+
+    def __init__(self) -> None:
+        root = resources.files("llmgw.server.pages") / "static"
+        self.files: dict[str, tuple[bytes, str]] = {}
+        self.names: dict[str, str] = {}
+        for path in _walk(root):
+            data = path.read_bytes()
+            name = path.name
+            stem, dot, ext = name.rpartition(".")
+            if not dot or f".{ext}" not in STATIC_TYPES:
+                continue  # licences and version lists ship, but are not served
+            digest = hashlib.sha256(data).hexdigest()[:12]
+            hashed = f"{stem}.{digest}.{ext}"
+            self.files[hashed] = (data, STATIC_TYPES[f".{ext}"])
+            self.names[name] = hashed
+
+    def url(self, name: str) -> str:
+        return f"/admin/static/{self.names[name]}"
+
+    def answer(self, hashed: str) -> Response:
+        found = self.files.get(hashed)
+        if found is None:
+            return Response("no such file\n", status_code=404, media_type="text/plain")
+        data, media = found
+        headers = {
+            "Cache-Control": "public, max-age=31536000, immutable",
+            "X-Content-Type-Options": "nosniff",
+        }
+        return Response(data, media_type=media, headers=headers)
+
+
+def _walk(root: Any) -> list[Any]:
+    out = []
+    for entry in root.iterdir():
+        if entry.is_dir():
+            out += _walk(entry)
+        elif entry.is_file():
+            out.append(entry)
+    return out
+
+
+class Actions:
+    """The admin API's handlers, called in-process: ``run("POST", "/api/v1/keys", ...)``
+    reads the body into the route's type and runs its handler as the given actor."""
+
+    def __init__(self, ops: list[Op]) -> None:
+        self.ops = {(op.method, op.path): op for op in ops}
+
+    async def run(
+        self,
+        request: Request,
+        actor: str,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        query: Mapping[str, str] | None = None,
+    ) -> Any:
+        op = self.ops[(method, path)]
+        typed = schema.read(op.body, dict(body or {})) if op.body is not None else None
+        asked = schema.read_query(op.query, dict(query or {})) if op.query is not None else None
+        return await op.handler(Call(request, actor, dict(params or {}), typed, asked))
+
+
+@dataclass(frozen=True)
+class PageCall:
+    """One page request as its handler sees it."""
+
+    request: Request
+    session: Session
+    form: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def actor(self) -> str:
+        return self.session.actor
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return self.request.path_params
+
+    @property
+    def htmx(self) -> bool:
+        """Asked by htmx for a part of the page, not the whole of it."""
+        return self.request.headers.get("hx-request") == "true"
+
+
+PageHandler = Callable[[PageCall], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Page:
+    method: str
+    path: str
+    handler: PageHandler
+    role: str = "viewer"
+
+
+class Frame:
+    """Templates, assets, sign-in state and the steps every page takes."""
+
+    def __init__(self, gate: Gate, standby: Callable[[], dict[str, Any] | None]) -> None:
+        if gate.sessions is None:
+            raise ValueError("the admin pages need a gate that reads sessions")
+        self.gate = gate
+        self.sessions = gate.sessions
+        self.standby = standby
+        self.assets = Assets()
+        self.env = jinja2.Environment(
+            loader=jinja2.PackageLoader("llmgw.server.pages", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters["clock"] = clock
+        self.env.filters["ago"] = ago
+        self.env.filters["size"] = size
+
+    def lang(self, request: Request) -> str:
+        return i18n.pick(
+            request.cookies.get(i18n.LANG_COOKIE), request.headers.get("accept-language", "")
+        )
+
+    def render(
+        self,
+        request: Request,
+        template: str,
+        session: Session | None,
+        status: int = 200,
+        **context: Any,
+    ) -> HTMLResponse:
+        lang = self.lang(request)
+        page = self.env.get_template(template).render(
+            _=i18n.translator(lang),
+            lang=lang,
+            languages=i18n.LANGUAGES,
+            asset=self.assets.url,
+            session=session,
+            csrf=self.sessions.csrf(session) if session else "",
+            path=request.url.path,
+            now=time.time(),
+            standby=self.standby(),
+            **context,
+        )
+        return HTMLResponse(page, status_code=status)
+
+    def endpoint(self, page: Page) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            session = self.gate.session(request)
+            if session is None:
+                return secured(to_sign_in(request))
+            lang = self.lang(request)
+            _ = i18n.translator(lang)
+            if not session.may(page.role):
+                return secured(
+                    self.refuse(
+                        request,
+                        session,
+                        403,
+                        _("You may not do this: it needs the {role} role.", role=page.role),
+                    )
+                )
+            form: dict[str, str] = {}
+            if page.method != "GET":
+                form = await read_form(request)
+                token = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
+                if not self.sessions.csrf_ok(session, token):
+                    text = _("The form token is missing or old; reload the page and send it again.")
+                    return secured(self.refuse(request, session, 403, text))
+                leader = self.standby()
+                if leader is not None:
+                    where = leader.get("api_address") or leader.get("name") or "?"
+                    text = _(
+                        "This control plane is a standby: make changes on the leader, {leader}.",
+                        leader=where,
+                    )
+                    return secured(self.refuse(request, session, 409, text))
+            try:
+                answer = await page.handler(PageCall(request, session, form))
+            except Refusal as exc:
+                answer = self.refuse(request, session, exc.status, exc.message)
+            except schema.Invalid as exc:
+                answer = self.refuse(request, session, 400, str(exc))
+            return secured(answer)
+
+        run.__name__ = page.handler.__name__
+        return run
+
+    def refuse(self, request: Request, session: Session | None, status: int, text: str) -> Response:
+        return self.render(request, "refused.html", session, status=status, message=text)
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """A urlencoded form's fields (the pages send no other kind), refused past
+    ``MAX_FORM`` bytes."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_FORM:
+        raise Refusal(413, "body_too_large", "the form is over 64 KiB")
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            raise Refusal(413, "body_too_large", "the form is over 64 KiB")
+    if not body:
+        return {}
+    if kind != "application/x-www-form-urlencoded":
+        raise Refusal(415, "unsupported_media_type", "send the form urlencoded")
+    try:
+        pairs = parse_qsl(body.decode(), keep_blank_values=True, max_num_fields=200)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Refusal(400, "bad_request", f"the form cannot be read: {exc}") from None
+    return dict(pairs)
+
+
+def to_sign_in(request: Request) -> Response:
+    """Where someone without a session goes: the sign-in page, coming back here after."""
+    back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    target = "/admin/login?next=" + quote(back, safe="/")
+    if request.headers.get("hx-request") == "true":
+        return Response(status_code=204, headers={"HX-Redirect": target})
+    return RedirectResponse(target, status_code=303)
+
+
+def secured(response: Response) -> Response:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers[name] = value
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+def safe_next(target: str | None) -> str:
+    """A sign-in's way back: a path under /admin on this site, never elsewhere."""
+    if not target or not target.startswith("/admin") or target.startswith("//"):
+        return "/admin"
+    if any(c in target for c in "\\\r\n") or target.startswith("/admin/login"):
+        return "/admin"
+    return target
+
+
+def role_names() -> tuple[str, ...]:
+    return ROLES
+
+
+def clock(at: float | None) -> str:
+    """A time of day in UTC, or an em dash when there is none."""
+    if at is None:
+        return "—"
+    return time.strftime("%H:%M:%S", time.gmtime(at))
+
+
+def ago(at: float | None, now: float | None = None) -> str:
+    if at is None:
+        return "—"
+    seconds = max(0, int((time.time() if now is None else now) - at))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 172800:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+def size(n: float | None) -> str:
+    """Bytes in binary units, or an em dash when not read."""
+    if n is None:
+        return "—"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"

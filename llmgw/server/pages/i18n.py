@@ -1,0 +1,194 @@
+"""The admin pages' words: English as written in the templates, Turkish from a catalogue.
+
+Every string a page shows goes through ``_`` (``{{ _("Nodes") }}`` in a template,
+``tr(...)`` in code); the English text is its own key. A test reads every template and
+page module for those calls and checks each has a Turkish entry, so a page never shows
+half of one language. The language is the ``llmgw_lang`` cookie (the switch in the
+header), else the browser's ``Accept-Language``, else English.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+LANGUAGES = {"en": "English", "tr": "Türkçe"}
+LANG_COOKIE = "llmgw_lang"
+
+Translate = Callable[..., str]
+
+TURKISH: dict[str, str] = {
+    # Frame and sign-in
+    "llmgw admin": "llmgw yönetim",
+    "Overview": "Genel bakış",
+    "Nodes": "Düğümler",
+    "Models": "Modeller",
+    "Replicas": "Kopyalar",
+    "GPU map": "GPU haritası",
+    "Keys": "Anahtarlar",
+    "Usage": "Kullanım",
+    "Playground": "Deneme alanı",
+    "Audit log": "Denetim kaydı",
+    "Sign in": "Oturum aç",
+    "Sign out": "Oturumu kapat",
+    "Admin token": "Yönetici belirteci",
+    "The admin token is in the data directory's admin.token file.": (
+        "Yönetici belirteci veri dizinindeki admin.token dosyasındadır."
+    ),
+    "That token is not an admin token of this cluster.": (
+        "Bu belirteç bu kümenin yönetici belirteci değil."
+    ),
+    "Too many failed sign-ins from your address; try again in {seconds} s.": (
+        "Adresinizden çok fazla başarısız giriş; {seconds} sn sonra yeniden deneyin."
+    ),
+    "Signed in as {actor} ({role})": "{actor} olarak oturum açık ({role})",
+    "Updated {time}": "Güncellendi {time}",
+    "The control plane has not answered since {time}.": (
+        "Denetim düzlemi {time} zamanından beri yanıt vermiyor."
+    ),
+    "Language": "Dil",
+    "This control plane is a standby: make changes on the leader, {leader}.": (
+        "Bu denetim düzlemi yedek: değişiklikleri lider üzerinde yapın, {leader}."
+    ),
+    "The form token is missing or old; reload the page and send it again.": (
+        "Oturumunuzun form belirteci eksik ya da eski; sayfayı yenileyip yeniden gönderin."
+    ),
+    "You may not do this: it needs the {role} role.": "Bunu yapamazsınız: {role} rolü gerekir.",
+    "Not found": "Bulunamadı",
+    # Overview
+    "Serving": "Hizmette",
+    "Stopped": "Durduruldu",
+    "/v1 answers clients.": "/v1 istemcilere yanıt veriyor.",
+    "/v1 refuses every request (llmgw stop).": "/v1 her isteği reddediyor (llmgw stop).",
+    "Stop serving": "Hizmeti durdur",
+    "Start serving": "Hizmeti başlat",
+    "Nodes by state": "Duruma göre düğümler",
+    "Cards by model": "Modele göre kartlar",
+    "Cards": "Kartlar",
+    "Mean work": "Ortalama iş",
+    "Mean memory": "Ortalama bellek",
+    "Models and replicas": "Modeller ve kopyalar",
+    "Alerts": "Uyarılar",
+    "No alerts.": "Uyarı yok.",
+    "Gateway": "Ağ geçidi",
+    "Requests": "İstekler",
+    "Errors": "Hatalar",
+    "Time to first token": "İlk belirtece kadar süre",
+    "none": "yok",
+    # Nodes
+    "Node": "Düğüm",
+    "State": "Durum",
+    "CPU": "CPU",
+    "RAM": "RAM",
+    "Engines": "Motorlar",
+    "Warnings": "Uyarılar",
+    "Filter": "Süz",
+    "name, state, label or card": "ad, durum, etiket ya da kart",
+    "No node matches.": "Eşleşen düğüm yok.",
+    "No nodes yet: add one with `llmgw node add`.": (
+        "Henüz düğüm yok: `llmgw node add` ile ekleyin."
+    ),
+    "{n} of {total} nodes": "{n} / {total} düğüm",
+    "Host": "Ana makine",
+    "Operating system": "İşletim sistemi",
+    "Kernel": "Çekirdek",
+    "CPU model": "CPU modeli",
+    "Logical CPUs": "Mantıksal CPU",
+    "Memory": "Bellek",
+    "Address": "Adres",
+    "Agent version": "Ajan sürümü",
+    "Last seen": "Son görülme",
+    "Disks": "Diskler",
+    "Path": "Yol",
+    "Free": "Boş",
+    "Total": "Toplam",
+    "Shards": "Parçalar",
+    "Replica": "Kopya",
+    "Model": "Model",
+    "Port": "Bağlantı noktası",
+    "Card": "Kart",
+    "Work": "İş",
+    "Temperature": "Sıcaklık",
+    "Power": "Güç",
+    "The last hour": "Son bir saat",
+    "Labels": "Etiketler",
+    "Cordon": "Kordon",
+    "Uncordon": "Kordonu kaldır",
+    "Drain": "Boşalt",
+    "Stop draining": "Boşaltmayı durdur",
+    "Save labels": "Etiketleri kaydet",
+    "key=value, one a line": "anahtar=değer, satır başına bir",
+    "cordoned": "kordonlu",
+    "draining": "boşaltılıyor",
+    "not read": "okunmadı",
+    "Log": "Günlük",
+    "No shards.": "Parça yok.",
+    "No cards.": "Kart yok.",
+    # Models
+    "Profiles": "Profiller",
+    "Ready": "Hazır",
+    "Wanted": "İstenen",
+    "Source": "Kaynak",
+    "Engine": "Motor",
+    "Context": "Bağlam",
+    "Stop": "Durdur",
+    "Start": "Başlat",
+    "Restart": "Yeniden başlat",
+    "No models yet: serve one with `llmgw ctl model serve`.": (
+        "Henüz model yok: `llmgw ctl model serve` ile bir model sunun."
+    ),
+    "Explain": "Açıkla",
+    "Each node's verdict": "Her düğümün kararı",
+    # Keys
+    "Name": "Ad",
+    "Allowed models": "İzin verilen modeller",
+    "all": "hepsi",
+    "Requests a minute": "Dakikada istek",
+    "Tokens a minute": "Dakikada belirteç",
+    "Monthly token budget": "Aylık belirteç bütçesi",
+    "Expires": "Bitiş",
+    "Created": "Oluşturuldu",
+    "Create key": "Anahtar oluştur",
+    "Revoke": "İptal et",
+    "active": "etkin",
+    "revoked": "iptal edildi",
+    "expired": "süresi doldu",
+    "The new key, shown this once:": "Yeni anahtar, yalnızca bu kez gösterilir:",
+    "Copy": "Kopyala",
+    "Copied": "Kopyalandı",
+    "model patterns, comma-separated (qwen*)": "model kalıpları, virgülle ayrılmış (qwen*)",
+    "No keys yet.": "Henüz anahtar yok.",
+    "Tokens this month": "Bu ay belirteç",
+    # Audit
+    "When": "Ne zaman",
+    "Who": "Kim",
+    "Action": "Eylem",
+    "Target": "Hedef",
+    "Detail": "Ayrıntı",
+    "Nothing recorded yet.": "Henüz kayıt yok.",
+    "Replicas by state": "Duruma göre kopyalar",
+}
+
+CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
+
+
+def pick(cookie: str | None, accept_language: str) -> str:
+    """The language to answer in: the switch's cookie, the browser's first known
+    language, or English."""
+    if cookie in LANGUAGES:
+        return str(cookie)
+    for item in accept_language.split(","):
+        code = item.split(";")[0].strip().lower()[:2]
+        if code in LANGUAGES:
+            return code
+    return "en"
+
+
+def translator(lang: str) -> Translate:
+    """``_(text, **values)``: ``text`` in ``lang``, its ``{names}`` filled in."""
+    catalogue = CATALOGUES.get(lang, {})
+
+    def translate(text: str, **values: object) -> str:
+        said = catalogue.get(text, text)
+        return said.format(**values) if values else said
+
+    return translate

@@ -1,0 +1,173 @@
+"""Sign-in for the admin pages: signed session cookies, CSRF tokens, a limit on failures.
+
+A session is a cookie the control plane signs with a key derived from the cluster
+secret, so every control plane of the cluster (a standby too) honours it and nothing is
+stored: ``base64url(json) "." base64url(HMAC-SHA256)``. It names who signed in, their
+role, when it ends, a random id, and a binding to the admin token it was opened with:
+when that token is rotated, its sessions end with it. Signing out ends the session on
+this control plane at once (its id is kept, refused, until the session would have ended).
+
+Each session's CSRF token is an HMAC of its id: a form or an htmx request that changes
+anything must carry it (field ``csrf`` or header ``X-CSRF-Token``). The cookie is
+HttpOnly and SameSite=Strict on top of that, and Secure when the page came over TLS.
+
+Failed sign-ins are counted per client address: past ``limit`` in ``window`` seconds,
+the next is refused until the oldest ages out.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+COOKIE = "llmgw_session"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+# Roles in rising order; a page or form names the least it needs.
+ROLES = ("viewer", "operator", "admin")
+DEFAULT_TTL = 12 * 3600.0
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass(frozen=True)
+class Session:
+    """Who is signed in: their name, role, the session's id and when it ends."""
+
+    actor: str
+    role: str
+    sid: str
+    expires: float
+    binding: str
+
+    def may(self, role: str) -> bool:
+        """Whether this session's role reaches ``role``."""
+        return ROLES.index(self.role) >= ROLES.index(role)
+
+
+class Sessions:
+    """Opens, reads and ends sessions, and makes their CSRF tokens."""
+
+    def __init__(
+        self,
+        cluster_secret: bytes,
+        admin_hashes: Callable[[], Iterable[str]],
+        ttl: float = DEFAULT_TTL,
+    ) -> None:
+        self._key = hmac.new(cluster_secret, b"llmgw admin session v1", hashlib.sha256).digest()
+        # The admin tokens' hashes now: a session bound to none of them has ended.
+        self._admin_hashes = admin_hashes
+        self.ttl = ttl
+        self._ended: dict[str, float] = {}  # sid -> when it would have ended
+
+    def _sign(self, body: bytes) -> str:
+        return _b64(hmac.new(self._key, body, hashlib.sha256).digest())
+
+    def _bind(self, token_hash: str) -> str:
+        return _b64(hmac.new(self._key, b"bind:" + token_hash.encode(), hashlib.sha256).digest())[
+            :22
+        ]
+
+    def open(self, actor: str, role: str, token_hash: str, now: float | None = None) -> str:
+        """A new session's cookie value."""
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}")
+        now = time.time() if now is None else now
+        claims = {
+            "a": actor,
+            "r": role,
+            "s": secrets.token_urlsafe(12),
+            "e": round(now + self.ttl),
+            "b": self._bind(token_hash),
+        }
+        body = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
+        return f"{_b64(body)}.{self._sign(body)}"
+
+    def read(self, cookie: str | None, now: float | None = None) -> Session | None:
+        """The session a cookie holds, or None: unsigned, altered, ended or unbound."""
+        if not cookie or cookie.count(".") != 1 or len(cookie) > 1024:
+            return None
+        body_text, signature = cookie.split(".")
+        try:
+            body = _unb64(body_text)
+        except ValueError:
+            return None
+        if not hmac.compare_digest(self._sign(body), signature):
+            return None
+        try:
+            claims = json.loads(body)
+            session = Session(
+                actor=str(claims["a"]),
+                role=str(claims["r"]),
+                sid=str(claims["s"]),
+                expires=float(claims["e"]),
+                binding=str(claims["b"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+        now = time.time() if now is None else now
+        if session.role not in ROLES or now >= session.expires or session.sid in self._ended:
+            return None
+        if not any(
+            hmac.compare_digest(self._bind(h), session.binding) for h in self._admin_hashes()
+        ):
+            return None
+        return session
+
+    def end(self, session: Session, now: float | None = None) -> None:
+        """Sign out: the session is refused from now on, here."""
+        now = time.time() if now is None else now
+        self._ended = {sid: t for sid, t in self._ended.items() if t > now}
+        self._ended[session.sid] = session.expires
+
+    def csrf(self, session: Session) -> str:
+        return self._sign(b"csrf:" + session.sid.encode())[:32]
+
+    def csrf_ok(self, session: Session, token: str | None) -> bool:
+        return bool(token) and hmac.compare_digest(self.csrf(session), str(token))
+
+
+class SignInLimiter:
+    """At most ``limit`` failed sign-ins per address in ``window`` seconds."""
+
+    def __init__(self, limit: int = 5, window: float = 300.0, addresses: int = 10_000) -> None:
+        self.limit = limit
+        self.window = window
+        self._addresses = addresses
+        self._failures: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def wait(self, address: str, now: float | None = None) -> float:
+        """Seconds before ``address`` may try again; 0 when it may now."""
+        now = time.time() if now is None else now
+        failures = self._failures.get(address)
+        if failures is None:
+            return 0.0
+        while failures and failures[0] <= now - self.window:
+            failures.popleft()
+        if len(failures) < self.limit:
+            return 0.0
+        return max(0.0, failures[0] + self.window - now)
+
+    def failed(self, address: str, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        failures = self._failures.pop(address, None) or deque(maxlen=self.limit)
+        failures.append(now)
+        self._failures[address] = failures
+        while len(self._failures) > self._addresses:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, address: str) -> None:
+        self._failures.pop(address, None)

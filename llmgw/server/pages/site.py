@@ -1,0 +1,158 @@
+"""The admin pages as Starlette routes: sign-in and out, the language switch, the
+static files, and every page of ``fleetpages`` and ``catalogpages`` behind ``Frame``.
+
+Built over the same services as the admin API (``Services``), in the same process and
+app: a page never calls the API over HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from llmgw import pki
+from llmgw.server.api.routing import Gate, Op
+from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.gateway import Gateway
+from llmgw.server.pages import catalogpages, fleetpages, i18n
+from llmgw.server.pages.frame import Actions, Frame, Page, read_form, safe_next, secured
+from llmgw.server.pages.session import COOKIE, CSRF_FIELD, SignInLimiter
+from llmgw.server.refusal import Refusal
+from llmgw.server.store import Store
+
+
+@dataclass
+class Services:
+    """What the pages read and change, handed in by the control plane."""
+
+    registry: NodeRegistry
+    gateway: Gateway
+    store: Store
+    models: Callable[[], list[dict[str, Any]]]
+    admin_token_ok: Callable[[str], bool]
+
+
+def gateway_totals(gateway: Gateway) -> dict[str, Any]:
+    """Requests, errors and mean time to first token since this control plane started."""
+    metrics = gateway.metrics
+    requests = sum(metrics.requests.values())
+    errors = sum(metrics.errors.values())
+    count = sum(h.n for h in metrics.first_byte.values())
+    total = sum(h.total for h in metrics.first_byte.values())
+    return {"requests": requests, "errors": errors, "ttft": total / count if count else None}
+
+
+def routes(
+    services: Services, ops: list[Op], gate: Gate, standby: Callable[[], Any]
+) -> list[BaseRoute]:
+    frame = Frame(gate, standby)
+    sessions = frame.sessions
+    limiter = SignInLimiter()
+    actions = Actions(ops)
+
+    async def sign_in_form(request: Request) -> Response:
+        if gate.session(request) is not None:
+            return RedirectResponse(safe_next(request.query_params.get("next")), status_code=303)
+        answer = frame.render(
+            request,
+            "login.html",
+            None,
+            error=None,
+            next=safe_next(request.query_params.get("next")),
+        )
+        return secured(answer)
+
+    async def sign_in(request: Request) -> Response:
+        _ = i18n.translator(frame.lang(request))
+        address = request.client.host if request.client else "?"
+        try:
+            form = await read_form(request)
+        except Refusal as exc:
+            return secured(
+                frame.render(
+                    request, "login.html", None, status=exc.status, error=exc.message, next="/admin"
+                )
+            )
+        back = safe_next(form.get("next"))
+        wait = limiter.wait(address)
+        if wait > 0:
+            text = _(
+                "Too many failed sign-ins from your address; try again in {seconds} s.",
+                seconds=int(wait) + 1,
+            )
+            answer = frame.render(request, "login.html", None, status=429, error=text, next=back)
+            answer.headers["Retry-After"] = str(int(wait) + 1)
+            return secured(answer)
+        token = form.get("token", "").strip()
+        if not token or not services.admin_token_ok(token):
+            limiter.failed(address)
+            text = _("That token is not an admin token of this cluster.")
+            return secured(
+                frame.render(request, "login.html", None, status=401, error=text, next=back)
+            )
+        limiter.succeeded(address)
+        cookie = sessions.open(f"admin@{address}", "admin", pki.token_hash(token))
+        redirect = RedirectResponse(back, status_code=303)
+        redirect.set_cookie(
+            COOKIE,
+            cookie,
+            max_age=int(sessions.ttl),
+            path="/admin",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        await services.store.audit(f"admin@{address}", "admin.sign_in", "/admin")
+        return secured(redirect)
+
+    async def sign_out(request: Request) -> Response:
+        session = gate.session(request)
+        answer = RedirectResponse("/admin/login", status_code=303)
+        if session is not None:
+            form = await read_form(request)
+            if not sessions.csrf_ok(session, form.get(CSRF_FIELD)):
+                _ = i18n.translator(frame.lang(request))
+                text = _("The form token is missing or old; reload the page and send it again.")
+                return secured(frame.refuse(request, session, 403, text))
+            sessions.end(session)
+        answer.delete_cookie(COOKIE, path="/admin", httponly=True, samesite="strict")
+        return secured(answer)
+
+    async def language(request: Request) -> Response:
+        lang = str(request.path_params["lang"])
+        back = safe_next(request.query_params.get("next"))
+        answer = RedirectResponse(back, status_code=303)
+        if lang in i18n.LANGUAGES:
+            answer.set_cookie(
+                i18n.LANG_COOKIE, lang, max_age=365 * 86400, path="/admin", samesite="strict"
+            )
+        return secured(answer)
+
+    async def static(request: Request) -> Response:
+        return frame.assets.answer(str(request.path_params["name"]))
+
+    pages: list[Page] = [
+        *fleetpages.pages(
+            frame,
+            actions,
+            services.registry,
+            lambda: services.gateway.stopped,
+            services.models,
+            lambda: gateway_totals(services.gateway),
+        ),
+        *catalogpages.pages(frame, actions, services.models, services.gateway, services.store),
+    ]
+    out: list[BaseRoute] = [
+        Route("/admin/login", sign_in_form, methods=["GET"]),
+        Route("/admin/login", sign_in, methods=["POST"]),
+        Route("/admin/logout", sign_out, methods=["POST"]),
+        Route("/admin/lang/{lang}", language, methods=["GET"]),
+        Route("/admin/static/{name}", static, methods=["GET"]),
+    ]
+    out += [Route(p.path, frame.endpoint(p), methods=[p.method]) for p in pages]
+    return out
