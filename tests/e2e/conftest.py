@@ -7,8 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import Browser
 
 from tests.e2e.cluster import Cluster
+from tests.e2e.pages import Site, running_site
+from tests.support.browser import launched
 from tests.support.tinymodel import write_tiny_model
 
 
@@ -28,3 +31,16 @@ def model(tmp_path: Path) -> Path:
     """The tiny GGUF under the test's own directory, so the cluster's teardown finds the
     engines that serve it."""
     return write_tiny_model(tmp_path / "tiny.gguf")
+
+
+@pytest.fixture(scope="session")
+def pages_site(tmp_path_factory: pytest.TempPathFactory, binary: Path) -> Iterator[Site]:
+    """One cluster serving ``tiny`` for every admin page test of the session."""
+    yield from running_site(tmp_path_factory.mktemp("pages"), binary)
+
+
+@pytest.fixture(scope="session")
+def pages_browser() -> Iterator[Browser]:
+    """One headless chromium for every admin page test of the session."""
+    with launched() as browser:
+        yield browser

@@ -137,3 +137,26 @@ async def test_every_admin_page_without_a_session_goes_to_sign_in(
         session = {"cookie": cookie.split(";")[0]}
         assert (await client.get("/admin/nodes", headers=session)).status_code == 200
         assert (await client.get("/api/v1/keys", headers=session)).status_code == 401
+
+
+async def test_failed_sign_ins_are_limited_per_address(
+    cp: ControlPlane, data_dir: tuple[Path, str]
+) -> None:
+    _, token = data_dir
+    app = cp.admin_app()
+
+    def client(address: str) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=app, client=(address, 40000))
+        return httpx.AsyncClient(transport=transport, base_url="http://cp")
+
+    async with client("10.0.0.7") as guesser, client("10.0.0.8") as other:
+        for i in range(5):
+            wrong = await guesser.post("/admin/login", data={"token": f"wrong-{i}"})
+            assert wrong.status_code == 401 and "not an admin token" in wrong.text
+        # Past the limit even the right token waits, and says how long.
+        held = await guesser.post("/admin/login", data={"token": token})
+        assert held.status_code == 429 and int(held.headers["retry-after"]) > 0
+        assert "Too many failed sign-ins" in held.text
+        # Another address is not held by this one's failures.
+        ok = await other.post("/admin/login", data={"token": token})
+        assert ok.status_code == 303
