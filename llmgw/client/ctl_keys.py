@@ -8,7 +8,7 @@ import datetime as dt
 import json
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from llmgw.client.tables import render, store_line
 
@@ -135,7 +135,9 @@ def add_parsers(
 
     def usage(args: argparse.Namespace) -> int:
         api = client(args)
-        rows = api.get(f"/api/v1/usage?days={args.days}")
+        asked = {"days": str(args.days)}
+        asked.update({k: v for k in ("since", "until") if (v := getattr(args, k))})
+        rows = api.get(f"/api/v1/usage?{urlencode(asked)}")
         energy = api.get("/api/v1/energy") if args.by == "model" and not args.json else None
         return show(args, rows, lambda r: usage_table(r, args.by, energy))
 
@@ -161,6 +163,8 @@ def add_parsers(
 
     p = leaf(ctl_cmds, "usage", usage, "requests and tokens by key, model or replica")
     p.add_argument("--days", type=int, default=30, help="this many days back (default 30)")
+    p.add_argument("--since", help="the first day (2026-12-01), in place of --days")
+    p.add_argument("--until", help="the last day (2026-12-31), included")
     p.add_argument("--by", choices=("key", "model", "replica", "day"), default="key")
 
     leaf(roles, "stop", serving(True), "stop serving: /v1 answers 503, every model to zero")

@@ -274,4 +274,8 @@ class Serving:
 
 @dataclass(frozen=True)
 class UsageQuery:
-    days: int = spec(30, minimum=1, maximum=3660)
+    days: int = spec(30, doc="this many days back, today included", minimum=1, maximum=3660)
+    since: str | None = spec(
+        None, doc="the first day (2026-12-01), in place of days", max_length=10
+    )
+    until: str | None = spec(None, doc="the last day (2026-12-31), included", max_length=10)

@@ -39,8 +39,10 @@ def pages_site(tmp_path_factory: pytest.TempPathFactory, binary: Path) -> Iterat
     yield from running_site(tmp_path_factory.mktemp("pages"), binary)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def pages_browser() -> Iterator[Browser]:
-    """One headless chromium for every admin page test of the session."""
+    """A headless chromium for a module's admin page tests. Not one for the session:
+    Playwright's sync API keeps an event loop running in this thread while it lives, and
+    every async test after it would fail to start its own."""
     with launched() as browser:
         yield browser

@@ -40,8 +40,11 @@ def running_site(root: Path, binary: Path) -> Iterator[Site]:
     cluster = Cluster(root)
     cluster.init()
     config = cluster.data_dir / "server.yaml"
-    # Engine ports of its own: no other test's engine can hold them.
-    config.write_text(config.read_text() + SCHEDULING.replace("42100-42199", "42600-42649"))
+    # Engine ports of its own (apart from the other e2e tests' 42100-42199, and from
+    # another pytest process's page cluster): no other test's engine holds them.
+    first = 42600 + (os.getpid() % 40) * 25
+    ports = f"{first}-{first + 24}"
+    config.write_text(config.read_text() + SCHEDULING.replace("42100-42199", ports))
     cluster.start_server()
     try:
         serve_tiny(cluster, binary, "page-node")

@@ -34,6 +34,8 @@ def test_sign_in_every_page_a_key_and_sign_out(pages_site: Site, pages_browser: 
     expect(overview).to_contain_text("Serving")
     expect(overview).to_contain_text("tiny")
     expect(overview).to_contain_text("Ready")
+    # The gateway's last hour, drawn by uPlot from /admin/gateway.json.
+    expect(page.locator(".charts[data-gateway] .chart").first).to_be_visible()
     shoot(site, page, "overview")
 
     page.click("nav >> text=Nodes")
@@ -118,3 +120,58 @@ def test_a_change_needs_its_form_token(pages_site: Site) -> None:
     assert len(ctl_json(site.cluster, "keys", "list")) == keys_before
     assert not site.cluster.nodes()[site.node]["cordoned"]
     assert not site.cluster.api("/api/v1/models/tiny")["stopped"]
+
+
+def test_serve_with_the_estimate_scale_and_follow_the_nodes_log(
+    pages_site: Site, pages_browser: Browser
+) -> None:
+    site = pages_site
+    context = pages_browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    errors = watch_console(page)
+    sign_in(site, page)
+    page.wait_for_url(f"{site.base}/admin")
+
+    # The agent's log, open before the agent writes of the model served below.
+    log = context.new_page()
+    log_errors = watch_console(log)
+    log.goto(f"{site.base}/admin/nodes/{site.node}/log")
+    expect(log.locator("pre.log")).to_contain_text("registered with")
+    assert "tiny-form" not in log.locator("pre.log").inner_text()
+
+    page.goto(f"{site.base}/admin/models")
+    source = str(site.cluster.root / "tiny.gguf")
+    page.fill("#serve input[name=source]", source)
+    page.fill("#serve input[name=name]", "tiny-form")
+    page.fill("#serve input[name=context]", "256")
+    page.click("#serve >> text=Estimate")
+    estimate = page.locator("#plan")
+    expect(estimate).to_contain_text("Fits on")
+    expect(estimate.locator("table")).to_contain_text(site.node)
+    shoot(site, page, "serve")
+    page.click("#serve button[type=submit]")
+    page.wait_for_url(f"{site.base}/admin/models/tiny-form")
+    expect(page.locator("#model")).to_contain_text(source)
+
+    # The agent starts it, and says so in the log page opened before: followed live.
+    expect(log.locator("pre.log")).to_contain_text("tiny-form", timeout=20_000)
+    shoot(site, log, "log")
+
+    page.fill("input[name=replicas]", "0")
+    page.click("text=Scale")
+    page.wait_for_url(f"{site.base}/admin/models/tiny-form")
+    shown = site.cluster.api("/api/v1/models/tiny-form")
+    assert [p["replicas"] for p in shown["profiles"]] == [0]
+
+    page.click("nav >> text=Replicas")
+    expect(page.locator("table.replicas")).to_contain_text("tiny.default")
+    expect(page.locator("table.replicas")).to_contain_text(site.node)
+    shoot(site, page, "replicas")
+
+    page.click("nav >> text=GPU map")
+    expect(page.locator("#gpus")).to_contain_text("No cards.")  # a CPU-only node
+    page.click("nav.figures >> text=temperature")
+    expect(page.locator(".legend")).to_contain_text("30 °C")
+    shoot(site, page, "gpus")
+    assert errors == [] and log_errors == [], errors + log_errors
+    context.close()

@@ -60,6 +60,22 @@ def expiry(value: float | str | None) -> float | None:
     return when.timestamp()
 
 
+def _today() -> dt.date:
+    return dt.datetime.fromtimestamp(time.time(), dt.UTC).date()
+
+
+def day(value: str | None, name: str) -> str | None:
+    """An ISO date (2026-12-01) as the store writes its days, or a 400 naming the field."""
+    if value is None:
+        return None
+    try:
+        if len(value) == 10:
+            return dt.date.fromisoformat(value).isoformat()
+    except ValueError:
+        pass
+    raise Refusal(400, "bad_request", f"{name}: {value!r} is not a date (like 2026-12-01)", name)
+
+
 def routes(
     gateway: Gateway,
     store: Store,
@@ -124,15 +140,23 @@ def routes(
         return {"stopped": stopped}
 
     async def usage(call: Call) -> Any:
-        """Requests and tokens per day, key, model and replica, this many days back."""
-        days = call.query.days
+        """Requests and tokens per day, key, model and replica: ``days`` back, today
+        included, or from ``since`` to ``until`` (both included); ``since`` alone runs to
+        today, ``until`` alone is the ``days`` up to it."""
+        ask: UsageQuery = call.query
+        until = day(ask.until, "until")
+        since = day(ask.since, "since")
+        if since is None:  # `days` back from `until`, or from today
+            last = dt.date.fromisoformat(until) if until else _today()
+            since = (last - dt.timedelta(days=ask.days - 1)).isoformat()
+        if until is not None and since > until:
+            raise Refusal(400, "bad_request", f"since: {since} is after until ({until})", "since")
         try:
             await gateway.flush()
         except StoreUnavailable:
             pass  # what could not be written stays pending; the store's rows are shown
-        since = time.strftime("%Y-%m-%d", time.gmtime(time.time() - (days - 1) * 86400))
         names = {r.id: r.name for r in keys.records()}
-        rows = await store.usage(since)
+        rows = [r for r in await store.usage(since) if until is None or r["day"] <= until]
         for row in rows:
             row["key_name"] = names.get(row["key_id"])
         return rows

@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import bisect
 import re
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -56,8 +58,61 @@ def _esc(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+class Recent:
+    """The last hour of the gateway at ``step`` second slots: requests, errors, and the
+    sum and count of times to first token, for the admin overview's charts. A slot no
+    request fell in reads 0 requests (a quiet gateway), and no time to first token."""
+
+    def __init__(self, step: float = 10.0, span: float = 3600.0) -> None:
+        self.step = step
+        self.slots = int(span // step)
+        n = self.slots
+        self.requests = [0] * n
+        self.errors = [0] * n
+        self.first_sum = [0.0] * n
+        self.first_n = [0] * n
+        self.last = -1  # the newest slot written
+
+    def _at(self, now: float) -> int:
+        slot = int(now // self.step)
+        if slot > self.last:
+            n = self.slots
+            for s in range(max(self.last + 1, slot - n + 1), slot + 1):
+                p = s % n
+                self.requests[p] = self.errors[p] = self.first_n[p] = 0
+                self.first_sum[p] = 0.0
+            self.last = slot
+        return slot % self.slots
+
+    def add(self, error: bool, first: float | None, now: float) -> None:
+        p = self._at(now)
+        self.requests[p] += 1
+        if error:
+            self.errors[p] += 1
+        elif first is not None:
+            self.first_sum[p] += first
+            self.first_n[p] += 1
+
+    def series(self, now: float) -> dict[str, list[Any]]:
+        """Oldest slot first: ``t`` (each slot's start), ``requests``, ``errors`` and
+        ``ttft_ms`` (None where no answer began in the slot)."""
+        end = int(now // self.step)
+        self._at(now)
+        t, requests, errors, ttft = [], [], [], []
+        for s in range(end - self.slots + 1, end + 1):
+            p = s % self.slots
+            t.append(s * self.step)
+            requests.append(self.requests[p])
+            errors.append(self.errors[p])
+            count = self.first_n[p]
+            ttft.append(round(1000 * self.first_sum[p] / count, 1) if count else None)
+        return {"t": t, "requests": requests, "errors": errors, "ttft_ms": ttft}
+
+
 class Metrics:
     def __init__(self) -> None:
+        # The last hour, for the admin overview's charts.
+        self.recent = Recent()
         self.requests: dict[tuple[str, int], int] = {}
         self.errors: dict[tuple[str, str], int] = {}
         self.latency: dict[str, Histogram] = {}
@@ -67,6 +122,7 @@ class Metrics:
         self.replica_tokens: dict[tuple[str, str], int] = {}
 
     def request(self, model: str, status: int, seconds: float, first: float | None) -> None:
+        self.recent.add(status >= 400, first if first is not None else seconds, time.time())
         key = (model, status)
         self.requests[key] = self.requests.get(key, 0) + 1
         if status >= 400:

@@ -6,7 +6,7 @@ change is the admin API's own handler, called through ``Actions``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.responses import RedirectResponse, Response
@@ -121,8 +121,65 @@ def pages(
             ]
         return frame.render(call.request, "audit.html", call.session, rows=rows, q=query)
 
+    def plan_query(form: Mapping[str, str]) -> dict[str, str]:
+        """The planner's query from the serve form: only the fields it takes, as given."""
+        keys = ("source", "context", "gpus", "engine")
+        return {k: form[k].strip() for k in keys if form.get(k, "").strip()}
+
+    async def estimate(call: PageCall) -> Response:
+        asked = plan_query(call.request.query_params)
+        if "source" not in asked:
+            raise Refusal(
+                400, "bad_request", "source: say what to serve (a path, hf:ORG/REPO or a URL)"
+            )
+        planned = await actions.run(call.request, call.actor, "GET", "/api/v1/plan", query=asked)
+        return frame.render(call.request, "plan.html", call.session, plan=planned)
+
+    async def serve(call: PageCall) -> Response:
+        form = call.form
+        body: dict[str, Any] = {"source": form.get("source", "").strip()}
+        if form.get("name", "").strip():
+            body["name"] = form["name"].strip()
+        for field in ("context", "gpus", "replicas", "max_output"):
+            text = form.get(field, "").strip()
+            if text:
+                if not text.isdigit():
+                    raise Refusal(400, "bad_request", f"{field}: {text!r} is not a whole number")
+                body[field] = int(text)
+        if form.get("engine", "").strip():
+            body["engine"] = form["engine"].strip()
+        made = await actions.run(call.request, call.actor, "POST", "/api/v1/models", body=body)
+        return RedirectResponse(f"/admin/models/{made['name']}", status_code=303)
+
+    async def scale(call: PageCall) -> Response:
+        shown = find(call)
+        text = call.form.get("replicas", "").strip()
+        if not text.isdigit():
+            raise Refusal(400, "bad_request", f"replicas: {text!r} is not a whole number")
+        body: dict[str, Any] = {"replicas": int(text)}
+        if call.form.get("profile"):
+            body["profile"] = call.form["profile"]
+        await actions.run(
+            call.request,
+            call.actor,
+            "POST",
+            f"{NAMED}/replicas",
+            params={"name": shown["name"]},
+            body=body,
+        )
+        return RedirectResponse(f"/admin/models/{shown['name']}", status_code=303)
+
+    async def replicas(call: PageCall) -> Response:
+        rows = await actions.run(call.request, call.actor, "GET", "/api/v1/replicas")
+        template = "replicas_body.html" if call.htmx else "replicas.html"
+        return frame.render(call.request, template, call.session, rows=rows)
+
     return [
         Page("GET", "/admin/models", catalog),
+        Page("GET", "/admin/models/plan", estimate),
+        Page("POST", "/admin/models", serve, role="operator"),
+        Page("POST", "/admin/models/{name}/replicas", scale, role="operator"),
+        Page("GET", "/admin/replicas", replicas),
         Page("GET", "/admin/models/{name}", model),
         *(
             Page("POST", f"/admin/models/{{name}}/{a}", changer(a), role="operator")

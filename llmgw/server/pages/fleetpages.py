@@ -116,6 +116,61 @@ def overview_figures(registry: NodeRegistry) -> dict[str, Any]:
     return {"states": sorted(states.items()), "cards": by_model, "alerts": alerts}
 
 
+# The GPU map's figures: each a share from 0 to 1 of a card's mapping, or None (not read).
+def _work(g: dict[str, Any]) -> float | None:
+    sm = g.get("sm_active")
+    if isinstance(sm, int | float) and not isinstance(sm, bool):
+        return float(sm)
+    return _busy(g)
+
+
+def _busy(g: dict[str, Any]) -> float | None:
+    u = g.get("utilization")
+    return float(u) / 100 if isinstance(u, int | float) and not isinstance(u, bool) else None
+
+
+def _temperature(g: dict[str, Any]) -> float | None:
+    t = g.get("temperature")
+    if isinstance(t, int | float) and not isinstance(t, bool):
+        return max(0.0, min(1.0, (float(t) - 30.0) / 60.0))  # 30 to 90 C
+    return None
+
+
+GPU_FIGURES: dict[str, Callable[[dict[str, Any]], float | None]] = {
+    "work": _work,
+    "busy": _busy,
+    "memory": lambda g: _share(g.get("memory_used"), g.get("memory_total")),
+    "temperature": _temperature,
+    "power": lambda g: _share(g.get("power"), g.get("power_limit")),
+}
+
+
+def gpu_map(views: Iterable[NodeView], by: str) -> list[dict[str, Any]]:
+    """Every card, grouped by node, with its figure ``by`` as a bucket 0..9 (a CSS class)
+    or None where the figure was not read."""
+    figure = GPU_FIGURES[by]
+    groups = []
+    for view in sorted(views, key=lambda v: v.id):
+        shown = {**view.facts, **view.live}
+        cards = []
+        for g in shown.get("gpus") or []:
+            if not isinstance(g, dict):
+                continue
+            value = figure(g)
+            cards.append(
+                {
+                    "index": g.get("index"),
+                    "name": g.get("mig_class") or g.get("name") or "?",
+                    "uuid": g.get("uuid") or "",
+                    "value": value,
+                    "bucket": None if value is None else min(9, int(value * 10)),
+                }
+            )
+        if cards:
+            groups.append({"node": view.id, "state": str(view.state), "cards": cards})
+    return groups
+
+
 def pages(
     frame: Frame,
     actions: Actions,
@@ -123,9 +178,10 @@ def pages(
     stopped: Callable[[], bool],
     models: Callable[[], list[dict[str, Any]]],
     gateway_totals: Callable[[], dict[str, Any]],
+    recent: Callable[[], dict[str, Any]],
 ) -> list[Page]:
     """``models`` gives the catalog as the API shows it; ``gateway_totals`` the gateway's
-    requests, errors and time to first token so far."""
+    requests, errors and time to first token so far; ``recent`` its last hour."""
 
     async def overview(call: PageCall) -> Response:
         shown = models()
@@ -142,6 +198,9 @@ def pages(
         }
         template = "overview_body.html" if call.htmx else "overview.html"
         return frame.render(call.request, template, call.session, **context)
+
+    async def gateway_series(call: PageCall) -> Response:
+        return JSONResponse(recent())
 
     async def serving(call: PageCall) -> Response:
         stop = call.form.get("stopped") == "true"
@@ -239,9 +298,45 @@ def pages(
         )
         return RedirectResponse(f"/admin/nodes/{view.id}", status_code=303)
 
+    async def gpus(call: PageCall) -> Response:
+        by = call.request.query_params.get("by", "work")
+        if by not in GPU_FIGURES:
+            by = "work"
+        groups = gpu_map(registry.nodes.values(), by)
+        template = "gpus_body.html" if call.htmx else "gpus.html"
+        return frame.render(
+            call.request, template, call.session, groups=groups, by=by, figures=GPU_FIGURES
+        )
+
+    async def log(call: PageCall) -> Response:
+        view = find(call)
+        source = call.request.query_params.get("source", "agent")[:128] or "agent"
+        lines = await actions.run(
+            call.request,
+            call.actor,
+            "GET",
+            "/api/v1/nodes/{node_id}/logs",
+            params={"node_id": view.id},
+            query={"source": source, "n": "300"},
+        )
+        sources = ["agent", *sorted(view.shards)]
+        template = "log_body.html" if call.htmx else "log.html"
+        return frame.render(
+            call.request,
+            template,
+            call.session,
+            node_id=view.id,
+            source=source,
+            sources=sources,
+            lines=lines,
+        )
+
     return [
         Page("GET", "/admin", overview),
+        Page("GET", "/admin/gpus", gpus),
+        Page("GET", "/admin/nodes/{node_id}/log", log),
         Page("POST", "/admin/serving", serving, role="admin"),
+        Page("GET", "/admin/gateway.json", gateway_series),
         Page("GET", "/admin/nodes", nodes),
         Page("GET", "/admin/nodes/{node_id}", node),
         Page("GET", "/admin/nodes/{node_id}/history", history),

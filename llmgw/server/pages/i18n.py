@@ -166,6 +166,94 @@ TURKISH: dict[str, str] = {
     "Detail": "Ayrıntı",
     "Nothing recorded yet.": "Henüz kayıt yok.",
     "Replicas by state": "Duruma göre kopyalar",
+    # Serve, estimate, scale, replicas
+    "Cards per replica": "Kopya başına kart",
+    "Estimate": "Tahmin",
+    "Serve": "Sun",
+    "Scale": "Ölçekle",
+    "Memory per replica": "Kopya başına bellek",
+    "Memory per card": "Kart başına bellek",
+    "weights": "ağırlıklar",
+    "KV cache": "KV önbelleği",
+    "On the CPU": "CPU üzerinde",
+    "Fits on": "Sığdığı yerler",
+    "no node": "hiçbir düğüm",
+    "Fits": "Sığar",
+    "Longest context": "En uzun bağlam",
+    "CPU tokens/s": "CPU belirteç/sn",
+    "Compute": "Hesaplama",
+    "Download": "İndirme",
+    "layers offloaded": "katman aktarıldı",
+    # GPU map and logs
+    "Colour by": "Renklendirme",
+    "work": "iş",
+    "busy": "meşgul",
+    "memory": "bellek",
+    "temperature": "sıcaklık",
+    "power": "güç",
+    "Work: the share of time SMs were active where the profiling counters are read, else busy.": (
+        "İş: profil sayaçları okunabiliyorsa SM'lerin etkin olduğu zamanın payı, yoksa meşguliyet."
+    ),
+    "Busy: the share of time any kernel ran (utilization.gpu), not how much of the card it used.": (
+        "Meşgul: herhangi bir çekirdeğin çalıştığı zamanın payı (utilization.gpu); kartın "
+        "ne kadarının kullanıldığı değil."
+    ),
+    "Memory: card memory in use over the card's total.": (
+        "Bellek: kullanılan kart belleğinin toplama oranı."
+    ),
+    "Temperature: from 30 °C (pale) to 90 °C (dark).": (
+        "Sıcaklık: 30 °C (açık) ile 90 °C (koyu) arası."
+    ),
+    "Power: draw over the enforced limit.": "Güç: çekilen gücün uygulanan sınıra oranı.",
+    "Show": "Göster",
+    # Playground
+    "The playground needs JavaScript: it talks to /v1 from the browser, as a client would.": (
+        "Deneme alanı JavaScript ister: /v1 ile tarayıcıdan, bir istemci gibi konuşur."
+    ),
+    "Reading the models this key may use…": "Bu anahtarın kullanabildiği modeller okunuyor…",
+    "This key may use no model.": "Bu anahtar hiçbir modeli kullanamaz.",
+    "Models this key may use: {n}.": "Bu anahtarın kullanabildiği modeller: {n}.",
+    "Paste a gateway key first.": "Önce bir ağ geçidi anahtarı yapıştırın.",
+    "The gateway answered: {message}": "Ağ geçidinin yanıtı: {message}",
+    "The gateway could not be reached: {message}": "Ağ geçidine ulaşılamadı: {message}",
+    "Answering…": "Yanıtlanıyor…",
+    "Stopped.": "Durduruldu.",
+    "Done.": "Bitti.",
+    "You": "Siz",
+    "Assistant": "Asistan",
+    "Gateway key": "Ağ geçidi anahtarı",
+    "Use this key": "Bu anahtarı kullan",
+    "Most tokens": "En çok belirteç",
+    (
+        "The key stays in this page's memory: it goes only to /v1, as a client's would, "
+        "and is never stored."
+    ): (
+        "Anahtar yalnızca bu sayfanın belleğinde durur: bir istemcininki gibi yalnızca "
+        "/v1'e gider ve hiç saklanmaz."
+    ),
+    "Write a message; Ctrl+Enter sends it": "Bir ileti yazın; Ctrl+Enter gönderir",
+    "Send": "Gönder",
+    "Clear": "Temizle",
+    "Prompt tokens": "İstem belirteçleri",
+    "Completion tokens": "Yanıt belirteçleri",
+    "Tokens a second": "Saniyede belirteç",
+    # Usage
+    "All models": "Tüm modeller",
+    "By": "Gruplama",
+    "Day": "Gün",
+    "Download CSV": "CSV indir",
+    "From": "Başlangıç",
+    "From {first} to {last}, both included (UTC days).": (
+        "{first} ile {last} arası, ikisi de dahil (UTC günleri)."
+    ),
+    "Key": "Anahtar",
+    "No usage in these days.": "Bu günlerde kullanım yok.",
+    "The chart needs JavaScript; the table below has the same figures.": (
+        "Grafik JavaScript gerektirir; aşağıdaki tablo aynı rakamları gösterir."
+    ),
+    "To": "Bitiş",
+    "Tokens per day": "Günlük belirteç",
+    "Total tokens": "Toplam belirteç",
 }
 
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}

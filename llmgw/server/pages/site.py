@@ -7,6 +7,7 @@ app: a page never calls the API over HTTP.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from llmgw import pki
 from llmgw.server.api.routing import Gate, Op
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.gateway import Gateway
-from llmgw.server.pages import catalogpages, fleetpages, i18n
+from llmgw.server.pages import catalogpages, fleetpages, i18n, playpages, usagepages
 from llmgw.server.pages.frame import Actions, Frame, Page, read_form, safe_next, secured
 from llmgw.server.pages.session import COOKIE, CSRF_FIELD, SignInLimiter
 from llmgw.server.refusal import Refusal
@@ -144,8 +145,11 @@ def routes(
             lambda: services.gateway.stopped,
             services.models,
             lambda: gateway_totals(services.gateway),
+            lambda: services.gateway.metrics.recent.series(time.time()),
         ),
         *catalogpages.pages(frame, actions, services.models, services.gateway, services.store),
+        *usagepages.pages(frame, actions, services),
+        *playpages.pages(frame, actions, services),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

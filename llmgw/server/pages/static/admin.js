@@ -42,6 +42,27 @@
     });
   }
 
+  // The overview's charts: the gateway's last hour from /admin/gateway.json.
+  function gatewayCharts(root) {
+    root.querySelectorAll(".charts[data-gateway]").forEach(function (box) {
+      if (typeof uPlot === "undefined") { return; }
+      var labels = JSON.parse(box.getAttribute("data-labels") || "{}");
+      fetch(box.getAttribute("data-gateway"), { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (g) {
+          if (!g) { return; }
+          box.textContent = "";
+          plot(box, labels.requests || "Requests", g.t, [
+            { label: labels.requests || "Requests", stroke: COLOURS[0], data: g.requests },
+            { label: labels.errors || "Errors", stroke: COLOURS[1], data: g.errors },
+          ], "");
+          plot(box, labels.ttft || "Time to first token", g.t, [
+            { label: labels.ttft || "Time to first token", stroke: COLOURS[2], data: g.ttft_ms },
+          ], " ms");
+        });
+    });
+  }
+
   function plot(box, title, t, series, unit) {
     var el = document.createElement("div");
     el.className = "chart";
@@ -91,9 +112,17 @@
     });
   }
 
+  // A followed log shows its newest lines: scrolled to the end after each refresh.
+  function logEnd(root) {
+    root.querySelectorAll("pre.log").forEach(function (pre) { pre.scrollTop = pre.scrollHeight; });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     copyButtons(document);
     charts(document);
+    gatewayCharts(document);
+    logEnd(document);
+    document.body.addEventListener("htmx:afterSwap", function (e) { logEnd(e.target.parentNode || document); });
     document.body.addEventListener("htmx:sendError", markStale);
     document.body.addEventListener("htmx:responseError", markStale);
     document.body.addEventListener("htmx:afterSwap", function (e) { copyButtons(e.target); });

@@ -1,0 +1,85 @@
+"""The fleet pages' figures and tables over a recorded-looking fleet of 1,000 nodes,
+rendered by the real templates without a server (``tests/support/pagesfleet.py``;
+``bench/pages.py`` times the same)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from llmgw.server.pages import i18n
+from llmgw.server.pages.fleetpages import gpu_map, node_rows, overview_figures
+from llmgw.server.pages.session import Session
+from tests.support.pagesfleet import fleet, frame, request
+
+SESSION = Session("admin@test", "admin", "sid", time.time() + 60, "b")
+
+
+def render(template: str, **context: object) -> str:
+    return frame().render(request(), template, SESSION, **context).body.decode()
+
+
+def test_a_thousand_nodes_render_every_row_and_leave_unread_figures_absent() -> None:
+    views = fleet(1000)
+    rows = node_rows(views, "", "name")
+    page = render("nodes_table.html", rows=rows, q="", sort="name", total=len(views))
+    assert page.count('<tr>\n  <td><a href="/admin/nodes/gpu') == 1000
+    assert "1000 of 1000 nodes" in page
+    # Node 5 (of 97) has cards whose figures were not read: no bar, no zero for them.
+    five = gpu_map([views[5]], "busy")[0]["cards"]
+    assert all(c["value"] is None and c["bucket"] is None for c in five)
+
+
+def test_the_filter_takes_names_states_labels_and_cards_and_the_sort_puts_unread_last() -> None:
+    views = fleet(100)
+    assert [r["id"] for r in node_rows(views, "gpu00042", "name")] == ["gpu00042"]
+    assert {r["id"] for r in node_rows(views, "notready", "name")} == {"gpu00007", "gpu00057"}
+    assert len(node_rows(views, "rack=r1 h100", "name")) == 36  # 40 in rack 1, 4 CPU-only
+    views[0].live.pop("cpu_percent")
+    by_cpu = node_rows(views, "", "cpu")
+    shares = [r["cpu_share"] for r in by_cpu]
+    assert shares[-1] is None and shares[:-1] == sorted(shares[:-1], reverse=True)
+
+
+def test_the_gpu_map_buckets_each_figure_and_says_which_in_its_legend() -> None:
+    views = fleet(20)
+    card = views[0].facts["gpus"][0]
+    card.update(utilization=100, sm_active=0.25, temperature=90, memory_used=0, power=350.0)
+    cells = {
+        by: gpu_map(views[:1], by)[0]["cards"][0]["bucket"]
+        for by in ("work", "busy", "memory", "temperature", "power")
+    }
+    assert cells == {"work": 2, "busy": 9, "memory": 0, "temperature": 9, "power": 5}
+    groups = gpu_map(views, "work")
+    assert len(groups) == 18 and all(len(g["cards"]) == 8 for g in groups)  # 2 CPU-only
+    page = render("gpus_body.html", groups=groups, by="busy", figures={})
+    assert len(re.findall(r'class="cell (?:b\d|none)" title=', page)) == 18 * 8
+    assert "utilization.gpu" in page  # the legend says what busy is
+
+
+def test_the_overview_counts_states_cards_and_lists_each_warning_with_its_fix() -> None:
+    class Registry:
+        nodes = {v.id: v for v in fleet(100)}
+
+    figures = overview_figures(Registry())  # type: ignore[arg-type]
+    states = dict(figures["states"])
+    assert states["Ready"] == 98 and states["NotReady"] == 2 and states["cordoned"] == 3
+    (h100,) = figures["cards"]
+    assert h100["model"] == "NVIDIA H100 80GB HBM3" and h100["count"] == 720
+    assert 0 < h100["work"] < 1 and 0 < h100["memory"] < 1
+    node, what, fix = figures["alerts"][0]
+    assert node == "gpu00000" and what.startswith("pcie: card 3") and fix == "reseat card 3 on gpu0"
+
+
+def test_a_browser_asking_for_turkish_gets_the_table_in_turkish() -> None:
+    views = fleet(3)
+    rows = node_rows(views, "", "name")
+    lang = request()
+    lang.scope["headers"] = [(b"accept-language", b"tr")]
+    answer = frame().render(
+        lang, "nodes_table.html", SESSION, rows=rows, q="", sort="name", total=3
+    )
+    page = answer.body.decode()
+    _ = i18n.translator("tr")
+    assert _("{n} of {total} nodes", n=3, total=3) in page and _("Node") in page
+    assert "3 of 3 nodes" not in page
