@@ -162,6 +162,19 @@ def test_serve_with_the_estimate_scale_and_follow_the_nodes_log(
     page.wait_for_url(f"{site.base}/admin/models/tiny-form")
     shown = site.cluster.api("/api/v1/models/tiny-form")
     assert [p["replicas"] for p in shown["profiles"]] == [0]
+    expect(page.locator("#model")).to_contain_text("Longest answer")
+
+    # Removing asks for the model's name; a wrong one removes nothing.
+    page.fill("form.remove input[name=confirm]", "tiny")
+    page.click("form.remove button")
+    expect(page.locator(".error")).to_contain_text("type the model's name, tiny-form")
+    assert "tiny-form" in {m["name"] for m in site.cluster.api("/api/v1/models")}
+    page.goto(f"{site.base}/admin/models/tiny-form")
+    page.fill("form.remove input[name=confirm]", "tiny-form")
+    page.click("form.remove button")
+    page.wait_for_url(f"{site.base}/admin/models")
+    assert "tiny-form" not in {m["name"] for m in site.cluster.api("/api/v1/models")}
+    expect(page.locator("table.models")).not_to_contain_text("tiny-form")
 
     page.click("nav >> text=Replicas")
     expect(page.locator("table.replicas")).to_contain_text("tiny.default")

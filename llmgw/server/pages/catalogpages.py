@@ -13,7 +13,7 @@ from starlette.responses import RedirectResponse, Response
 
 from llmgw.server.api.keys import key_json
 from llmgw.server.gateway import Gateway
-from llmgw.server.pages.frame import Actions, Frame, Page, PageCall
+from llmgw.server.pages.frame import Actions, Frame, Page, PageCall, form_body
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import Store
 
@@ -78,17 +78,9 @@ def pages(
 
     async def create_key(call: PageCall) -> Response:
         form = call.form
-        body: dict[str, Any] = {"name": form.get("name", "")}
-        patterns = [p.strip() for p in form.get("models", "").split(",") if p.strip()]
-        body["models"] = patterns
-        for field in ("rpm", "tpm", "budget"):
-            text = form.get(field, "").strip()
-            if text:
-                if not text.isdigit():
-                    raise Refusal(400, "bad_request", f"{field}: {text!r} is not a whole number")
-                body[field] = int(text)
-        if form.get("expires", "").strip():
-            body["expires"] = form["expires"].strip()
+        body = form_body(form, texts=("expires",), numbers=("rpm", "tpm", "budget"))
+        body["name"] = form.get("name", "")
+        body["models"] = [p.strip() for p in form.get("models", "").split(",") if p.strip()]
         made = await actions.run(call.request, call.actor, "POST", "/api/v1/keys", body=body)
         # The key itself is in this one answer and nowhere else: never in a redirect.
         return frame.render(call.request, "keys.html", call.session, keys=key_rows(), made=made)
@@ -136,29 +128,20 @@ def pages(
         return frame.render(call.request, "plan.html", call.session, plan=planned)
 
     async def serve(call: PageCall) -> Response:
-        form = call.form
-        body: dict[str, Any] = {"source": form.get("source", "").strip()}
-        if form.get("name", "").strip():
-            body["name"] = form["name"].strip()
-        for field in ("context", "gpus", "replicas", "max_output"):
-            text = form.get(field, "").strip()
-            if text:
-                if not text.isdigit():
-                    raise Refusal(400, "bad_request", f"{field}: {text!r} is not a whole number")
-                body[field] = int(text)
-        if form.get("engine", "").strip():
-            body["engine"] = form["engine"].strip()
+        body = form_body(
+            call.form,
+            texts=("name", "engine"),
+            numbers=("context", "gpus", "replicas", "max_output"),
+        )
+        body["source"] = call.form.get("source", "").strip()
         made = await actions.run(call.request, call.actor, "POST", "/api/v1/models", body=body)
         return RedirectResponse(f"/admin/models/{made['name']}", status_code=303)
 
     async def scale(call: PageCall) -> Response:
         shown = find(call)
-        text = call.form.get("replicas", "").strip()
-        if not text.isdigit():
-            raise Refusal(400, "bad_request", f"replicas: {text!r} is not a whole number")
-        body: dict[str, Any] = {"replicas": int(text)}
-        if call.form.get("profile"):
-            body["profile"] = call.form["profile"]
+        body = form_body(call.form, texts=("profile",), numbers=("replicas",))
+        if "replicas" not in body:
+            raise Refusal(400, "bad_request", "replicas: say how many (a whole number)")
         await actions.run(
             call.request,
             call.actor,
@@ -168,6 +151,23 @@ def pages(
             body=body,
         )
         return RedirectResponse(f"/admin/models/{shown['name']}", status_code=303)
+
+    async def remove(call: PageCall) -> Response:
+        shown = find(call)
+        if call.form.get("confirm") != shown["name"]:
+            raise Refusal(
+                400, "bad_request", f"confirm: type the model's name, {shown['name']}, to remove it"
+            )
+        with_files = "true" if call.form.get("with_files") == "on" else "false"
+        await actions.run(
+            call.request,
+            call.actor,
+            "DELETE",
+            NAMED,
+            params={"name": shown["name"]},
+            query={"with_files": with_files},
+        )
+        return RedirectResponse("/admin/models", status_code=303)
 
     async def replicas(call: PageCall) -> Response:
         rows = await actions.run(call.request, call.actor, "GET", "/api/v1/replicas")
@@ -179,6 +179,7 @@ def pages(
         Page("GET", "/admin/models/plan", estimate),
         Page("POST", "/admin/models", serve, role="operator"),
         Page("POST", "/admin/models/{name}/replicas", scale, role="operator"),
+        Page("POST", "/admin/models/{name}/remove", remove, role="operator"),
         Page("GET", "/admin/replicas", replicas),
         Page("GET", "/admin/models/{name}", model),
         *(

@@ -278,6 +278,25 @@ async def read_form(request: Request) -> dict[str, str]:
     return dict(pairs)
 
 
+def form_body(
+    form: Mapping[str, str], texts: tuple[str, ...] = (), numbers: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """An API body from a form: each of ``texts`` and ``numbers`` given (blank fields left
+    out, for the API's defaults), numbers read as whole numbers or refused by name."""
+    body: dict[str, Any] = {}
+    for name in texts:
+        text = form.get(name, "").strip()
+        if text:
+            body[name] = text
+    for name in numbers:
+        text = form.get(name, "").strip()
+        if text:
+            if not text.isdigit():
+                raise Refusal(400, "bad_request", f"{name}: {text!r} is not a whole number")
+            body[name] = int(text)
+    return body
+
+
 def to_sign_in(request: Request) -> Response:
     """Where someone without a session goes: the sign-in page, coming back here after."""
     back = request.url.path + (f"?{request.url.query}" if request.url.query else "")

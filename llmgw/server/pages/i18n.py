@@ -254,6 +254,12 @@ TURKISH: dict[str, str] = {
     "To": "Bitiş",
     "Tokens per day": "Günlük belirteç",
     "Total tokens": "Toplam belirteç",
+    # Removing a model
+    "Type the model's name to remove it": "Kaldırmak için modelin adını yazın",
+    "Also delete its files on the nodes": "Düğümlerdeki dosyalarını da sil",
+    "Remove": "Kaldır",
+    "Longest answer": "En uzun yanıt",
+    "The gateway's last hour": "Ağ geçidinin son bir saati",
 }
 
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
