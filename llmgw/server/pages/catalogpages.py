@@ -74,7 +74,8 @@ def pages(
         ]
 
     async def keys(call: PageCall) -> Response:
-        return frame.render(call.request, "keys.html", call.session, keys=key_rows(), made=None)
+        template = "keys_table.html" if call.htmx else "keys.html"
+        return frame.render(call.request, template, call.session, keys=key_rows(), made=None)
 
     async def create_key(call: PageCall) -> Response:
         form = call.form
@@ -111,7 +112,8 @@ def pages(
                     for w in words
                 )
             ]
-        return frame.render(call.request, "audit.html", call.session, rows=rows, q=query)
+        template = "audit_table.html" if call.htmx else "audit.html"
+        return frame.render(call.request, template, call.session, rows=rows, q=query)
 
     def plan_query(form: Mapping[str, str]) -> dict[str, str]:
         """The planner's query from the serve form: only the fields it takes, as given."""
