@@ -192,6 +192,9 @@ class ServerConfig:
     advertise: list[str] = field(default_factory=list)
     # A separate listener for /api/v1 and /admin only, when set.
     admin_listen: str | None = _checked(_check_hostport, None)
+    # The admin pages are reached over TLS (a proxy in front ends it): their session
+    # cookie is then sent only over TLS (Secure).
+    pages_behind_tls: bool = False
     heartbeat_interval: float = _checked(_check_positive, 5.0)
     missed_heartbeats: int = _checked(_check_positive, 3)
     store: StoreConfig = field(default_factory=StoreConfig)

@@ -345,6 +345,8 @@ class ControlPlane:
                 self.views.model_json(m) for _, m in sorted(self.models.models.items())
             ],
             admin_token_ok=self.admin_token_ok,
+            behind_tls=self.config.pages_behind_tls,
+            body_timeout=self.config.gateway.body_timeout,
         )
         pages = site.routes(services, ops, gate, self._standby)
         return build_app(ops, gate, self.config.gateway.body_timeout, pages)

@@ -178,7 +178,8 @@ def pages(
 
     return [
         Page("GET", "/admin/models", catalog),
-        Page("GET", "/admin/models/plan", estimate),
+        # The planner reads the source (a download's headers, a node's file): an operator's.
+        Page("GET", "/admin/models/plan", estimate, role="operator"),
         Page("POST", "/admin/models", serve, role="operator"),
         Page("POST", "/admin/models/{name}/replicas", scale, role="operator"),
         Page("POST", "/admin/models/{name}/remove", remove, role="operator"),

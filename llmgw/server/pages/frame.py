@@ -20,6 +20,7 @@ signed-in actor: the same checks, audit entries and errors as ``/api/v1``, no HT
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
@@ -53,6 +54,9 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
 }
 MAX_FORM = 64 * 1024
+# Said by several pages (and translated: the templates hold the same words).
+STANDBY = "This control plane is a standby: make changes on the leader, {leader}."
+STALE_FORM = "The form token is missing or old; reload the page and send it again."
 STATIC_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
@@ -163,10 +167,17 @@ class Page:
 class Frame:
     """Templates, assets, sign-in state and the steps every page takes."""
 
-    def __init__(self, gate: Gate, standby: Callable[[], dict[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        gate: Gate,
+        standby: Callable[[], dict[str, Any] | None],
+        body_timeout: float = 30.0,
+    ) -> None:
         if gate.sessions is None:
             raise ValueError("the admin pages need a gate that reads sessions")
         self.gate = gate
+        # A form must arrive within this: a slow one cannot hold a connection.
+        self.body_timeout = body_timeout
         self.sessions = gate.sessions
         self.standby = standby
         self.assets = Assets()
@@ -225,27 +236,28 @@ class Frame:
                         _("You may not do this: it needs the {role} role.", role=page.role),
                     )
                 )
-            form: dict[str, str] = {}
-            if page.method != "GET":
-                form = await read_form(request)
-                token = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
-                if not self.sessions.csrf_ok(session, token):
-                    text = _("The form token is missing or old; reload the page and send it again.")
-                    return secured(self.refuse(request, session, 403, text))
-                leader = self.standby()
-                if leader is not None:
-                    where = leader.get("api_address") or leader.get("name") or "?"
-                    text = _(
-                        "This control plane is a standby: make changes on the leader, {leader}.",
-                        leader=where,
-                    )
-                    return secured(self.refuse(request, session, 409, text))
             try:
+                form: dict[str, str] = {}
+                if page.method != "GET":
+                    form = await read_form(request, self.body_timeout)
+                    token = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
+                    if not self.sessions.csrf_ok(session, token):
+                        text = _(STALE_FORM)
+                        return secured(self.refuse(request, session, 403, text))
+                    leader = self.standby()
+                    if leader is not None:
+                        where = leader.get("api_address") or leader.get("name") or "?"
+                        text = _(STANDBY, leader=where)
+                        return secured(self.refuse(request, session, 409, text))
                 answer = await page.handler(PageCall(request, session, form))
             except Refusal as exc:
                 answer = self.refuse(request, session, exc.status, exc.message)
             except schema.Invalid as exc:
                 answer = self.refuse(request, session, 400, str(exc))
+            except Exception:
+                log.exception("%s %s failed", request.method, request.url.path)
+                text = "the control plane failed to answer this page; its log says why"
+                answer = self.refuse(request, session, 500, text)
             return secured(answer)
 
         run.__name__ = page.handler.__name__
@@ -255,18 +267,24 @@ class Frame:
         return self.render(request, "refused.html", session, status=status, message=text)
 
 
-async def read_form(request: Request) -> dict[str, str]:
+async def read_form(request: Request, timeout: float) -> dict[str, str]:
     """A urlencoded form's fields (the pages send no other kind), refused past
-    ``MAX_FORM`` bytes."""
+    ``MAX_FORM`` bytes or when it has not arrived within ``timeout`` seconds."""
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > MAX_FORM:
         raise Refusal(413, "body_too_large", "the form is over 64 KiB")
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_FORM:
-            raise Refusal(413, "body_too_large", "the form is over 64 KiB")
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > MAX_FORM:
+                    raise Refusal(413, "body_too_large", "the form is over 64 KiB")
+    except TimeoutError:
+        raise Refusal(
+            408, "body_timeout", f"the form did not arrive within {timeout:g} s"
+        ) from None
     if not body:
         return {}
     if kind != "application/x-www-form-urlencoded":

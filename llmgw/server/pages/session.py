@@ -43,6 +43,12 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def _same(ours: str, theirs: str) -> bool:
+    """Constant-time equality of what we made and what a client sent, which may hold any
+    character (``compare_digest`` refuses non-ASCII text; bytes it takes)."""
+    return hmac.compare_digest(ours.encode(), theirs.encode("utf-8", "surrogatepass"))
+
+
 @dataclass(frozen=True)
 class Session:
     """Who is signed in: their name, role, the session's id and when it ends."""
@@ -105,7 +111,7 @@ class Sessions:
             body = _unb64(body_text)
         except ValueError:
             return None
-        if not hmac.compare_digest(self._sign(body), signature):
+        if not _same(self._sign(body), signature):
             return None
         try:
             claims = json.loads(body)
@@ -121,9 +127,7 @@ class Sessions:
         now = time.time() if now is None else now
         if session.role not in ROLES or now >= session.expires or session.sid in self._ended:
             return None
-        if not any(
-            hmac.compare_digest(self._bind(h), session.binding) for h in self._admin_hashes()
-        ):
+        if not any(_same(self._bind(h), session.binding) for h in self._admin_hashes()):
             return None
         return session
 
@@ -137,7 +141,7 @@ class Sessions:
         return self._sign(b"csrf:" + session.sid.encode())[:32]
 
     def csrf_ok(self, session: Session, token: str | None) -> bool:
-        return bool(token) and hmac.compare_digest(self.csrf(session), str(token))
+        return bool(token) and _same(self.csrf(session), str(token))
 
 
 class SignInLimiter:

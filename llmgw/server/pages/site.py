@@ -36,6 +36,9 @@ class Services:
     store: Store
     models: Callable[[], list[dict[str, Any]]]
     admin_token_ok: Callable[[str], bool]
+    # server.yaml's pages_behind_tls: the session cookie is Secure.
+    behind_tls: bool = False
+    body_timeout: float = 30.0
 
 
 def gateway_totals(gateway: Gateway) -> dict[str, Any]:
@@ -51,7 +54,7 @@ def gateway_totals(gateway: Gateway) -> dict[str, Any]:
 def routes(
     services: Services, ops: list[Op], gate: Gate, standby: Callable[[], Any]
 ) -> list[BaseRoute]:
-    frame = Frame(gate, standby)
+    frame = Frame(gate, standby, services.body_timeout)
     sessions = frame.sessions
     limiter = SignInLimiter()
     actions = Actions(ops)
@@ -71,8 +74,13 @@ def routes(
     async def sign_in(request: Request) -> Response:
         _ = i18n.translator(frame.lang(request))
         address = request.client.host if request.client else "?"
+        if not same_origin(request):
+            # Another site's page posting here (login CSRF) could only spend this
+            # address's tries and lock its admins out: refused, and not counted.
+            text = "a sign-in from another site's page is refused"
+            return secured(frame.refuse(request, None, 403, text))
         try:
-            form = await read_form(request)
+            form = await read_form(request, frame.body_timeout)
         except Refusal as exc:
             return secured(
                 frame.render(
@@ -106,7 +114,7 @@ def routes(
             path="/admin",
             httponly=True,
             samesite="strict",
-            secure=request.url.scheme == "https",
+            secure=services.behind_tls or request.url.scheme == "https",
         )
         await services.store.audit(f"admin@{address}", "admin.sign_in", "/admin")
         return secured(redirect)
@@ -115,7 +123,10 @@ def routes(
         session = gate.session(request)
         answer = RedirectResponse("/admin/login", status_code=303)
         if session is not None:
-            form = await read_form(request)
+            try:
+                form = await read_form(request, frame.body_timeout)
+            except Refusal as exc:
+                return secured(frame.refuse(request, session, exc.status, exc.message))
             if not sessions.csrf_ok(session, form.get(CSRF_FIELD)):
                 _ = i18n.translator(frame.lang(request))
                 text = _("The form token is missing or old; reload the page and send it again.")
@@ -135,7 +146,11 @@ def routes(
         return secured(answer)
 
     async def static(request: Request) -> Response:
-        return frame.assets.answer(str(request.path_params["name"]))
+        return secured(frame.assets.answer(str(request.path_params["name"])))
+
+    async def not_found(request: Request) -> Response:
+        _ = i18n.translator(frame.lang(request))
+        return secured(frame.refuse(request, gate.session(request), 404, _("Not found")))
 
     pages: list[Page] = [
         *fleetpages.pages(
@@ -159,4 +174,16 @@ def routes(
         Route("/admin/static/{name}", static, methods=["GET"]),
     ]
     out += [Route(p.path, frame.endpoint(p), methods=[p.method]) for p in pages]
+    # Last: any other path under /admin is a page that does not exist, with the headers.
+    out.append(Route("/admin/{rest:path}", not_found, methods=["GET", "POST"]))
     return out
+
+
+def same_origin(request: Request) -> bool:
+    """Whether a form came from this site's own page: its ``Origin`` (sent by browsers
+    with every POST) names this host, or it has none (a client that is not a browser)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
+    host = request.headers.get("host", "")
+    return origin in (f"http://{host}", f"https://{host}")

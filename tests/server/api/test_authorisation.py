@@ -5,6 +5,7 @@ of its body. A route added later is walked here too, so it cannot forget."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -34,6 +35,9 @@ PUBLIC_PAGES = {
     ("POST", "/admin/logout"),
     ("GET", "/admin/lang/{lang}"),
     ("GET", "/admin/static/{name}"),
+    # Any other path under /admin: 404, with the pages' headers.
+    ("GET", "/admin/{rest:path}"),
+    ("POST", "/admin/{rest:path}"),
 }
 
 
@@ -160,3 +164,47 @@ async def test_failed_sign_ins_are_limited_per_address(
         # Another address is not held by this one's failures.
         ok = await other.post("/admin/login", data={"token": token})
         assert ok.status_code == 303
+
+
+async def test_the_pages_answer_odd_and_hostile_requests_without_failing(
+    cp: ControlPlane, data_dir: tuple[Path, str]
+) -> None:
+    _, token = data_dir
+    cp.config = dataclasses.replace(cp.config, pages_behind_tls=True)
+    transport = httpx.ASGITransport(app=cp.admin_app())
+    async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
+
+        def csp(answer: httpx.Response) -> bool:
+            return "default-src 'none'" in answer.headers.get("content-security-policy", "")
+
+        # A cookie with a character compare_digest refuses: no session, not a failure.
+        odd = await client.get(
+            "/admin/nodes", headers={"cookie": "llmgw_session=e30.\xe9".encode("latin-1")}
+        )
+        assert odd.status_code == 303 and csp(odd)
+        # A sign-in posted by another site's page is refused and not counted.
+        foreign = await client.post(
+            "/admin/login", data={"token": token}, headers={"origin": "https://evil.example"}
+        )
+        assert foreign.status_code == 403 and csp(foreign)
+        signed = await client.post("/admin/login", data={"token": token})
+        assert signed.status_code == 303
+        cookie = signed.headers["set-cookie"]
+        assert "Secure" in cookie  # pages_behind_tls
+        session = {"cookie": cookie.split(";")[0]}
+        bad_token = await client.post("/admin/keys", data={"csrf": "\xe9"}, headers=session)
+        assert bad_token.status_code == 403 and csp(bad_token)
+        as_json = await client.post(
+            "/admin/keys", content=b"{}", headers={**session, "content-type": "application/json"}
+        )
+        assert as_json.status_code == 415 and csp(as_json)
+        too_big = await client.post("/admin/keys", data={"name": "x" * 70_000}, headers=session)
+        assert too_big.status_code == 413 and csp(too_big)
+        missing = await client.get("/admin/no-such-page", headers=session)
+        assert missing.status_code == 404 and csp(missing)
+        page = await client.get("/admin", headers=session)
+        script = re.search(r'src="(/admin/static/admin\.[0-9a-f]{12}\.js)"', page.text)
+        assert script is not None
+        static = await client.get(script.group(1))
+        assert static.status_code == 200 and csp(static)
+        assert "immutable" in static.headers["cache-control"]
