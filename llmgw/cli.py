@@ -160,7 +160,13 @@ def cmd_server_local(args: argparse.Namespace) -> int:
 
 def cmd_agent_run(args: argparse.Namespace) -> int:
     from llmgw.agent.service import AgentOptions, run_agent
-    from llmgw.config import AgentConfig, default_state_dir, default_weights_dir, load
+    from llmgw.config import (
+        AgentConfig,
+        ConfigError,
+        default_state_dir,
+        default_weights_dir,
+        load,
+    )
 
     _setup_logging(args.log_level)
     state_dir = Path(args.state_dir) if args.state_dir else None
@@ -171,8 +177,19 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
     config = load(AgentConfig, config_path) if config_path else AgentConfig()
     if state_dir is None:
         state_dir = Path(config.state_dir) if config.state_dir else default_state_dir()
+    from llmgw.agent.clustersettings import ClusterSettings
     from llmgw.agent.engines.provision import parse_engine_option
     from llmgw.agent.runtime import RuntimeOptions
+
+    # What the cluster said last (ctl config), under what agent.yaml says.
+    state_dir.mkdir(parents=True, exist_ok=True)
+    settings = ClusterSettings(state_dir, ClusterSettings.read_file(config_path))
+    try:
+        config = settings.config(config)
+    except ConfigError as exc:
+        logging.getLogger("llmgw.agent").warning(
+            "the cluster's settings do not build here (%s); agent.yaml alone", exc
+        )
 
     engines = dict(config.engines)
     for option in args.engine or []:
@@ -186,6 +203,8 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         engines=engines,
         hf_endpoint=config.hf_endpoint,
         engine_user=config.engine_user,
+        settings=settings,
+        running=config,
     )
     opts = AgentOptions(
         runtime=runtime,
@@ -529,6 +548,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_key_parsers(roles, ctl_cmds, _client, _client_options)
     add_server_parsers(server_cmds, ctl_cmds, _client, _client_options, cmd_server_local)
+    from llmgw.client.ctl_config import add_parsers as add_config_parsers
+
+    add_config_parsers(ctl_cmds, _client, _client_options)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmgw.agent.clustersettings import ClusterSettings
 from llmgw.agent.engines.install import LlamaCppInstaller
 from llmgw.agent.engines.provision import NodeEngines
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
@@ -23,9 +26,11 @@ from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import HubClient, WeightStore
 from llmgw.agent.weights.cache import manifest_holds, read_manifest
+from llmgw.config import AgentConfig
 from llmgw.modelkit.files import ShapeError, inspect_local
 from llmgw.modelkit.sources import SourceError, cache_name, parse_source
 from llmgw.wire.messages import (
+    AgentSettings,
     EngineInfo,
     EngineStatus,
     Message,
@@ -54,6 +59,11 @@ class RuntimeOptions:
     engine_host: str = "0.0.0.0"
     # Measure the memory read rate once in the background (cached in the state dir).
     measure_memory: bool = True
+    # The cluster's settings (ctl config) and what the agent runs with; a change of the
+    # latter starts the agent again (``restart``: the same program, its engines adopted).
+    settings: ClusterSettings | None = None
+    running: AgentConfig | None = None
+    restart: Callable[[], None] | None = None
 
 
 class NodeRuntime:
@@ -84,6 +94,8 @@ class NodeRuntime:
         self._follows: dict[str, asyncio.Task[None]] = {}
         self._probe_task: asyncio.Task[None] | None = None
         self.memrate = MemoryRateProbe(opts.state_dir)
+        # The cluster's settings changed without a restart: the next heartbeat says so.
+        self._settings_changed = False
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -146,7 +158,9 @@ class NodeRuntime:
         self._send = send
 
     def register_fields(self) -> dict[str, Any]:
+        settings, running = self.opts.settings, self.opts.running
         return {
+            "settings": settings.report(running) if settings and running else None,
             "engines": self.engine_list,
             "engines_probed": self.engines.probed,
             "installable_engines": self.engines.installable,
@@ -158,19 +172,42 @@ class NodeRuntime:
         return {s.pid for s in self.supervisor.shards.values() if s.pid is not None}
 
     def heartbeat_fields(self) -> dict[str, Any]:
-        return {"shards": self.supervisor.usage(), **self.memrate.heartbeat_fields()}
+        fields = {"shards": self.supervisor.usage(), **self.memrate.heartbeat_fields()}
+        settings, running = self.opts.settings, self.opts.running
+        if self._settings_changed and settings and running:
+            self._settings_changed = False
+            fields["settings"] = settings.report(running)
+        return fields
 
     async def handle(self, msg: Message) -> None:
         if isinstance(msg, StartShard):
             self.supervisor.start(msg.spec)
         elif isinstance(msg, StopShard):
             await self.supervisor.stop(msg.replica_id, msg.grace)
+        elif isinstance(msg, AgentSettings):
+            self._settings(msg)
         elif isinstance(msg, Request):
             try:
                 await self._answer(msg)
             except Exception as exc:
                 log.exception("request %s (%s) failed", msg.id, msg.kind)
                 self.emit(Response(id=msg.id, ok=False, error=f"{type(exc).__name__}: {exc}"))
+
+    def _settings(self, msg: AgentSettings) -> None:
+        settings = self.opts.settings
+        if settings is None:
+            return
+        before = (settings.version, settings.problem)
+        if not settings.accept(msg.version, msg.default, msg.node):
+            # Taken without a change to what runs (or refused): said with the next beat.
+            self._settings_changed = (settings.version, settings.problem) != before
+            return
+        log.info(
+            "the cluster's settings (version %d) change what this agent runs with: "
+            "starting again (the engines keep serving)",
+            msg.version,
+        )
+        (self.opts.restart or restart_self)()
 
     # --- requests ---------------------------------------------------------------------
 
@@ -286,3 +323,15 @@ def _loopback(endpoint: str | None) -> bool:
     return bool(endpoint) and any(
         h in str(endpoint) for h in ("://127.", "://localhost", "://[::1]")
     )
+
+
+def restart_self() -> None:
+    """This agent again, as it was started: the same process id, so its engines stay its
+    children, and the new agent adopts them (supervisor.py)."""
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    args = list(sys.argv)
+    if args and args[0].endswith("__main__.py"):  # started as `python -m llmgw`
+        args = ["-m", "llmgw", *args[1:]]
+    os.execv(sys.executable, [sys.executable, *args])

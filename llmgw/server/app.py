@@ -26,6 +26,7 @@ from llmgw.server.api import (
     plan,
     replicas,
     servers,
+    settings,
 )
 from llmgw.server.api.modelviews import ModelViews
 from llmgw.server.catalog.inspector import make_inspector
@@ -34,6 +35,7 @@ from llmgw.server.catalog.service import ModelService
 from llmgw.server.datadir import DataDir
 from llmgw.server.fleet import exposition
 from llmgw.server.fleet.agentport import AgentPort
+from llmgw.server.fleet.agentsettings import AgentSettings
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.front import (
     AsgiBridge,
@@ -49,8 +51,10 @@ from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.peerlink import PeerClient, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
+from llmgw.server.pages.frame import Services
 from llmgw.server.pages.session import Sessions
 from llmgw.server.store import Store, open_store
+from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
 
 log = logging.getLogger("llmgw.server")
 
@@ -85,6 +89,9 @@ class ControlPlane:
             self.models.demand,
         )
         self.registry.on_change = self.models.wake
+        # The agents' settings the cluster decides (ctl config).
+        self.agent_settings = AgentSettings(store)
+        self._background: set[asyncio.Task[None]] = set()
         self.views = ModelViews(self.models, self.registry, self.gateway.endpoints_of)
         self.leader = LeaderWork(
             [
@@ -149,6 +156,19 @@ class ControlPlane:
         if self.agent_port is not None:
             self.agent_port.drop_all(f"this control plane no longer leads: {why}")
 
+    def _settings_for(self, node_id: str) -> AgentSettingsMessage:
+        s = self.agent_settings
+        return AgentSettingsMessage(
+            version=s.version, default=s.document()["default"], node=s.nodes.get(node_id, {})
+        )
+
+    def _settings_changed(self) -> None:
+        """ctl config changed a setting: every connected agent hears of it now."""
+        if self.agent_port is not None:
+            task = asyncio.get_running_loop().create_task(self.agent_port.push_settings())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
     def _elsewhere(self, counts: dict[str, tuple[int, int]]) -> None:
         self.gateway.keys.elsewhere = counts
 
@@ -178,6 +198,7 @@ class ControlPlane:
             stopped = (await self.store.get_setting(STOPPED_SETTING)) == "true"
             if stopped != self.gateway.stopped:
                 self.set_stopped(stopped)
+            await self.agent_settings.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -188,6 +209,7 @@ class ControlPlane:
         await self.registry.load()
         await self.models.load()
         await self.gateway.load()
+        await self.agent_settings.load()
         self.set_stopped(self.gateway.stopped)
 
     def set_stopped(self, stopped: bool) -> None:
@@ -330,6 +352,7 @@ class ControlPlane:
             lambda replica: self.registry.energy.joules.get(replica, 0.0),
         )
         ops += servers.routes(self.ha, self.mint_server_token, self.admission)
+        ops += settings.routes(self.agent_settings)
         return ops
 
     def admin_app(self) -> AdminApp:
@@ -337,7 +360,7 @@ class ControlPlane:
         sessions = Sessions(self.cluster_secret, lambda: self._admin_hashes)
         gate = Gate(self.admin_token_ok, self._standby, sessions)
         ops = self.routes()
-        services = site.Services(
+        services = Services(
             registry=self.registry,
             gateway=self.gateway,
             store=self.store,
@@ -367,6 +390,8 @@ class ControlPlane:
             self.ha.agent_addresses,
         )
         self.agent_port.redirect = self.ha.redirect
+        self.agent_port.settings_for = self._settings_for
+        self.agent_settings.on_change = self._settings_changed
         await self.agent_port.start()
         self.peer_listener = PeerListener(
             self.ha,

@@ -279,3 +279,26 @@ class UsageQuery:
         None, doc="the first day (2026-12-01), in place of days", max_length=10
     )
     until: str | None = spec(None, doc="the last day (2026-12-31), included", max_length=10)
+
+
+# ------------------------------------------------------------------ agent settings
+
+
+@dataclass(frozen=True)
+class ConfigQuery:
+    key: str | None = spec(None, doc="one setting, dotted (discovery.slow_interval)", max_length=64)
+    node: str | None = spec(None, doc="a node's own layer", pattern=NODE_ID)
+
+
+@dataclass(frozen=True)
+class ConfigSet:
+    """Set (or unset) one agent setting, for every node or for one."""
+
+    key: str = spec(doc="the setting, dotted (discovery.slow_interval)", max_length=64)
+    value: str | None = spec(
+        None,
+        doc="its value as YAML text (5, true, [a, b], {k: v}); left out with unset",
+        max_length=65536,
+    )
+    node: str | None = spec(None, doc="this node only (its layer wins on it)", pattern=NODE_ID)
+    unset: bool = spec(False, doc="remove the key from the layer")

@@ -262,6 +262,9 @@ class Register(Message):
     # False until the agent has looked: then an empty list means "has none".
     engines_probed: bool = False
     installable_engines: list[str] = field(default_factory=list)
+    # The settings this agent runs with, each with where it came from (default, cluster,
+    # node, file), and the version of the cluster's it applied; None from older agents.
+    settings: dict[str, Any] | None = None
     # Shards still running from before this connection, for the control plane to adopt.
     shards: list[ShardStatus] = field(default_factory=list)
 
@@ -286,6 +289,9 @@ class Heartbeat(Message):
     vitals: NodeVitals | None = None
     # The node's health warnings, whole, whenever they change ([] clears them).
     health_warnings: list[str] | None = None
+    # What the agent runs with (as in Register), when the cluster's settings it took
+    # changed without a restart.
+    settings: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -296,6 +302,17 @@ class Registered(Message):
     node_id: str
     heartbeat_interval: float
     control_planes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AgentSettings(Message):
+    """The cluster's settings for this node (``ctl config``): the default layer and the
+    node's own, and the version they make. Sent after Registered and on every change."""
+
+    TYPE: ClassVar[str] = "agent_settings"
+    version: int
+    default: dict[str, Any] = field(default_factory=dict)
+    node: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -394,6 +411,7 @@ _REGISTRY: dict[str, type[Message]] = {
         Register,
         Heartbeat,
         Registered,
+        AgentSettings,
         Goodbye,
         StartShard,
         StopShard,

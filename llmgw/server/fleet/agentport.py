@@ -38,7 +38,7 @@ from llmgw.server.fleet.stream import (
     admit,
 )
 from llmgw.wire import Heartbeat, Registered
-from llmgw.wire.messages import Message, Request, Response
+from llmgw.wire.messages import AgentSettings, Message, Request, Response
 from llmgw.wire.outbox import OutboxFull
 
 log = logging.getLogger("llmgw.agentport")
@@ -230,6 +230,9 @@ class AgentConnection:
                 control_planes=self.port.control_planes(),
             )
         )
+        settings = self.port.settings_for(self.node_id)
+        if settings is not None:
+            await self.send(settings)
 
 
 class AgentPort:
@@ -252,6 +255,9 @@ class AgentPort:
         self.server: asyncio.Server | None = None
         self.connections: set[AgentConnection] = set()
         self.refused = 0
+        # The cluster's settings for a node (ctl config), sent after Registered and
+        # whenever they change (``push_settings``); None sends none.
+        self.settings_for: Callable[[str], AgentSettings | None] = lambda node_id: None
 
     async def start(self) -> None:
         shrink_tls_buffers()
@@ -305,6 +311,14 @@ class AgentPort:
                             control_planes=planes,
                         )
                     )
+
+    async def push_settings(self) -> None:
+        """Every registered agent gets the cluster's settings as they are now."""
+        for conn in list(self.connections):
+            settings = self.settings_for(conn.node_id)
+            if settings is not None and conn.proto.registered and conn.closing is None:
+                with contextlib.suppress(StreamClosed, ConnectionError):
+                    await conn.send(settings)
 
     async def stop(self, reason: str = "the control plane is shutting down") -> None:
         """Say goodbye to every agent, then stop listening."""

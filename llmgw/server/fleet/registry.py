@@ -138,6 +138,9 @@ class NodeView:
     cordoned: bool = False
     draining: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    # What the agent runs with, each setting with where it came from, and the version of
+    # the cluster's settings it applied (its Register's); None until it says.
+    settings: dict[str, Any] | None = None
 
     def figures(self) -> NodeFigures:
         return NodeFigures.read(self.facts, self.live)
@@ -191,6 +194,7 @@ class NodeView:
             "cordoned": self.cordoned,
             "draining": self.draining,
             "labels": dict(self.labels),
+            "settings": self.settings,
         }
 
 
@@ -297,6 +301,7 @@ class NodeRegistry:
         view.engines = [to_map(e) for e in msg.engines]
         view.engines_probed = msg.engines_probed
         view.installable = list(msg.installable_engines)
+        view.settings = msg.settings
         # What the node runs now is the truth; statuses from before the reconnect go.
         view.shards = {s.replica_id: s for s in msg.shards}
         view.usage = {}
@@ -346,6 +351,8 @@ class NodeRegistry:
             live["vitals"] = kept("vitals", msg.vitals)
         if msg.health_warnings is not None:
             live["health_warnings"] = list(msg.health_warnings)
+        if msg.settings is not None:
+            view.settings = raw.get("settings", msg.settings)
         if msg.shards is not None:
             view.usage = {u.replica_id: to_map(u) for u in msg.shards}
         view.last_heartbeat = time.monotonic()

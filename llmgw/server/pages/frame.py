@@ -36,9 +36,12 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from llmgw.server import schema
 from llmgw.server.api.routing import Call, Gate, Op
+from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.gateway import Gateway
 from llmgw.server.pages import i18n
 from llmgw.server.pages.session import CSRF_FIELD, CSRF_HEADER, ROLES, Session
 from llmgw.server.refusal import Refusal
+from llmgw.server.store import Store
 
 log = logging.getLogger("llmgw.pages")
 
@@ -129,6 +132,20 @@ class Actions:
         typed = schema.read(op.body, dict(body or {})) if op.body is not None else None
         asked = schema.read_query(op.query, dict(query or {})) if op.query is not None else None
         return await op.handler(Call(request, actor, dict(params or {}), typed, asked))
+
+
+@dataclass
+class Services:
+    """What the pages read and change, handed in by the control plane."""
+
+    registry: NodeRegistry
+    gateway: Gateway
+    store: Store
+    models: Callable[[], list[dict[str, Any]]]
+    admin_token_ok: Callable[[str], bool]
+    # server.yaml's pages_behind_tls: the session cookie is Secure.
+    behind_tls: bool = False
+    body_timeout: float = 30.0
 
 
 @dataclass(frozen=True)

@@ -9,14 +9,9 @@ to offer; the pasted one stays in the page's memory, goes only to ``/v1`` in the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from starlette.responses import Response
 
-from llmgw.server.pages.frame import Actions, Frame, Page, PageCall
-
-if TYPE_CHECKING:
-    from llmgw.server.pages.site import Services
+from llmgw.server.pages.frame import Actions, Frame, Page, PageCall, Services
 
 MAX_TOKENS = 256
 

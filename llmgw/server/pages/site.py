@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -18,27 +17,19 @@ from starlette.routing import BaseRoute, Route
 
 from llmgw import pki
 from llmgw.server.api.routing import Gate, Op
-from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.gateway import Gateway
 from llmgw.server.pages import catalogpages, fleetpages, i18n, playpages, usagepages
-from llmgw.server.pages.frame import Actions, Frame, Page, read_form, safe_next, secured
+from llmgw.server.pages.frame import (
+    Actions,
+    Frame,
+    Page,
+    Services,
+    read_form,
+    safe_next,
+    secured,
+)
 from llmgw.server.pages.session import COOKIE, CSRF_FIELD, SignInLimiter
 from llmgw.server.refusal import Refusal
-from llmgw.server.store import Store
-
-
-@dataclass
-class Services:
-    """What the pages read and change, handed in by the control plane."""
-
-    registry: NodeRegistry
-    gateway: Gateway
-    store: Store
-    models: Callable[[], list[dict[str, Any]]]
-    admin_token_ok: Callable[[str], bool]
-    # server.yaml's pages_behind_tls: the session cookie is Secure.
-    behind_tls: bool = False
-    body_timeout: float = 30.0
 
 
 def gateway_totals(gateway: Gateway) -> dict[str, Any]:

@@ -12,15 +12,12 @@ import csv
 import datetime as dt
 import io
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from llmgw.server.pages.frame import Actions, Frame, Page, PageCall
+from llmgw.server.pages.frame import Actions, Frame, Page, PageCall, Services
 from llmgw.server.refusal import Refusal
-
-if TYPE_CHECKING:
-    from llmgw.server.pages.site import Services
 
 DIMENSIONS = ("day", "key", "model", "replica")
 DEFAULT_DAYS = 30

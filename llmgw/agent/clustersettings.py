@@ -1,0 +1,148 @@
+"""The settings the cluster gives this agent (``ctl config``), kept in its state dir.
+
+What an agent runs with is, key by key, the first of: its agent.yaml (``file``), the
+node's own layer (``node``), the cluster's default layer (``cluster``), llmgw's default
+(``default``). The cluster's layers come in an ``AgentSettings`` message after every
+Register and on every change; they are checked against agent.yaml's schema with the file
+over them (refused whole, keeping the last good ones, when they do not build), written
+to ``STATE_DIR/cluster-settings.json``, and read again at every start. When what the
+agent would run with changes, it starts itself again (its engines keep serving: a new
+agent adopts them), since most settings are read once at start.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import logging
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from llmgw.config import AgentConfig, ConfigError, build
+
+log = logging.getLogger("llmgw.agent.settings")
+
+FILE = "cluster-settings.json"
+IDENTITY = ("server", "token", "node_id", "state_dir")
+
+
+def _layer_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key == "discovery":
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _flat(layer: dict[str, Any]) -> dict[str, Any]:
+    """``{"discovery": {"x": 1}}`` as ``{"discovery.x": 1}``."""
+    out: dict[str, Any] = {}
+    for key, value in layer.items():
+        if key == "discovery" and isinstance(value, dict):
+            out.update({f"discovery.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return out
+
+
+def _keys() -> list[str]:
+    hints = typing.get_type_hints(AgentConfig)
+    out: list[str] = []
+    for f in dataclasses.fields(AgentConfig):
+        if f.name in IDENTITY:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            out += [f"{f.name}.{inner.name}" for inner in dataclasses.fields(tp)]
+        else:
+            out.append(f.name)
+    return out
+
+
+def _value(config: AgentConfig, key: str) -> Any:
+    found: Any = config
+    for part in key.split("."):
+        found = getattr(found, part)
+    return copy.deepcopy(found)
+
+
+class ClusterSettings:
+    """The cluster's two layers as last accepted, and the file's, for one agent."""
+
+    def __init__(self, state_dir: Path, file_layer: dict[str, Any]) -> None:
+        self.path = state_dir / FILE
+        self.file = {k: v for k, v in file_layer.items() if k not in IDENTITY}
+        self.version = 0
+        self.default: dict[str, Any] = {}
+        self.node: dict[str, Any] = {}
+        self.problem: str | None = None
+        try:
+            saved = json.loads(self.path.read_text())
+            self.version = int(saved.get("version") or 0)
+            self.default = dict(saved.get("default") or {})
+            self.node = dict(saved.get("node") or {})
+        except FileNotFoundError:
+            pass
+        except (ValueError, OSError) as exc:
+            log.warning(
+                "%s cannot be read (%s); starting without the cluster's settings", self.path, exc
+            )
+
+    @classmethod
+    def read_file(cls, path: Path | None) -> dict[str, Any]:
+        """agent.yaml as written (only what it says), for where each setting came from."""
+        if path is None:
+            return {}
+        data = yaml.safe_load(path.read_text()) or {}
+        return dict(data) if isinstance(data, dict) else {}
+
+    def _merged(self, default: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+        return _layer_merge(_layer_merge(default, node), self.file)
+
+    def config(self, identity: AgentConfig) -> AgentConfig:
+        """What the agent runs with: the layers over llmgw's defaults, and the identity
+        (server, token, node id, state dir) from ``identity``, the file's."""
+        built = build(AgentConfig, self._merged(self.default, self.node), "agent settings")
+        return dataclasses.replace(built, **{k: getattr(identity, k) for k in IDENTITY})
+
+    def accept(self, version: int, default: dict[str, Any], node: dict[str, Any]) -> bool:
+        """Take the cluster's layers; True when what the agent runs with changes (it
+        should start again). Layers that do not build are refused, the last kept."""
+        if version == self.version and default == self.default and node == self.node:
+            return False
+        try:
+            before = build(AgentConfig, self._merged(self.default, self.node), "agent settings")
+            after = build(AgentConfig, self._merged(default, node), "the cluster's settings")
+        except ConfigError as exc:
+            self.problem = f"settings version {version} refused: {exc}"
+            log.warning("%s", self.problem)
+            return False
+        self.version, self.default, self.node, self.problem = version, default, node, None
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"version": version, "default": default, "node": node}))
+        os.replace(tmp, self.path)
+        return before != after
+
+    def report(self, running: AgentConfig) -> dict[str, Any]:
+        """For Register: each setting's value and where it came from, and the version."""
+        default, node, file = _flat(self.default), _flat(self.node), _flat(self.file)
+        values = {}
+        for key in _keys():
+            source = (
+                "file"
+                if key in file
+                else "node"
+                if key in node
+                else "cluster"
+                if key in default
+                else "default"
+            )
+            values[key] = {"value": _value(running, key), "source": source}
+        return {"version": self.version, "values": values, "problem": self.problem}

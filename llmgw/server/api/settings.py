@@ -1,0 +1,78 @@
+"""``/api/v1/config``: the agents' settings the cluster decides (``ctl config``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from llmgw.server.api.routing import Call, Op
+from llmgw.server.fleet.agentsettings import AgentSettings, SettingsError
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import ConfigQuery, ConfigSet
+
+DOC = {"type": "object", "required": ["default", "nodes", "version"]}
+
+
+def routes(settings: AgentSettings) -> list[Op]:
+    def shown() -> dict[str, Any]:
+        return {**settings.document(), "version": settings.version}
+
+    async def get(call: Call) -> Any:
+        ask: ConfigQuery = call.query
+        try:
+            if ask.key is not None:
+                return {"key": ask.key, "node": ask.node, "value": settings.get(ask.key, ask.node)}
+        except SettingsError as exc:
+            raise Refusal(400, "bad_request", str(exc), "key") from None
+        if ask.node is not None:
+            return {"node": ask.node, "settings": settings.for_node(ask.node)}
+        return shown()
+
+    async def put(call: Call) -> Any:
+        ask: ConfigSet = call.body
+        if ask.unset == (ask.value is not None):
+            raise Refusal(400, "bad_request", "value: give a value, or unset, not both", "value")
+        value = None
+        if ask.value is not None:
+            try:
+                value = yaml.safe_load(ask.value)
+            except yaml.YAMLError as exc:
+                raise Refusal(400, "bad_request", f"value: not YAML: {exc}", "value") from None
+            if value is None:
+                raise Refusal(
+                    400, "bad_request", "value: empty; to remove a key, unset it", "value"
+                )
+        try:
+            await settings.set(ask.key, value, ask.node, call.actor)
+        except SettingsError as exc:
+            raise Refusal(400, "bad_request", str(exc), "key") from None
+        return shown()
+
+    async def history(call: Call) -> Any:
+        return await settings.history()
+
+    return [
+        Op(
+            "GET",
+            "/api/v1/config",
+            get,
+            "The agents' settings: the default and each node's",
+            query=ConfigQuery,
+        ),
+        Op(
+            "POST",
+            "/api/v1/config",
+            put,
+            "Set or unset one agent setting (checked, audited)",
+            body=ConfigSet,
+            answer=DOC,
+        ),
+        Op(
+            "GET",
+            "/api/v1/config/history",
+            history,
+            "Every change of the agents' settings, newest first",
+            answer={"type": "array", "items": {"type": "object"}},
+        ),
+    ]

@@ -1,0 +1,159 @@
+"""The agents' settings, decided by the cluster: ``agents.default`` and
+``agents.nodes.<id>`` hold what an agent.yaml can say, but the node's identity, its
+control planes and its certificate.
+
+Both layers are one JSON document in the store's settings (``agents``); each change is
+checked against agent.yaml's own schema (``config.AgentConfig``: a bad key or value is
+refused naming it, and nothing changes), written with its audit entry
+(``agents.set`` / ``agents.unset``, which ``history`` reads back), and announced through
+``on_change`` so connected agents hear of it at once.
+
+A key is dotted for a nested section (``discovery.slow_interval``). A node's effective
+settings are the default layer with the node's over it, section by section.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from llmgw.config import AgentConfig, ConfigError, build
+from llmgw.server.store import Store
+
+SETTING = "agents"
+# What agent.yaml says that the cluster does not: who the node is and where it joins.
+IDENTITY = ("server", "token", "node_id", "state_dir")
+HISTORY_ACTIONS = ("agents.set", "agents.unset")
+
+
+class SettingsError(ValueError):
+    """A key or value the agents' settings cannot take; says which and why."""
+
+
+def settable_keys() -> list[str]:
+    """Every key the cluster may set, dotted for nested sections."""
+    out: list[str] = []
+    hints = typing.get_type_hints(AgentConfig)
+    for f in dataclasses.fields(AgentConfig):
+        if f.name in IDENTITY:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            out += [f"{f.name}.{inner.name}" for inner in dataclasses.fields(tp)]
+        else:
+            out.append(f.name)
+    return out
+
+
+def check_key(key: str) -> list[str]:
+    """``key`` split at its dots, or SettingsError naming the keys there are."""
+    if key not in settable_keys():
+        if key in IDENTITY:
+            raise SettingsError(
+                f"{key}: a node's identity and where it joins stay in its agent.yaml; "
+                "the cluster sets everything else"
+            )
+        raise SettingsError(
+            f"{key}: no such agent setting (the settings are: {', '.join(settable_keys())})"
+        )
+    return key.split(".")
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key == "discovery":
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+class AgentSettings:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.default: dict[str, Any] = {}
+        self.nodes: dict[str, dict[str, Any]] = {}
+        # Bumped by every change: an agent reports the version it applied.
+        self.version = 0
+        self.on_change: Callable[[], None] = lambda: None
+
+    async def load(self) -> None:
+        raw = await self.store.get_setting(SETTING)
+        doc = json.loads(raw) if raw else {}
+        self.default = dict(doc.get("default") or {})
+        self.nodes = {str(k): dict(v) for k, v in (doc.get("nodes") or {}).items()}
+        self.version = int(doc.get("version") or 0)
+
+    def document(self) -> dict[str, Any]:
+        return {"default": copy.deepcopy(self.default), "nodes": copy.deepcopy(self.nodes)}
+
+    def for_node(self, node_id: str) -> dict[str, Any]:
+        """The settings the cluster gives ``node_id``: the default, its own over it."""
+        return _merge(self.default, self.nodes.get(node_id, {}))
+
+    def get(self, key: str, node: str | None = None) -> Any:
+        """A key's value in a layer (the node's, or the default), None when unset."""
+        layer: Any = self.nodes.get(node, {}) if node else self.default
+        for part in check_key(key):
+            if not isinstance(layer, dict) or part not in layer:
+                return None
+            layer = layer[part]
+        return layer
+
+    async def set(self, key: str, value: Any, node: str | None, actor: str) -> dict[str, Any]:
+        """Set (or, with ``value`` None, unset) ``key`` in a layer, checked and audited;
+        returns the document. Nothing changes when it is refused."""
+        parts = check_key(key)
+        layer = copy.deepcopy(self.nodes.get(node, {}) if node else self.default)
+        where = f"agents.nodes.{node}" if node else "agents.default"
+        inner = layer
+        for part in parts[:-1]:
+            inner = inner.setdefault(part, {})
+        if value is None:
+            inner.pop(parts[-1], None)
+            if len(parts) > 1 and not inner:
+                layer.pop(parts[0], None)
+        else:
+            inner[parts[-1]] = value
+        try:
+            build(AgentConfig, layer, where)
+        except ConfigError as exc:
+            raise SettingsError(str(exc)) from None
+        nodes = dict(self.nodes)
+        default = self.default
+        if node:
+            if layer:
+                nodes[node] = layer
+            else:
+                nodes.pop(node, None)
+        else:
+            default = layer
+        version = self.version + 1
+        doc = {"default": default, "nodes": nodes, "version": version}
+        action = "agents.unset" if value is None else "agents.set"
+        shown = key if value is None else f"{key} = {json.dumps(value)}"
+        await self.store.put_setting(SETTING, json.dumps(doc, sort_keys=True))
+        await self.store.audit(actor, action, where, shown)
+        self.default, self.nodes, self.version = default, nodes, version
+        self.on_change()
+        return self.document()
+
+    async def history(self, limit: int = 200) -> list[dict[str, Any]]:
+        """The changes, newest first: when, who, the layer and what."""
+        rows = await self.store.audit_log(limit=5000)
+        found = [r for r in rows if r.get("action") in HISTORY_ACTIONS]
+        return [
+            {
+                "at": r.get("at"),
+                "actor": r.get("actor"),
+                "action": r.get("action"),
+                "layer": r.get("target"),
+                "change": r.get("detail"),
+            }
+            for r in found[:limit]
+        ]
