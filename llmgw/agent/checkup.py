@@ -21,6 +21,7 @@ from cryptography import x509
 
 from llmgw import pki
 from llmgw.agent.cardchecks import card_checks
+from llmgw.agent.clustersettings import summary
 from llmgw.agent.discovery import Discovery
 from llmgw.agent.doctor import Check, clock_check, hardware_checks
 from llmgw.agent.identity import AgentState, default_node_id
@@ -132,6 +133,10 @@ async def gather_checks(state_dir: Path | None) -> list[Check]:
             discovery.reads_kernel_log,
         )
     checks.append(await asyncio.to_thread(clock_check))
+    if state_dir is not None and state_dir.exists():
+        good, detail = summary(state_dir)
+        fix = None if good else "fix agent.yaml, or the cluster's value with `llmgw ctl config`"
+        checks.append(Check("settings", "ok" if good else "fail", detail, fix))
     if state is not None and state.enrolled() and state.control_planes:
         checks.append(cert_check(state))
         address = state.control_planes[0]

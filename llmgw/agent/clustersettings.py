@@ -146,3 +146,23 @@ class ClusterSettings:
             )
             values[key] = {"value": _value(running, key), "source": source}
         return {"version": self.version, "values": values, "problem": self.problem}
+
+
+def summary(state_dir: Path) -> tuple[bool, str]:
+    """For ``llmgw doctor``: (good, what this node's agent runs with that is not llmgw's
+    default, each with where it came from, and the version of the cluster's it holds)."""
+    config_path = state_dir / "agent.yaml"
+    file = ClusterSettings.read_file(config_path if config_path.exists() else None)
+    settings = ClusterSettings(state_dir, file)
+    try:
+        running = settings.config(build(AgentConfig, file, str(config_path)))
+    except ConfigError as exc:
+        return False, f"the settings do not build: {exc}"
+    report = settings.report(running)
+    said = [
+        f"{key}={json.dumps(v['value'])} ({v['source']})"
+        for key, v in report["values"].items()
+        if v["source"] != "default"
+    ]
+    head = f"the cluster's settings version {report['version']}"
+    return True, f"{head}; " + ("; ".join(said) if said else "everything else llmgw's defaults")
