@@ -273,6 +273,25 @@ def summary(n: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def settings_line(n: dict[str, Any]) -> str | None:
+    """The settings the node's agent runs with that are not llmgw's defaults, each with
+    where it came from (file, node, cluster), and the cluster's version it took; None
+    from an agent that does not say."""
+    reported = n.get("settings")
+    if not isinstance(reported, dict):
+        return None
+    values = reported.get("values") or {}
+    said = [
+        f"{key}={json.dumps(v.get('value'))} ({v.get('source')})"
+        for key, v in sorted(values.items())
+        if isinstance(v, dict) and v.get("source") != "default"
+    ]
+    line = f"settings v{reported.get('version', 0)}: " + ("; ".join(said) or "llmgw's defaults")
+    if reported.get("problem"):
+        line += f" · {reported['problem']}"
+    return line
+
+
 class NodePage(Screen[None]):
     DEFAULT_CSS = """
     NodePage #node-title {
@@ -405,6 +424,9 @@ class NodePage(Screen[None]):
     def show(self, node: dict[str, Any], shards: list[dict[str, Any]]) -> None:
         self.node = node
         text = Text(summary(node) + "\n")
+        settings = settings_line(node)
+        if settings:
+            text.append(settings + "\n")
         text.append_text(node_detail(node, hint=False))
         self.query_one("#node-summary", Static).update(text)
         cards = node.get("gpus") or []

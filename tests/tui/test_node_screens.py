@@ -263,3 +263,25 @@ async def test_node_page_of_a_recorded_node() -> None:
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, NodePage)
+
+
+def test_the_node_page_says_the_settings_that_are_not_defaults_and_their_sources() -> None:
+    from llmgw.tui.nodepage import settings_line
+
+    assert settings_line({}) is None  # an agent that does not say
+    node = {
+        "settings": {
+            "version": 3,
+            "values": {
+                "heartbeat_interval": {"value": 5.0, "source": "default"},
+                "engine_user": {"value": "llm", "source": "file"},
+                "discovery.slow_interval": {"value": 30.0, "source": "cluster"},
+            },
+            "problem": None,
+        }
+    }
+    assert settings_line(node) == (
+        'settings v3: discovery.slow_interval=30.0 (cluster); engine_user="llm" (file)'
+    )
+    node["settings"]["problem"] = "settings version 4 refused: heartbeat_interval: ..."
+    assert settings_line(node).endswith("· settings version 4 refused: heartbeat_interval: ...")
