@@ -6,6 +6,7 @@ file, the key and what is allowed, so a typo never silently falls back to a defa
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import re
@@ -242,6 +243,38 @@ class AgentConfig:
     # The user engines run as when the agent runs as root; None runs them as the agent.
     engine_user: str | None = None
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+
+
+# What agent.yaml says that the cluster's settings (ctl config) do not: who the node is
+# and where it joins.
+AGENT_IDENTITY = ("server", "token", "node_id", "state_dir")
+
+
+def agent_setting_keys() -> list[str]:
+    """Every agent.yaml key the cluster may set, dotted for a nested section
+    (``discovery.slow_interval``)."""
+    out: list[str] = []
+    hints = typing.get_type_hints(AgentConfig)
+    for f in dataclasses.fields(AgentConfig):
+        if f.name in AGENT_IDENTITY:
+            continue
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            out += [f"{f.name}.{inner.name}" for inner in dataclasses.fields(tp)]
+        else:
+            out.append(f.name)
+    return out
+
+
+def merge_agent_layers(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Agent settings ``over`` ``base``: key by key, a nested section merged key by key."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key == "discovery":
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
 
 
 def _describe(tp: Any) -> str:

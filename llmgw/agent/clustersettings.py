@@ -17,28 +17,24 @@ import dataclasses
 import json
 import logging
 import os
-import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from llmgw.config import AgentConfig, ConfigError, build
+from llmgw.config import (
+    AGENT_IDENTITY,
+    AgentConfig,
+    ConfigError,
+    agent_setting_keys,
+    build,
+    merge_agent_layers,
+)
 
 log = logging.getLogger("llmgw.agent.settings")
 
 FILE = "cluster-settings.json"
-IDENTITY = ("server", "token", "node_id", "state_dir")
-
-
-def _layer_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key == "discovery":
-            out[key] = {**out[key], **value}
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
+IDENTITY = AGENT_IDENTITY
 
 
 def _flat(layer: dict[str, Any]) -> dict[str, Any]:
@@ -49,20 +45,6 @@ def _flat(layer: dict[str, Any]) -> dict[str, Any]:
             out.update({f"discovery.{k}": v for k, v in value.items()})
         else:
             out[key] = value
-    return out
-
-
-def _keys() -> list[str]:
-    hints = typing.get_type_hints(AgentConfig)
-    out: list[str] = []
-    for f in dataclasses.fields(AgentConfig):
-        if f.name in IDENTITY:
-            continue
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-            out += [f"{f.name}.{inner.name}" for inner in dataclasses.fields(tp)]
-        else:
-            out.append(f.name)
     return out
 
 
@@ -104,7 +86,7 @@ class ClusterSettings:
         return dict(data) if isinstance(data, dict) else {}
 
     def _merged(self, default: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
-        return _layer_merge(_layer_merge(default, node), self.file)
+        return merge_agent_layers(merge_agent_layers(default, node), self.file)
 
     def config(self, identity: AgentConfig) -> AgentConfig:
         """What the agent runs with: the layers over llmgw's defaults, and the identity
@@ -134,7 +116,7 @@ class ClusterSettings:
         """For Register: each setting's value and where it came from, and the version."""
         default, node, file = _flat(self.default), _flat(self.node), _flat(self.file)
         values = {}
-        for key in _keys():
+        for key in agent_setting_keys():
             source = (
                 "file"
                 if key in file

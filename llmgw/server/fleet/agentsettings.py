@@ -15,18 +15,22 @@ settings are the default layer with the node's over it, section by section.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
-import typing
 from collections.abc import Callable
 from typing import Any
 
-from llmgw.config import AgentConfig, ConfigError, build
+from llmgw.config import (
+    AGENT_IDENTITY,
+    AgentConfig,
+    ConfigError,
+    agent_setting_keys,
+    build,
+    merge_agent_layers,
+)
 from llmgw.server.store import Store
 
 SETTING = "agents"
-# What agent.yaml says that the cluster does not: who the node is and where it joins.
-IDENTITY = ("server", "token", "node_id", "state_dir")
+IDENTITY = AGENT_IDENTITY
 HISTORY_ACTIONS = ("agents.set", "agents.unset")
 
 
@@ -36,17 +40,7 @@ class SettingsError(ValueError):
 
 def settable_keys() -> list[str]:
     """Every key the cluster may set, dotted for nested sections."""
-    out: list[str] = []
-    hints = typing.get_type_hints(AgentConfig)
-    for f in dataclasses.fields(AgentConfig):
-        if f.name in IDENTITY:
-            continue
-        tp = hints[f.name]
-        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-            out += [f"{f.name}.{inner.name}" for inner in dataclasses.fields(tp)]
-        else:
-            out.append(f.name)
-    return out
+    return agent_setting_keys()
 
 
 def check_key(key: str) -> list[str]:
@@ -61,16 +55,6 @@ def check_key(key: str) -> list[str]:
             f"{key}: no such agent setting (the settings are: {', '.join(settable_keys())})"
         )
     return key.split(".")
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key == "discovery":
-            out[key] = {**out[key], **value}
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 class AgentSettings:
@@ -94,7 +78,7 @@ class AgentSettings:
 
     def for_node(self, node_id: str) -> dict[str, Any]:
         """The settings the cluster gives ``node_id``: the default, its own over it."""
-        return _merge(self.default, self.nodes.get(node_id, {}))
+        return merge_agent_layers(self.default, self.nodes.get(node_id, {}))
 
     def get(self, key: str, node: str | None = None) -> Any:
         """A key's value in a layer (the node's, or the default), None when unset."""
