@@ -34,7 +34,6 @@ from llmgw.config import (
 log = logging.getLogger("llmgw.agent.settings")
 
 FILE = "cluster-settings.json"
-IDENTITY = AGENT_IDENTITY
 
 
 def _flat(layer: dict[str, Any]) -> dict[str, Any]:
@@ -60,7 +59,7 @@ class ClusterSettings:
 
     def __init__(self, state_dir: Path, file_layer: dict[str, Any]) -> None:
         self.path = state_dir / FILE
-        self.file = {k: v for k, v in file_layer.items() if k not in IDENTITY}
+        self.file = {k: v for k, v in file_layer.items() if k not in AGENT_IDENTITY}
         self.version = 0
         self.default: dict[str, Any] = {}
         self.node: dict[str, Any] = {}
@@ -92,7 +91,7 @@ class ClusterSettings:
         """What the agent runs with: the layers over llmgw's defaults, and the identity
         (server, token, node id, state dir) from ``identity``, the file's."""
         built = build(AgentConfig, self._merged(self.default, self.node), "agent settings")
-        return dataclasses.replace(built, **{k: getattr(identity, k) for k in IDENTITY})
+        return dataclasses.replace(built, **{k: getattr(identity, k) for k in AGENT_IDENTITY})
 
     def accept(self, version: int, default: dict[str, Any], node: dict[str, Any]) -> bool:
         """Take the cluster's layers; True when what the agent runs with changes (it

@@ -159,7 +159,11 @@ class ControlPlane:
     def _settings_for(self, node_id: str) -> AgentSettingsMessage:
         s = self.agent_settings
         return AgentSettingsMessage(
-            version=s.version, default=s.document()["default"], node=s.nodes.get(node_id, {})
+            # The layers as they are: encoding copies them (document() deep-copies every
+            # node's, once per agent of a push).
+            version=s.version,
+            default=s.default,
+            node=s.nodes.get(node_id, {}),
         )
 
     def _settings_changed(self) -> None:

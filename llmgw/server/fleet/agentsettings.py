@@ -30,7 +30,6 @@ from llmgw.config import (
 from llmgw.server.store import Store
 
 SETTING = "agents"
-IDENTITY = AGENT_IDENTITY
 HISTORY_ACTIONS = ("agents.set", "agents.unset")
 
 
@@ -46,7 +45,7 @@ def settable_keys() -> list[str]:
 def check_key(key: str) -> list[str]:
     """``key`` split at its dots, or SettingsError naming the keys there are."""
     if key not in settable_keys():
-        if key in IDENTITY:
+        if key in AGENT_IDENTITY:
             raise SettingsError(
                 f"{key}: a node's identity and where it joins stay in its agent.yaml; "
                 "the cluster sets everything else"

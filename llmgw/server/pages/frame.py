@@ -39,7 +39,7 @@ from llmgw.server.api.routing import Call, Gate, Op
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.gateway import Gateway
 from llmgw.server.pages import i18n
-from llmgw.server.pages.session import CSRF_FIELD, CSRF_HEADER, ROLES, Session
+from llmgw.server.pages.session import CSRF_FIELD, CSRF_HEADER, Session
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import Store
 
@@ -355,10 +355,6 @@ def safe_next(target: str | None) -> str:
     if any(c in target for c in "\\\r\n") or target.startswith("/admin/login"):
         return "/admin"
     return target
-
-
-def role_names() -> tuple[str, ...]:
-    return ROLES
 
 
 def clock(at: float | None) -> str:
