@@ -551,6 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_config import add_parsers as add_config_parsers
 
     add_config_parsers(ctl_cmds, _client, _client_options)
+    from llmgw.client.ctl_engines import add_parsers as add_engine_parsers
+
+    add_engine_parsers(ctl_cmds, _client, _client_options)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)
@@ -560,6 +563,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--state-dir", help="agent state dir (default: the usual one, if present)")
     p.set_defaults(handler=cmd_doctor)
+    from llmgw.client.firewall_cmd import add_parsers as add_firewall_parsers
+
+    add_firewall_parsers(roles)
     return parser
 
 

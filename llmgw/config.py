@@ -182,6 +182,38 @@ class HaConfig:
     lease_seconds: float = _checked(_check_positive, 10.0)
 
 
+def _check_engines(value: Any) -> str | None:
+    from llmgw.enginepins import PinError, parse_wanted
+
+    if not isinstance(value, dict):
+        return "a map of engine to version, e.g. {llama.cpp: b6000}"
+    try:
+        parse_wanted(value)
+    except PinError as exc:
+        return str(exc)
+    return None
+
+
+def _check_networks(value: Any) -> str | None:
+    import ipaddress
+
+    for item in value:
+        try:
+            ipaddress.ip_network(str(item), strict=False)
+        except ValueError:
+            return f"{item!r} is not a network (like 10.0.0.0/8 or fd00::/8)"
+    return None
+
+
+@dataclass(frozen=True)
+class FirewallConfig:
+    """llmgw's own nftables table on every node whose agent runs as root."""
+
+    enabled: bool = True
+    # Networks agents may reach the control plane's agent port from; empty: any.
+    networks: list[str] = field(default_factory=list, metadata={"check": _check_networks})
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """server.yaml, in the data dir."""
@@ -202,6 +234,11 @@ class ServerConfig:
     scheduling: SchedulingConfig = field(default_factory=SchedulingConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     ha: HaConfig = field(default_factory=HaConfig)
+    # The engines the fleet runs, {engine: VERSION or {version, sha256, index_url}};
+    # unset: the llama.cpp release this llmgw names (llmgw/enginepins.py). ``ctl engines
+    # set`` changes it for the running cluster (kept in the store, over this).
+    engines: dict[str, Any] | None = _checked(_check_engines, None)
+    firewall: FirewallConfig = field(default_factory=FirewallConfig)
 
 
 @dataclass(frozen=True)
@@ -355,6 +392,8 @@ def _convert(value: Any, tp: Any, where: str, problems: _Problems) -> Any:
         if not isinstance(value, dict):
             raise bad()
         return _build(tp, value, where, problems)
+    if tp is Any:
+        return value  # checked by the field's own check
     if tp is bool:
         if isinstance(value, bool):
             return value

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.agent.clustersettings import ClusterSettings
+from llmgw.agent.engines.converge import EngineConvergence
 from llmgw.agent.engines.install import LlamaCppInstaller
 from llmgw.agent.engines.provision import NodeEngines
+from llmgw.agent.engines.pyinstall import PACKAGES, PythonEngineInstaller, find_uv
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
 from llmgw.agent.memrate import MemoryRateProbe
+from llmgw.agent.nodewall import NodeFirewall
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import HubClient, WeightStore
 from llmgw.agent.weights.cache import manifest_holds, read_manifest
@@ -33,12 +36,16 @@ from llmgw.wire.messages import (
     AgentSettings,
     EngineInfo,
     EngineStatus,
+    Firewall,
     Message,
     Request,
     Response,
+    ShardStatus,
     StartShard,
     StopShard,
+    WantedEngines,
 )
+from llmgw.wire.states import ShardState
 
 log = logging.getLogger("llmgw.agent.runtime")
 
@@ -79,7 +86,18 @@ class NodeRuntime:
             opts.llamacpp_version,
             progress=self._engine_words,
         )
-        self.engines = NodeEngines(opts.engines, self.installer)
+        # vLLM and SGLang are installed with uv, when the node has it.
+        python = (
+            {
+                name: PythonEngineInstaller(
+                    opts.state_dir / "engines", name, progress=self._engine_words
+                )
+                for name in PACKAGES
+            }
+            if find_uv()
+            else {}
+        )
+        self.engines = NodeEngines(opts.engines, self.installer, python)
         self.engine_list: list[EngineInfo] = []
         self.hub = HubClient(opts.hf_endpoint, allow_http=_loopback(opts.hf_endpoint))
         self.weights = WeightStore(opts.weights_dir, self.hub)
@@ -92,10 +110,20 @@ class NodeRuntime:
             engine_user=opts.engine_user,
         )
         self._follows: dict[str, asyncio.Task[None]] = {}
+        # The engines the fleet wants, installed in the background.
+        self.convergence = EngineConvergence(
+            self.engines,
+            opts.state_dir,
+            self.probe,
+            self.supervisor.binaries,
+            said=self._report_engines,
+        )
+        self.firewall = NodeFirewall(opts.state_dir)
         self._probe_task: asyncio.Task[None] | None = None
         self.memrate = MemoryRateProbe(opts.state_dir)
         # The cluster's settings changed without a restart: the next heartbeat says so.
         self._settings_changed = False
+        self._progress_sent: dict[str, str] = {}
 
     # --- lifecycle --------------------------------------------------------------------
 
@@ -111,16 +139,30 @@ class NodeRuntime:
 
     async def probe(self) -> None:
         found = await self.engines.probe()
-        if found != self.engine_list:
+        progress = dict(self.convergence.progress)
+        if (found, progress) != (self.engine_list, self._progress_sent):
             self.engine_list = found
-            self.emit(EngineStatus(engines=found, probed=True))
+            self._report_engines()
 
-    async def ensure(self, name: str, report: Callable[[str], None]) -> EngineInfo:
+    def _report_engines(self, message: str | None = None) -> None:
+        self._progress_sent = dict(self.convergence.progress)
+        self.emit(
+            EngineStatus(
+                engines=self.engine_list,
+                probed=self.engines.probed,
+                message=message,
+                progress=self._progress_sent,
+            )
+        )
+
+    async def ensure(
+        self, name: str, report: Callable[[str], None], version: str | None = None
+    ) -> EngineInfo:
         """The supervisor's engine provider: an install it caused is reported at once."""
-        info = await self.engines.ensure(name, report)
+        info = await self.engines.ensure(name, report, version)
         if info not in self.engine_list:
             self.engine_list = [*self.engine_list, info]
-            self.emit(EngineStatus(engines=self.engine_list, probed=self.engines.probed))
+            self._report_engines()
         return info
 
     async def _probe_forever(self) -> None:
@@ -135,6 +177,7 @@ class NodeRuntime:
         """The agent is going: stop watching; engines keep serving for the next agent."""
         if self._probe_task is not None:
             self._probe_task.cancel()
+        await self.convergence.close()
         await self.memrate.close()
         for task in self._follows.values():
             task.cancel()
@@ -146,11 +189,13 @@ class NodeRuntime:
 
     def _engine_words(self, words: str) -> None:
         log.info("%s", words)
-        self.emit(EngineStatus(engines=self.engine_list, probed=self.engines.probed, message=words))
+        self._report_engines(words)
 
     # --- the session's hooks ----------------------------------------------------------
 
     def emit(self, msg: Message) -> None:
+        if isinstance(msg, ShardStatus) and msg.state == ShardState.STOPPED:
+            self.convergence.poke()
         if self._send is not None:
             self._send(msg)
 
@@ -186,6 +231,10 @@ class NodeRuntime:
             await self.supervisor.stop(msg.replica_id, msg.grace)
         elif isinstance(msg, AgentSettings):
             self._settings(msg)
+        elif isinstance(msg, WantedEngines):
+            self.convergence.want(msg)
+        elif isinstance(msg, Firewall):
+            await self.firewall.keep(msg)
         elif isinstance(msg, Request):
             try:
                 await self._answer(msg)

@@ -61,7 +61,9 @@ def _normal(source: str) -> str:
 
 
 class EngineProvider(Protocol):
-    async def ensure(self, name: str, report: Callable[[str], None]) -> EngineInfo:
+    async def ensure(
+        self, name: str, report: Callable[[str], None], version: str | None = None
+    ) -> EngineInfo:
         """The engine, installed first if it must be; raises with the reason if it cannot."""
 
 
@@ -91,6 +93,8 @@ class Shard:
     stopping: bool = False
     adopted: bool = False
     process: psutil.Process | None = None
+    # What it was started from (the engine binary, or its environment's interpreter).
+    binary: str | None = None
     # The log tail and the child reaper: held here so the loop does not lose them.
     helpers: list[asyncio.Task[Any]] = field(default_factory=list)
 
@@ -207,8 +211,11 @@ class Supervisor:
             )
             self._set(shard, ShardState.INSTALLING, f"making sure {spec.engine} is installed")
             info = await self.engines.ensure(
-                spec.engine, lambda words: self._set(shard, ShardState.INSTALLING, words)
+                spec.engine,
+                lambda words: self._set(shard, ShardState.INSTALLING, words),
+                spec.engine_version,
             )
+            shard.binary = info.path
             self._set(shard, ShardState.DOWNLOADING, f"fetching {spec.source}")
             model = await self.weights.fetch(
                 spec.source,
@@ -429,6 +436,20 @@ class Supervisor:
         except (aiohttp.ClientError, TimeoutError):
             return False
         return refused and accepted
+
+    def binaries(self) -> list[str]:
+        """What the shards still here run from: the binary each was started with, or,
+        for one adopted, the first words of its process's command line."""
+        found: list[str] = []
+        for shard in self.shards.values():
+            if shard.state == ShardState.STOPPED:
+                continue
+            if shard.binary:
+                found.append(shard.binary)
+            elif shard.process is not None:
+                with contextlib.suppress(psutil.Error):
+                    found.extend(shard.process.cmdline()[:2])
+        return found
 
     async def close(self) -> None:
         """The agent is going: stop watching, leave every engine running."""

@@ -20,6 +20,7 @@ from llmgw.server.api import (
     Op,
     build_app,
     cluster,
+    engines,
     keys,
     models,
     openapi,
@@ -36,6 +37,7 @@ from llmgw.server.datadir import DataDir
 from llmgw.server.fleet import exposition
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.agentsettings import AgentSettings
+from llmgw.server.fleet.engines import FleetEngines
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.front import (
     AsgiBridge,
@@ -55,6 +57,7 @@ from llmgw.server.pages.frame import Services
 from llmgw.server.pages.session import Sessions
 from llmgw.server.store import Store, open_store
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
+from llmgw.wire.messages import Firewall, Message
 
 log = logging.getLogger("llmgw.server")
 
@@ -91,6 +94,9 @@ class ControlPlane:
         self.registry.on_change = self.models.wake
         # The agents' settings the cluster decides (ctl config).
         self.agent_settings = AgentSettings(store)
+        # The engines the fleet runs (server.yaml's engines:, ctl engines over it).
+        self.engines = FleetEngines(store, config.engines)
+        self.models.reconciler.engine_version = self.engines.version_of
         self._background: set[asyncio.Task[None]] = set()
         self.views = ModelViews(self.models, self.registry, self.gateway.endpoints_of)
         self.leader = LeaderWork(
@@ -156,22 +162,53 @@ class ControlPlane:
         if self.agent_port is not None:
             self.agent_port.drop_all(f"this control plane no longer leads: {why}")
 
-    def _settings_for(self, node_id: str) -> AgentSettingsMessage:
+    def _pushed_for(self, node_id: str, local: str | None) -> list[Message]:
+        """What the cluster decides for a node: its settings, engines and firewall
+        (``local``: the address the node reached this control plane at)."""
         s = self.agent_settings
-        return AgentSettingsMessage(
-            # The layers as they are: encoding copies them (document() deep-copies every
-            # node's, once per agent of a push).
-            version=s.version,
-            default=s.default,
-            node=s.nodes.get(node_id, {}),
-        )
+        wall = self.config.firewall
+        planes = self.agent_port.control_planes() if self.agent_port else []
+        hosts = {parse_hostport(a)[0] for a in planes} | ({local} if local else set())
+        return [
+            AgentSettingsMessage(
+                # The layers as they are: encoding copies them (document() deep-copies
+                # every node's, once per agent of a push).
+                version=s.version,
+                default=s.default,
+                node=s.nodes.get(node_id, {}),
+            ),
+            self.engines.message(node_id),
+            Firewall(
+                enabled=wall.enabled,
+                networks=list(wall.networks),
+                control_planes=sorted(hosts),
+                engine_ports=self.config.scheduling.engine_ports,
+                agent_port=self.config.agent_port,
+            ),
+        ]
 
     def _settings_changed(self) -> None:
-        """ctl config changed a setting: every connected agent hears of it now."""
+        """ctl config or ctl engines changed something: every agent hears of it now."""
         if self.agent_port is not None:
-            task = asyncio.get_running_loop().create_task(self.agent_port.push_settings())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+            self._spawn(self.agent_port.push_settings())
+
+    def _engines_changed(self, engine: str | None, old: str | None, new: str | None) -> None:
+        """ctl engines: agents converge, and a changed version's replicas are replaced
+        one at a time (placed where the new version is installed)."""
+        self._settings_changed()
+        if engine is not None and new is not None and old != new:
+            detail = f"{engine} {old or 'unnamed'} -> {new}"
+            self._spawn(self._follow_engine(engine, detail))
+
+    async def _follow_engine(self, engine: str, detail: str) -> None:
+        moved = await self.models.follow_engine(engine, detail, "engines")
+        if moved:
+            log.info("replacing the replicas of %s for %s", ", ".join(moved), detail)
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _elsewhere(self, counts: dict[str, tuple[int, int]]) -> None:
         self.gateway.keys.elsewhere = counts
@@ -203,6 +240,7 @@ class ControlPlane:
             if stopped != self.gateway.stopped:
                 self.set_stopped(stopped)
             await self.agent_settings.load()
+            await self.engines.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -214,6 +252,7 @@ class ControlPlane:
         await self.models.load()
         await self.gateway.load()
         await self.agent_settings.load()
+        await self.engines.load()
         self.set_stopped(self.gateway.stopped)
 
     def set_stopped(self, stopped: bool) -> None:
@@ -357,6 +396,7 @@ class ControlPlane:
         )
         ops += servers.routes(self.ha, self.mint_server_token, self.admission)
         ops += settings.routes(self.agent_settings)
+        ops += engines.routes(self.engines, self.registry)
         return ops
 
     def admin_app(self) -> AdminApp:
@@ -394,8 +434,9 @@ class ControlPlane:
             self.ha.agent_addresses,
         )
         self.agent_port.redirect = self.ha.redirect
-        self.agent_port.settings_for = self._settings_for
+        self.agent_port.pushed_for = self._pushed_for
         self.agent_settings.on_change = self._settings_changed
+        self.engines.on_change = self._engines_changed
         await self.agent_port.start()
         self.peer_listener = PeerListener(
             self.ha,

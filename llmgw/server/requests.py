@@ -302,3 +302,29 @@ class ConfigSet:
     )
     node: str | None = spec(None, doc="this node only (its layer wins on it)", pattern=NODE_ID)
     unset: bool = spec(False, doc="remove the key from the layer")
+
+
+@dataclass(frozen=True)
+class EngineSet:
+    """Name an engine's version for the whole fleet (or, with unset, stop naming it)."""
+
+    engine: str = spec(doc="llama.cpp, vllm or sglang", max_length=16)
+    version: str | None = spec(
+        None,
+        doc="the version (b6000 for llama.cpp, 0.11.0 for vLLM); left out with unset",
+        max_length=64,
+    )
+    sha256: dict[str, str] | None = spec(
+        None, doc="each release archive's file name to the sha256 it must have"
+    )
+    index_url: str | None = spec(
+        None, doc="vLLM and SGLang: the package index to install from", max_length=2048
+    )
+    unset: bool = spec(False, doc="stop naming this engine (its installs stay)")
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """Which build of the engines a node installs."""
+
+    build: str = spec(doc="auto, cu13, cu129, cpu, or none (install nothing there)", max_length=8)

@@ -222,6 +222,9 @@ class ShardSpec:
     cards: list[str] = field(default_factory=list)
     cpu_cores: int | None = None
     allow_pickle: bool = False
+    # The engine version the cluster wants it run with (``engines:``); None leaves the
+    # choice to the node (a shard started directly, or a control plane naming none).
+    engine_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,35 @@ class AgentSettings(Message):
 
 
 @dataclass(frozen=True)
+class WantedEngines(Message):
+    """The engines the fleet runs (``engines:`` in server.yaml, ``ctl engines set``):
+    ``{name: {"version": ..., "sha256": {asset: hex}, "index_url": ...}}``, and this
+    node's build choice (``auto``, ``cu13``, ``cu129``, ``cpu``, or ``none``: install
+    nothing). Sent after Registered and on every change; the agent converges on it."""
+
+    TYPE: ClassVar[str] = "wanted_engines"
+    version: int
+    engines: dict[str, dict[str, Any]] = field(default_factory=dict)
+    build: str = "auto"
+
+
+@dataclass(frozen=True)
+class Firewall(Message):
+    """llmgw's own nftables table on the node, as the cluster wants it (``firewall:`` in
+    server.yaml): on or off, the networks agents may come from, the control planes'
+    addresses (the only ones the engines' ports answer besides a replica's own nodes)."""
+
+    TYPE: ClassVar[str] = "firewall"
+    enabled: bool = True
+    networks: list[str] = field(default_factory=list)
+    control_planes: list[str] = field(default_factory=list)
+    # The ports the control plane gives engines, and the one agents connect to (kept
+    # only on a node that is itself a control plane's machine).
+    engine_ports: str = "41000-41999"
+    agent_port: int | None = None
+
+
+@dataclass(frozen=True)
 class Goodbye(Message):
     """The sender is ending the stream, and why."""
 
@@ -379,6 +411,9 @@ class EngineStatus(Message):
     engines: list[EngineInfo] = field(default_factory=list)
     probed: bool = True
     message: str | None = None
+    # Per engine the fleet wants: what converging on it is doing ("installing: ...",
+    # "install failed: ...", "pinned in agent.yaml to b1"); absent once it is there.
+    progress: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -412,6 +447,8 @@ _REGISTRY: dict[str, type[Message]] = {
         Heartbeat,
         Registered,
         AgentSettings,
+        WantedEngines,
+        Firewall,
         Goodbye,
         StartShard,
         StopShard,

@@ -132,13 +132,17 @@ class Cluster:
             *self.init_args,
             "--yes",
         )
-        cfg = self.data_dir / "server.yaml"
-        cfg.write_text(
-            cfg.read_text().replace(
-                "heartbeat_interval: 5.0", f"heartbeat_interval: {self.heartbeat_interval}"
-            )
-        )
+        self._settle_config()
         return out.stdout
+
+    def _settle_config(self) -> None:
+        """The test's heartbeat; and no firewall table: every agent of every test runs
+        as root on this one machine (tests/agent/test_firewall_netns.py tests it)."""
+        cfg = self.data_dir / "server.yaml"
+        text = cfg.read_text().replace(
+            "heartbeat_interval: 5.0", f"heartbeat_interval: {self.heartbeat_interval}"
+        )
+        cfg.write_text(text.replace("firewall:\n  enabled: true", "firewall:\n  enabled: false"))
 
     def join_as_standby(self, leader: Cluster) -> None:
         """``server join`` this control plane to ``leader``'s cluster (then start it)."""
@@ -168,12 +172,7 @@ class Cluster:
         # Admin tokens are the cluster's (their hashes are in the copied store); the test
         # keeps the leader's beside the standby's data dir for its own calls.
         (self.data_dir / "admin.token").write_text(leader.admin_token)
-        cfg = self.data_dir / "server.yaml"
-        cfg.write_text(
-            cfg.read_text().replace(
-                "heartbeat_interval: 5.0", f"heartbeat_interval: {self.heartbeat_interval}"
-            )
-        )
+        self._settle_config()
 
     @property
     def admin_token(self) -> str:

@@ -204,28 +204,54 @@ class LlamaCppInstaller:
         self.problems.pop(directory.name, None)
         return info
 
-    async def ensure(self, progress: Callable[[str], None] | None = None) -> EngineInfo:
-        """The configured release for this node's build: the install already there when
-        it still runs, otherwise installed now. With no version configured, any
-        install of this build that runs will do, and only a node with none asks the
-        release source for its latest."""
+    async def ensure(
+        self,
+        progress: Callable[[str], None] | None = None,
+        *,
+        version: str | None = None,
+        build: str | None = None,
+        pins: Mapping[str, str] | None = None,
+    ) -> EngineInfo:
+        """A release for this node's build: the install already there when it still
+        runs, otherwise installed now. ``version`` (the fleet's) wins over the configured
+        one; with neither, any install of this build that runs will do, and only a node
+        with none asks the release source for its latest. ``pins`` maps release archive
+        names to the sha256 they must have (over what the source publishes)."""
+        tag = release_tag(version) if version else self.version
         async with self._lock:  # eight shards asking at once make one install
-            build = self.detect()
+            build = build or self.detect()
             for info in await self.installed():
-                if info.build == build and self.version in (None, info.version):
+                if info.build == build and tag in (None, info.version):
                     return info
-            return await self._install(build, progress or self.progress)
+            return await self._install(build, progress or self.progress, tag, pins or {})
 
     async def install(self, progress: Callable[[str], None] | None = None) -> EngineInfo:
         """Install the configured release for this node's build, replacing any there."""
         async with self._lock:
-            return await self._install(self.detect(), progress or self.progress)
+            return await self._install(self.detect(), progress or self.progress, self.version, {})
+
+    async def remove(self, version: str, build: str) -> bool:
+        """Delete one install (the fleet no longer names it); True when there was one."""
+        directory = self.directory(release_tag(version), build)
+        async with self._lock:
+            if not directory.exists():
+                return False
+            (directory / MARKER).unlink(missing_ok=True)  # not installed from here on
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+            self.problems.pop(directory.name, None)
+            return True
 
     # --- installing -------------------------------------------------------------------
 
-    async def _install(self, build: str, report: Callable[[str], None]) -> EngineInfo:
+    async def _install(
+        self,
+        build: str,
+        report: Callable[[str], None],
+        tag: str | None,
+        pins: Mapping[str, str],
+    ) -> EngineInfo:
         try:
-            return await self._install_steps(build, report)
+            return await self._install_steps(build, report, tag, pins)
         except (InstallError, EngineCheckError, ArchiveError) as exc:
             reason = str(exc)
         except aiohttp.ClientError as exc:
@@ -237,23 +263,31 @@ class LlamaCppInstaller:
         report(f"install failed: {reason}")
         raise InstallError(reason)
 
-    async def _install_steps(self, build: str, report: Callable[[str], None]) -> EngineInfo:
+    async def _install_steps(
+        self,
+        build: str,
+        report: Callable[[str], None],
+        tag: str | None,
+        pins: Mapping[str, str],
+    ) -> EngineInfo:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=120)
         # The digest is of the bytes as published; never let the client undo an encoding.
         async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as http:
-            tag = self.version or await self._latest(http)
+            tag = tag or await self._latest(http)
             asset = self.asset(tag, build)
             url = f"{self.source}/download/{tag}/{asset}"
-            expected = await self._published_sha256(http, tag, asset)
+            # A digest the fleet pinned is believed over the one published beside it.
+            pinned = pins.get(asset)
+            expected = pinned or await self._published_sha256(http, tag, asset)
             self.root.mkdir(parents=True, exist_ok=True)
             part = self.root / f".{asset}.part"
             try:
                 digest = await self._download(http, url, part, asset, report)
                 report("installing: checking sha256")
                 if digest != expected:
+                    said = "pinned" if pinned else "published"
                     raise InstallError(
-                        f"{asset} failed its sha256 check: published {expected}, "
-                        f"downloaded {digest}"
+                        f"{asset} failed its sha256 check: {said} {expected}, downloaded {digest}"
                     )
                 directory = self.directory(tag, build)
                 report("installing: unpacking")

@@ -83,6 +83,11 @@ class NodeCapacity:
     weights: frozenset[str] = frozenset()
     engines_installed: frozenset[str] = frozenset()
     engines_installable: frozenset[str] = frozenset()
+    # The versions of each engine the node installed itself, the engines its operator
+    # named on purpose (any version: theirs), and what converging on each is doing.
+    engine_versions: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    engines_configured: frozenset[str] = frozenset()
+    engine_progress: Mapping[str, str] = field(default_factory=dict)
     cards: tuple[Card, ...] = ()
 
     @classmethod
@@ -118,8 +123,21 @@ class NodeCapacity:
             weights=frozenset(weights),
             engines_installed=view.engine_names(),
             engines_installable=frozenset(view.installable),
+            engine_versions=_versions(view.engines),
+            engines_configured=frozenset(
+                str(e.get("name")) for e in view.engines if e.get("origin") == "configured"
+            ),
+            engine_progress=dict(view.engine_progress),
             cards=cards,
         )
+
+
+def _versions(engines: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+    found: dict[str, set[str]] = {}
+    for e in engines:
+        if e.get("origin", "installed") == "installed" and e.get("version"):
+            found.setdefault(str(e.get("name")), set()).add(str(e["version"]))
+    return {k: frozenset(v) for k, v in found.items()}
 
 
 @dataclass(frozen=True)
@@ -141,6 +159,8 @@ class Request:
     card_class: str | None = None
     # Nodes where this model failed recently (the reconciler's memory).
     avoid: frozenset[str] = frozenset()
+    # The engine version the fleet runs (``engines:``); None asks for none in particular.
+    engine_version: str | None = None
 
     @property
     def wanted_role(self) -> str | None:

@@ -157,6 +157,8 @@ class Reconciler:
         # `llmgw stop`: every model at zero, the catalog untouched.
         self.halted = False
         self.passes = 0
+        # The version the fleet runs each engine at (``engines:``); None: no version asked.
+        self.engine_version: Callable[[str], str | None] = lambda engine: None
 
     # ------------------------------------------------------------------ observing
 
@@ -484,6 +486,7 @@ class Reconciler:
             selector=profile.selector,
             card_class=profile.card_class,
             avoid=avoid,
+            engine_version=self.engine_version(profile.engine),
         )
 
     def _place(

@@ -127,6 +127,13 @@ def static_reasons(node: NodeCapacity, req: Request) -> list[str]:
         reasons.append("node cordoned")
     if req.engine not in node.engines_installed and req.engine not in node.engines_installable:
         reasons.append(f"engine: {req.engine} neither installed nor installable")
+    elif (
+        req.engine_version
+        and req.engine not in node.engines_configured
+        and req.engine_version not in node.engine_versions.get(req.engine, ())
+    ):
+        said = node.engine_progress.get(req.engine) or "not installed yet"
+        reasons.append(f"engine: {req.engine} {req.engine_version} not on this node: {said}")
     has, wants = node.labels.get(ROLE_LABEL), req.wanted_role
     if has is not None and has != wants:
         asks = f"asks role {wants!r}" if wants else "asks no role"
@@ -455,6 +462,7 @@ class _Fleet:
         # The card class too: a refusal for one class must not stand for another.
         gkey = (
             req.engine,
+            req.engine_version,
             req.wanted_role,
             tuple(sorted(req.selector.items())),
             uses_cards,
@@ -478,6 +486,7 @@ class _Fleet:
         # Everything placement reads from a request; the model's name is not part of it.
         shape: tuple[Any, ...] = (
             req.engine,
+            req.engine_version,
             req.source,
             req.memory,
             req.disk,
@@ -570,6 +579,9 @@ class _Fleet:
             weights=n.weights | frozenset(st.pending),
             engines_installed=n.engines_installed,
             engines_installable=n.engines_installable,
+            engine_versions=n.engine_versions,
+            engines_configured=n.engines_configured,
+            engine_progress=n.engine_progress,
             cards=cards,
         )
 

@@ -175,6 +175,7 @@ class ModelService:
             spec = catalog.shard_spec(
                 model, profile, start.replica_id, start.port, start.cards, key
             )
+            spec = replace(spec, engine_version=self.reconciler.engine_version(profile.engine))
             log.info(
                 "starting %s on %s (port %d%s)",
                 start.replica_id,
@@ -241,7 +242,9 @@ class ModelService:
             if not profile.replicas:
                 continue
             request = self.reconciler.request(model, profile, 0.0)
-            verdicts = scheduler.explain(replace(request, avoid=frozenset()), nodes)
+            # An engine still installing is on its way, not a reason it never fits.
+            at_rest = replace(request, avoid=frozenset(), engine_version=None)
+            verdicts = scheduler.explain(at_rest, nodes)
             if any(v.ok for v in verdicts):
                 continue
             reasons = "; ".join(f"{v.node}: {', '.join(v.reasons)}" for v in verdicts)
@@ -270,7 +273,10 @@ class ModelService:
                 for t in self.reconciler.tracks.values()
             ):
                 continue  # nothing runs now: nothing to be beside
-            result = scheduler.place(self.reconciler.request(changed, profile, 0.0), caps)
+            # Room is cards, memory and disk: an engine version still installing is not
+            # a lack of room (its replacements wait for it).
+            request = replace(self.reconciler.request(changed, profile, 0.0), engine_version=None)
+            result = scheduler.place(request, caps)
             if isinstance(result, scheduler.Refusal):
                 raise Refusal(
                     409,
@@ -490,6 +496,25 @@ class ModelService:
             self.reconciler.want(model.name)
         changed = replace(model, stopped=False, parked=None)
         return await self.change(model, changed, actor, "model.start", "")
+
+    async def follow_engine(self, engine: str, detail: str, actor: str) -> list[str]:
+        """The fleet runs ``engine`` at another version: every model served by it has its
+        replicas replaced, one at a time beside the old (never fewer ready than asked),
+        each new one placed where the new version is installed. The models' names."""
+        moved: list[str] = []
+        for model in list(self.models.values()):
+            if model.external or not any(p.engine == engine for p in model.profiles):
+                continue
+            changed = replace(model, restart=model.restart + 1, in_place=False)
+            try:
+                await self.change(
+                    model, changed, actor, "model.restart", detail, replace_running=True
+                )
+            except Refusal as exc:
+                log.warning("%s keeps its replicas on the old %s: %s", model.name, engine, exc)
+                continue
+            moved.append(model.name)
+        return moved
 
     async def restart(self, model: Model, ask: RestartRequest, actor: str) -> Model:
         changed = replace(model, restart=model.restart + 1, in_place=ask.in_place)

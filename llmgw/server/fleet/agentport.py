@@ -38,7 +38,7 @@ from llmgw.server.fleet.stream import (
     admit,
 )
 from llmgw.wire import Heartbeat, Registered
-from llmgw.wire.messages import AgentSettings, Message, Request, Response
+from llmgw.wire.messages import Message, Request, Response
 from llmgw.wire.outbox import OutboxFull
 
 log = logging.getLogger("llmgw.agentport")
@@ -82,6 +82,10 @@ class AgentConnection:
         self.writer = writer
         self.node_id = node_id
         self.peer = peer
+        # The address the agent reached this control plane at (the engines' ports are
+        # let through from it).
+        sock = writer.get_extra_info("sockname")
+        self.local: str | None = str(sock[0]) if isinstance(sock, tuple) and sock else None
         self.proto = NodeStream(node_id, redirect=port.redirect())
         self.closing: str | None = None
         # One per ask() waiting, set when its answers arrive or the stream ends.
@@ -230,9 +234,8 @@ class AgentConnection:
                 control_planes=self.port.control_planes(),
             )
         )
-        settings = self.port.settings_for(self.node_id)
-        if settings is not None:
-            await self.send(settings)
+        for decided in self.port.pushed_for(self.node_id, self.local):
+            await self.send(decided)
 
 
 class AgentPort:
@@ -255,9 +258,9 @@ class AgentPort:
         self.server: asyncio.Server | None = None
         self.connections: set[AgentConnection] = set()
         self.refused = 0
-        # The cluster's settings for a node (ctl config), sent after Registered and
-        # whenever they change (``push_settings``); None sends none.
-        self.settings_for: Callable[[str], AgentSettings | None] = lambda node_id: None
+        # What the cluster decides for a node (its settings, engines, firewall), sent
+        # after Registered and whenever any of it changes (``push_settings``).
+        self.pushed_for: Callable[[str, str | None], list[Message]] = lambda node, local: []
 
     async def start(self) -> None:
         shrink_tls_buffers()
@@ -313,12 +316,12 @@ class AgentPort:
                     )
 
     async def push_settings(self) -> None:
-        """Every registered agent gets the cluster's settings as they are now."""
+        """Every registered agent hears what the cluster decides for it, as it is now."""
         for conn in list(self.connections):
-            settings = self.settings_for(conn.node_id)
-            if settings is not None and conn.proto.registered and conn.closing is None:
+            if conn.proto.registered and conn.closing is None:
                 with contextlib.suppress(StreamClosed, ConnectionError):
-                    await conn.send(settings)
+                    for msg in self.pushed_for(conn.node_id, conn.local):
+                        await conn.send(msg)
 
     async def stop(self, reason: str = "the control plane is shutting down") -> None:
         """Say goodbye to every agent, then stop listening."""

@@ -133,6 +133,8 @@ class NodeView:
     engines: list[dict[str, Any]] = field(default_factory=list)
     engines_probed: bool = False
     engine_message: str | None = None
+    # Per engine the fleet wants, what converging on it is doing, in the node's words.
+    engine_progress: dict[str, str] = field(default_factory=dict)
     installable: list[str] = field(default_factory=list)
     # Scheduling, set by an operator and kept in the store.
     cordoned: bool = False
@@ -190,6 +192,7 @@ class NodeView:
             # None until the agent has looked; then [] means it has none.
             "engines": self.engines if self.engines_probed else None,
             "engine_message": self.engine_message,
+            "engine_progress": dict(self.engine_progress),
             "engines_installable": list(self.installable),
             "cordoned": self.cordoned,
             "draining": self.draining,
@@ -300,6 +303,7 @@ class NodeRegistry:
         view.state, view.reason = NodeState.READY, ""
         view.engines = [to_map(e) for e in msg.engines]
         view.engines_probed = msg.engines_probed
+        view.engine_progress = {}
         view.installable = list(msg.installable_engines)
         view.settings = msg.settings
         # What the node runs now is the truth; statuses from before the reconnect go.
@@ -395,6 +399,8 @@ class NodeRegistry:
             view.engines = [to_map(e) for e in msg.engines]
             view.engines_probed = msg.probed
             view.engine_message = msg.message
+            if msg.progress is not None:
+                view.engine_progress = dict(msg.progress)
 
     def disconnected(self, node_id: str, session: Session) -> None:
         view = self.nodes.get(node_id)

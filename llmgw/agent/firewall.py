@@ -1,0 +1,463 @@
+"""llmgw's own nftables table, ``inet llmgw``, kept by the agent as the control plane says.
+
+An engine listens on a TCP port of the node with no login of its own: whoever reaches
+the port can use the model. The table lets only the control planes (and the replica's
+own other nodes, for a model split over several) reach the engine port range, and, on
+a machine that runs a control plane, lets only the cluster's networks reach the port
+agents connect to. Everything else aimed at those ports is answered with a TCP reset,
+so a client outside sees "connection refused" at once rather than a timeout.
+
+The table is llmgw's alone: one chain hooked on input with policy accept, so what it
+does not name passes on to the machine's own rules (which it never reads nor touches).
+It is replaced whole in one ``nft -f`` transaction, so no moment exists without rules.
+The last plan the control plane sent is kept in ``STATE_DIR/firewall.json`` so that
+``llmgw firewall sync`` (and an agent starting again) can load it without the cluster.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TABLE = "llmgw"
+STATE_FILE = "firewall.json"
+HOOK = "type filter hook input priority filter - 5; policy accept;"
+REJECT = "reject with tcp reset"
+
+Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+# (type, hook, priority, policy) of the one chain, as `nft -j` says them.
+_CHAIN = ("filter", "input", -5, "accept")
+
+
+class FirewallError(RuntimeError):
+    """A plan that does not hold, or nft refusing what it was given (its words kept)."""
+
+
+def _nets(field_name: str, values: Iterable[str], *, hosts: bool = False) -> tuple[Net, ...]:
+    """Each value as a network (an address is its /32 or /128); the bad one named. With
+    ``hosts``, host bits under the prefix (10.0.0.5/24) are refused: a slip, most likely,
+    and quietly allowing the whole /24 would be worse."""
+    out = []
+    for value in values:
+        if not isinstance(value, str):
+            raise FirewallError(f"{field_name}: {value!r} is not an address or CIDR")
+        try:
+            out.append(ipaddress.ip_network(value.strip(), strict=hosts))
+        except ValueError as exc:
+            raise FirewallError(
+                f"{field_name}: {value!r} is not an address or CIDR ({exc})"
+            ) from None
+    return tuple(out)
+
+
+def _canonical(nets: Iterable[Net], version: int) -> tuple[Net, ...]:
+    """The fewest CIDRs covering ``nets`` of one IP version, sorted: the same for two
+    lists allowing the same addresses, however written. nft refuses overlapping
+    elements in an interval set, so what is loaded is always this form."""
+    same = [n for n in nets if n.version == version]
+    return tuple(ipaddress.collapse_addresses(same))  # type: ignore[type-var]
+
+
+def _port_range(text: str) -> tuple[int, int]:
+    lo, sep, hi = str(text).strip().partition("-")
+    try:
+        first, last = int(lo), int(hi if sep else lo)
+    except ValueError:
+        raise FirewallError(f"engine_ports: {text!r} is not a port range LO-HI") from None
+    if not 1 <= first <= last <= 65535:
+        raise FirewallError(f"engine_ports: {text!r} is not a port range LO-HI within 1-65535")
+    return first, last
+
+
+@dataclass(frozen=True)
+class FirewallPlan:
+    """What the control plane wants this node's table to do. Checked when made."""
+
+    enabled: bool = True
+    networks: tuple[str, ...] = ()
+    control_planes: tuple[str, ...] = ()
+    engine_ports: str = "41000-41999"
+    agent_port: int | None = None
+    peers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _nets("networks", self.networks, hosts=True)
+        _nets("control_planes", self.control_planes)
+        first, last = _port_range(self.engine_ports)
+        if self.agent_port is not None:
+            if not 1 <= self.agent_port <= 65535:
+                raise FirewallError(f"agent_port: {self.agent_port} is not a TCP port")
+            if first <= self.agent_port <= last:
+                raise FirewallError(
+                    f"agent_port: {self.agent_port} lies in engine_ports {self.engine_ports}"
+                )
+        for port, addresses in self.peers.items():
+            if not first <= port <= last:
+                raise FirewallError(
+                    f"peers: port {port} is outside engine_ports {self.engine_ports}"
+                )
+            _nets(f"peers[{port}]", addresses)
+
+    @classmethod
+    def from_map(cls, data: Mapping[str, Any]) -> FirewallPlan:
+        """A plan from its JSON form. Keys this agent does not know are left out, so a
+        newer control plane's plan still applies what an older agent understands."""
+
+        def strings(name: str, value: Any) -> tuple[str, ...]:
+            if isinstance(value, str) or not isinstance(value, list | tuple):
+                raise FirewallError(f"{name}: expected a list of addresses, got {value!r}")
+            return tuple(value)
+
+        def port(name: str, value: Any) -> int:
+            if isinstance(value, bool) or not str(value).isdigit():
+                raise FirewallError(f"{name}: {value!r} is not a TCP port")
+            return int(value)
+
+        enabled = data.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise FirewallError(f"enabled: expected true or false, got {enabled!r}")
+        agent_port = data.get("agent_port")
+        peers = data.get("peers") or {}
+        if not isinstance(peers, Mapping):
+            raise FirewallError(f"peers: expected a map of port to addresses, got {peers!r}")
+        return cls(
+            enabled=enabled,
+            networks=strings("networks", data.get("networks") or []),
+            control_planes=strings("control_planes", data.get("control_planes") or []),
+            engine_ports=str(data.get("engine_ports") or "41000-41999"),
+            agent_port=None if agent_port is None else port("agent_port", agent_port),
+            peers={port("peers", p): strings(f"peers[{p}]", a) for p, a in peers.items()},
+        )
+
+    def to_map(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "networks": list(self.networks),
+            "control_planes": list(self.control_planes),
+            "engine_ports": self.engine_ports,
+            "agent_port": self.agent_port,
+            "peers": {str(p): list(a) for p, a in sorted(self.peers.items())},
+        }
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """One rule, in a form both render() writes and a loaded table's JSON reads back to.
+    ``other`` holds any rule llmgw does not write (someone's edit), so it never matches."""
+
+    verdict: str
+    head: str | None = None  # iif "lo" / ct state established,related
+    ports: tuple[int, int] | None = None
+    family: str | None = None  # "ip" / "ip6"
+    source: str | tuple[Net, ...] | None = None  # "@cp4", or an anonymous set
+    other: str | None = None
+
+    def text(self) -> str:
+        words = [self.head] if self.head else []
+        if self.ports:
+            lo, hi = self.ports
+            words.append(f"tcp dport {lo}" if lo == hi else f"tcp dport {lo}-{hi}")
+        if isinstance(self.source, str):
+            words.append(f"{self.family} saddr {self.source}")
+        elif self.source is not None:
+            words.append(f"{self.family} saddr {{ {_elements(self.source)} }}")
+        return " ".join([*words, self.verdict])
+
+
+@dataclass(frozen=True)
+class _Table:
+    sets: tuple[tuple[str, tuple[str, tuple[Net, ...]]], ...]  # (name, (type, elements))
+    chains: tuple[tuple[str, tuple[Any, ...]], ...]  # (name, (type, hook, prio, policy))
+    rules: tuple[_Rule, ...]
+
+
+def _elements(nets: Iterable[Net]) -> str:
+    return ", ".join(
+        str(n.network_address) if n.prefixlen == n.max_prefixlen else str(n) for n in nets
+    )
+
+
+def _model(plan: FirewallPlan) -> _Table:
+    """The table ``plan`` asks for. Named sets are defined even when empty (nft refuses
+    an empty anonymous set); a peer rule is written only for a port with peers."""
+    cps, nets = _nets("control_planes", plan.control_planes), _nets("networks", plan.networks)
+    sets = tuple(
+        (f"{name}{v}", (f"ipv{v}_addr", _canonical(found, v)))
+        for name, found in (("cp", cps), ("nets", nets))
+        for v in (4, 6)
+    )
+    engines = _port_range(plan.engine_ports)
+    rules = [_Rule("accept", head='iif "lo"'), _Rule("accept", head="ct state established,related")]
+    for port, addresses in sorted(plan.peers.items()):
+        peers = _nets(f"peers[{port}]", addresses)
+        for family, version in (("ip", 4), ("ip6", 6)):
+            if same := _canonical(peers, version):
+                rules.append(_Rule("accept", ports=(port, port), family=family, source=same))
+    guarded = [(engines, "cp")]
+    if plan.agent_port is not None and plan.networks:
+        guarded.append(((plan.agent_port, plan.agent_port), "nets"))
+    for ports, name in guarded:
+        rules.append(_Rule("accept", ports=ports, family="ip", source=f"@{name}4"))
+        rules.append(_Rule("accept", ports=ports, family="ip6", source=f"@{name}6"))
+        rules.append(_Rule(REJECT, ports=ports))
+    return _Table(sets, (("input", _CHAIN),), tuple(rules))
+
+
+def render(plan: FirewallPlan) -> str:
+    """The nft script replacing table inet llmgw in one transaction: made if absent,
+    deleted, defined again. nft applies a script whole or not at all."""
+    table = _model(plan)
+    lines = [f"table inet {TABLE} {{}}", f"delete table inet {TABLE}", f"table inet {TABLE} {{"]
+    for name, (kind, elements) in table.sets:
+        said = f" elements = {{ {_elements(elements)} }};" if elements else ""
+        lines.append(f"  set {name} {{ type {kind}; flags interval;{said} }}")
+    lines += ["  chain input {", f"    {HOOK}"]
+    lines += [f"    {rule.text()}" for rule in table.rules]
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# --- reading a loaded table back ------------------------------------------------------
+
+
+def _interval(value: Any) -> tuple[Any, Any]:
+    """An element of `nft -j` (address, prefix or range) as its first and last address."""
+    if isinstance(value, str):
+        address = ipaddress.ip_address(value)
+        return address, address
+    if isinstance(value, dict) and "prefix" in value:
+        net = ipaddress.ip_network(f"{value['prefix']['addr']}/{value['prefix']['len']}")
+        return net.network_address, net.broadcast_address
+    if isinstance(value, dict) and "range" in value:
+        first, last = value["range"]
+        return ipaddress.ip_address(first), ipaddress.ip_address(last)
+    if isinstance(value, dict) and "elem" in value:
+        return _interval(value["elem"]["val"])
+    raise ValueError(f"element {json.dumps(value)}")
+
+
+def _nets_of(values: Any) -> tuple[Net, ...]:
+    if isinstance(values, dict) and "set" in values:
+        values = values["set"]
+    if not isinstance(values, list):
+        values = [values]
+    found: list[Net] = []
+    for value in values:
+        first, last = _interval(value)
+        found.extend(ipaddress.summarize_address_range(first, last))
+    return _canonical(found, 4) + _canonical(found, 6)
+
+
+def _rule_of(exprs: list[dict[str, Any]]) -> _Rule:
+    """A loaded rule back in _Rule's form; whatever llmgw does not write (another
+    match, a counter, a second port) lands in ``other`` whole."""
+    got: dict[str, Any] = {}
+
+    def put(key: str, value: Any) -> None:
+        if key in got:
+            raise ValueError(key)
+        got[key] = value
+
+    try:
+        for expr in exprs:
+            match = expr.get("match")
+            if "accept" in expr:
+                put("verdict", "accept")
+            elif expr.get("reject") == {"type": "tcp reset"}:
+                put("verdict", REJECT)
+            elif match is None or match.get("op") not in ("==", "in"):
+                raise ValueError
+            elif match["left"] == {"meta": {"key": "iif"}} and match["right"] == "lo":
+                put("head", 'iif "lo"')
+            elif match["left"] == {"ct": {"key": "state"}}:
+                states = match["right"] if isinstance(match["right"], list) else [match["right"]]
+                put("head", "ct state " + ",".join(sorted(states)))
+            elif match["left"] == {"payload": {"protocol": "tcp", "field": "dport"}}:
+                right = match["right"]
+                put("ports", tuple(right["range"]) if isinstance(right, dict) else (right, right))
+            elif match["left"].get("payload", {}).get("field") == "saddr":
+                put("family", match["left"]["payload"]["protocol"])
+                right = match["right"]
+                is_ref = isinstance(right, str) and right.startswith("@")
+                put("source", right if is_ref else _nets_of(right))
+            else:
+                raise ValueError
+        return _Rule(**got)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return _Rule("?", other=json.dumps(exprs, sort_keys=True))
+
+
+def _loaded(listing: Mapping[str, Any]) -> _Table:
+    """The table in ``nft -j list table inet llmgw``'s answer, in _model's form."""
+    sets, chains, rules = [], [], []
+    for item in listing.get("nftables", []):
+        if "set" in item:
+            s = item["set"]
+            sets.append((s["name"], (s["type"], _nets_of(s.get("elem", [])))))
+        elif "chain" in item:
+            c = item["chain"]
+            chains.append((c["name"], tuple(c.get(k) for k in ("type", "hook", "prio", "policy"))))
+        elif "rule" in item:
+            rules.append(_rule_of(item["rule"].get("expr", [])))
+    return _Table(tuple(sets), tuple(chains), tuple(rules))
+
+
+def difference(plan: FirewallPlan, listing: Mapping[str, Any]) -> str | None:
+    """What the loaded table (``nft -j``'s answer) does that ``plan`` does not; None when
+    the two agree.
+
+    Compared by meaning, not by text: each set as the addresses it holds (an element
+    listed as an address, a prefix or a range counts the same), the chain's hook,
+    priority and policy, and every rule in order as its port, source and verdict. So
+    the way one nft version prints a table does not make it differ, while any rule
+    added, removed or changed by hand does.
+    """
+    want, have = _model(plan), _loaded(listing)
+    if have.chains != want.chains:
+        return f"chains {[c[0] for c in have.chains]} are not the plan's one input chain"
+    wanted, found = dict(want.sets), dict(have.sets)
+    for name in sorted(wanted.keys() | found.keys()):
+        if name not in wanted or name not in found or wanted[name] != found[name]:
+            held = f"{{ {_elements(found[name][1])} }}" if name in found else "absent"
+            said = f"{{ {_elements(wanted[name][1])} }}" if name in wanted else "no such set"
+            return f"set {name} is {held}; the plan says {said}"
+    if have.rules != want.rules:
+        extra = [r.other or r.text() for r in have.rules if r not in want.rules]
+        missing = [r.text() for r in want.rules if r not in have.rules]
+        parts = [f"not in the plan: {'; '.join(extra)}"] if extra else []
+        parts += [f"missing: {'; '.join(missing)}"] if missing else []
+        return "rules differ from the plan: " + (" / ".join(parts) or "in another order")
+    return None
+
+
+# --- the plan kept in the state dir ---------------------------------------------------
+
+
+def save_plan(state_dir: Path, plan: FirewallPlan) -> None:
+    """Written whole or not at all (a file beside it, renamed over)."""
+    path = state_dir / STATE_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(plan.to_map(), indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def load_plan(state_dir: Path) -> FirewallPlan | None:
+    """The last plan saved, None when the control plane never sent one."""
+    path = state_dir / STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise FirewallError(f"{path} cannot be read: {exc}") from exc
+    if not isinstance(data, dict):
+        raise FirewallError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    try:
+        return FirewallPlan.from_map(data)
+    except FirewallError as exc:
+        raise FirewallError(f"{path}: {exc}") from exc
+
+
+# --- nft ------------------------------------------------------------------------------
+
+_ABSENT = "No such file or directory"
+_NOT_ROOT = "Operation not permitted"
+ROOT_NOTE = "the agent keeps llmgw's table only when it runs as root"
+
+
+def available() -> bool:
+    """nft is installed and we are root: without both no table is kept."""
+    return shutil.which("nft") is not None and os.geteuid() == 0
+
+
+class Nft:
+    """nft, run as ``argv`` (a prefix: tests run it inside a network namespace)."""
+
+    def __init__(self, argv: Sequence[str] = ("nft",)) -> None:
+        self.argv = tuple(argv)
+
+    def _run(self, *args: str, script: str | None = None) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                [*self.argv, *args],
+                input=script,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env={**os.environ, "LC_ALL": "C"},
+                check=False,
+            )
+        except FileNotFoundError:
+            raise FirewallError(f"{self.argv[0]} is not installed (Debian: nftables)") from None
+        except subprocess.TimeoutExpired as exc:
+            raise FirewallError(f"{' '.join(self.argv)} gave no answer in 30 s") from exc
+
+    def apply(self, plan: FirewallPlan) -> None:
+        """Load ``plan``'s table (replacing the old one at once), or remove the table
+        when the plan says the firewall is off."""
+        if not plan.enabled:
+            self.remove()
+            return
+        done = self._run("-f", "-", script=render(plan))
+        if done.returncode != 0:
+            words = done.stderr.strip() or f"exit status {done.returncode}"
+            hint = f" ({ROOT_NOTE})" if _NOT_ROOT in words else ""
+            raise FirewallError(f"nft refused llmgw's table{hint}: {words}")
+
+    def remove(self) -> bool:
+        """Delete table inet llmgw; False when it was not there."""
+        done = self._run("delete", "table", "inet", TABLE)
+        if done.returncode == 0:
+            return True
+        if _ABSENT in done.stderr:
+            return False
+        hint = f" ({ROOT_NOTE})" if _NOT_ROOT in done.stderr else ""
+        raise FirewallError(f"nft could not delete table inet {TABLE}{hint}: {done.stderr.strip()}")
+
+    def status(self, plan: FirewallPlan | None) -> dict[str, Any]:
+        """What is loaded and whether it is what ``plan`` asks for (see ``difference``).
+
+        ``in_sync`` is None when there is no plan to compare with or nft cannot tell;
+        ``problem`` says what is wrong in words, None when nothing is.
+        """
+        out: dict[str, Any] = dict(present=False, in_sync=None, rules=[], problem=None, nft=True)
+        try:
+            done = self._run("-j", "list", "table", "inet", TABLE)
+        except FirewallError as exc:
+            out.update(nft=False, problem=str(exc))
+            return out
+        wanted = plan is not None and plan.enabled
+        if done.returncode != 0:
+            words = done.stderr.strip()
+            if _ABSENT in words:
+                out["in_sync"] = None if plan is None else not wanted
+                if wanted:
+                    out["problem"] = "the table is absent; the plan wants it loaded"
+            elif _NOT_ROOT in words:
+                out["problem"] = f"nft may not read the ruleset: {ROOT_NOTE}"
+            else:
+                out["problem"] = f"nft could not list the table: {words}"
+            return out
+        out["present"] = True
+        text = self._run("list", "table", "inet", TABLE).stdout
+        out["rules"] = [
+            line.replace("\t", "  ").rstrip() for line in text.splitlines() if line.strip()
+        ]
+        if plan is None:
+            return out
+        if not plan.enabled:
+            out.update(in_sync=False, problem="the table is loaded; the plan says it is off")
+            return out
+        try:
+            problem = difference(plan, json.loads(done.stdout))
+        except (ValueError, KeyError, TypeError) as exc:
+            problem = f"nft's listing could not be read ({exc})"
+        out.update(in_sync=problem is None, problem=problem)
+        return out

@@ -1,0 +1,164 @@
+"""``llmgw ctl engines [set|unset]`` and ``llmgw ctl engine-build NODE BUILD``: which
+engines the fleet runs at which versions, and what every node has against that."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from collections.abc import Callable
+from typing import Any
+
+from llmgw.client.tables import render
+
+Client = Callable[[argparse.Namespace], Any]
+
+
+def wanted_table(doc: dict[str, Any]) -> str:
+    rows = [
+        [
+            str(e["engine"]),
+            str(e["version"]),
+            str(e.get("source") or "-"),
+            ", ".join(sorted(e.get("sha256") or {})) or "-",
+        ]
+        for e in doc.get("engines") or []
+    ]
+    if not rows:
+        return "The fleet names no engine: each node runs what it was given."
+    return render(["ENGINE", "VERSION", "FROM", "SHA256 PINNED FOR"], rows)
+
+
+def nodes_table(doc: dict[str, Any]) -> str:
+    rows = [
+        [
+            str(r["node"]),
+            str(r["engine"]),
+            str(r["wanted"]),
+            ", ".join(r.get("versions") or []) or "-",
+            str(r["build"]),
+            str(r["state"]),
+            str(r.get("message") or ""),
+        ]
+        for r in doc.get("nodes") or []
+    ]
+    if not rows:
+        return "No node has registered yet."
+    return render(["NODE", "ENGINE", "WANTED", "HAS", "BUILD", "STATE", "WORDS"], rows)
+
+
+def when(at: Any) -> str:
+    if not isinstance(at, int | float):
+        return "-"
+    return dt.datetime.fromtimestamp(float(at), dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def parse_pins(values: list[str]) -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for value in values:
+        asset, sep, digest = value.partition("=")
+        if not sep or not asset or not digest:
+            raise SystemExit(
+                f"--sha256 takes ASSET=HEX (llama-b6000-bin-ubuntu-x64.tar.gz=...), not {value!r}"
+            )
+        pins[asset] = digest
+    return pins
+
+
+def add_parsers(
+    ctl_cmds: Any, client: Client, client_options: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    def show(args: argparse.Namespace) -> int:
+        doc = client(args).get("/api/v1/engines")
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            print(wanted_table(doc))
+            print()
+            print(nodes_table(doc))
+        return 0
+
+    def change(unset: bool) -> Callable[[argparse.Namespace], int]:
+        def run(args: argparse.Namespace) -> int:
+            body: dict[str, Any] = {"engine": args.engine, "unset": unset}
+            if not unset:
+                body["version"] = args.version
+                body["sha256"] = parse_pins(args.sha256 or [])
+                if args.index_url:
+                    body["index_url"] = args.index_url
+            doc = client(args).post("/api/v1/engines", body)
+            if args.json:
+                print(json.dumps(doc, indent=2))
+            elif unset:
+                print(f"the fleet no longer names {args.engine}; its installs stay where they are")
+            else:
+                print(
+                    f"the fleet runs {args.engine} {args.version}: every node installs it in the "
+                    "background, and replicas move to it one at a time "
+                    "(`llmgw ctl engines` shows how far)"
+                )
+            return 0
+
+        return run
+
+    def history(args: argparse.Namespace) -> int:
+        found = client(args).get("/api/v1/engines/history")
+        if args.json:
+            print(json.dumps(found, indent=2))
+            return 0
+        if not found:
+            print("The fleet's engines have not been changed yet.")
+            return 0
+        table = [
+            [when(r.get("at")), str(r.get("actor") or "-"), str(r.get("change") or "")]
+            for r in found
+        ]
+        print(render(["WHEN (UTC)", "WHO", "CHANGE"], table))
+        return 0
+
+    def build(args: argparse.Namespace) -> int:
+        doc = client(args).post(f"/api/v1/nodes/{args.node}/engine-build", {"build": args.build})
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            print(f"{args.node} installs the {args.build} build of its engines")
+        return 0
+
+    engines = ctl_cmds.add_parser(
+        "engines", help="the engines the fleet runs, and every node's standing with them"
+    )
+    engines.add_argument("--json", action="store_true", help="print the API's JSON")
+    client_options(engines)
+    engines.set_defaults(handler=show)
+    sub = engines.add_subparsers(dest="engines_command", metavar="ACTION")
+    p = sub.add_parser("set", help="run ENGINE at VERSION across the fleet")
+    p.add_argument("engine", help="llama.cpp, vllm or sglang")
+    p.add_argument("version", help="b6000 for llama.cpp; 0.11.0 for vLLM")
+    p.add_argument(
+        "--sha256",
+        action="append",
+        metavar="ASSET=HEX",
+        help="the digest a release archive must have (repeat per platform)",
+    )
+    p.add_argument("--index-url", help="vLLM, SGLang: the package index to install from")
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    client_options(p)
+    p.set_defaults(handler=change(False))
+    p = sub.add_parser("history", help="every change: when, who, what")
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    client_options(p)
+    p.set_defaults(handler=history)
+    p = sub.add_parser("unset", help="stop naming ENGINE (nodes keep what they have)")
+    p.add_argument("engine")
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    client_options(p)
+    p.set_defaults(handler=change(True))
+
+    p = ctl_cmds.add_parser(
+        "engine-build", help="which build of the engines NODE installs (auto|cu13|cu129|cpu|none)"
+    )
+    p.add_argument("node")
+    p.add_argument("build", choices=["auto", "cu13", "cu129", "cpu", "none"])
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    client_options(p)
+    p.set_defaults(handler=build)

@@ -1,0 +1,85 @@
+"""``/api/v1/engines``: the engines the fleet runs (``ctl engines``), and each node's
+build choice (``ctl engine-build``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmgw.server.api.routing import Call, Op
+from llmgw.server.fleet.engines import FleetEngines, PinError
+from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import EngineBuild, EngineSet
+
+DOC = {"type": "object", "required": ["version", "engines", "builds", "nodes"]}
+
+
+def routes(engines: FleetEngines, registry: NodeRegistry) -> list[Op]:
+    def shown() -> dict[str, Any]:
+        return {**engines.document(), "nodes": engines.nodes(registry.nodes.values())}
+
+    async def get(call: Call) -> Any:
+        return shown()
+
+    async def put(call: Call) -> Any:
+        ask: EngineSet = call.body
+        if ask.unset == (ask.version is not None):
+            raise Refusal(400, "bad_request", "version: give a version, or unset, not both")
+        value: dict[str, Any] | None = None
+        if ask.version is not None:
+            value = {"version": ask.version, "sha256": dict(ask.sha256 or {})}
+            if ask.index_url is not None:
+                value["index_url"] = ask.index_url
+        try:
+            await engines.set(ask.engine, value, call.actor)
+        except PinError as exc:
+            raise Refusal(400, "bad_request", str(exc)) from None
+        return shown()
+
+    async def build(call: Call) -> Any:
+        node = call.params["node"]
+        if node not in registry.nodes:
+            raise Refusal(404, "not_found", f"no node {node!r}; `llmgw ctl nodes` lists them")
+        ask: EngineBuild = call.body
+        try:
+            await engines.set_build(node, ask.build, call.actor)
+        except PinError as exc:
+            raise Refusal(400, "bad_request", str(exc), "build") from None
+        return shown()
+
+    async def history(call: Call) -> Any:
+        return await engines.history()
+
+    return [
+        Op(
+            "GET",
+            "/api/v1/engines/history",
+            history,
+            "Every change of the fleet's engines and nodes' builds, newest first",
+            answer={"type": "array", "items": {"type": "object"}},
+        ),
+        Op(
+            "GET",
+            "/api/v1/engines",
+            get,
+            "The engines the fleet runs, and every node's standing with each",
+            answer=DOC,
+        ),
+        Op(
+            "POST",
+            "/api/v1/engines",
+            put,
+            "Name an engine's version for the fleet (audited; agents converge)",
+            body=EngineSet,
+            answer=DOC,
+        ),
+        Op(
+            "POST",
+            "/api/v1/nodes/{node}/engine-build",
+            build,
+            "Which build of the engines a node installs (auto, cu13, cu129, cpu, none)",
+            body=EngineBuild,
+            answer=DOC,
+            errors=(404,),
+        ),
+    ]
