@@ -76,7 +76,7 @@ zipapp: venv
 	@echo $(ZIPAPP)
 
 demo: apt venv
-	$(BIN)/python packaging/demo.py --llama-server "$$(packaging/build-llama-server.sh $(BIN)/pip)"
+	$(BIN)/python packaging/demo.py --build-command "packaging/build-llama-server.sh $(BIN)/pip"
 
 LITELLM_VENV := $(HOME)/.cache/llmgw/bench-litellm
 

@@ -1,6 +1,11 @@
 """``make demo``: a one-machine cluster in ./.demo: control plane, agent, and a tiny model
 served by llama.cpp with its own key.
 
+The agent gets its llama.cpp the way every node does: the release this llmgw names
+(``llmgw/enginepins.py``), fetched from the release source and checked. Only when that
+cannot be reached does the demo build llama-server from source (``--build-command``),
+saying so, and hand it to the agent as an engine named on purpose.
+
 Runs in the foreground until Ctrl-C (or exits once serving with ``--exit-when-ready``);
 either way the model is stopped before the agent. A second run reuses the same data dir,
 so the node is not enrolled twice.
@@ -71,6 +76,39 @@ def wait(check: Any, seconds: float, proc: subprocess.Popen[bytes] | None = None
     return None
 
 
+def fetched_or_built(api: Api, node: str, args: argparse.Namespace, root: Path) -> str | None:
+    """``installed`` once the agent has the llama.cpp release the fleet names, else the
+    path of one built from source (None when neither worked)."""
+
+    def settled() -> dict[str, Any] | None:
+        for row in api.call("/api/v1/engines")["nodes"]:
+            if row["node"] == node and row["engine"] == "llama.cpp":
+                if row["state"] in ("ready", "failed", "configured"):
+                    return dict(row)
+        return None
+
+    print("fetching llama.cpp the way a node does (the release this llmgw names) ...")
+    row = wait(settled, args.fetch_timeout)
+    if row and row["state"] in ("ready", "configured"):
+        print(f"llama.cpp {row['wanted']} is installed")
+        return "installed"
+    why = (row or {}).get("message") or f"nothing after {args.fetch_timeout:.0f} s"
+    if not args.build_command:
+        print(f"llama.cpp could not be fetched ({why}) and no --build-command was given")
+        return None
+    print(f"llama.cpp could not be fetched ({why});")
+    print("building llama-server from source instead (a few minutes on 2 cores) ...")
+    with (root / "build.log").open("a") as log:
+        built = subprocess.run(
+            args.build_command, shell=True, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+    lines = built.stdout.strip().splitlines()
+    if built.returncode != 0 or not lines:
+        print(f"building llama-server failed; see {root / 'build.log'}")
+        return None
+    return lines[-1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", default=".demo")
@@ -78,6 +116,20 @@ def main() -> int:
         "--llama-server",
         help="a llama-server to serve the model with "
         "(`make demo` passes the one `make llama-server` built)",
+    )
+    parser.add_argument(
+        "--release-source", help="where the agent fetches llama.cpp releases (GitHub's layout)"
+    )
+    parser.add_argument(
+        "--build-command",
+        help="a shell command that builds llama-server and prints its path last, run only "
+        "when the release cannot be fetched (`make demo` passes packaging/build-llama-server.sh)",
+    )
+    parser.add_argument(
+        "--fetch-timeout",
+        type=float,
+        default=180.0,
+        help="seconds to wait for the agent to fetch llama.cpp before building it",
     )
     parser.add_argument("--exit-when-ready", action="store_true")
     args = parser.parse_args()
@@ -165,6 +217,9 @@ def main() -> int:
             "--weights-dir",
             str(root / "weights"),
         ]
+        if args.release_source:
+            agent_cmd += ["--release-source", args.release_source]
+        base_cmd = list(agent_cmd)
         if args.llama_server:
             agent_cmd += ["--engine", f"llama.cpp={args.llama_server}"]
         if not (state_dir / "node.crt").exists():
@@ -193,6 +248,21 @@ def main() -> int:
         cli = Path(sys.executable).parent / "llmgw"
         print(f"  try:         LLMGW_DATA_DIR={data_dir} {cli} ctl status")
 
+        if not args.llama_server:
+            args.llama_server = fetched_or_built(api, node, args, root)
+            if args.llama_server is None:
+                return 1
+            if args.llama_server != "installed":
+                # Built from source: the agent runs it as an engine named on purpose.
+                procs[1].terminate()
+                procs[1].wait(10)
+                with (root / "agent.log").open("a") as log:
+                    procs[1] = subprocess.Popen(
+                        [*base_cmd, "--engine", f"llama.cpp={args.llama_server}"],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
         if args.llama_server:
             sys.path.insert(0, str(REPO))
             from tests.support.tinymodel import write_tiny_model

@@ -24,6 +24,8 @@ from llmgw.agent.cardchecks import card_checks
 from llmgw.agent.clustersettings import summary
 from llmgw.agent.discovery import Discovery
 from llmgw.agent.doctor import Check, clock_check, hardware_checks
+from llmgw.agent.engines.converge import load_wanted
+from llmgw.agent.firewall import FirewallError, Nft, available, load_plan
 from llmgw.agent.identity import AgentState, default_node_id
 from llmgw.config import default_state_dir, parse_hostport
 
@@ -112,6 +114,79 @@ def cert_check(state: AgentState) -> Check:
     )
 
 
+def installed_engines(state_dir: Path) -> dict[str, list[str]]:
+    """The installs the agent marked, by engine: ``b2 (cpu)`` (read, not run again)."""
+    found: dict[str, list[str]] = {}
+    for marker in sorted((state_dir / "engines").glob("*/*/installed.json")):
+        try:
+            doc = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            continue
+        engine = marker.parent.parent.name
+        found.setdefault(engine, []).append(f"{doc.get('version')} ({doc.get('build')})")
+    return found
+
+
+def engines_check(state_dir: Path) -> Check:
+    """The engines this node has against the ones the fleet last asked of it."""
+    have = installed_engines(state_dir)
+    wish = load_wanted(state_dir)
+    shown = "; ".join(f"{e} {', '.join(v)}" for e, v in sorted(have.items())) or "none installed"
+    if wish is None:
+        return Check("engines", "ok", f"{shown}; the fleet has named none to this node yet")
+    wanted = wish.get("engines") or {}
+    behind = [
+        f"{name} {want.get('version')}"
+        for name, want in sorted(wanted.items())
+        if not any(v.startswith(f"{want.get('version')} ") for v in have.get(name, []))
+    ]
+    head = f"{shown}; the fleet wants " + (
+        ", ".join(f"{n} {w.get('version')}" for n, w in sorted(wanted.items())) or "none"
+    )
+    head += f" (build {wish.get('build', 'auto')})"
+    if not behind:
+        return Check("engines", "ok", head)
+    return Check(
+        "engines",
+        "warn",
+        f"{head}; not here yet: {', '.join(behind)}",
+        "the agent installs them in the background; `llmgw ctl engines` shows its words "
+        "(an engine named in agent.yaml, or llamacpp_version, keeps this node apart)",
+    )
+
+
+def firewall_check(state_dir: Path) -> Check | None:
+    """llmgw's nftables table against the plan the cluster last sent; None without one."""
+    try:
+        plan = load_plan(state_dir)
+    except FirewallError as exc:
+        return Check(
+            "firewall", "fail", str(exc), "`llmgw firewall sync` after the agent reconnects"
+        )
+    if plan is None:
+        return None
+    if not available():
+        words = (
+            "the cluster keeps no table here"
+            if not plan.enabled
+            else (
+                "the cluster asks for llmgw's table, but only an agent running as root "
+                "with nft (nftables) keeps it"
+            )
+        )
+        return Check("firewall", "ok" if not plan.enabled else "warn", words)
+    status = Nft().status(plan)
+    if status.get("in_sync"):
+        words = "llmgw's table is loaded as the cluster asks" if plan.enabled else "off"
+        return Check("firewall", "ok", words)
+    return Check(
+        "firewall",
+        "fail",
+        str(status.get("problem") or "llmgw's table is not as the cluster asks"),
+        "`llmgw firewall sync` loads it again; `llmgw firewall status` shows the rules",
+    )
+
+
 async def gather_checks(state_dir: Path | None) -> list[Check]:
     state = AgentState.load(state_dir) if state_dir else None
     dirs = [state_dir] if state_dir and state_dir.exists() else []
@@ -137,6 +212,10 @@ async def gather_checks(state_dir: Path | None) -> list[Check]:
         good, detail = summary(state_dir)
         fix = None if good else "fix agent.yaml, or the cluster's value with `llmgw ctl config`"
         checks.append(Check("settings", "ok" if good else "fail", detail, fix))
+        checks.append(engines_check(state_dir))
+        wall = await asyncio.to_thread(firewall_check, state_dir)
+        if wall is not None:
+            checks.append(wall)
     if state is not None and state.enrolled() and state.control_planes:
         checks.append(cert_check(state))
         address = state.control_planes[0]

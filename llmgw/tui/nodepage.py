@@ -292,6 +292,25 @@ def settings_line(n: dict[str, Any]) -> str | None:
     return line
 
 
+def engines_line(node_id: str, fleet: dict[str, Any] | None) -> str | None:
+    """The engines the fleet wants against what this node has, each with the node's
+    words while it is not there (installing, failed, or why it stands apart)."""
+    if not isinstance(fleet, dict):
+        return None
+    said = []
+    for row in fleet.get("nodes") or []:
+        if row.get("node") != node_id:
+            continue
+        has = ", ".join(row.get("versions") or []) or "none"
+        part = f"{row['engine']} {row['wanted']}: {row['state']} (has {has})"
+        if row.get("message") and row.get("state") != "ready":
+            part += f" {row['message']}"
+        said.append(part)
+    if not said:
+        return None
+    return "engines the fleet wants: " + " · ".join(said)
+
+
 class NodePage(Screen[None]):
     DEFAULT_CSS = """
     NodePage #node-title {
@@ -419,14 +438,26 @@ class NodePage(Screen[None]):
         except AdminError as exc:
             self.query_one("#node-summary", Static).update(f"Cannot read the node: {exc}")
             return
-        self.show(node, [r for r in replicas if r.get("node") == self.node_id])
+        try:
+            fleet = await self.api.get("/api/v1/engines")
+        except AdminError:
+            fleet = None  # a control plane that does not say: the line is left out
+        self.show(node, [r for r in replicas if r.get("node") == self.node_id], fleet)
 
-    def show(self, node: dict[str, Any], shards: list[dict[str, Any]]) -> None:
+    def show(
+        self,
+        node: dict[str, Any],
+        shards: list[dict[str, Any]],
+        fleet: dict[str, Any] | None = None,
+    ) -> None:
         self.node = node
         text = Text(summary(node) + "\n")
         settings = settings_line(node)
         if settings:
             text.append(settings + "\n")
+        engines = engines_line(str(node.get("id")), fleet)
+        if engines:
+            text.append(engines + "\n")
         text.append_text(node_detail(node, hint=False))
         self.query_one("#node-summary", Static).update(text)
         cards = node.get("gpus") or []

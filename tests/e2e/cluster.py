@@ -268,7 +268,9 @@ class Cluster:
         token: str | None = None,
         extra: list[str] | None = None,
         env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
     ) -> Proc:
+        """``prefix``: a command the agent runs under (``ip netns exec NS``)."""
         args = [
             "agent",
             "run",
@@ -284,7 +286,7 @@ class Cluster:
         args += extra or []
         if node_id in self.agents:
             self.agents[node_id].stop()
-        proc = spawn(args, self.root / f"agent-{node_id}.log", env=env)
+        proc = spawn(args, self.root / f"agent-{node_id}.log", prefix, env)
         self.agents[node_id] = proc
         return proc
 

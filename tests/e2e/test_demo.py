@@ -11,7 +11,8 @@ import openai
 import psutil
 import pytest
 
-from tests.support.engines import llama_server_binary
+from llmgw.enginepins import LLAMACPP_PIN
+from tests.support.engines import Mirror, llama_server_binary
 
 pytestmark = pytest.mark.e2e
 
@@ -79,3 +80,50 @@ def test_demo_model_answers_with_its_key(tmp_path: Path) -> None:
     finally:
         proc.send_signal(subprocess.signal.SIGINT)  # type: ignore[attr-defined]
         proc.communicate(timeout=30)
+
+
+def run_demo(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(DEMO), "--dir", str(root), *args, "--exit-when-ready"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_demo_fetches_the_pinned_llama_cpp_the_way_a_node_does(tmp_path: Path) -> None:
+    """The release this llmgw names, from the release source, checked and installed by the
+    agent itself: nothing is built."""
+    mirror = Mirror(tmp_path / "mirror")
+    try:
+        mirror.publish(LLAMACPP_PIN, {"build/bin/llama-server": llama_server_binary()})
+        out = run_demo(
+            tmp_path / "demo", "--release-source", mirror.url, "--build-command", "false"
+        )
+    finally:
+        mirror.close()
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"llama.cpp {LLAMACPP_PIN} is installed" in out.stdout
+    assert "building llama-server from source" not in out.stdout
+    pid = re.search(r"\(pid (\d+)\)", out.stdout)
+    assert pid and "URL:" in out.stdout, out.stdout
+    installed = tmp_path / "demo" / "agent" / "engines" / "llama.cpp" / f"{LLAMACPP_PIN}-cpu"
+    assert (installed / "installed.json").is_file()
+
+
+def test_demo_builds_from_source_only_when_the_release_cannot_be_reached(tmp_path: Path) -> None:
+    binary = llama_server_binary()
+    out = run_demo(
+        tmp_path,
+        "--release-source",
+        "http://127.0.0.1:9/releases",  # nothing listens: refused at once
+        "--build-command",
+        f"echo building; echo {binary}",
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    said = out.stdout
+    assert (
+        "llama.cpp could not be fetched (install failed: the release source did not answer" in said
+    )
+    assert "building llama-server from source instead" in said
+    assert re.search(r"URL:\s+\S+/v1", said), said

@@ -285,3 +285,42 @@ def test_the_node_page_says_the_settings_that_are_not_defaults_and_their_sources
     )
     node["settings"]["problem"] = "settings version 4 refused: heartbeat_interval: ..."
     assert settings_line(node).endswith("· settings version 4 refused: heartbeat_interval: ...")
+
+
+def test_the_node_page_says_the_engines_the_fleet_wants_against_what_the_node_has() -> None:
+    from llmgw.tui.nodepage import engines_line
+
+    assert engines_line("a", None) is None  # a control plane that does not say
+    fleet = {
+        "nodes": [
+            {
+                "node": "a",
+                "engine": "llama.cpp",
+                "wanted": "b2",
+                "versions": ["b1", "b2"],
+                "state": "ready",
+                "message": None,
+            },
+            {
+                "node": "a",
+                "engine": "vllm",
+                "wanted": "0.11.0",
+                "versions": [],
+                "state": "installing",
+                "message": "installing: vllm 0.11.0: Downloading torch",
+            },
+            {
+                "node": "b",
+                "engine": "llama.cpp",
+                "wanted": "b2",
+                "versions": [],
+                "state": "failed",
+                "message": "install failed: no route",
+            },
+        ]
+    }
+    assert engines_line("a", fleet) == (
+        "engines the fleet wants: llama.cpp b2: ready (has b1, b2) · vllm 0.11.0: installing "
+        "(has none) installing: vllm 0.11.0: Downloading torch"
+    )
+    assert engines_line("c", fleet) is None

@@ -117,6 +117,12 @@ async def run_output(argv: list[str], timeout: float = VERSION_TIMEOUT) -> tuple
             proc.kill()
         await proc.wait()
         raise EngineCheckError(f"{' '.join(argv)} did not finish in {timeout:.0f}s") from None
+    except asyncio.CancelledError:
+        # Whoever asked stopped waiting (an install's own time limit): leave nothing running.
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise
     assert proc.returncode is not None
     return proc.returncode, out.decode(errors="replace")
 

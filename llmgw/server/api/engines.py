@@ -37,7 +37,7 @@ def routes(engines: FleetEngines, registry: NodeRegistry) -> list[Op]:
         return shown()
 
     async def build(call: Call) -> Any:
-        node = call.params["node"]
+        node = call.params["node_id"]
         if node not in registry.nodes:
             raise Refusal(404, "not_found", f"no node {node!r}; `llmgw ctl nodes` lists them")
         ask: EngineBuild = call.body
@@ -75,7 +75,7 @@ def routes(engines: FleetEngines, registry: NodeRegistry) -> list[Op]:
         ),
         Op(
             "POST",
-            "/api/v1/nodes/{node}/engine-build",
+            "/api/v1/nodes/{node_id}/engine-build",
             build,
             "Which build of the engines a node installs (auto, cu13, cu129, cpu, none)",
             body=EngineBuild,
