@@ -55,7 +55,8 @@ def main() -> int:
         return 1
     print(json.dumps(found, indent=2))
     if args.write:
-        line = f'PINNED: dict[str, dict[str, Any]] = {{"llama.cpp": {{"version": LLAMACPP_PIN, "sha256": {found!r}}}}}'
+        entry = f'{{"version": LLAMACPP_PIN, "sha256": {found!r}}}'
+        line = f'PINNED: dict[str, dict[str, Any]] = {{"llama.cpp": {entry}}}'
         new, count = re.subn(
             r"^PINNED: dict\[str, dict\[str, Any\]\] = .*$", line, text, flags=re.MULTILINE
         )
