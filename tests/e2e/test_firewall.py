@@ -23,6 +23,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,6 +87,13 @@ class Net:
             cwd=REPO,
         )
 
+    def status(self, state_dir: Path) -> dict[str, Any]:
+        """``llmgw firewall status --json`` run in the node, for the agent's state dir."""
+        llmgw = [sys.executable, "-m", "llmgw", "firewall", "status"]
+        shown = self.in_node(*llmgw, "--state-dir", str(state_dir), "--json")
+        assert shown.returncode == 0, shown.stdout + shown.stderr  # 1: a problem
+        return json.loads(shown.stdout)  # type: ignore[no-any-return]
+
     def table(self) -> str | None:
         """llmgw's table in the node as nft lists it; None when there is none."""
         listed = self.in_node("nft", "list", "table", "inet", "llmgw")
@@ -106,7 +114,7 @@ def net() -> Iterator[Net]:
     net = Net(f"llmgw-fwe-node-{pid}", f"llmgw-fwe-cp-{pid}", f"llmgw-fwe-out-{pid}")
     # (this end, its namespace, its address; the peer end's namespace, its address):
     # None is this machine's namespace.
-    pairs = (
+    pairs: tuple[tuple[str, str | None, str, str, str], ...] = (
         (f"fwe{pid}c", net.node, NODE_CP, net.cp, CP),
         (f"fwe{pid}o", net.node, NODE_OUT, net.out, OUT),
         (f"fwe{pid}h", None, HOST, net.cp, CP_HOST),
@@ -178,7 +186,9 @@ def test_engine_ports_answer_only_the_control_plane_until_turned_off(
         config = cluster.data_dir / "server.yaml"
         text = config.read_text()
         assert "engine_ports: 41000-41999" in text, text
-        config.write_text(text.replace("engine_ports: 41000-41999", f"engine_ports: {ENGINE_PORTS}"))
+        config.write_text(
+            text.replace("engine_ports: 41000-41999", f"engine_ports: {ENGINE_PORTS}")
+        )
         _firewall(config, True)
         cluster.start_server()
 
@@ -211,11 +221,7 @@ def test_engine_ports_answer_only_the_control_plane_until_turned_off(
         assert CP in table, table
         assert "42300-42399" in table, table
         state = cluster.state_dir("n1")
-        shown = net.in_node(
-            sys.executable, "-m", "llmgw", "firewall", "status", "--state-dir", str(state), "--json"
-        )
-        assert shown.returncode == 0, shown.stdout + shown.stderr
-        status = json.loads(shown.stdout)
+        status = net.status(state)
         assert (status["present"], status["in_sync"], status["problem"]) == (True, True, None)
         assert status["plan"]["control_planes"] == [CP]
         assert status["plan"]["engine_ports"] == ENGINE_PORTS
@@ -237,15 +243,12 @@ def test_engine_ports_answer_only_the_control_plane_until_turned_off(
             30,
             "the engine to answer from outside",
         )
-        shown = net.in_node(
-            sys.executable, "-m", "llmgw", "firewall", "status", "--state-dir", str(state), "--json"
-        )
-        status = json.loads(shown.stdout)
+        status = net.status(state)
         assert (status["present"], status["in_sync"], status["plan"]["enabled"]) == (
             False,
             True,
             False,
-        ), shown.stdout
+        ), status
     except BaseException:
         for name, proc in (("server", cluster.server), *cluster.agents.items()):
             if proc is not None:
