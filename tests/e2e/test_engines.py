@@ -18,6 +18,7 @@ import pytest
 from tests.e2e.catalog import ctl, ctl_json, replicas, scheduled, serve, wait_ready
 from tests.e2e.cluster import Cluster, wait_for
 from tests.support.engines import ASSET, Mirror
+from tests.support.pyindex import PackageIndex, standin_wheel
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
@@ -154,5 +155,43 @@ def test_engine_versions_converge_one_replica_at_a_time(tmp_path: Path, mirror: 
         assert "failed its sha256 check" in why
         digest = hashlib.sha256((mirror.root / "download" / "b3" / asset).read_bytes())
         assert digest.hexdigest() != bad
+    finally:
+        cluster.stop()
+
+
+def test_vllm_is_installed_by_every_agent_from_the_fleets_package_index(
+    tmp_path: Path, mirror: Mirror
+) -> None:
+    """The real install path of a Python engine: uv into its own environment on each node,
+    from a package index the test serves on loopback (a stand-in wheel that behaves as
+    vLLM's CLI), the version seen to run before it counts."""
+    cluster = scheduled(tmp_path, "engines:\n  llama.cpp: b1\n")
+    try:
+        with PackageIndex() as index:
+            index.add(*standin_wheel("vllm", "0.0.1"))
+            for node in ("a", "b"):
+                config = tmp_path / f"{node}.yaml"
+                config.write_text(f"release_source: {mirror.url}\n")
+                cluster.start_agent(node, cluster.token(), ["--config", str(config)])
+            wait_for(lambda: converged(cluster, "b1"), 60, "both nodes on llama.cpp b1")
+            ctl(cluster, "engine-build", "b", "cpu")
+            ctl(cluster, "engines", "set", "vllm", "0.0.1", "--index-url", index.url)
+
+            def installed() -> list[dict[str, Any]] | None:
+                found = [r for r in rows(cluster) if r["engine"] == "vllm"]
+                ready = [r for r in found if r["state"] == "ready"]
+                return found if len(ready) == 2 else None
+
+            found = wait_for(installed, 90, "vllm 0.0.1 on both nodes")
+            assert {(r["node"], r["build"], tuple(r["versions"])) for r in found} == {
+                ("a", "auto", ("0.0.1",)),
+                ("b", "cpu", ("0.0.1",)),
+            }
+        engines = cluster.nodes()["b"]["engines"]
+        vllm = [e for e in engines if e["name"] == "vllm"]
+        assert [(e["version"], e["build"], e["origin"]) for e in vllm] == [
+            ("0.0.1", "cpu", "installed")
+        ]
+        assert vllm[0]["path"].endswith("/engines/vllm/0.0.1-cpu/venv/bin/vllm")
     finally:
         cluster.stop()
