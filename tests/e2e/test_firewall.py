@@ -20,6 +20,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -132,11 +133,15 @@ def net() -> Iterator[Net]:
         listed = net.in_node("nft", "list", "tables")
         if listed.returncode != 0:
             pytest.skip(f"nft cannot work in a network namespace here: {listed.stderr.strip()}")
-        for link, netns, address, other, other_address in pairs:
+        for link, side, address, other, other_address in pairs:
             peer = link + "p"
             subprocess.run(["ip", "link", "del", link], capture_output=True)  # a stale one
             _ip("link", "add", link, "type", "veth", "peer", "name", peer)
-            for name, where, addr in ((link, netns, address), (peer, other, other_address)):
+            ends: tuple[tuple[str, str | None, str], ...] = (
+                (link, side, address),
+                (peer, other, other_address),
+            )
+            for name, where, addr in ends:
                 inside = ["-n", where] if where else []
                 if where:
                     _ip("link", "set", name, "netns", where)
@@ -231,7 +236,13 @@ def test_engine_ports_answer_only_the_control_plane_until_turned_off(
         assert net.reach(net.out, NODE_OUT, ENGINE_PORT) == "refused"
         # Not an engine port: untouched.
         assert net.reach(net.out, NODE_OUT, OTHER_PORT) == "answered"
-        # The agent's own stream is not cut: the node stays Ready through heartbeats.
+        # The agent's own stream is not cut: heartbeats still arrive over it.
+        loaded = time.time()
+        wait_for(
+            lambda: (cluster.nodes()["n1"]["last_seen"] or 0) > loaded + 1,
+            15,
+            "heartbeats after the table was loaded",
+        )
         assert cluster.nodes()["n1"]["state"] == "Ready"
 
         # Off: the control plane says so when it starts again, and the table goes.
