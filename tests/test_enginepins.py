@@ -32,7 +32,7 @@ def test_llamacpp_numbers_become_tags_and_others_stay_as_given() -> None:
 
 
 def test_a_version_alone_a_number_or_a_map_read_as_one_shape() -> None:
-    expected = {"version": "b6000", "sha256": {}, "index_url": None}
+    expected: dict[str, Any] = {"version": "b6000", "sha256": {}, "index_url": None}
     assert parse_want("llama.cpp", "b6000") == expected
     assert parse_want("llama.cpp", 6000) == expected
     assert parse_want("llama.cpp", "6000") == expected
@@ -43,7 +43,9 @@ def test_a_version_alone_a_number_or_a_map_read_as_one_shape() -> None:
         "sha256": {asset: HEX},  # digests kept lower case
         "index_url": None,
     }
-    assert parse_want("vllm", {"version": "0.11.0", "index_url": "https://pypi.example/simple"}) == {
+    assert parse_want(
+        "vllm", {"version": "0.11.0", "index_url": "https://pypi.example/simple"}
+    ) == {
         "version": "0.11.0",
         "sha256": {},
         "index_url": "https://pypi.example/simple",

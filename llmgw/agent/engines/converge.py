@@ -185,6 +185,8 @@ class EngineConvergence:
 
     def _reporter(self, name: str) -> Callable[[str], None]:
         def report(words: str) -> None:
+            if words.startswith("installed "):
+                return  # done: the pass clears the line and reports the install itself
             self._say(name, words)
             self.said()
 
@@ -221,4 +223,4 @@ class EngineConvergence:
 
 def _used(directory: Path, busy: list[Path]) -> bool:
     root = directory.resolve()
-    return any(p == root or root in p.parents for p in (b.absolute() for b in busy))
+    return any(p == root or root in p.parents for p in (b.resolve() for b in busy))

@@ -14,10 +14,9 @@ import pytest
 from llmgw.config import SchedulingConfig
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog import model as catalog
-from llmgw.server.catalog.placement import NodeCapacity
+from llmgw.server.catalog.placement import GIB, NodeCapacity
 from llmgw.server.catalog.reconciler import Track
 from llmgw.server.catalog.scheduler import (
-    GIB,
     Placement,
     Refusal,
     Request,
@@ -247,6 +246,7 @@ async def test_follow_engine_restarts_only_that_engines_models(service: ModelSer
         ),
         "admin@test",
     )
+    assert (a.engine, b.engine, v.engine) == ("llama.cpp", "llama.cpp", "vllm")
     # a runs now: its replica is replaced, and the room beside it is judged without the
     # version (still installing here), or the change would be refused as "no room".
     profile = a.profiles[0]
@@ -282,13 +282,14 @@ async def test_follow_engine_skips_a_model_whose_change_is_refused(
     service: ModelService,
 ) -> None:
     small = await serve(
-        service, {"source": "hf:org/small", "memory": GIB, "context": 1024, "name": "small"}
+        service, {"source": "hf:org/small:Q4_K_M", "memory": GIB, "context": 1024, "name": "small"}
     )
     big = await serve(
-        service, {"source": "hf:org/big", "memory": 12 * GIB, "context": 1024, "name": "big"}
+        service, {"source": "hf:org/big:Q8_0", "memory": 12 * GIB, "context": 1024, "name": "big"}
     )
     # The node shrank since: big fits it no more, so it keeps what it runs.
     service.registry.nodes["a"] = installing_node("a", 4 * GIB)
+    assert small.engine == big.engine == "llama.cpp"
     moved = await service.follow_engine("llama.cpp", "b6000", "engines")
     assert moved == ["small"]
     assert service.find("small").restart == small.restart + 1
