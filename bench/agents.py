@@ -78,6 +78,7 @@ from llmgw.wire.messages import (
     GpuHealth,
     GpuProcess,
     Heartbeat,
+    IbPort,
     NodeVitals,
     XidSeen,
     encode_message,
@@ -307,6 +308,7 @@ class FixedLive:
     gpu_health: list[GpuHealth] | None = None
     vitals: NodeVitals | None = None
     health_warnings: list[str] | None = None
+    ib_ports: list[IbPort] | None = None
 
 
 @dataclass

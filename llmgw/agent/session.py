@@ -25,7 +25,7 @@ from llmgw import __version__
 from llmgw.agent.stream import Accepted, AgentStream, Deliver
 from llmgw.config import parse_hostport
 from llmgw.wire import HostFacts, Register
-from llmgw.wire.messages import GPU, Disk, GpuHealth, Message, NodeVitals
+from llmgw.wire.messages import GPU, Disk, GpuHealth, IbPort, Message, NodeVitals
 
 log = logging.getLogger("llmgw.agent.session")
 
@@ -59,6 +59,8 @@ class LiveFigures(Protocol):
     def vitals(self) -> NodeVitals | None: ...
     @property
     def health_warnings(self) -> list[str] | None: ...
+    @property
+    def ib_ports(self) -> list[IbPort] | None: ...
 
 
 class FactSource(Protocol):
@@ -240,6 +242,7 @@ class AgentSession:
                 gpu_health=live.gpu_health,
                 vitals=live.vitals,
                 health_warnings=live.health_warnings,
+                ib_ports=live.ib_ports,
                 **(self.hooks.heartbeat_fields() if self.hooks else {}),
             )
             pipe.flush()

@@ -21,6 +21,7 @@ from llmgw.server.api import (
     build_app,
     cluster,
     engines,
+    fabrics,
     keys,
     models,
     openapi,
@@ -38,6 +39,7 @@ from llmgw.server.fleet import exposition
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.agentsettings import AgentSettings
 from llmgw.server.fleet.engines import FleetEngines
+from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.front import (
     AsgiBridge,
@@ -97,6 +99,8 @@ class ControlPlane:
         # The engines the fleet runs (server.yaml's engines:, ctl engines over it).
         self.engines = FleetEngines(store, config.engines)
         self.models.reconciler.engine_version = self.engines.version_of
+        # The InfiniBand fabrics, from what the nodes' ports see.
+        self.fabrics = FabricWatch()
         self._background: set[asyncio.Task[None]] = set()
         self.views = ModelViews(self.models, self.registry, self.gateway.endpoints_of)
         self.leader = LeaderWork(
@@ -357,6 +361,7 @@ class ControlPlane:
         ]
         joules = self.registry.energy.joules_per_token(self.gateway.metrics.replica_tokens)
         snapshots = [exposition.NodeSnapshot.of(v) for v in self.registry.nodes.values()]
+        found = self.fabrics.fabrics(self.registry.nodes.values())
 
         def fleet() -> str:
             # Thousands of cards make megabytes of text: written in a worker thread, so
@@ -364,6 +369,7 @@ class ControlPlane:
             lines = [
                 *exposition.fleet_metrics(snapshots),
                 *exposition.cluster_metrics(models, budgets, joules),
+                *fabric_metrics(found),
             ]
             return "\n".join(lines)
 
@@ -397,6 +403,7 @@ class ControlPlane:
         ops += servers.routes(self.ha, self.mint_server_token, self.admission)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
+        ops += fabrics.routes(self.fabrics, self.registry)
         return ops
 
     def admin_app(self) -> AdminApp:

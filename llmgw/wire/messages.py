@@ -143,6 +143,38 @@ class GpuHealth:
 
 
 @dataclass(frozen=True)
+class IbPort:
+    """One port of one RDMA device, as sysfs or ibstat shows it.
+
+    ``state`` is the kernel's word (DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER) and
+    ``phys_state`` ibstat's (Sleep, Polling, Disabled, PortConfigurationTraining, LinkUp,
+    LinkErrorRecovery, PhyTest), whichever source read them. GUIDs are "0x" and 16 lower
+    hex digits; an all-zero GUID (a RoCE port with no link-local GID yet) is None. LIDs
+    are None on Ethernet ports, where they mean nothing; on InfiniBand, 0 means the
+    subnet manager has not given one yet. ``counters`` holds only what was read: sysfs
+    ``counters/`` and ``hw_counters/`` by file name (``counters/`` wins a clash); ibstat
+    gives none. ``port_xmit_data``/``port_rcv_data`` there are octets divided by 4.
+    """
+
+    device: str
+    port: int
+    state: str | None = None
+    phys_state: str | None = None
+    rate_gbps: float | None = None
+    width_speed: str | None = None
+    link_layer: str | None = None
+    node_guid: str | None = None
+    port_guid: str | None = None
+    lid: int | None = None
+    sm_lid: int | None = None
+    roce_networks: list[str] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    # The master subnet manager this port sees (``sminfo``, each minute; IB only).
+    master_sm_guid: str | None = None
+    master_sm_lid: int | None = None
+
+
+@dataclass(frozen=True)
 class NodeVitals:
     """A node's sensors: hwmon temperatures and RAPL power, by sensor name."""
 
@@ -295,6 +327,9 @@ class Heartbeat(Message):
     # What the agent runs with (as in Register), when the cluster's settings it took
     # changed without a restart.
     settings: dict[str, Any] | None = None
+    # The node's InfiniBand and RoCE ports with their counters ([] when it has none);
+    # None when not read this time.
+    ib_ports: list[IbPort] | None = None
 
 
 @dataclass(frozen=True)

@@ -452,3 +452,31 @@ async def test_read_sminfo(tmp_path: Path) -> None:
     info = await read_sminfo("mlx5_3", 1, sminfo=sminfo)
     assert info is not None and info.state == "SMINFO_STANDBY"
     assert args.read_text().split() == ["-C", "mlx5_3", "-P", "1"]
+
+
+async def test_the_heartbeats_ports_carry_the_master_asked_once_a_minute(fake_sysfs: Path) -> None:
+    from llmgw.agent.discovery.ibwatch import PortWatch
+
+    calls = fake_sysfs / "sminfo-calls"
+    line = (
+        "sminfo: sm lid 1 sm guid 0xb8cef60300112233, activity count 9 priority 15 "
+        "state 3 SMINFO_MASTER"
+    )
+    sminfo = script(fake_sysfs, "sminfo", f"echo \"$@\" >> '{calls}'; echo '{line}'")
+    now = [0.0]
+    watch = PortWatch(fake_sysfs, ibstat=None, sminfo=sminfo, clock=lambda: now[0])
+    ports = await watch.read()
+    active_ib = [p for p in ports if p.link_layer == "InfiniBand" and p.state == "ACTIVE"]
+    assert active_ib and all(p.master_sm_guid == "0xb8cef60300112233" for p in active_ib)
+    assert all(p.master_sm_lid == 1 for p in active_ib)
+    # RoCE and down ports are not asked, and carry no master.
+    assert all(p.master_sm_guid is None for p in ports if p not in active_ib)
+    asked = calls.read_text().splitlines()
+    assert len(asked) == len(active_ib)
+    now[0] = 30.0  # within the minute: the master is carried, sminfo not run again
+    again = await watch.read()
+    assert [p.master_sm_guid for p in again] == [p.master_sm_guid for p in ports]
+    assert calls.read_text().splitlines() == asked
+    now[0] = 61.0
+    await watch.read()
+    assert len(calls.read_text().splitlines()) == 2 * len(asked)

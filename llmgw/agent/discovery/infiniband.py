@@ -43,8 +43,10 @@ import re
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from llmgw.wire.messages import IbPort
 
 # ibstat's port state words -> the kernel's (sysfs ``state``), so both sources agree.
 _IBSTAT_STATE = {"Down": "DOWN", "Initializing": "INIT", "Armed": "ARMED", "Active": "ACTIVE"}
@@ -72,35 +74,6 @@ _BW_ROW = re.compile(
     r"(?P<avg>\d+(?:\.\d+)?)(?:\s+(?P<rate>\d+(?:\.\d+)?))?\s*$"
 )
 _NATURAL = re.compile(r"(\d+)")
-
-
-@dataclass(frozen=True)
-class IbPort:
-    """One port of one RDMA device, as sysfs or ibstat shows it.
-
-    ``state`` is the kernel's word (DOWN, INIT, ARMED, ACTIVE, ACTIVE_DEFER) and
-    ``phys_state`` ibstat's (Sleep, Polling, Disabled, PortConfigurationTraining, LinkUp,
-    LinkErrorRecovery, PhyTest), whichever source read them. GUIDs are "0x" and 16 lower
-    hex digits; an all-zero GUID (a RoCE port with no link-local GID yet) is None. LIDs
-    are None on Ethernet ports, where they mean nothing; on InfiniBand, 0 means the
-    subnet manager has not given one yet. ``counters`` holds only what was read: sysfs
-    ``counters/`` and ``hw_counters/`` by file name (``counters/`` wins a clash); ibstat
-    gives none. ``port_xmit_data``/``port_rcv_data`` there are octets divided by 4.
-    """
-
-    device: str
-    port: int
-    state: str | None = None
-    phys_state: str | None = None
-    rate_gbps: float | None = None
-    width_speed: str | None = None
-    link_layer: str | None = None
-    node_guid: str | None = None
-    port_guid: str | None = None
-    lid: int | None = None
-    sm_lid: int | None = None
-    roce_networks: list[str] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,13 @@ from llmgw.agent.discovery.dcgm import ProfCounters, scrape_dcgm_exporter
 from llmgw.agent.discovery.disks import scan_disks
 from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.discovery.host import CpuMeter, read_host, read_load, read_memory
+from llmgw.agent.discovery.ibwatch import PortWatch
 from llmgw.agent.discovery.nvidia import NvidiaCards
 from llmgw.agent.discovery.nvidia_smi import run_nvidia_smi_topo
 from llmgw.agent.discovery.nvml import NvmlSource, process_group
 from llmgw.agent.discovery.vitals import RaplMeter, read_hwmon
 from llmgw.agent.discovery.xidwatch import KMSG, XidWatch
-from llmgw.wire.messages import GPU, Disk, GpuHealth, HostFacts, NodeVitals
+from llmgw.wire.messages import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Live:
     gpu_health: list[GpuHealth] | None = None
     vitals: NodeVitals | None = None
     health_warnings: list[str] | None = None
+    ib_ports: list[IbPort] | None = None
 
 
 class Discovery:
@@ -71,6 +73,7 @@ class Discovery:
         kmsg: Path = KMSG,
         sysfs: Path = Path("/sys/class"),
         clock: Callable[[], float] = time.time,
+        ports: PortWatch | None = None,
     ) -> None:
         self._directories = [os.fspath(d) for d in directories]
         self._smi = [nvidia_smi] if isinstance(nvidia_smi, str) else list(nvidia_smi)
@@ -86,6 +89,7 @@ class Discovery:
         self._hwmon = sysfs / "hwmon"
         self._rapl = RaplMeter(sysfs / "powercap")
         self._clock = clock
+        self._ports = ports or PortWatch(sysfs.parent.parent)
         self._slow_at = float("-inf")
         self._health: list[GpuHealth] = []
         self._sent_xids: dict[str, object] = {}
@@ -153,11 +157,12 @@ class Discovery:
         """The moving figures, for a heartbeat; the slow ones when due or changed."""
         now = self._clock()
         slow = now - self._slow_at >= self._slow_interval
-        (memory, load, vitals), (disks, disk_warnings), cards, prof = await asyncio.gather(
+        (memory, load, vitals), (disks, disk_warnings), cards, prof, ib = await asyncio.gather(
             asyncio.to_thread(lambda: (read_memory()[1], read_load(), self._vitals())),
             self._disks(),
             self._cards.read(slow=slow),
             self._profiling(),
+            self._ports.read(),
         )
         gpus = cards.gpus
         health: list[GpuHealth] | None = None
@@ -184,6 +189,7 @@ class Discovery:
             gpu_health=health,
             vitals=vitals,
             health_warnings=said,
+            ib_ports=ib,
         )
 
     def _vitals(self) -> NodeVitals | None:

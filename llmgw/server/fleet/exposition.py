@@ -162,8 +162,38 @@ _SHARD = (
 )
 
 
+_PORTS = (
+    ("llmgw_ib_port_active", "gauge", "1 when an InfiniBand or RoCE port is ACTIVE, else 0."),
+    ("llmgw_ib_port_rate_gbps", "gauge", "A port's link rate, Gb/s."),
+    (
+        "llmgw_ib_port_counter_total",
+        "counter",
+        "A port's error and data counters as the kernel keeps them (data in 4-octet units).",
+    ),
+)
+
+
+def _ports(f: Families, node: str, ports: Any) -> None:
+    for p in ports if isinstance(ports, list) else []:
+        if not isinstance(p, dict):
+            continue
+        where = _labels(
+            {
+                "node": node,
+                "device": p.get("device", ""),
+                "port": p.get("port", ""),
+                "link_layer": p.get("link_layer") or "",
+            }
+        )
+        state = p.get("state")
+        f.add("llmgw_ib_port_active", where, None if state is None else int(state == "ACTIVE"))
+        f.add("llmgw_ib_port_rate_gbps", where, p.get("rate_gbps"))
+        for counter, n in sorted((p.get("counters") or {}).items()):
+            f.add("llmgw_ib_port_counter_total", f'{where},counter="{_esc(counter)}"', n)
+
+
 def _declare_all(f: Families) -> None:
-    for name, kind, text in _NODE:
+    for name, kind, text in (*_NODE, *_PORTS):
         f.declare(name, kind, text)
     for name, _key, _scale, text in _CARD_FIGURES:
         f.declare(name, "gauge" if not name.endswith("_total") else "counter", text)
@@ -219,6 +249,7 @@ def _node(f: Families, view: NodeSnapshot, kind_of: Callable[[str], str]) -> Non
     ):
         for sensor, value in sorted((vitals.get(key) or {}).items()):
             f.add(family, f'{node},{label}="{_esc(sensor)}"', value)
+    _ports(f, view.id, facts.get("ib_ports"))
     for disk in facts.get("disks") or []:
         where = f'{node},path="{_esc(disk.get("path", ""))}"'
         f.add("llmgw_node_disk_total_bytes", where, disk.get("total"))

@@ -186,6 +186,8 @@ class NodeView:
             "gpu_health": facts.get("gpu_health"),
             "vitals": facts.get("vitals"),
             "topology": facts.get("topology"),
+            # InfiniBand and RoCE ports with their counters; None until the agent says.
+            "ib_ports": facts.get("ib_ports"),
             # GB/s, measured once by the agent; None until it has.
             "memory_read_gbs": facts.get("memory_read_gbs"),
             "memory_read_one_core_gbs": facts.get("memory_read_one_core_gbs"),
@@ -355,6 +357,8 @@ class NodeRegistry:
             live["vitals"] = kept("vitals", msg.vitals)
         if msg.health_warnings is not None:
             live["health_warnings"] = list(msg.health_warnings)
+        if msg.ib_ports is not None:
+            live["ib_ports"] = kept("ib_ports", msg.ib_ports)
         if msg.settings is not None:
             view.settings = raw.get("settings", msg.settings)
         if msg.shards is not None:

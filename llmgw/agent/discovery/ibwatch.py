@@ -1,0 +1,58 @@
+"""A node's InfiniBand and RoCE ports for its heartbeats: read every time (their state
+and counters move), with the master subnet manager each active InfiniBand port sees
+asked of ``sminfo`` once a minute and carried on the ports in between.
+
+No RDMA device, no sysfs class and no tools mean no ports: an empty list, never a
+failed discovery.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from llmgw.agent.discovery.infiniband import SmInfo, read_ports, read_sminfo
+from llmgw.wire.messages import IbPort
+
+SM_EVERY = 60.0
+
+
+class PortWatch:
+    def __init__(
+        self,
+        root: Path = Path("/"),
+        *,
+        ibstat: str | None = "ibstat",
+        sminfo: str = "sminfo",
+        sm_every: float = SM_EVERY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.root = root
+        self.ibstat = ibstat
+        self.sminfo = sminfo
+        self.sm_every = sm_every
+        self.clock = clock
+        self._sm_at = float("-inf")
+        self._masters: dict[tuple[str, int], SmInfo] = {}
+
+    async def read(self) -> list[IbPort]:
+        ports = await read_ports(self.root, ibstat=self.ibstat)
+        now = self.clock()
+        if ports and now - self._sm_at >= self.sm_every:
+            self._sm_at = now
+            masters: dict[tuple[str, int], SmInfo] = {}
+            for p in ports:
+                if p.link_layer == "InfiniBand" and p.state == "ACTIVE":
+                    info = await read_sminfo(p.device, p.port, sminfo=self.sminfo)
+                    if info is not None:
+                        masters[(p.device, p.port)] = info
+            self._masters = masters
+        return [self._with_master(p) for p in ports]
+
+    def _with_master(self, port: IbPort) -> IbPort:
+        seen = self._masters.get((port.device, port.port))
+        if seen is None:
+            return port
+        return replace(port, master_sm_guid=seen.sm_guid, master_sm_lid=seen.sm_lid)

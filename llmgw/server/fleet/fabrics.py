@@ -1,0 +1,195 @@
+"""The fleet's InfiniBand fabrics, from what every node's ports see: a fabric is the
+ports whose master subnet manager is the same, or was within ``RECENT`` (a failover moves
+a whole fabric from one master to another; its ports are one fabric through it). A
+fabric is named by the lowest SM GUID seen in it, which stays put across failovers
+between the same managers.
+
+Problems are said with their fix: ports stuck in INIT or ARMED (the SM has not brought
+them up), ports of one fabric that see different masters at once, a master that changed
+recently, and a node with active InfiniBand ports whose master could not be read.
+RoCE ports are grouped by the RoCE v2 networks they carry.
+
+``FabricWatch`` keeps, per port, the masters seen lately; it is fed the node views on
+each call (the API, /metrics) and needs nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmgw.server.fleet.exposition import Families, _labels
+from llmgw.server.fleet.registry import NodeView
+
+RECENT = 900.0  # seconds a change of master is reported, and joins the fabrics it bridged
+UNBROUGHT = ("INIT", "ARMED")
+
+
+@dataclass
+class Fabric:
+    id: str
+    masters: set[str] = field(default_factory=set)
+    managers: set[str] = field(default_factory=set)
+    ports: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        states: dict[str, int] = {}
+        rates: dict[str, int] = {}
+        for _, p in self.ports:
+            state = str(p.get("state") or "unknown")
+            states[state] = states.get(state, 0) + 1
+            if p.get("rate_gbps") is not None and state == "ACTIVE":
+                key = f"{float(p['rate_gbps']):g}"
+                rates[key] = rates.get(key, 0) + 1
+        return {
+            "id": self.id,
+            "master_sm": sorted(self.masters)[0] if len(self.masters) == 1 else None,
+            "masters": sorted(self.masters),
+            "subnet_managers": sorted(self.managers),
+            "nodes": sorted({n for n, _ in self.ports}),
+            "ports": [port_json(n, p) for n, p in self.ports],
+            "ports_by_state": dict(sorted(states.items())),
+            "active_rates_gbps": dict(sorted(rates.items())),
+            "problems": list(self.problems),
+        }
+
+
+def port_json(node: str, p: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "node": node,
+        "device": p.get("device"),
+        "port": p.get("port"),
+        "state": p.get("state"),
+        "phys_state": p.get("phys_state"),
+        "rate_gbps": p.get("rate_gbps"),
+        "width_speed": p.get("width_speed"),
+        "port_guid": p.get("port_guid"),
+        "master_sm_guid": p.get("master_sm_guid"),
+    }
+
+
+def _where(node: str, p: dict[str, Any]) -> str:
+    return f"{node} {p.get('device')}/{p.get('port')}"
+
+
+class FabricWatch:
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        # (node, device, port) -> [(master guid, first seen, last seen)], oldest first.
+        self._seen: dict[tuple[str, str, int], list[tuple[str, float, float]]] = {}
+
+    def _remember(self, key: tuple[str, str, int], master: str, now: float) -> None:
+        seen = [s for s in self._seen.get(key, []) if now - s[2] < RECENT or s[0] == master]
+        if seen and seen[-1][0] == master:
+            seen[-1] = (master, seen[-1][1], now)
+        else:
+            seen.append((master, now, now))
+        self._seen[key] = seen[-4:]
+
+    def fabrics(self, views: Iterable[NodeView]) -> dict[str, Any]:
+        """``GET /api/v1/fabrics``: the InfiniBand fabrics, the RoCE networks, and the
+        active InfiniBand ports whose master is not known."""
+        now = self.clock()
+        parent: dict[str, str] = {}
+
+        def find(g: str) -> str:
+            while parent.setdefault(g, g) != g:
+                parent[g] = parent[parent[g]]
+                g = parent[g]
+            return g
+
+        ib: list[tuple[str, dict[str, Any], tuple[str, str, int]]] = []
+        roce: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        unknown: list[tuple[str, dict[str, Any]]] = []
+        for view in sorted(views, key=lambda v: v.id):
+            for p in (view.live.get("ib_ports") or []) if view.session is not None else []:
+                if not isinstance(p, dict):
+                    continue
+                if p.get("link_layer") == "Ethernet":
+                    for net in p.get("roce_networks") or []:
+                        roce.setdefault(str(net), []).append((view.id, p))
+                    continue
+                key = (view.id, str(p.get("device")), int(p.get("port") or 0))
+                master = p.get("master_sm_guid")
+                if not master:
+                    if p.get("state") == "ACTIVE":
+                        unknown.append((view.id, p))
+                    continue
+                self._remember(key, str(master), now)
+                ib.append((view.id, p, key))
+        for _, _, key in ib:
+            guids = [s[0] for s in self._seen[key]]
+            for g in guids[1:]:
+                parent[find(g)] = find(guids[0])
+        groups: dict[str, Fabric] = {}
+        for node, p, key in ib:
+            root = find(str(p["master_sm_guid"]))
+            fabric = groups.setdefault(root, Fabric(root))
+            fabric.ports.append((node, p))
+            fabric.masters.add(str(p["master_sm_guid"]))
+            fabric.managers.update(s[0] for s in self._seen[key])
+        out = []
+        for fabric in groups.values():
+            fabric.id = min(fabric.managers)
+            self._judge(fabric, now)
+            out.append(fabric)
+        return {
+            "fabrics": [f.as_json() for f in sorted(out, key=lambda f: f.id)],
+            "roce_networks": [
+                {
+                    "network": net,
+                    "nodes": sorted({n for n, _ in ports}),
+                    "ports": [port_json(n, p) for n, p in ports],
+                }
+                for net, ports in sorted(roce.items())
+            ],
+            "unassigned_ports": [port_json(n, p) for n, p in unknown],
+        }
+
+    def _judge(self, fabric: Fabric, now: float) -> None:
+        stuck = [(n, p) for n, p in fabric.ports if p.get("state") in UNBROUGHT]
+        if stuck:
+            shown = ", ".join(_where(n, p) for n, p in stuck[:8])
+            fabric.problems.append(
+                f"{len(stuck)} port(s) in INIT or ARMED ({shown}): the subnet manager has "
+                "not brought them up. Fix: check the SM (`sminfo`, its log) and that it "
+                "runs with these ports' partition"
+            )
+        if len(fabric.masters) > 1:
+            fabric.problems.append(
+                f"ports disagree on their master SM ({', '.join(sorted(fabric.masters))}): "
+                "two managers each think they lead. Fix: give the SMs distinct priorities "
+                "and keep one master (`sminfo` on each side)"
+            )
+        changes = []
+        for node, p in fabric.ports:
+            seen = self._seen.get((node, str(p.get("device")), int(p.get("port") or 0)), [])
+            if len(seen) > 1 and now - seen[-1][1] < RECENT:
+                changes.append((seen[-2][0], seen[-1][0], seen[-1][1]))
+        if changes:
+            old, new, at = max(changes, key=lambda c: c[2])
+            fabric.problems.append(
+                f"the master SM changed from {old} to {new} {now - at:.0f} s ago: a failover "
+                "(or a flapping SM). Fix: read the old master's log; if it keeps changing, "
+                "pin the SM priorities"
+            )
+
+
+def fabric_metrics(found: dict[str, Any]) -> list[str]:
+    """``llmgw_fabric_*`` for /metrics, from ``FabricWatch.fabrics``."""
+    f = Families()
+    f.declare("llmgw_fabric_master_sm", "gauge", "1 for the master SM each fabric's ports see.")
+    f.declare("llmgw_fabric_subnet_managers", "gauge", "Subnet managers seen in a fabric lately.")
+    f.declare("llmgw_fabric_problems", "gauge", "Problems llmgw finds in a fabric now.")
+    for fabric in found.get("fabrics") or []:
+        fid = str(fabric["id"])
+        for master in fabric.get("masters") or []:
+            f.add("llmgw_fabric_master_sm", _labels({"fabric": fid, "sm_guid": master}), 1)
+        f.add(
+            "llmgw_fabric_subnet_managers", _labels({"fabric": fid}), len(fabric["subnet_managers"])
+        )
+        f.add("llmgw_fabric_problems", _labels({"fabric": fid}), len(fabric["problems"]))
+    return list(f.lines())
