@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.agent.clustersettings import ClusterSettings
+from llmgw.agent.discovery.ibwatch import run_ibnetdiscover
 from llmgw.agent.engines.converge import EngineConvergence
 from llmgw.agent.engines.install import LlamaCppInstaller
 from llmgw.agent.engines.provision import NodeEngines
@@ -285,10 +286,25 @@ class NodeRuntime:
             )
         elif req.kind == "weights.inspect":
             await self._inspect(req)
+        elif req.kind == "fabric.discover":
+            await self._discover_fabric(req)
         else:
             self.emit(
                 Response(id=req.id, ok=False, error=f"this agent does not answer {req.kind!r}")
             )
+
+    async def _discover_fabric(self, req: Request) -> None:
+        """The control plane's map of an InfiniBand fabric, read from this node."""
+        port = req.args.get("port")
+        try:
+            text = await run_ibnetdiscover(
+                str(req.args.get("device") or "") or None,
+                int(port) if isinstance(port, int) else None,
+            )
+        except RuntimeError as exc:
+            self.emit(Response(id=req.id, ok=False, error=str(exc)))
+            return
+        self.emit(Response(id=req.id, result={"text": text}))
 
     async def _inspect(self, req: Request) -> None:
         """A model's shape from files this node holds: a local path, or the cache."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import shutil
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from llmgw import pki
 from llmgw.agent.identity import AgentState, EnrollError, default_node_id, enroll
 from llmgw.agent.runtime import NodeRuntime, RuntimeOptions
 from llmgw.agent.session import (
+    FEATURES,
     AgentSession,
     FactSource,
     NodeHooks,
@@ -137,7 +139,9 @@ async def run_agent(opts: AgentOptions) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    settings = SessionSettings(heartbeat_interval=opts.heartbeat_interval)
+    # What this node can do beyond the stream itself: the control plane asks only those.
+    features = [*FEATURES, *(["ibnetdiscover"] if shutil.which("ibnetdiscover") else [])]
+    settings = SessionSettings(heartbeat_interval=opts.heartbeat_interval, features=features)
     log.info("agent for node %s; control planes %s", state.node_id, ", ".join(state.control_planes))
     try:
         await runtime.start()

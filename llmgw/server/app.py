@@ -39,6 +39,7 @@ from llmgw.server.fleet import exposition
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.agentsettings import AgentSettings
 from llmgw.server.fleet.engines import FleetEngines
+from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.front import (
@@ -101,6 +102,7 @@ class ControlPlane:
         self.models.reconciler.engine_version = self.engines.version_of
         # The InfiniBand fabrics, from what the nodes' ports see.
         self.fabrics = FabricWatch()
+        self.fabric_maps = FabricMaps(self.registry, self.fabrics)
         self._background: set[asyncio.Task[None]] = set()
         self.views = ModelViews(self.models, self.registry, self.gateway.endpoints_of)
         self.leader = LeaderWork(
@@ -108,6 +110,7 @@ class ControlPlane:
                 Duty("reconciler", self.models.run),
                 Duty("usage", self.gateway.run, self.gateway.flush),
                 Duty("node states", self.registry.monitor, self.registry.flush),
+                Duty("fabric maps", self.fabric_maps.run),
             ]
         )
         self.ha = self._leadership()
@@ -403,7 +406,7 @@ class ControlPlane:
         ops += servers.routes(self.ha, self.mint_server_token, self.admission)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
-        ops += fabrics.routes(self.fabrics, self.registry)
+        ops += fabrics.routes(self.fabrics, self.fabric_maps, self.registry)
         return ops
 
     def admin_app(self) -> AdminApp:

@@ -480,3 +480,19 @@ async def test_the_heartbeats_ports_carry_the_master_asked_once_a_minute(fake_sy
     now[0] = 61.0
     await watch.read()
     assert len(calls.read_text().splitlines()) == 2 * len(asked)
+
+
+async def test_ibnetdiscover_is_run_over_the_fabrics_port(tmp_path: Path) -> None:
+    from llmgw.agent.discovery.ibwatch import run_ibnetdiscover
+
+    fixture = OURS / "ibnetdiscover_2tier-rails_HDR_own.txt"
+    args = tmp_path / "args"
+    tool = script(tmp_path, "ibnetdiscover", f"echo \"$@\" > '{args}'; cat '{fixture}'")
+    text = await run_ibnetdiscover("mlx5_1", 1, tool=tool)
+    assert text == fixture.read_text()
+    assert args.read_text().split() == ["-C", "mlx5_1", "-P", "1"]
+    failing = script(tmp_path, "ibnetdiscover-bad", "echo 'ibwarn: no umad port' >&2; exit 3")
+    with pytest.raises(RuntimeError, match=r"failed \(exit 3\): ibwarn: no umad port"):
+        await run_ibnetdiscover(tool=failing)
+    with pytest.raises(RuntimeError, match="cannot be run"):
+        await run_ibnetdiscover(tool=str(tmp_path / "absent"))

@@ -8,6 +8,8 @@ failed discovery.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -56,3 +58,39 @@ class PortWatch:
         if seen is None:
             return port
         return replace(port, master_sm_guid=seen.sm_guid, master_sm_lid=seen.sm_lid)
+
+
+async def run_ibnetdiscover(
+    device: str | None = None,
+    port: int | None = None,
+    *,
+    tool: str = "ibnetdiscover",
+    timeout: float = 120.0,
+) -> str:
+    """``ibnetdiscover`` over ``device``/``port`` (the fabric it is on): its whole output,
+    for the control plane to parse. RuntimeError with the tool's words when it fails."""
+    argv = [tool]
+    if device:
+        argv += ["-C", device]
+    if port:
+        argv += ["-P", str(port)]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        raise RuntimeError(f"{tool} cannot be run: {exc.strerror or exc}") from exc
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise RuntimeError(f"{tool} did not finish in {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        words = err.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"{tool} failed (exit {proc.returncode}): {' | '.join(words)}")
+    return out.decode(errors="replace")

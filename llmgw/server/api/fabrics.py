@@ -1,20 +1,40 @@
 """``/api/v1/fabrics``: the InfiniBand fabrics the nodes' ports see, their subnet
-managers and problems, and the RoCE networks."""
+managers and problems (with what each fabric's map says: degraded cables, rails), and
+the RoCE networks; ``/api/v1/fabrics/{id}/topology``: a fabric's map."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from llmgw.server.api.routing import Call, Op
+from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.refusal import Refusal
 
 DOC = {"type": "object", "required": ["fabrics", "roce_networks", "unassigned_ports"]}
+TOPOLOGY = {
+    "type": "object",
+    "required": ["fabric", "read_at", "read_by", "nodes", "tiers", "links", "problems"],
+}
 
 
-def routes(watch: FabricWatch, registry: NodeRegistry) -> list[Op]:
+def routes(watch: FabricWatch, maps: FabricMaps, registry: NodeRegistry) -> list[Op]:
     async def get(call: Call) -> Any:
-        return watch.fabrics(registry.nodes.values())
+        found = watch.fabrics(registry.nodes.values())
+        for fabric in found["fabrics"]:
+            fabric["problems"] += maps.problems(str(fabric["id"]))
+            kept = maps.maps.get(str(fabric["id"]))
+            fabric["topology_read_at"] = kept[0] if kept else None
+        return found
+
+    async def topology(call: Call) -> Any:
+        fabric_id = call.params["fabric_id"]
+        shown = maps.topology(fabric_id)
+        if shown is None:
+            why = maps.errors.get(fabric_id) or "no map of it has been read yet"
+            raise Refusal(404, "not_found", f"fabric {fabric_id!r}: {why}")
+        return shown
 
     return [
         Op(
@@ -24,5 +44,14 @@ def routes(watch: FabricWatch, registry: NodeRegistry) -> list[Op]:
             "The InfiniBand fabrics (by the master SM their ports see), their problems, "
             "and the RoCE networks",
             answer=DOC,
-        )
+        ),
+        Op(
+            "GET",
+            "/api/v1/fabrics/{fabric_id}/topology",
+            topology,
+            "A fabric's wiring (ibnetdiscover on one of its nodes every 5 minutes): switch "
+            "tiers, links with their rates, degraded cables, rails",
+            answer=TOPOLOGY,
+            errors=(404,),
+        ),
     ]

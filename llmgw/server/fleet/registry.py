@@ -136,6 +136,8 @@ class NodeView:
     # Per engine the fleet wants, what converging on it is doing, in the node's words.
     engine_progress: dict[str, str] = field(default_factory=dict)
     installable: list[str] = field(default_factory=list)
+    # What the agent says it can do (Register.features): "ibnetdiscover", ...
+    features: list[str] = field(default_factory=list)
     # Scheduling, set by an operator and kept in the store.
     cordoned: bool = False
     draining: bool = False
@@ -200,6 +202,7 @@ class NodeView:
             "draining": self.draining,
             "labels": dict(self.labels),
             "settings": self.settings,
+            "features": list(self.features),
         }
 
 
@@ -306,6 +309,7 @@ class NodeRegistry:
         view.engines = [to_map(e) for e in msg.engines]
         view.engines_probed = msg.engines_probed
         view.engine_progress = {}
+        view.features = list(msg.features)
         view.installable = list(msg.installable_engines)
         view.settings = msg.settings
         # What the node runs now is the truth; statuses from before the reconnect go.

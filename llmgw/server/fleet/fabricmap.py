@@ -1,0 +1,121 @@
+"""How each InfiniBand fabric is wired: every ``EVERY`` seconds the leading control plane
+asks one node per fabric (the first, by id, whose agent has ``ibnetdiscover``: the
+``ibnetdiscover`` feature in its Register) to run it over the port it has in that fabric,
+and keeps the parsed topology (``ibtopology``): switch tiers, which adapter is which
+node's, rails, cables trained below their kind, the problems they make.
+
+A node that does not answer leaves the last map in place, said with its age; the next
+pass asks again (another node, when that one is gone).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from llmgw.server.fleet.fabrics import FabricWatch
+from llmgw.server.fleet.ibtopology import Topology, parse_ibnetdiscover, rails
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
+
+log = logging.getLogger("llmgw.fabrics")
+
+EVERY = 300.0
+ASK_TIMEOUT = 150.0
+FEATURE = "ibnetdiscover"
+
+
+class FabricMaps:
+    def __init__(
+        self,
+        registry: NodeRegistry,
+        watch: FabricWatch,
+        every: float = EVERY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.registry = registry
+        self.watch = watch
+        self.every = every
+        self.clock = clock
+        # fabric id -> (when, which node read it, the topology)
+        self.maps: dict[str, tuple[float, str, Topology]] = {}
+        self.errors: dict[str, str] = {}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.poll()
+            except Exception:
+                log.exception("reading the fabrics' wiring failed; trying again")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.every)
+
+    async def poll(self) -> None:
+        """One pass: each fabric's map read again by one of its nodes."""
+        found = self.watch.fabrics(self.registry.nodes.values())
+        for fabric in found["fabrics"]:
+            fid = str(fabric["id"])
+            asker = self._asker(fabric)
+            if asker is None:
+                self.errors[fid] = "no node of this fabric has ibnetdiscover (infiniband-diags)"
+                continue
+            view, device, port = asker
+            try:
+                text = await self._ask(view, device, port)
+            except (ConnectionError, TimeoutError, RuntimeError) as exc:
+                self.errors[fid] = f"{view.id} could not read the fabric: {exc}"
+                continue
+            topology = parse_ibnetdiscover(text)
+            self.maps[fid] = (self.clock(), view.id, topology)
+            self.errors.pop(fid, None)
+
+    def _asker(self, fabric: dict[str, Any]) -> tuple[NodeView, str, int] | None:
+        for port in fabric["ports"]:
+            view = self.registry.nodes.get(str(port["node"]))
+            if view is None or view.session is None or FEATURE not in view.features:
+                continue
+            if port.get("state") == "ACTIVE":
+                return view, str(port["device"]), int(port["port"])
+        return None
+
+    async def _ask(self, view: NodeView, device: str, port: int) -> str:
+        assert view.session is not None
+        args = {"device": device, "port": port}
+        async for answer in view.session.ask("fabric.discover", args, timeout=ASK_TIMEOUT):
+            if not answer.ok:
+                raise RuntimeError(answer.error or "it said no")
+            if isinstance(answer.result, dict):
+                return str(answer.result.get("text") or "")
+        raise RuntimeError("no answer")
+
+    # --- for the API -------------------------------------------------------------------
+
+    def problems(self, fabric_id: str) -> list[str]:
+        """What the fabric's map says is wrong (degraded cables, rails), or why there is
+        no map."""
+        kept = self.maps.get(fabric_id)
+        said = [self.errors[fabric_id]] if fabric_id in self.errors else []
+        return said + (list(kept[2].problems) if kept else [])
+
+    def topology(self, fabric_id: str) -> dict[str, Any] | None:
+        kept = self.maps.get(fabric_id)
+        if kept is None:
+            return None
+        at, node, topology = kept
+        misses = rails(topology)
+        return {
+            "fabric": fabric_id,
+            "read_at": at,
+            "age_seconds": round(self.clock() - at, 1),
+            "read_by": node,
+            "nodes": [asdict(n) for n in sorted(topology.nodes.values(), key=lambda n: n.guid)],
+            "tiers": dict(sorted(topology.tiers.items())),
+            "links": [asdict(link) for link in topology.links],
+            "rail_misses": [asdict(m) for ms in misses.values() for m in ms],
+            "problems": list(topology.problems),
+            "error": self.errors.get(fabric_id),
+        }
