@@ -23,27 +23,13 @@ import pytest
 
 from llmgw.agent.firewall import FirewallPlan, Nft, save_plan
 from tests.e2e.cluster import wait_for
+from tests.support.netns import ip, reach, run_in
 from tests.support.procs import stop_process
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_CP, CP = "10.213.40.1", "10.213.40.2"
 NODE_OUT, OUT = "10.213.41.1", "10.213.41.2"
 LISTENERS = (41001, 41002, 8099)
-PROBE = """\
-import socket, sys
-s = socket.socket()
-s.settimeout(3)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
-    print("answered" if s.recv(12).startswith(b"HTTP/1.") else "silent")
-except ConnectionRefusedError:
-    print("refused")
-except TimeoutError:
-    print("timeout")
-except OSError as exc:
-    print(f"error {exc}")
-"""
 
 
 @dataclass
@@ -59,26 +45,10 @@ class Net:
 
     def reach(self, netns: str, host: str, port: int) -> str:
         """answered / refused / timeout: an HTTP GET from ``netns``, as it went."""
-        done = subprocess.run(
-            ["ip", "netns", "exec", netns, sys.executable, "-c", PROBE, host, str(port)],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        return done.stdout.strip() or f"probe failed: {done.stderr.strip()}"
+        return reach(netns, host, port, "/")
 
     def in_node(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["ip", "netns", "exec", self.node, *argv],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=REPO,
-        )
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+        return run_in(self.node, *argv)
 
 
 @pytest.fixture(scope="module")
@@ -95,25 +65,25 @@ def net() -> Iterator[Net]:
         for netns in (net.node, net.cp, net.out):
             subprocess.run(["ip", "netns", "del", netns], capture_output=True)  # a stale one
             try:
-                _ip("netns", "add", netns)
+                ip("netns", "add", netns)
             except subprocess.CalledProcessError as exc:
                 pytest.skip(f"cannot make a network namespace here: {exc.stderr.strip()}")
             made.append(netns)
-            _ip("-n", netns, "link", "set", "lo", "up")
+            ip("-n", netns, "link", "set", "lo", "up")
         listed = net.in_node("nft", "list", "tables")
         if listed.returncode != 0:
             pytest.skip(f"nft cannot work in a network namespace here: {listed.stderr.strip()}")
         pairs = ((links[0], net.cp, NODE_CP, CP), (links[1], net.out, NODE_OUT, OUT))
         for link, other, node_address, other_address in pairs:
             peer = link[:-1] + "p"
-            _ip("link", "add", link, "type", "veth", "peer", "name", peer)
+            ip("link", "add", link, "type", "veth", "peer", "name", peer)
             for name, netns, address in (
                 (link, net.node, node_address),
                 (peer, other, other_address),
             ):
-                _ip("link", "set", name, "netns", netns)
-                _ip("-n", netns, "addr", "add", f"{address}/24", "dev", name)
-                _ip("-n", netns, "link", "set", name, "up")
+                ip("link", "set", name, "netns", netns)
+                ip("-n", netns, "addr", "add", f"{address}/24", "dev", name)
+                ip("-n", netns, "link", "set", name, "up")
         for port in LISTENERS:
             serve = [sys.executable, "-m", "http.server", str(port), "--bind", "0.0.0.0"]
             net.procs.append(

@@ -30,6 +30,7 @@ import pytest
 
 from tests.e2e.cluster import Cluster, wait_for
 from tests.e2e.test_shards import wait_replica
+from tests.support.netns import ip, reach, run_in
 from tests.support.procs import stop_process
 
 pytestmark = pytest.mark.e2e
@@ -41,21 +42,6 @@ HOST, CP_HOST = "10.213.52.1", "10.213.52.2"
 ENGINE_PORTS = "42300-42399"
 ENGINE_PORT = 42342
 OTHER_PORT = 8099  # not an engine port: the machine's own business
-PROBE = """\
-import socket, sys
-s = socket.socket()
-s.settimeout(3)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    s.sendall(b"GET /health HTTP/1.0\\r\\n\\r\\n")
-    print("answered" if s.recv(12).startswith(b"HTTP/1.") else "silent")
-except ConnectionRefusedError:
-    print("refused")
-except TimeoutError:
-    print("timeout")
-except OSError as exc:
-    print(f"error {exc}")
-"""
 
 
 @dataclass
@@ -71,22 +57,10 @@ class Net:
 
     def reach(self, netns: str, host: str, port: int) -> str:
         """answered / refused / timeout: an HTTP GET from ``netns``, as it went."""
-        done = subprocess.run(
-            [*self.prefix(netns), sys.executable, "-c", PROBE, host, str(port)],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        return done.stdout.strip() or f"probe failed: {done.stderr.strip()}"
+        return reach(netns, host, port, "/health")
 
     def in_node(self, *argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.prefix(self.node), *argv],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=REPO,
-        )
+        return run_in(self.node, *argv)
 
     def status(self, state_dir: Path) -> dict[str, Any]:
         """``llmgw firewall status --json`` run in the node, for the agent's state dir."""
@@ -99,10 +73,6 @@ class Net:
         """llmgw's table in the node as nft lists it; None when there is none."""
         listed = self.in_node("nft", "list", "table", "inet", "llmgw")
         return listed.stdout if listed.returncode == 0 else None
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -125,18 +95,18 @@ def net() -> Iterator[Net]:
         for netns in (net.node, net.cp, net.out):
             subprocess.run(["ip", "netns", "del", netns], capture_output=True)  # a stale one
             try:
-                _ip("netns", "add", netns)
+                ip("netns", "add", netns)
             except subprocess.CalledProcessError as exc:
                 pytest.skip(f"cannot make a network namespace here: {exc.stderr.strip()}")
             made.append(netns)
-            _ip("-n", netns, "link", "set", "lo", "up")
+            ip("-n", netns, "link", "set", "lo", "up")
         listed = net.in_node("nft", "list", "tables")
         if listed.returncode != 0:
             pytest.skip(f"nft cannot work in a network namespace here: {listed.stderr.strip()}")
         for link, side, address, other, other_address in pairs:
             peer = link + "p"
             subprocess.run(["ip", "link", "del", link], capture_output=True)  # a stale one
-            _ip("link", "add", link, "type", "veth", "peer", "name", peer)
+            ip("link", "add", link, "type", "veth", "peer", "name", peer)
             ends: tuple[tuple[str, str | None, str], ...] = (
                 (link, side, address),
                 (peer, other, other_address),
@@ -144,11 +114,11 @@ def net() -> Iterator[Net]:
             for name, where, addr in ends:
                 inside = ["-n", where] if where else []
                 if where:
-                    _ip("link", "set", name, "netns", where)
-                _ip(*inside, "addr", "add", f"{addr}/24", "dev", name)
-                _ip(*inside, "link", "set", name, "up")
+                    ip("link", "set", name, "netns", where)
+                ip(*inside, "addr", "add", f"{addr}/24", "dev", name)
+                ip(*inside, "link", "set", name, "up")
         # This machine reaches the control plane's address through cp's third link.
-        _ip("route", "replace", f"{CP}/32", "via", CP_HOST, "dev", pairs[2][0])
+        ip("route", "replace", f"{CP}/32", "via", CP_HOST, "dev", pairs[2][0])
         serve = [sys.executable, "-m", "http.server", str(OTHER_PORT), "--bind", "0.0.0.0"]
         net.procs.append(
             subprocess.Popen(
