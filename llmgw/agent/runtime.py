@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw.agent.clustersettings import ClusterSettings
-from llmgw.agent.discovery.ibwatch import run_ibnetdiscover
+from llmgw.agent.discovery.ibwatch import parse_smir, run_ibnetdiscover
 from llmgw.agent.engines.converge import EngineConvergence
 from llmgw.agent.engines.install import LlamaCppInstaller
 from llmgw.agent.engines.provision import NodeEngines
@@ -296,15 +296,20 @@ class NodeRuntime:
     async def _discover_fabric(self, req: Request) -> None:
         """The control plane's map of an InfiniBand fabric, read from this node."""
         port = req.args.get("port")
+        device = str(req.args.get("device") or "") or None
+        at = int(port) if isinstance(port, int) else None
         try:
-            text = await run_ibnetdiscover(
-                str(req.args.get("device") or "") or None,
-                int(port) if isinstance(port, int) else None,
-            )
+            text = await run_ibnetdiscover(device, at)
         except RuntimeError as exc:
             self.emit(Response(id=req.id, ok=False, error=str(exc)))
             return
-        self.emit(Response(id=req.id, result={"text": text}))
+        # Every SM the fabric's SA knows, where saquery is there too; None when not read.
+        smir = None
+        with contextlib.suppress(RuntimeError):
+            smir = parse_smir(
+                await run_ibnetdiscover(device, at, tool="saquery", extra=("SMIR",), timeout=30)
+            )
+        self.emit(Response(id=req.id, result={"text": text, "smir": smir}))
 
     async def _inspect(self, req: Request) -> None:
         """A model's shape from files this node holds: a local path, or the cache."""

@@ -496,3 +496,28 @@ async def test_ibnetdiscover_is_run_over_the_fabrics_port(tmp_path: Path) -> Non
         await run_ibnetdiscover(tool=failing)
     with pytest.raises(RuntimeError, match="cannot be run"):
         await run_ibnetdiscover(tool=str(tmp_path / "absent"))
+
+
+def test_saquery_smir_lists_every_subnet_manager() -> None:
+    from llmgw.agent.discovery.ibwatch import parse_smir
+
+    found = parse_smir(ours("saquery-SMIR_master-and-standby_own.txt"))
+    assert found == [
+        {
+            "guid": "0xb8cef60300112233",
+            "lid": 1,
+            "priority": 15,
+            "state": "MASTER",
+            "activity": 482113,
+        },
+        {
+            "guid": "0xb8cef603001122f0",
+            "lid": 7,
+            "priority": 13,
+            "state": "STANDBY",
+            "activity": 90211,
+        },
+    ]
+    assert parse_smir("ibwarn: no SA\n") == []
+    # A record cut short (no state) is left out rather than guessed.
+    assert parse_smir("SMInfoRecord dump:\n\t\tGUID..........0x1\n") == []

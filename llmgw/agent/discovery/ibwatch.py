@@ -10,15 +10,57 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from llmgw.agent.discovery.infiniband import SmInfo, read_ports, read_sminfo
+from llmgw.agent.discovery.infiniband import SmInfo, normalise_guid, read_ports, read_sminfo
 from llmgw.wire.messages import IbPort
 
 SM_EVERY = 60.0
+SM_STATES = {0: "NOTACTIVE", 1: "DISCOVERING", 2: "STANDBY", 3: "MASTER"}
+_SMIR_FIELD = re.compile(r"^\s*(?P<key>LID|GUID|ActCount|Priority|SMState)\.+\s*(?P<value>\S+)")
+
+
+def parse_smir(text: str) -> list[dict[str, Any]]:
+    """``saquery SMIR``: every subnet manager the fabric's SA knows, as
+    ``{"guid", "lid", "priority", "state", "activity"}`` (state as a word: MASTER,
+    STANDBY, ...). Records missing their GUID or state are left out."""
+    found: list[dict[str, Any]] = []
+    record: dict[str, str] = {}
+
+    def close() -> None:
+        if "GUID" in record and "SMState" in record:
+            state = record["SMState"]
+            number = int(state) if state.isdigit() else None
+            found.append(
+                {
+                    "guid": normalise_guid(record["GUID"]),
+                    "lid": _int(record.get("LID")),
+                    "priority": _int(record.get("Priority")),
+                    "state": SM_STATES.get(number, state) if number is not None else state,
+                    "activity": _int(record.get("ActCount")),
+                }
+            )
+
+    for line in text.splitlines():
+        if line.startswith("SMInfoRecord dump"):
+            close()
+            record = {}
+        elif m := _SMIR_FIELD.match(line):
+            record[m["key"]] = m["value"]
+    close()
+    return found
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value, 0) if value is not None else None
+    except ValueError:
+        return None
 
 
 class PortWatch:
@@ -66,14 +108,17 @@ async def run_ibnetdiscover(
     *,
     tool: str = "ibnetdiscover",
     timeout: float = 120.0,
+    extra: tuple[str, ...] = (),
 ) -> str:
     """``ibnetdiscover`` over ``device``/``port`` (the fabric it is on): its whole output,
-    for the control plane to parse. RuntimeError with the tool's words when it fails."""
+    for the control plane to parse. RuntimeError with the tool's words when it fails.
+    (``saquery`` takes the same ``-C``/``-P``: ``tool="saquery", extra=("SMIR",)``.)"""
     argv = [tool]
     if device:
         argv += ["-C", device]
     if port:
         argv += ["-P", str(port)]
+    argv += extra
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,

@@ -23,9 +23,16 @@ def routes(watch: FabricWatch, maps: FabricMaps, registry: NodeRegistry) -> list
     async def get(call: Call) -> Any:
         found = watch.fabrics(registry.nodes.values())
         for fabric in found["fabrics"]:
-            fabric["problems"] += maps.problems(str(fabric["id"]))
-            kept = maps.maps.get(str(fabric["id"]))
+            fid = str(fabric["id"])
+            fabric["problems"] += maps.problems(fid)
+            kept = maps.maps.get(fid)
             fabric["topology_read_at"] = kept[0] if kept else None
+            # Every SM the fabric's SA knows (saquery SMIR), when one of its nodes asked.
+            records = maps.managers.get(fid)
+            fabric["subnet_manager_records"] = records
+            if records:
+                known = {str(r.get("guid")) for r in records if r.get("guid")}
+                fabric["subnet_managers"] = sorted(set(fabric["subnet_managers"]) | known)
         return found
 
     async def topology(call: Call) -> Any:

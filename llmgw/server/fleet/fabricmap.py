@@ -44,6 +44,8 @@ class FabricMaps:
         # fabric id -> (when, which node read it, the topology)
         self.maps: dict[str, tuple[float, str, Topology]] = {}
         self.errors: dict[str, str] = {}
+        # fabric id -> every SM its SA knows (``saquery SMIR``), when the node could ask.
+        self.managers: dict[str, list[dict[str, Any]]] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -65,11 +67,14 @@ class FabricMaps:
                 continue
             view, device, port = asker
             try:
-                text = await self._ask(view, device, port)
+                answer = await self._ask(view, device, port)
             except (ConnectionError, TimeoutError, RuntimeError) as exc:
                 self.errors[fid] = f"{view.id} could not read the fabric: {exc}"
                 continue
-            topology = parse_ibnetdiscover(text)
+            topology = parse_ibnetdiscover(str(answer.get("text") or ""))
+            smir = answer.get("smir")
+            if isinstance(smir, list):
+                self.managers[fid] = [m for m in smir if isinstance(m, dict)]
             self.maps[fid] = (self.clock(), view.id, topology)
             self.errors.pop(fid, None)
 
@@ -82,14 +87,14 @@ class FabricMaps:
                 return view, str(port["device"]), int(port["port"])
         return None
 
-    async def _ask(self, view: NodeView, device: str, port: int) -> str:
+    async def _ask(self, view: NodeView, device: str, port: int) -> dict[str, Any]:
         assert view.session is not None
         args = {"device": device, "port": port}
         async for answer in view.session.ask("fabric.discover", args, timeout=ASK_TIMEOUT):
             if not answer.ok:
                 raise RuntimeError(answer.error or "it said no")
             if isinstance(answer.result, dict):
-                return str(answer.result.get("text") or "")
+                return answer.result
         raise RuntimeError("no answer")
 
     # --- for the API -------------------------------------------------------------------
@@ -99,6 +104,13 @@ class FabricMaps:
         no map."""
         kept = self.maps.get(fabric_id)
         said = [self.errors[fabric_id]] if fabric_id in self.errors else []
+        managers = self.managers.get(fabric_id)
+        if managers is not None and not any(m.get("state") == "STANDBY" for m in managers):
+            said.append(
+                f"no standby subnet manager ({len(managers)} SM(s) known to the fabric, none "
+                "STANDBY): if the master's host fails, nothing handles the fabric's changes. "
+                "Fix: run a second opensm at a lower priority on another host"
+            )
         return said + (list(kept[2].problems) if kept else [])
 
     def topology(self, fabric_id: str) -> dict[str, Any] | None:

@@ -95,3 +95,22 @@ async def test_no_node_with_the_tool_says_so() -> None:
     await maps.poll()
     assert maps.topology(SM_A) is None
     assert maps.problems(SM_A) == ["no node of this fabric has ibnetdiscover (infiniband-diags)"]
+
+
+async def test_every_sm_the_sa_knows_and_no_standby_is_a_problem() -> None:
+    alone = [{"guid": SM_A, "lid": 1, "priority": 15, "state": "MASTER", "activity": 9}]
+    session = Session(Response(id="x", result={"text": MAP, "smir": alone}))
+    registry = Registry(view("b", session, ["ibnetdiscover"]))
+    watch = FabricWatch(clock)
+    maps = FabricMaps(cast(NodeRegistry, registry), watch, clock=clock)
+    await maps.poll()
+    get = routes(watch, maps, cast(NodeRegistry, registry))[0].handler
+    (fabric,) = (await get(cast(Any, None)))["fabrics"]
+    assert fabric["subnet_manager_records"] == alone
+    assert any(p.startswith("no standby subnet manager (1 SM(s)") for p in fabric["problems"])
+    standby = {"guid": "0x0c42a10300b5d8ff", "lid": 7, "priority": 13, "state": "STANDBY"}
+    session.answer = Response(id="x", result={"text": MAP, "smir": [*alone, standby]})
+    await maps.poll()
+    (fabric,) = (await get(cast(Any, None)))["fabrics"]
+    assert fabric["subnet_managers"] == [SM_A, "0x0c42a10300b5d8ff"]
+    assert not any("standby" in p for p in fabric["problems"])
