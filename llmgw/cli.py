@@ -554,6 +554,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_engines import add_parsers as add_engine_parsers
 
     add_engine_parsers(ctl_cmds, _client, _client_options)
+    from llmgw.client.ctl_fabrics import add_parsers as add_fabric_parsers
+
+    add_fabric_parsers(ctl_cmds, _client, _client_options)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

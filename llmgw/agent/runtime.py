@@ -24,6 +24,7 @@ from llmgw.agent.engines.converge import EngineConvergence
 from llmgw.agent.engines.install import LlamaCppInstaller
 from llmgw.agent.engines.provision import NodeEngines
 from llmgw.agent.engines.pyinstall import PACKAGES, PythonEngineInstaller, find_uv
+from llmgw.agent.fabricprobe import BandwidthServers, run_client
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
 from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.nodewall import NodeFirewall
@@ -120,6 +121,8 @@ class NodeRuntime:
             said=self._report_engines,
         )
         self.firewall = NodeFirewall(opts.state_dir)
+        # ib_write_bw servers started for the control plane's fabric tests.
+        self.bw_servers = BandwidthServers()
         self._probe_task: asyncio.Task[None] | None = None
         self.memrate = MemoryRateProbe(opts.state_dir)
         # The cluster's settings changed without a restart: the next heartbeat says so.
@@ -179,6 +182,7 @@ class NodeRuntime:
         if self._probe_task is not None:
             self._probe_task.cancel()
         await self.convergence.close()
+        await self.bw_servers.close()
         await self.memrate.close()
         for task in self._follows.values():
             task.cancel()
@@ -288,6 +292,8 @@ class NodeRuntime:
             await self._inspect(req)
         elif req.kind == "fabric.discover":
             await self._discover_fabric(req)
+        elif req.kind in ("fabric.bw_serve", "fabric.bw_run"):
+            await self._bandwidth(req)
         else:
             self.emit(
                 Response(id=req.id, ok=False, error=f"this agent does not answer {req.kind!r}")
@@ -310,6 +316,32 @@ class NodeRuntime:
                 await run_ibnetdiscover(device, at, tool="saquery", extra=("SMIR",), timeout=30)
             )
         self.emit(Response(id=req.id, result={"text": text, "smir": smir}))
+
+    async def _bandwidth(self, req: Request) -> None:
+        """One rail of a fabric test: this node's ``ib_write_bw`` server, or its client."""
+        a = req.args
+        try:
+            device, ib_port = str(a["device"]), int(a["ib_port"])
+            tcp_port, seconds = int(a["tcp_port"]), int(a.get("seconds", 5))
+            if req.kind == "fabric.bw_serve":
+                await self.bw_servers.serve(device, ib_port, tcp_port, seconds)
+                self.emit(Response(id=req.id, result={"listening": True}))
+                return
+            run = await run_client(device, ib_port, tcp_port, str(a["server"]), seconds)
+        except (KeyError, ValueError, RuntimeError) as exc:
+            self.emit(Response(id=req.id, ok=False, error=str(exc)))
+            return
+        self.emit(
+            Response(
+                id=req.id,
+                result={
+                    "gbps": run.bw_average_gbps,
+                    "peak": run.bw_peak,
+                    "unit": run.bw_unit,
+                    "size_bytes": run.size_bytes,
+                },
+            )
+        )
 
     async def _inspect(self, req: Request) -> None:
         """A model's shape from files this node holds: a local path, or the cache."""

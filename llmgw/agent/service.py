@@ -140,7 +140,7 @@ async def run_agent(opts: AgentOptions) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     # What this node can do beyond the stream itself: the control plane asks only those.
-    features = [*FEATURES, *(["ibnetdiscover"] if shutil.which("ibnetdiscover") else [])]
+    features = [*FEATURES, *(t for t in ("ibnetdiscover", "ib_write_bw") if shutil.which(t))]
     settings = SessionSettings(heartbeat_interval=opts.heartbeat_interval, features=features)
     log.info("agent for node %s; control planes %s", state.node_id, ", ".join(state.control_planes))
     try:

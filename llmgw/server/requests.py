@@ -328,3 +328,12 @@ class EngineBuild:
     """Which build of the engines a node installs."""
 
     build: str = spec(doc="auto, cu13, cu129, cpu, or none (install nothing there)", max_length=8)
+
+
+@dataclass(frozen=True)
+class FabricTest:
+    """ib_write_bw between two nodes, adapter by adapter."""
+
+    a: str = spec(doc="the node that runs the clients", pattern=NODE_ID)
+    b: str = spec(doc="the node that runs the servers", pattern=NODE_ID)
+    seconds: int = spec(5, doc="seconds each rail runs", minimum=1, maximum=60)

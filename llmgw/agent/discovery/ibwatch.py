@@ -88,7 +88,8 @@ class PortWatch:
             self._sm_at = now
             masters: dict[tuple[str, int], SmInfo] = {}
             for p in ports:
-                if p.link_layer == "InfiniBand" and p.state == "ACTIVE":
+                # A port the SM has not brought up yet (INIT, ARMED) still sees it.
+                if p.link_layer == "InfiniBand" and p.state in ("ACTIVE", "ARMED", "INIT"):
                     info = await read_sminfo(p.device, p.port, sminfo=self.sminfo)
                     if info is not None:
                         masters[(p.device, p.port)] = info

@@ -9,8 +9,10 @@ from typing import Any
 from llmgw.server.api.routing import Call, Op
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
+from llmgw.server.fleet.fabrictest import FabricTestRefused, fabric_test
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
+from llmgw.server.requests import FabricTest
 
 DOC = {"type": "object", "required": ["fabrics", "roce_networks", "unassigned_ports"]}
 TOPOLOGY = {
@@ -43,7 +45,24 @@ def routes(watch: FabricWatch, maps: FabricMaps, registry: NodeRegistry) -> list
             raise Refusal(404, "not_found", f"fabric {fabric_id!r}: {why}")
         return shown
 
+    async def test(call: Call) -> Any:
+        ask: FabricTest = call.body
+        try:
+            return await fabric_test(registry, ask.a, ask.b, ask.seconds)
+        except FabricTestRefused as exc:
+            raise Refusal(409, "cannot_test", str(exc)) from None
+
     return [
+        Op(
+            "POST",
+            "/api/v1/fabric-tests",
+            test,
+            "ib_write_bw between two nodes, adapter by adapter, each rail graded against "
+            "its link rate",
+            body=FabricTest,
+            answer={"type": "object", "required": ["a", "b", "rails"]},
+            errors=(409,),
+        ),
         Op(
             "GET",
             "/api/v1/fabrics",

@@ -25,6 +25,7 @@ from llmgw.server.fleet.registry import NodeRegistry, NodeView
 log = logging.getLogger("llmgw.fabrics")
 
 EVERY = 300.0
+TICK = 10.0  # how soon a fabric seen for the first time is mapped
 ASK_TIMEOUT = 150.0
 FEATURE = "ibnetdiscover"
 
@@ -46,6 +47,8 @@ class FabricMaps:
         self.errors: dict[str, str] = {}
         # fabric id -> every SM its SA knows (``saquery SMIR``), when the node could ask.
         self.managers: dict[str, list[dict[str, Any]]] = {}
+        self._tried: dict[str, float] = {}
+        self.tick = min(TICK, every)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -54,13 +57,18 @@ class FabricMaps:
             except Exception:
                 log.exception("reading the fabrics' wiring failed; trying again")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.every)
+                await asyncio.wait_for(stop.wait(), self.tick)
 
     async def poll(self) -> None:
-        """One pass: each fabric's map read again by one of its nodes."""
+        """One pass: each fabric's map read again by one of its nodes, when due (every
+        ``every`` seconds; at once for a fabric not tried yet)."""
         found = self.watch.fabrics(self.registry.nodes.values())
+        now = self.clock()
         for fabric in found["fabrics"]:
             fid = str(fabric["id"])
+            if fid in self._tried and now - self._tried[fid] < self.every:
+                continue
+            self._tried[fid] = now
             asker = self._asker(fabric)
             if asker is None:
                 self.errors[fid] = "no node of this fabric has ibnetdiscover (infiniband-diags)"

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from llmgw.server.api.fabrics import routes
-from llmgw.server.fleet.fabricmap import FabricMaps
+from llmgw.server.fleet.fabricmap import EVERY, FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.wire.messages import Response
@@ -44,8 +44,22 @@ def view(node_id: str, session: Session | None, features: list[str]) -> NodeView
     return v
 
 
+def listing(watch: FabricWatch, maps: FabricMaps, registry: Registry) -> Any:
+    """GET /api/v1/fabrics's handler."""
+    ops = routes(watch, maps, cast(NodeRegistry, registry))
+    return next(op.handler for op in ops if op.method == "GET" and op.path == "/api/v1/fabrics")
+
+
+NOW = [5000.0]
+
+
 def clock() -> float:
-    return 5000.0
+    return NOW[0]
+
+
+def later() -> None:
+    """Five minutes on: every fabric's map is due again."""
+    NOW[0] += EVERY
 
 
 async def test_one_node_per_fabric_reads_the_map_and_its_problems_join_the_fabrics() -> None:
@@ -63,14 +77,15 @@ async def test_one_node_per_fabric_reads_the_map_and_its_problems_join_the_fabri
     assert able.asked == [("fabric.discover", {"device": "mlx5_0", "port": 1})]
     shown = maps.topology(SM_A)
     assert shown is not None and shown["read_by"] == "b-tool" and shown["age_seconds"] == 0
+    assert shown["read_at"] == NOW[0]
     assert sorted(set(shown["tiers"].values())) == ["leaf", "spine"]
     assert shown["rail_misses"] and shown["rail_misses"][0]["host"] == "gpu-05"
     assert any("2x" in (link["degraded"] or "") for link in shown["links"])
 
-    (get, topology) = (op.handler for op in routes(watch, maps, cast(NodeRegistry, registry)))
+    get = listing(watch, maps, registry)
     found = await get(cast(Any, None))
     (fabric,) = found["fabrics"]
-    assert fabric["topology_read_at"] == 5000.0
+    assert fabric["topology_read_at"] == NOW[0]
     problems = " | ".join(fabric["problems"])
     assert "gpu-05" in problems and "2x" in problems
 
@@ -81,6 +96,9 @@ async def test_a_node_that_cannot_read_leaves_the_reason_and_the_last_map() -> N
     maps = FabricMaps(cast(NodeRegistry, registry), FabricWatch(clock), clock=clock)
     await maps.poll()
     session.answer = Response(id="x", ok=False, error="ibnetdiscover failed (exit 1): no port")
+    await maps.poll()
+    assert maps.problems(SM_A) == maps.topology(SM_A)["problems"]  # not due: not asked
+    later()
     await maps.poll()
     assert maps.topology(SM_A) is not None  # the last map stays
     assert (
@@ -104,12 +122,13 @@ async def test_every_sm_the_sa_knows_and_no_standby_is_a_problem() -> None:
     watch = FabricWatch(clock)
     maps = FabricMaps(cast(NodeRegistry, registry), watch, clock=clock)
     await maps.poll()
-    get = routes(watch, maps, cast(NodeRegistry, registry))[0].handler
+    get = listing(watch, maps, registry)
     (fabric,) = (await get(cast(Any, None)))["fabrics"]
     assert fabric["subnet_manager_records"] == alone
     assert any(p.startswith("no standby subnet manager (1 SM(s)") for p in fabric["problems"])
     standby = {"guid": "0x0c42a10300b5d8ff", "lid": 7, "priority": 13, "state": "STANDBY"}
     session.answer = Response(id="x", result={"text": MAP, "smir": [*alone, standby]})
+    later()
     await maps.poll()
     (fabric,) = (await get(cast(Any, None)))["fabrics"]
     assert fabric["subnet_managers"] == [SM_A, "0x0c42a10300b5d8ff"]

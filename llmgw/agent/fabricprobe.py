@@ -1,0 +1,137 @@
+"""One rail of ``llmgw ctl fabric-test A B``: ``ib_write_bw`` between one adapter of this
+node and one of another, over the agents' streams. B's agent starts the server on a TCP
+port (the tool's out-of-band exchange), A's agent runs the client against B's address;
+the RDMA traffic itself goes over the adapters named.
+
+The server is started and left to finish with its client (or killed once its time is up);
+the client's output is parsed (``parse_ib_write_bw``) into the figure the control plane
+grades against the link's rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+
+from llmgw.agent.discovery.infiniband import BandwidthRun, parse_ib_write_bw
+
+log = logging.getLogger("llmgw.agent.fabric")
+
+TOOL = "ib_write_bw"
+GRACE = 30.0
+# The server says this once it listens for its client.
+LISTENING = b"Waiting for client"
+
+
+def available(tool: str = TOOL) -> bool:
+    return shutil.which(tool) is not None
+
+
+def _argv(tool: str, device: str, ib_port: int, tcp_port: int, seconds: int) -> list[str]:
+    return [
+        tool,
+        "-d",
+        device,
+        "-i",
+        str(ib_port),
+        "-p",
+        str(tcp_port),
+        "-F",
+        "--report_gbits",
+        "-D",
+        str(seconds),
+    ]
+
+
+class BandwidthServers:
+    """The servers this node runs for tests; each ends with its client or its time."""
+
+    def __init__(self, tool: str = TOOL) -> None:
+        self.tool = tool
+        self._reapers: set[asyncio.Task[None]] = set()
+
+    async def serve(self, device: str, ib_port: int, tcp_port: int, seconds: int) -> None:
+        """Start a server and return once it listens (RuntimeError with its words if it
+        cannot)."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *_argv(self.tool, device, ib_port, tcp_port, seconds),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+        except OSError as exc:
+            raise RuntimeError(f"{self.tool} cannot be run: {exc.strerror or exc}") from exc
+        assert proc.stdout is not None
+        said: list[bytes] = []
+        try:
+            async with asyncio.timeout(15):
+                while LISTENING not in b"".join(said):
+                    line = await proc.stdout.readline()
+                    if not line:
+                        await proc.wait()
+                        words = b"".join(said).decode(errors="replace").strip()[-300:]
+                        raise RuntimeError(
+                            f"{self.tool} server on {device} ended (exit {proc.returncode}): "
+                            f"{words}"
+                        )
+                    said.append(line)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise RuntimeError(f"{self.tool} server on {device} did not listen in 15 s") from None
+        task = asyncio.create_task(self._reap(proc, seconds + GRACE))
+        self._reapers.add(task)
+        task.add_done_callback(self._reapers.discard)
+
+    async def _reap(self, proc: asyncio.subprocess.Process, limit: float) -> None:
+        assert proc.stdout is not None
+        try:
+            async with asyncio.timeout(limit):
+                await proc.stdout.read()
+                await proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    async def close(self) -> None:
+        for task in list(self._reapers):
+            task.cancel()
+
+
+async def run_client(
+    device: str,
+    ib_port: int,
+    tcp_port: int,
+    server: str,
+    seconds: int,
+    tool: str = TOOL,
+) -> BandwidthRun:
+    """The client against ``server``: the run's figure (its largest message size)."""
+    argv = [*_argv(tool, device, ib_port, tcp_port, seconds), server]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    except OSError as exc:
+        raise RuntimeError(f"{tool} cannot be run: {exc.strerror or exc}") from exc
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), seconds + GRACE)
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())
+        raise RuntimeError(f"{tool} client on {device} did not finish") from None
+    text = out.decode(errors="replace")
+    runs = parse_ib_write_bw(text)
+    if proc.returncode != 0 or not runs:
+        tail = " | ".join(line for line in text.strip().splitlines()[-3:])
+        raise RuntimeError(f"{tool} client on {device} failed (exit {proc.returncode}): {tail}")
+    return max(runs, key=lambda r: r.size_bytes)

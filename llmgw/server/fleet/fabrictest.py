@@ -1,0 +1,113 @@
+"""``llmgw ctl fabric-test A B``: ``ib_write_bw`` between two nodes, adapter by adapter,
+one rail at a time (A's first active adapter with B's first, and so on), over the
+agents' streams: B's agent starts the server, A's runs the client against B's address.
+Each rail's figure is graded against the slower end's link rate.
+
+An agent that cannot run the tool (no ``ib_write_bw`` feature in its Register) is
+refused before anything starts, as is a node with no active RDMA port.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
+
+FEATURE = "ib_write_bw"
+FIRST_PORT = 18515  # perftest's own default; one port per rail from there
+GOOD, FAIR = 0.9, 0.7
+
+
+class FabricTestRefused(ValueError):
+    """A test that cannot run; says which node and why."""
+
+
+def grade(gbps: float | None, rate: float | None) -> tuple[float | None, str]:
+    """(share of the link rate, grade): good at 90% or more, fair from 70%, poor below;
+    ``unknown`` when either figure was not read."""
+    if gbps is None or not rate:
+        return None, "unknown"
+    ratio = gbps / rate
+    return round(ratio, 3), "good" if ratio >= GOOD else "fair" if ratio >= FAIR else "poor"
+
+
+def _active(view: NodeView) -> list[dict[str, Any]]:
+    ports = [p for p in view.live.get("ib_ports") or [] if isinstance(p, dict)]
+    return [p for p in ports if p.get("state") == "ACTIVE"]
+
+
+def _ready(registry: NodeRegistry, node_id: str) -> NodeView:
+    view = registry.nodes.get(node_id)
+    if view is None:
+        raise FabricTestRefused(f"no node {node_id!r}; `llmgw ctl nodes` lists them")
+    if view.session is None:
+        raise FabricTestRefused(f"{node_id} is not connected")
+    if FEATURE not in view.features:
+        raise FabricTestRefused(
+            f"{node_id} cannot run {FEATURE} (install perftest on it: apt install perftest)"
+        )
+    if not _active(view):
+        raise FabricTestRefused(f"{node_id} has no active InfiniBand or RoCE port")
+    return view
+
+
+async def _ask(view: NodeView, kind: str, args: dict[str, Any], timeout: float) -> Any:
+    assert view.session is not None
+    async for answer in view.session.ask(kind, args, timeout=timeout):
+        if not answer.ok:
+            raise RuntimeError(answer.error or "it said no")
+        return answer.result
+    raise RuntimeError("no answer")
+
+
+async def fabric_test(registry: NodeRegistry, a: str, b: str, seconds: int = 5) -> dict[str, Any]:
+    if a == b:
+        raise FabricTestRefused("give two different nodes")
+    client, server = _ready(registry, a), _ready(registry, b)
+    address = server.address
+    if not address:
+        raise FabricTestRefused(f"{b} has no address the other node can reach")
+    rails = []
+    pairs = zip(_active(client), _active(server), strict=False)
+    for i, (pa, pb) in enumerate(pairs):
+        tcp_port = FIRST_PORT + i
+        rate_a, rate_b = pa.get("rate_gbps"), pb.get("rate_gbps")
+        rate = min(r for r in (rate_a, rate_b) if r) if (rate_a or rate_b) else None
+        row: dict[str, Any] = {
+            "rail": i,
+            "a_device": f"{pa.get('device')}/{pa.get('port')}",
+            "b_device": f"{pb.get('device')}/{pb.get('port')}",
+            "rate_gbps": rate,
+            "gbps": None,
+            "ratio": None,
+            "grade": "failed",
+            "error": None,
+        }
+        common = {"ib_port": 0, "tcp_port": tcp_port, "seconds": seconds}
+        try:
+            await _ask(
+                server,
+                "fabric.bw_serve",
+                {**common, "device": pb.get("device"), "ib_port": pb.get("port")},
+                timeout=30,
+            )
+            result = await _ask(
+                client,
+                "fabric.bw_run",
+                {
+                    **common,
+                    "device": pa.get("device"),
+                    "ib_port": pa.get("port"),
+                    "server": address,
+                },
+                timeout=seconds + 60,
+            )
+        except (RuntimeError, ConnectionError, TimeoutError) as exc:
+            row["error"] = str(exc)
+            rails.append(row)
+            continue
+        gbps = result.get("gbps") if isinstance(result, dict) else None
+        row["gbps"] = gbps
+        row["ratio"], row["grade"] = grade(gbps, rate)
+        rails.append(row)
+    return {"a": a, "b": b, "seconds": seconds, "rails": rails}
