@@ -17,11 +17,13 @@ from textual.widgets import ContentSwitcher, Footer, ListItem, ListView, Static
 
 from llmgw.tui.api import ConsoleApi, Snapshot
 from llmgw.tui.base import Pane
+from llmgw.tui.fabrics import FabricsPane
 from llmgw.tui.gpumap import GpuMapPane
 from llmgw.tui.keys import KeysPane
 from llmgw.tui.models import ModelsPane
 from llmgw.tui.nodepage import NodePage
 from llmgw.tui.nodes import NodesPane
+from llmgw.tui.nvlinkracks import NvlinkRacksPane
 from llmgw.tui.overview import OverviewPane
 from llmgw.tui.replicas import ReplicasPane
 
@@ -32,9 +34,11 @@ PANES: tuple[type[Pane], ...] = (
     ReplicasPane,
     GpuMapPane,
     KeysPane,
+    FabricsPane,
+    NvlinkRacksPane,
 )
 # Screens that come with their own issues; shown, not yet there.
-LATER = ("Fabrics", "NVLink racks")
+LATER: tuple[str, ...] = ()
 REFRESH_SECONDS = 2.0
 
 
