@@ -24,6 +24,7 @@ from llmgw.server.api import (
     fabrics,
     keys,
     models,
+    nvlink,
     openapi,
     plan,
     replicas,
@@ -407,6 +408,7 @@ class ControlPlane:
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
         ops += fabrics.routes(self.fabrics, self.fabric_maps, self.registry)
+        ops += nvlink.routes(self.registry)
         return ops
 
     def admin_app(self) -> AdminApp:
@@ -424,6 +426,8 @@ class ControlPlane:
             admin_token_ok=self.admin_token_ok,
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,
+            fabrics=self.fabrics,
+            fabric_maps=self.fabric_maps,
         )
         pages = site.routes(services, ops, gate, self._standby)
         return build_app(ops, gate, self.config.gateway.body_timeout, pages)

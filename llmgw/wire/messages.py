@@ -140,6 +140,18 @@ class GpuHealth:
     nvlink_active: int | None = None
     # Error counters summed over the card's links ("crc_flit", "replay", ...).
     nvlink_errors: dict[str, int] | None = None
+    # The card's place in a multi-node NVLink fabric (GB200 NVL72 and the like), in
+    # nvidia-smi's words: state "Not Started", "In Progress", "Completed"; status
+    # "Success" or the driver's error; the fabric's ClusterUUID and the card's CliqueId.
+    # All absent where the card has no such fabric (N/A). An all-zero ClusterUUID is a
+    # single node's own NVSwitch fabric (HGX), not a multi-node one.
+    fabric_state: str | None = None
+    fabric_status: str | None = None
+    fabric_cluster_uuid: str | None = None
+    fabric_clique_id: int | None = None
+    # nvidia-smi's fabric health by its tag ("summary": "Healthy", "bandwidth": "Full",
+    # "route_unhealthy": "False", ...); only the entries given.
+    fabric_health: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,6 +193,10 @@ class NodeVitals:
     cpu_temperatures: dict[str, float] | None = None  # degrees C per CPU package
     board_temperatures: dict[str, float] | None = None
     cpu_power: dict[str, float] | None = None  # W per CPU package
+    # NVIDIA IMEX (multi-node NVLink memory export): whether nvidia-imex runs, and its
+    # channels (/dev/nvidia-caps-imex-channels/channel*). Absent on a node without IMEX.
+    imex_running: bool | None = None
+    imex_channels: int | None = None
 
 
 @dataclass(frozen=True)

@@ -375,7 +375,9 @@ def test_health_of_a_card_with_no_figures_is_all_none() -> None:
     rest = [f.name for f in dataclasses.fields(GpuHealth) if f.name not in {"uuid", "index"}]
     assert {name: getattr(health, name) for name in rest} == dict.fromkeys(rest)
     health_figures = [n for n in FIGURES if n in HEALTH]
-    assert nvml.figure_calls == len(health_figures) == 10
+    # Each figure asked for once; "fabric" (multi-node NVLink) is tested apart, in
+    # tests/agent/test_nvlink_fabric.py.
+    assert nvml.figure_calls == len(health_figures) + 1 == 11
 
 
 def test_health_with_zero_counts_reads_zero_not_none() -> None:
@@ -481,6 +483,11 @@ def test_from_smi_xml_h100() -> None:
         remapped_uncorrectable=1,
         remap_pending=True,
         remap_failed=False,
+        # An HGX board's own NVSwitch fabric: all-zero ClusterUUID, clique 0.
+        fabric_state="Completed",
+        fabric_status="Success",
+        fabric_cluster_uuid="00000000-0000-0000-0000-000000000000",
+        fabric_clique_id=0,
     )
     assert (h1.uuid, h1.ecc_volatile_uncorrected, h1.remap_pending) == (second.uuid, 0, False)
     # What nvidia-smi -q -x does not give stays absent.

@@ -82,6 +82,10 @@ async def test_xml_slow_read_gives_health(tmp_path: Path) -> None:
         remap_pending=True,
         remap_failed=False,
         xids=[],
+        fabric_state="Completed",
+        fabric_status="Success",
+        fabric_cluster_uuid="00000000-0000-0000-0000-000000000000",
+        fabric_clique_id=0,
     )
     assert (h1.uuid, h1.ecc_volatile_uncorrected, h1.xids) == (H100_1, 0, [])
     await nv.close()

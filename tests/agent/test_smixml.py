@@ -28,6 +28,10 @@ NOT_NUMBERS = {
     "ecc_mode_current",
     "mig_mode_current",
     "processes",
+    "fabric_state",
+    "fabric_status",
+    "fabric_cluster_uuid",
+    "fabric_health",
 }
 ECC_COUNTS = (
     "ecc_volatile_corrected",

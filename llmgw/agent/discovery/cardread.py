@@ -1,5 +1,6 @@
 """Cards into wire records: NVML's answers, or ``nvidia-smi -q -x``'s, as ``GPU`` (the
-figures that move, every heartbeat) and ``GpuHealth`` (the slow ones, every minute).
+figures that move, every heartbeat) and ``GpuHealth`` (the slow ones, every minute:
+ECC, rows, NVLink, and the card's place in a multi-node NVLink fabric).
 
 Every figure is asked for apart and one that does not come is absent: a driver that
 cannot give a card's fan speed still gives its temperature. A card in MIG mode is
@@ -15,7 +16,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from llmgw.agent.discovery.mig import MigInstance
-from llmgw.agent.discovery.nvml import NvmlError, NvmlSource, decode_throttle
+from llmgw.agent.discovery.nvml import FABRIC_STATES, NvmlError, NvmlSource, decode_throttle
 from llmgw.agent.discovery.smixml import CardHealth, SmiXml
 from llmgw.wire.messages import CARD_WIDE_FIGURES, GPU, GpuHealth, GpuProcess
 
@@ -154,6 +155,68 @@ def read_nvml(source: NvmlSource) -> tuple[list[GPU], list[str]]:
     return gpus, warnings
 
 
+_TRUE_FALSE = {1: "True", 2: "False"}
+# NVML's fabric health mask: (shift, width, the -q -x tag, value -> word). The words are
+# nvidia-smi's where a capture shows them ("Full", "False"), ours after them elsewhere.
+_FABRIC_HEALTH = (
+    (0, 0x3, "bandwidth", {1: "Degraded", 2: "Full"}),
+    (2, 0x3, "route_recovery_in_progress", _TRUE_FALSE),
+    (4, 0x3, "route_unhealthy", _TRUE_FALSE),
+    (6, 0x3, "access_timeout_recovery", _TRUE_FALSE),
+    (
+        8,
+        0xF,
+        "incorrect_configuration",
+        {
+            1: "None",
+            2: "Incorrect SYSGUID",
+            3: "Incorrect Chassis Serial Number",
+            4: "No Partition",
+            5: "Insufficient NVLinks",
+            6: "Incompatible GPU Firmware",
+            7: "Invalid Location",
+            8: "GPU State Invalid",
+        },
+    ),
+    (12, 0x3, "partition_assigned", _TRUE_FALSE),
+    (14, 0x3, "gfm_state", {1: "Connected", 2: "Disconnected"}),
+)
+_FABRIC_SUMMARY = {1: "Healthy", 2: "Unhealthy", 3: "Limited Capacity"}
+
+
+def fabric_health(mask: int | None, summary: int | None) -> dict[str, str] | None:
+    """NVML's fabric health mask and summary as ``-q -x``'s ``<health>`` entries; those
+    NVML says are not supported (0) are left out."""
+    found: dict[str, str] = {}
+    said = _FABRIC_SUMMARY.get(summary) if summary is not None else None
+    if said:
+        found["summary"] = said
+    for shift, width, tag, words in _FABRIC_HEALTH:
+        word = words.get((mask >> shift) & width) if mask is not None else None
+        if word:
+            found[tag] = word
+    return found or None
+
+
+def _fabric(found: Any) -> dict[str, Any]:
+    """NVML's ``fabric`` figure as GpuHealth's fields; none for a card without a fabric
+    (state 0, "not supported"). The status and the ids mean something once Completed."""
+    if not isinstance(found, dict):
+        return {}
+    state = FABRIC_STATES.get(_int(found.get("state")) or 0)
+    if state is None:
+        return {}
+    out: dict[str, Any] = {"fabric_state": state}
+    if state == "Completed":
+        out["fabric_status"] = found.get("status") if isinstance(found.get("status"), str) else None
+        out["fabric_cluster_uuid"] = found.get("cluster_uuid")
+        out["fabric_clique_id"] = _int(found.get("clique_id"))
+    out["fabric_health"] = fabric_health(
+        _int(found.get("health_mask")), _int(found.get("health_summary"))
+    )
+    return out
+
+
 def read_nvml_health(source: NvmlSource, count: int) -> list[GpuHealth]:
     """The slow figures of NVML's first ``count`` cards; a card that will not answer is
     left out."""
@@ -195,6 +258,7 @@ def read_nvml_health(source: NvmlSource, count: int) -> list[GpuHealth]:
                 nvlink_links=len(nvlink) if isinstance(nvlink, list) else None,
                 nvlink_active=sum(1 for a, _ in nvlink if a) if isinstance(nvlink, list) else None,
                 nvlink_errors=errors,
+                **_fabric(fig("fabric")),
             )
         )
     return out
@@ -252,6 +316,11 @@ def _health_from_smi(card: CardHealth, uuid: str) -> GpuHealth:
         remapped_uncorrectable=card.remapped_rows_uncorrectable,
         remap_pending=card.remapped_rows_pending,
         remap_failed=card.remapped_rows_failure,
+        fabric_state=card.fabric_state,
+        fabric_status=card.fabric_status,
+        fabric_cluster_uuid=card.fabric_cluster_uuid,
+        fabric_clique_id=card.fabric_clique_id,
+        fabric_health=card.fabric_health,
     )
 
 

@@ -8,8 +8,9 @@ hangs (a dead NFS server) is left behind after a timeout instead of holding the 
 The cards' slow figures (ECC, retired and remapped rows, NVLink) are read every
 ``slow_interval`` and sent then; sooner when an Xid arrives, or when they changed in a
 read that gives them anyway (``nvidia-smi -q -x`` does, each heartbeat). The node's
-health warnings are sent whenever they change. A card's processes are listed without this
-node's own engines (their process groups, given by ``engine_groups``).
+health warnings are sent whenever they change. Whether IMEX runs (``imex``) is read
+every ``slow_interval`` and sent with the vitals. A card's processes are listed without
+this node's own engines (their process groups, given by ``engine_groups``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from llmgw.agent.discovery.disks import scan_disks
 from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.discovery.host import CpuMeter, read_host, read_load, read_memory
 from llmgw.agent.discovery.ibwatch import PortWatch
+from llmgw.agent.discovery.imex import Imex, read_imex
 from llmgw.agent.discovery.nvidia import NvidiaCards
 from llmgw.agent.discovery.nvidia_smi import run_nvidia_smi_topo
 from llmgw.agent.discovery.nvml import NvmlSource, process_group
@@ -90,6 +92,10 @@ class Discovery:
         self._rapl = RaplMeter(sysfs / "powercap")
         self._clock = clock
         self._ports = ports or PortWatch(sysfs.parent.parent)
+        # IMEX (nvidia-imex and its channels), read every slow_interval, sent with vitals.
+        self._root = sysfs.parent.parent
+        self._imex: Imex | None = None
+        self._imex_at = float("-inf")
         self._slow_at = float("-inf")
         self._health: list[GpuHealth] = []
         self._sent_xids: dict[str, object] = {}
@@ -158,7 +164,7 @@ class Discovery:
         now = self._clock()
         slow = now - self._slow_at >= self._slow_interval
         (memory, load, vitals), (disks, disk_warnings), cards, prof, ib = await asyncio.gather(
-            asyncio.to_thread(lambda: (read_memory()[1], read_load(), self._vitals())),
+            asyncio.to_thread(lambda: (read_memory()[1], read_load(), self._vitals(now))),
             self._disks(),
             self._cards.read(slow=slow),
             self._profiling(),
@@ -192,15 +198,20 @@ class Discovery:
             ib_ports=ib,
         )
 
-    def _vitals(self) -> NodeVitals | None:
+    def _vitals(self, now: float) -> NodeVitals | None:
         hwmon = read_hwmon(self._hwmon)
         power = self._rapl.sample()
-        if not (hwmon.cpu or hwmon.board or power):
+        if now - self._imex_at >= self._slow_interval:
+            self._imex, self._imex_at = read_imex(self._root), now
+        imex = self._imex
+        if not (hwmon.cpu or hwmon.board or power or imex):
             return None
         return NodeVitals(
             cpu_temperatures=hwmon.cpu or None,
             board_temperatures=hwmon.board or None,
             cpu_power=power or None,
+            imex_running=imex.running if imex else None,
+            imex_channels=imex.channels if imex else None,
         )
 
     async def _profiling(self) -> dict[str, ProfCounters]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from ctypes import byref
 from typing import Any, Protocol, TypeVar
 
 from llmgw.wire.warnings import THROTTLE_REASONS
@@ -53,7 +54,15 @@ FIGURES: dict[str, str] = {
     "retired_pending": "True when a retirement waits for a reset",
     "remapped_rows": "(correctable, uncorrectable, pending, failed)",
     "nvlink": "[(active, {counter: count})] per link the card has",
+    "fabric": (
+        "{state: 0..3 (NVML_GPU_FABRIC_STATE_*), status: 'Success' or NVML's error text, "
+        "cluster_uuid: '8-4-4-4-12' hex, clique_id, health_mask (v2 on), "
+        "health_summary (v3 on)}"
+    ),
 }
+
+# NVML's fabric states, in nvidia-smi's words; 0 (not supported) is no fabric.
+FABRIC_STATES = {1: "Not Started", 2: "In Progress", 3: "Completed"}
 
 # NVML's clock event (throttle) reason bits, in THROTTLE_REASONS' order: 0x1 is
 # gpu_idle, 0x2 applications clocks, ... 0x100 display clocks.
@@ -406,6 +415,36 @@ class PynvmlSource:
             raise NvmlError("no NVLink on this card")
         return links
 
+    def _fig_fabric(self, nv: Any, h: Any) -> dict[str, Any]:
+        # The versioned call (v3 has the health summary, v2 the health mask) where the
+        # driver and nvidia-ml-py have it, else the first one (535 on).
+        info: Any = None
+        for kind in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t"):
+            struct = getattr(nv, kind, None)
+            if struct is None or not hasattr(nv, "nvmlDeviceGetGpuFabricInfoV"):
+                continue
+            try:
+                info = struct()
+                self._call(nv.nvmlDeviceGetGpuFabricInfoV, h, byref(info))
+                break
+            except NvmlError:
+                info = None  # a version this driver does not take: try the older one
+        if info is None:
+            info = nv.c_nvmlGpuFabricInfo_t()
+            self._call(nv.nvmlDeviceGetGpuFabricInfo, h, byref(info))
+        status = int(info.status)
+        found: dict[str, Any] = {
+            "state": int(info.state),
+            "status": "Success" if status == 0 else _text(nv.nvmlErrorString(status)),
+            "cluster_uuid": fabric_uuid(bytes(info.clusterUuid)),
+            "clique_id": int(info.cliqueId),
+        }
+        if hasattr(info, "healthMask"):
+            found["health_mask"] = int(info.healthMask)
+        if hasattr(info, "healthSummary"):
+            found["health_summary"] = int(info.healthSummary)
+        return found
+
     def xid_events(self) -> list[tuple[int, int]]:
         nv = self._started()
         if self._events is None:
@@ -426,6 +465,12 @@ class PynvmlSource:
                 return found  # a timeout: nothing more waiting
             index = next((i for i, h in self._handles.items() if h == data.device), -1)
             found.append((index, int(data.eventData)))
+
+
+def fabric_uuid(raw: bytes) -> str:
+    """A fabric's 16-byte ClusterUUID as nvidia-smi writes it, '00000001-0000-...'."""
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:32]}"
 
 
 def process_group(pid: int) -> int | None:

@@ -256,6 +256,18 @@ _GPU = _section(
             },
         ),
         "Processes": _PROCESSES,
+        # Multi-node NVLink; "Health" (580 on) keeps every entry under its label's slug,
+        # which is the XML's tag ("Route Recovery in progress" -> route_recovery_in_progress).
+        "Fabric": _section(
+            "fabric",
+            {
+                "State": "state",
+                "Status": "status",
+                "CliqueId": "cliqueId",
+                "ClusterUUID": "clusterUuid",
+                "Health": _section("health", {}, slug_rest=True),
+            },
+        ),
     },
 )
 _LOG = {

@@ -14,6 +14,9 @@ versions and one ``CardHealth`` per ``<gpu>``, in file order. Its contract:
   ``clocks_event_reasons``, ``gpu_power_readings`` (``instant_power_draw``,
   ``average_power_draw``, ``current_power_limit``) and per-location counts
   (``sram_correctable``, ``dram_uncorrectable``, ...), which are summed.
+- The ``<fabric>`` block (state, status, ``cliqueId``, ``clusterUuid``, and from 580
+  a ``<health>`` block) is read as given; the 535 branch writes only state and
+  status, and a card outside any NVLink fabric says N/A throughout, which is None.
 - The text is refused (``SmiXmlError``, a ValueError) when it is not XML, when its
   root is not ``nvidia_smi_log``, or when it declares entities or a DOCTYPE internal
   subset. The bare ``<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_vNN.dtd">`` line
@@ -98,6 +101,12 @@ class CardHealth:
     memory_used_bytes: int | None
     utilization_gpu_percent: int | None
     utilization_memory_percent: int | None
+    # The ``<fabric>`` block (multi-node NVLink): None where it says N/A or is missing.
+    fabric_state: str | None = None
+    fabric_status: str | None = None
+    fabric_clique_id: int | None = None
+    fabric_cluster_uuid: str | None = None
+    fabric_health: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +275,19 @@ def _energy_j(power: ET.Element | None, gpu: ET.Element) -> float | None:
     return None
 
 
+def _fabric_health(fabric: ET.Element | None) -> dict[str, str] | None:
+    """``<fabric><health>``'s entries by tag, those given (580 on; "None" is a value)."""
+    block = fabric.find("health") if fabric is not None else None
+    if block is None:
+        return None
+    found = {
+        child.tag: " ".join(child.text.split())
+        for child in block
+        if child.text is not None and not no_figure(child.text)
+    }
+    return found or None
+
+
 def _card(gpu: ET.Element, position: int) -> CardHealth:
     # gpu_power_readings from 530 on; power_readings before.
     power = gpu.find("gpu_power_readings")
@@ -279,6 +301,8 @@ def _card(gpu: ET.Element, position: int) -> CardHealth:
     remapped = gpu.find("remapped_rows")
     pstate = _text(gpu, "performance_state")
     minor = _int(gpu, "minor_number")
+    fabric = gpu.find("fabric")
+    cluster = _text(fabric, "clusterUuid")
     return CardHealth(
         index=position if minor is None else minor,
         uuid=_text(gpu, "uuid"),
@@ -332,6 +356,11 @@ def _card(gpu: ET.Element, position: int) -> CardHealth:
         memory_used_bytes=_bytes(gpu, "fb_memory_usage/used"),
         utilization_gpu_percent=_int(gpu, "utilization/gpu_util", "%"),
         utilization_memory_percent=_int(gpu, "utilization/memory_util", "%"),
+        fabric_state=_text(fabric, "state"),
+        fabric_status=_text(fabric, "status"),
+        fabric_clique_id=_int(fabric, "cliqueId"),
+        fabric_cluster_uuid=cluster.lower() if cluster else None,
+        fabric_health=_fabric_health(fabric),
     )
 
 

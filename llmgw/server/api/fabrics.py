@@ -4,13 +4,14 @@ the RoCE networks; ``/api/v1/fabrics/{id}/topology``: a fabric's map."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from llmgw.server.api.routing import Call, Op
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.fabrictest import FabricTestRefused, fabric_test
-from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import FabricTest
 
@@ -21,21 +22,28 @@ TOPOLOGY = {
 }
 
 
+def listing(watch: FabricWatch, maps: FabricMaps, views: Iterable[NodeView]) -> dict[str, Any]:
+    """The fabrics the ports see with what their maps add: the map's problems, when it
+    was read, and every SM the fabric's SA knows. ``GET /api/v1/fabrics`` and the admin
+    pages' Fabrics page both show this."""
+    found = watch.fabrics(views)
+    for fabric in found["fabrics"]:
+        fid = str(fabric["id"])
+        fabric["problems"] += maps.problems(fid)
+        kept = maps.maps.get(fid)
+        fabric["topology_read_at"] = kept[0] if kept else None
+        # Every SM the fabric's SA knows (saquery SMIR), when one of its nodes asked.
+        records = maps.managers.get(fid)
+        fabric["subnet_manager_records"] = records
+        if records:
+            known = {str(r.get("guid")) for r in records if r.get("guid")}
+            fabric["subnet_managers"] = sorted(set(fabric["subnet_managers"]) | known)
+    return found
+
+
 def routes(watch: FabricWatch, maps: FabricMaps, registry: NodeRegistry) -> list[Op]:
     async def get(call: Call) -> Any:
-        found = watch.fabrics(registry.nodes.values())
-        for fabric in found["fabrics"]:
-            fid = str(fabric["id"])
-            fabric["problems"] += maps.problems(fid)
-            kept = maps.maps.get(fid)
-            fabric["topology_read_at"] = kept[0] if kept else None
-            # Every SM the fabric's SA knows (saquery SMIR), when one of its nodes asked.
-            records = maps.managers.get(fid)
-            fabric["subnet_manager_records"] = records
-            if records:
-                known = {str(r.get("guid")) for r in records if r.get("guid")}
-                fabric["subnet_managers"] = sorted(set(fabric["subnet_managers"]) | known)
-        return found
+        return listing(watch, maps, registry.nodes.values())
 
     async def topology(call: Call) -> Any:
         fabric_id = call.params["fabric_id"]

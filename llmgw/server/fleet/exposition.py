@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw.server.fleet.nvlink import card_joined
 from llmgw.server.fleet.registry import NodeView
 from llmgw.wire.messages import CARD_WIDE_FIGURES
 from llmgw.wire.states import NodeState
@@ -92,6 +93,7 @@ _NODE = (
     ("llmgw_node_cpu_temperature_celsius", "gauge", "CPU package temperatures (hwmon)."),
     ("llmgw_node_board_temperature_celsius", "gauge", "Board temperatures (hwmon)."),
     ("llmgw_node_cpu_power_watts", "gauge", "CPU package power (RAPL)."),
+    ("llmgw_imex_up", "gauge", "1 while nvidia-imex runs on the node, 0 when it does not."),
     ("llmgw_node_disk_total_bytes", "gauge", "Size of a filesystem the agent writes to."),
     ("llmgw_node_disk_free_bytes", "gauge", "Free space on it."),
     ("llmgw_node_warnings", "gauge", "The node's current warnings, by kind."),
@@ -155,6 +157,11 @@ _CARD_OTHER = (
     ("llmgw_gpu_remap_failed", "gauge", "1 when a row remap failed."),
     ("llmgw_gpu_xid_errors_total", "counter", "Xid errors the agent saw, by code."),
     ("llmgw_gpu_nvlink_errors_total", "counter", "NVLink error counters summed over links."),
+    (
+        "llmgw_gpu_nvlink_joined",
+        "gauge",
+        "1 when the card joined its multi-node NVLink domain (Completed, Success), else 0.",
+    ),
 )
 _SHARD = (
     ("llmgw_shard_cpu_cores", "gauge", "Cores an engine's processes use."),
@@ -249,6 +256,9 @@ def _node(f: Families, view: NodeSnapshot, kind_of: Callable[[str], str]) -> Non
     ):
         for sensor, value in sorted((vitals.get(key) or {}).items()):
             f.add(family, f'{node},{label}="{_esc(sensor)}"', value)
+    imex = vitals.get("imex_running")
+    if isinstance(imex, bool):
+        f.add("llmgw_imex_up", node, int(imex))
     _ports(f, view.id, facts.get("ib_ports"))
     for disk in facts.get("disks") or []:
         where = f'{node},path="{_esc(disk.get("path", ""))}"'
@@ -354,6 +364,9 @@ def _health(f: Families, where: str, h: dict[str, Any]) -> None:
         f.add("llmgw_gpu_xid_errors_total", f'{where},xid="{xid.get("code")}"', xid.get("count"))
     for counter, n in sorted((h.get("nvlink_errors") or {}).items()):
         f.add("llmgw_gpu_nvlink_errors_total", f'{where},counter="{_esc(counter)}"', n)
+    joined = card_joined(h)
+    if joined is not None:
+        f.add("llmgw_gpu_nvlink_joined", where, int(joined))
 
 
 def fleet_metrics(

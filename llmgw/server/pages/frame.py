@@ -36,6 +36,8 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from llmgw.server import schema
 from llmgw.server.api.routing import Call, Gate, Op
+from llmgw.server.fleet.fabricmap import FabricMaps
+from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.gateway import Gateway
 from llmgw.server.pages import i18n
@@ -146,6 +148,10 @@ class Services:
     # server.yaml's pages_behind_tls: the session cookie is Secure.
     behind_tls: bool = False
     body_timeout: float = 30.0
+    # The InfiniBand fabrics the ports see and their maps (the Fabrics page); None: the
+    # page keeps its own watch, and shows no map.
+    fabrics: FabricWatch | None = None
+    fabric_maps: FabricMaps | None = None
 
 
 @dataclass(frozen=True)

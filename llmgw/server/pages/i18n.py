@@ -260,6 +260,91 @@ TURKISH: dict[str, str] = {
     "Remove": "Kaldır",
     "Longest answer": "En uzun yanıt",
     "The gateway's last hour": "Ağ geçidinin son bir saati",
+    # Fabrics
+    "Fabrics": "Ağ dokuları",
+    "Fabric": "Ağ dokusu",
+    "No InfiniBand fabric: no node reports an InfiniBand port whose master subnet manager "
+    "was read.": (
+        "InfiniBand ağ dokusu yok: hiçbir düğüm, ana alt ağ yöneticisi okunmuş bir "
+        "InfiniBand bağlantı noktası bildirmiyor."
+    ),
+    "Master SM": "Ana SM",
+    "Ports disagree on the master SM:": "Bağlantı noktaları ana SM konusunda uyuşmuyor:",
+    "Other SMs seen": "Görülen diğer SM'ler",
+    "Ports": "Bağlantı noktaları",
+    "Active rates": "Etkin hızlar",
+    "{n} at {rate} Gb/s": "{n} adet {rate} Gb/s hızında",
+    "none active": "etkin olan yok",
+    "{n} rate not read": "{n} tanesinin hızı okunmadı",
+    "Subnet managers the fabric knows": "Ağ dokusunun bildiği alt ağ yöneticileri",
+    "Priority": "Öncelik",
+    "Activity": "Etkinlik",
+    "Problems": "Sorunlar",
+    "No problems.": "Sorun yok.",
+    "Fix:": "Çözüm:",
+    "Map": "Harita",
+    "Read {age} ago by {node}": "{age} önce {node} tarafından okundu",
+    "{switches} switches · {adapters} adapters on {hosts} hosts · {cables} cables": (
+        "{switches} anahtar · {hosts} sunucuda {adapters} bağdaştırıcı · {cables} kablo"
+    ),
+    "{n} degraded": "{n} tanesi düşük hızda",
+    "{n} off their rail": "{n} tanesi kendi rayının dışında",
+    "The last read failed: {error}": "Son okuma başarısız oldu: {error}",
+    "cables to other switches": "diğer anahtarlara giden kablolar",
+    "degraded": "düşük hızda",
+    "off its rail": "rayının dışında",
+    "core": "çekirdek",
+    "spine": "omurga",
+    "leaf": "yaprak",
+    "no tier": "katmansız",
+    "rate not read": "hız okunmadı",
+    "{host} {adapter} is on {leaf} port {port}, which carries {rail}; its rail is on {expected}": (
+        "{host} {adapter}, {rail} rayını taşıyan {leaf} anahtarının {port} numaralı bağlantı "
+        "noktasında; kendi rayı {expected} üzerinde"
+    ),
+    "No map yet: {why}": "Henüz harita yok: {why}",
+    "none has been read yet": "henüz hiçbiri okunmadı",
+    "RoCE networks": "RoCE ağları",
+    "Network": "Ağ",
+    "None seen.": "Hiç görülmedi.",
+    "Ports of no fabric": "Hiçbir ağ dokusuna ait olmayan bağlantı noktaları",
+    "Active InfiniBand ports whose master SM could not be read.": (
+        "Ana SM'si okunamayan etkin InfiniBand bağlantı noktaları."
+    ),
+    "Rate": "Hız",
+    "None.": "Yok.",
+    # NVLink racks
+    "NVLink racks": "NVLink kabinleri",
+    "No NVLink domain: no node reports a card with an NVLink fabric (GB200 NVL72 and alike).": (
+        "NVLink alanı yok: hiçbir düğüm NVLink dokusu olan bir kart bildirmiyor (GB200 "
+        "NVL72 ve benzerleri)."
+    ),
+    "joined": "katıldı",
+    "joined, not Healthy": "katıldı, sağlıklı değil",
+    "not joined": "katılmadı",
+    "Domain": "Alan",
+    "clique {id}": "klik {id}",
+    "{trays} trays · {cards} cards: {joined} joined": (
+        "{trays} tepsi · {cards} kart: {joined} tanesi katıldı"
+    ),
+    "{n} not joined": "{n} tanesi katılmadı",
+    "{n} not read": "{n} tanesi okunmadı",
+    "IMEX up on {n}": "IMEX {n} tepside çalışıyor",
+    "down on {n}": "{n} tepside çalışmıyor",
+    "not read on {n}": "{n} tepside okunmadı",
+    "Tray": "Tepsi",
+    "Notes": "Notlar",
+    "card {index}": "kart {index}",
+    "up": "çalışıyor",
+    "down": "çalışmıyor",
+    "{n} channel(s)": "{n} kanal",
+    "card {index} not joined: {state}": "kart {index} katılmadı: {state}",
+    "card {index}: state not read": "kart {index}: durumu okunmadı",
+    "agent not connected: last figures": "ajan bağlı değil: son değerler",
+    "Unjoined cards": "Katılmamış kartlar",
+    "Cards with an NVLink fabric in no domain.": (
+        "NVLink dokusu olup hiçbir alanda olmayan kartlar."
+    ),
 }
 
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}

@@ -1,5 +1,6 @@
 """The admin pages as Starlette routes: sign-in and out, the language switch, the
-static files, and every page of ``fleetpages`` and ``catalogpages`` behind ``Frame``.
+static files, and every page of ``fleetpages``, ``catalogpages``, ``fabricpages`` and the
+rest behind ``Frame``.
 
 Built over the same services as the admin API (``Services``), in the same process and
 app: a page never calls the API over HTTP.
@@ -17,8 +18,17 @@ from starlette.routing import BaseRoute, Route
 
 from llmgw import pki
 from llmgw.server.api.routing import Gate, Op
+from llmgw.server.fleet.fabricmap import FabricMaps
+from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.gateway import Gateway
-from llmgw.server.pages import catalogpages, fleetpages, i18n, playpages, usagepages
+from llmgw.server.pages import (
+    catalogpages,
+    fabricpages,
+    fleetpages,
+    i18n,
+    playpages,
+    usagepages,
+)
 from llmgw.server.pages.frame import (
     Actions,
     Frame,
@@ -49,6 +59,8 @@ def routes(
     sessions = frame.sessions
     limiter = SignInLimiter()
     actions = Actions(ops)
+    watch = services.fabrics or FabricWatch()
+    fabric_maps = services.fabric_maps or FabricMaps(services.registry, watch)
 
     async def sign_in_form(request: Request) -> Response:
         if gate.session(request) is not None:
@@ -156,6 +168,7 @@ def routes(
         *catalogpages.pages(frame, actions, services.models, services.gateway, services.store),
         *usagepages.pages(frame, actions, services),
         *playpages.pages(frame, actions, services),
+        *fabricpages.pages(frame, watch, fabric_maps, services.registry),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

@@ -1,0 +1,228 @@
+"""The fleet's multi-node NVLink domains (GB200 NVL72 racks and the like), from the cards'
+fabric figures the agents send with their slow figures (``GpuHealth.fabric_*``) and
+whether IMEX runs on each node (``NodeVitals.imex_*``).
+
+A domain is the cards with the same ClusterUUID and CliqueId; it is drawn as a rack of
+trays, each node a tray. A card is *joined* when its fabric state is Completed and its
+status Success. An all-zero ClusterUUID is a single node's own NVSwitch fabric (an HGX
+board): that is no multi-node domain, and a card in it that is Completed/Success has
+nothing to join. A card with a fabric state but no ids (or an all-zero ClusterUUID while
+not Completed/Success) is *unjoined*; it is drawn in its node's tray too when the node's
+other cards are in one domain. A card without any fabric state (a PCIe card: N/A) is
+no part of this.
+
+Problems are said with their fix: a card of a domain that has not joined it (or whose
+fabric health is not Healthy), a tray of a domain spanning several nodes where IMEX is not
+running, and a node whose cards are in two cliques.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmgw.server.fleet.registry import NodeView
+
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+_SHOWN = 8  # places named in one problem; the rest are counted
+
+_JOIN_FIX = (
+    "read the card's Fabric block (`nvidia-smi -q -i {index}`); check the NVLink switch "
+    "trays' fabric manager (NMX) for this tray and its partition, then reset the card "
+    "(`nvidia-smi -r -i {index}`) or reboot the tray"
+)
+_IMEX_FIX = (
+    "start it (`systemctl enable --now nvidia-imex`) and list every tray of the domain in "
+    "/etc/nvidia-imex/nodes_config.cfg; its log is /var/log/nvidia-imex.log"
+)
+
+
+def _key(h: Mapping[str, Any]) -> tuple[str, int] | None:
+    uuid, clique = h.get("fabric_cluster_uuid"), h.get("fabric_clique_id")
+    if not isinstance(uuid, str) or uuid == ZERO_UUID:
+        return None
+    if not isinstance(clique, int) or isinstance(clique, bool):
+        return None
+    return uuid, clique
+
+
+def _completed(h: Mapping[str, Any]) -> bool:
+    return h.get("fabric_state") == "Completed" and h.get("fabric_status") == "Success"
+
+
+def card_joined(h: Mapping[str, Any]) -> bool | None:
+    """Whether a card (its GpuHealth map) has joined a multi-node NVLink domain; None
+    when its fabric was not read, or it is a single node's own fabric, healthy."""
+    if not isinstance(h.get("fabric_state"), str):
+        return None
+    if _completed(h) and h.get("fabric_cluster_uuid") == ZERO_UUID:
+        return None
+    return _completed(h) and _key(h) is not None
+
+
+def _card_json(h: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "index": h.get("index"),
+        "uuid": h.get("uuid"),
+        "state": h.get("fabric_state"),
+        "status": h.get("fabric_status"),
+        "joined": bool(card_joined(h)),
+        "health": h.get("fabric_health"),
+    }
+
+
+@dataclass
+class _Tray:
+    node: str
+    connected: bool
+    imex: dict[str, Any]
+    cards: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        cards = sorted(self.cards, key=lambda h: (h.get("index") is None, h.get("index") or 0))
+        return {
+            "node": self.node,
+            "connected": self.connected,
+            "cards": [_card_json(h) for h in cards],
+            "imex": dict(self.imex),
+        }
+
+
+@dataclass
+class _Domain:
+    cluster_uuid: str
+    clique_id: int
+    trays: dict[str, _Tray] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        return f"{self.cluster_uuid}/{self.clique_id}"
+
+    def as_json(self) -> dict[str, Any]:
+        trays = [self.trays[n] for n in sorted(self.trays)]
+        cards = [h for t in trays for h in t.cards]
+        return {
+            "id": self.id,
+            "cluster_uuid": self.cluster_uuid,
+            "clique_id": self.clique_id,
+            "nodes": len(trays),
+            "cards": len(cards),
+            "joined": sum(1 for h in cards if card_joined(h)),
+            "trays": [t.as_json() for t in trays],
+            "problems": list(self.problems),
+        }
+
+
+def _imex(view: NodeView) -> dict[str, Any]:
+    vitals = view.live.get("vitals")
+    vitals = vitals if isinstance(vitals, dict) else {}
+    running, channels = vitals.get("imex_running"), vitals.get("imex_channels")
+    return {
+        "running": running if isinstance(running, bool) else None,
+        "channels": channels if isinstance(channels, int) else None,
+    }
+
+
+def _health(view: NodeView) -> list[Mapping[str, Any]]:
+    found = view.live.get("gpu_health")
+    return [h for h in found if isinstance(h, dict)] if isinstance(found, list) else []
+
+
+def _named(places: list[str]) -> str:
+    shown = ", ".join(places[:_SHOWN])
+    more = len(places) - _SHOWN
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+def _where(node: str, h: Mapping[str, Any]) -> str:
+    return f"{node} card {h.get('index')}"
+
+
+def _judge(domain: _Domain, split: dict[str, list[str]]) -> None:
+    trays = [domain.trays[n] for n in sorted(domain.trays)]
+    out = domain.problems
+    for tray in trays:
+        for h in tray.cards:
+            if card_joined(h):
+                continue
+            said = f"fabric state {h.get('fabric_state')}"
+            if h.get("fabric_status") is not None:
+                said += f", status {h.get('fabric_status')}"
+            if _key(h) is None:
+                said += ", no ClusterUUID/CliqueId"
+            out.append(
+                f"{_where(tray.node, h)} has not joined NVLink domain {domain.id} ({said}). "
+                f"Fix: {_JOIN_FIX.format(index=h.get('index'))}"
+            )
+    unhealthy = [
+        f"{_where(t.node, h)} ({h['fabric_health'].get('summary')})"
+        for t in trays
+        for h in t.cards
+        if card_joined(h)
+        and isinstance(h.get("fabric_health"), dict)
+        and h["fabric_health"].get("summary") not in (None, "Healthy")
+    ]
+    if unhealthy:
+        out.append(
+            f"fabric health is not Healthy on {_named(unhealthy)}: the card joined but its "
+            "NVLink routes or bandwidth are degraded. Fix: read the Fabric Health block "
+            "(`nvidia-smi -q -i INDEX`) and the switch trays' NMX alarms; drain the node "
+            "if the bandwidth stays Degraded"
+        )
+    if len(trays) > 1:
+        stopped = [t.node for t in trays if t.imex["running"] is False]
+        unseen = [t.node for t in trays if t.imex["running"] is None]
+        if stopped:
+            out.append(
+                f"IMEX is not running on {_named(stopped)}, in a domain of {len(trays)} "
+                "nodes: jobs spanning trays cannot share memory over NVLink there. "
+                f"Fix: {_IMEX_FIX}"
+            )
+        if unseen:
+            out.append(
+                f"no IMEX was seen on {_named(unseen)}, in a domain of {len(trays)} nodes "
+                "(not installed, or the agent cannot see the host's processes). "
+                f"Fix: install nvidia-imex, then {_IMEX_FIX}"
+            )
+    for node, domains in sorted(split.items()):
+        if domain.id in domains:
+            out.append(
+                f"{node}'s cards are in {len(domains)} NVLink cliques ({', '.join(domains)}): "
+                "a tray's cards belong to one. Fix: check the tray's NVLink cabling and its "
+                "partition in the switch trays' NMX, then reboot the tray"
+            )
+
+
+def domains(views: Iterable[NodeView]) -> dict[str, Any]:
+    """``GET /api/v1/nvlink``: the NVLink domains as racks of trays, with their problems,
+    and the cards that have a fabric but no domain."""
+    found: dict[tuple[str, int], _Domain] = {}
+    unjoined: list[dict[str, Any]] = []
+    split: dict[str, list[str]] = {}
+    for view in sorted(views, key=lambda v: v.id):
+        imex = _imex(view)
+        connected = view.session is not None
+        mine: dict[tuple[str, int], _Tray] = {}
+        loose: list[Mapping[str, Any]] = []
+        for h in _health(view):
+            key = _key(h)
+            if key is not None:
+                domain = found.setdefault(key, _Domain(*key))
+                tray = mine.get(key)
+                if tray is None:
+                    tray = mine[key] = domain.trays[view.id] = _Tray(view.id, connected, imex)
+                tray.cards.append(h)
+            elif card_joined(h) is not None:
+                loose.append(h)
+        if len(mine) > 1:
+            split[view.id] = sorted(f"{u}/{c}" for u, c in mine)
+        for h in loose:
+            unjoined.append({"node": view.id, **_card_json(h)})
+            if len(mine) == 1:
+                next(iter(mine.values())).cards.append(h)
+    out = sorted(found.values(), key=lambda d: d.id)
+    for domain in out:
+        _judge(domain, split)
+    return {"domains": [d.as_json() for d in out], "unjoined": unjoined}
