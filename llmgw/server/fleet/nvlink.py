@@ -67,7 +67,8 @@ def _card_json(h: Mapping[str, Any]) -> dict[str, Any]:
         "uuid": h.get("uuid"),
         "state": h.get("fabric_state"),
         "status": h.get("fabric_status"),
-        "joined": bool(card_joined(h)),
+        # None: its fabric was not read (never shown as "not joined").
+        "joined": card_joined(h),
         "health": h.get("fabric_health"),
     }
 
@@ -145,8 +146,8 @@ def _judge(domain: _Domain, split: dict[str, list[str]]) -> None:
     out = domain.problems
     for tray in trays:
         for h in tray.cards:
-            if card_joined(h):
-                continue
+            if card_joined(h) is not False:
+                continue  # joined, or not read: nothing to say of it
             said = f"fabric state {h.get('fabric_state')}"
             if h.get("fabric_status") is not None:
                 said += f", status {h.get('fabric_status')}"
