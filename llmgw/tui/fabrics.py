@@ -11,10 +11,8 @@ does not wait on them."""
 
 from __future__ import annotations
 
-import re
 import time
 import urllib.error
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +27,7 @@ from textual.widgets import DataTable, Static
 from llmgw.client.admin import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, fill
+from llmgw.wire.fabricwords import end_name, natural, switch_name
 from llmgw.wire.warnings import split_fix
 
 COLUMNS = ("FABRIC", "MASTER SM", "SMs", "NODES", "PORTS", "PROBLEMS", "MAP")
@@ -115,29 +114,6 @@ def fabric_detail(f: dict[str, Any]) -> Text:
             text.append("\n  fix: ", style="green")
             text.append(fix)
     return text
-
-
-def switch_name(node: dict[str, Any]) -> str:
-    """``MF0;leaf-1:MQM8700/U1`` -> ``leaf-1``; the GUID when there is no description."""
-    description = str(node.get("description") or "")
-    name = description.partition(";")[2] or description
-    return name.partition(":")[0] or str(node["guid"])
-
-
-def natural(name: str) -> tuple[tuple[int, int | str], ...]:
-    """A sort key that puts leaf-2 before leaf-10."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
-
-
-def end_name(nodes: dict[str, dict[str, Any]], end: Sequence[Any]) -> str:
-    node = nodes.get(str(end[0]))
-    if node is None:
-        return f"{end[0]} port {end[1]}"
-    if node.get("kind") == "switch":
-        return f"{switch_name(node)} port {end[1]}"
-    if node.get("host"):
-        return f"{node['host']} {node.get('adapter') or ''}".rstrip()
-    return f"{node.get('description') or node['guid']} port {end[1]}"
 
 
 def age(seconds: float) -> str:

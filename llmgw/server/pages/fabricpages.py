@@ -8,7 +8,6 @@ and ``fleet.nvlink.domains``. They change nothing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.nvlink import domains
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.pages.frame import Frame, Page, PageCall, ago
+from llmgw.wire.fabricwords import end_name, natural, switch_name
 from llmgw.wire.warnings import split_fix
 
 TIERS = ("core", "spine", "leaf")
@@ -33,29 +33,6 @@ def _rate(value: Any) -> str | None:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return f"{float(value):g}"
     return None
-
-
-def switch_name(node: dict[str, Any]) -> str:
-    """``MF0;leaf-1:MQM8700/U1`` -> ``leaf-1``; the GUID when there is no description."""
-    description = str(node.get("description") or "")
-    name = description.partition(";")[2] or description
-    return name.partition(":")[0] or str(node.get("guid"))
-
-
-def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
-    """A sort key that puts leaf-2 before leaf-10."""
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
-
-
-def _end_name(nodes: dict[str, dict[str, Any]], end: Sequence[Any]) -> str:
-    node = nodes.get(str(end[0]))
-    if node is None:
-        return f"{end[0]} port {end[1]}"
-    if node.get("kind") == "switch":
-        return f"{switch_name(node)} port {end[1]}"
-    if node.get("host"):
-        return f"{node['host']} {node.get('adapter') or ''}".rstrip()
-    return f"{node.get('description') or node.get('guid')} port {end[1]}"
 
 
 def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
@@ -97,7 +74,7 @@ def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
                 )
     switches = sorted(
         (n for n in nodes.values() if n.get("kind") == "switch"),
-        key=lambda n: _natural(switch_name(n)),
+        key=lambda n: natural(switch_name(n)),
     )
     rows = []
     for tier in (*TIERS, None):
@@ -114,7 +91,7 @@ def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
                     "uplinks": len(ups),
                     "degraded": [d for d in ups if d],
                     "hosts": sorted(
-                        hosts.get(guid, []), key=lambda h: (_natural(h["host"]), h["adapter"])
+                        hosts.get(guid, []), key=lambda h: (natural(h["host"]), h["adapter"])
                     ),
                 }
             )
@@ -123,8 +100,8 @@ def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
     cas = [n for n in nodes.values() if n.get("kind") == "ca"]
     degraded = [
         {
-            "a": _end_name(nodes, link["a"]),
-            "b": _end_name(nodes, link["b"]),
+            "a": end_name(nodes, link["a"]),
+            "b": end_name(nodes, link["b"]),
             "width": link.get("width"),
             "speed": link.get("speed"),
             # ibtopology's 0.0: the width or speed was not known.
