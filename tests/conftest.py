@@ -3,8 +3,10 @@ session."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,3 +39,21 @@ def binary() -> Path:
     from tests.support.engines import llama_server_binary
 
     return llama_server_binary()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_firewall_table_left() -> Iterator[None]:
+    """Agents of tests that run a cluster as `server init` writes it (the demo, `node add`)
+    keep llmgw's nftables table in this machine's own namespace, as root agents do: one
+    that was not there when the session began is taken out when it ends, so the machine
+    is left as it was found (a real agent's table on this machine is left alone)."""
+    able = os.geteuid() == 0 and shutil.which("nft") is not None
+
+    def present() -> bool:
+        listed = subprocess.run(["nft", "list", "table", "inet", "llmgw"], capture_output=True)
+        return listed.returncode == 0
+
+    before = able and present()
+    yield
+    if able and not before and present():
+        subprocess.run(["nft", "delete", "table", "inet", "llmgw"], capture_output=True)
