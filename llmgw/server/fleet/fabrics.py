@@ -24,6 +24,8 @@ from llmgw.server.fleet.exposition import Families, _labels
 from llmgw.server.fleet.registry import NodeView
 
 RECENT = 900.0  # seconds a change of master is reported, and joins the fabrics it bridged
+# A node label declaring the one fabric a node is cabled to (its id, as `ctl fabrics` shows).
+DECLARED = "llmgw.fabric"
 UNBROUGHT = ("INIT", "ARMED")
 
 
@@ -101,10 +103,13 @@ class FabricWatch:
                 g = parent[g]
             return g
 
+        declared: dict[str, str] = {}
         ib: list[tuple[str, dict[str, Any], tuple[str, str, int]]] = []
         roce: dict[str, list[tuple[str, dict[str, Any]]]] = {}
         unknown: list[tuple[str, dict[str, Any]]] = []
         for view in sorted(views, key=lambda v: v.id):
+            if view.labels.get(DECLARED):
+                declared[view.id] = view.labels[DECLARED]
             for p in (view.live.get("ib_ports") or []) if view.session is not None else []:
                 if not isinstance(p, dict):
                     continue
@@ -136,6 +141,7 @@ class FabricWatch:
             fabric.id = min(fabric.managers)
             self._judge(fabric, now)
             out.append(fabric)
+        _declared(out, declared)
         return {
             "fabrics": [f.as_json() for f in sorted(out, key=lambda f: f.id)],
             "roce_networks": [
@@ -175,6 +181,18 @@ class FabricWatch:
                 f"the master SM changed from {old} to {new} {now - at:.0f} s ago: a failover "
                 "(or a flapping SM). Fix: read the old master's log; if it keeps changing, "
                 "pin the SM priorities"
+            )
+
+
+def _declared(fabrics: list[Fabric], declared: dict[str, str]) -> None:
+    """A node labelled with one fabric (``llmgw.fabric``) whose ports are on another."""
+    for fabric in fabrics:
+        stray = sorted({n for n, _ in fabric.ports if n in declared and declared[n] != fabric.id})
+        for node in stray:
+            fabric.problems.append(
+                f"{node} is declared on fabric {declared[node]} ({DECLARED} label) but has "
+                f"ports on this one. Fix: recable its adapters, or correct the label "
+                f"(`llmgw ctl node label {node} {DECLARED}=FABRIC`)"
             )
 
 

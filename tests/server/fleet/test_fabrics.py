@@ -155,3 +155,16 @@ def test_the_metrics_of_ports_and_fabrics() -> None:
     assert f'llmgw_fabric_master_sm{{fabric="{SM_A}",sm_guid="{SM_A}"}} 1' in fabric
     assert f'llmgw_fabric_subnet_managers{{fabric="{SM_A}"}} 1' in fabric
     assert f'llmgw_fabric_problems{{fabric="{SM_A}"}} 0' in fabric
+
+
+def test_a_node_declared_on_one_fabric_with_ports_on_another() -> None:
+    g1 = node("g1", port("mlx5_0"), port("mlx5_1", master=SM_C))
+    g1.labels["llmgw.fabric"] = SM_A
+    g2 = node("g2", port("mlx5_0"))
+    g2.labels["llmgw.fabric"] = SM_A  # as declared: nothing to say
+    found = FabricWatch(Clock()).fabrics([g1, g2])
+    by_id = {f["id"]: f for f in found["fabrics"]}
+    assert by_id[SM_A]["problems"] == []
+    (problem,) = by_id[SM_C]["problems"]
+    assert problem.startswith(f"g1 is declared on fabric {SM_A} (llmgw.fabric label)")
+    assert "`llmgw ctl node label g1 llmgw.fabric=FABRIC`" in problem
