@@ -16,6 +16,7 @@ import logging
 import shutil
 
 from llmgw.agent.discovery.infiniband import BandwidthRun, parse_ib_write_bw
+from llmgw.agent.engines.verify import EngineCheckError, run_output
 
 log = logging.getLogger("llmgw.agent.fabric")
 
@@ -114,24 +115,11 @@ async def run_client(
     """The client against ``server``: the run's figure (its largest message size)."""
     argv = [*_argv(tool, device, ib_port, tcp_port, seconds), server]
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
-    except OSError as exc:
-        raise RuntimeError(f"{tool} cannot be run: {exc.strerror or exc}") from exc
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), seconds + GRACE)
-    except (TimeoutError, asyncio.CancelledError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
-        raise RuntimeError(f"{tool} client on {device} did not finish") from None
-    text = out.decode(errors="replace")
+        code, text = await run_output(argv, seconds + GRACE)
+    except EngineCheckError as exc:
+        raise RuntimeError(f"{tool} client on {device}: {exc}") from exc
     runs = parse_ib_write_bw(text)
-    if proc.returncode != 0 or not runs:
+    if code != 0 or not runs:
         tail = " | ".join(line for line in text.strip().splitlines()[-3:])
-        raise RuntimeError(f"{tool} client on {device} failed (exit {proc.returncode}): {tail}")
+        raise RuntimeError(f"{tool} client on {device} failed (exit {code}): {tail}")
     return max(runs, key=lambda r: r.size_bytes)

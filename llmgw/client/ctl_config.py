@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +11,7 @@ from urllib.parse import urlencode
 
 import yaml
 
-from llmgw.client.tables import render
+from llmgw.client.tables import render, when
 
 Client = Callable[[argparse.Namespace], Any]
 
@@ -28,9 +27,7 @@ def history_table(rows: list[dict[str, Any]]) -> str:
         return "No agent setting has been changed yet."
     body = [
         [
-            dt.datetime.fromtimestamp(float(r["at"]), dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-            if isinstance(r.get("at"), int | float)
-            else "-",
+            when(r.get("at")),
             str(r.get("actor") or "-"),
             str(r.get("layer") or "-"),
             ("unset " if r.get("action") == "agents.unset" else "") + str(r.get("change") or ""),

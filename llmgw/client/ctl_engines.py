@@ -4,12 +4,11 @@ engines the fleet runs at which versions, and what every node has against that."
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 from collections.abc import Callable
 from typing import Any
 
-from llmgw.client.tables import render
+from llmgw.client.tables import render, when
 
 Client = Callable[[argparse.Namespace], Any]
 
@@ -45,12 +44,6 @@ def nodes_table(doc: dict[str, Any]) -> str:
     if not rows:
         return "No node has registered yet."
     return render(["NODE", "ENGINE", "WANTED", "HAS", "BUILD", "STATE", "WORDS"], rows)
-
-
-def when(at: Any) -> str:
-    if not isinstance(at, int | float):
-        return "-"
-    return dt.datetime.fromtimestamp(float(at), dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def parse_pins(values: list[str]) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -46,6 +47,13 @@ def ago(ts: Any, now: float | None = None) -> str:
     if secs < 172800:
         return f"{secs // 3600}h"
     return f"{secs // 86400}d"
+
+
+def when(at: Any) -> str:
+    """A UTC timestamp as ``YYYY-MM-DD HH:MM:SS``; a dash when there is none."""
+    if not isinstance(at, int | float):
+        return "-"
+    return dt.datetime.fromtimestamp(float(at), dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol, cast
 
+from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
 from llmgw.tui.api import ConsoleApi, Snapshot
+from llmgw.wire.warnings import split_fix
 
 DASH = "-"
 
@@ -60,6 +62,24 @@ def fill(table: DataTable[Any], columns: Sequence[str], rows: Mapping[str, Seque
                     table.update_cell(key, name, value)
         else:
             table.add_row(*cells, key=key)
+
+
+def highlighted(table: DataTable[Any]) -> str | None:
+    """The key of the row under the table's cursor; None when the table is empty."""
+    if not table.row_count:
+        return None
+    key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+    return str(key.value) if key.value is not None else None
+
+
+def append_problem(text: Text, problem: str) -> None:
+    """A warning or problem on its own line, its fix (``... Fix: ...``) under it."""
+    detail, fix = split_fix(problem)
+    text.append("\n⚠ ", style="yellow")
+    text.append(detail)
+    if fix:
+        text.append("\n  fix: ", style="green")
+        text.append(fix)
 
 
 def gib(value: Any) -> str:

@@ -26,9 +26,8 @@ from textual.widgets import DataTable, Static
 
 from llmgw.client.admin import AdminError
 from llmgw.tui.api import Snapshot
-from llmgw.tui.base import DASH, Pane, fill
+from llmgw.tui.base import DASH, Pane, append_problem, fill, highlighted
 from llmgw.wire.fabricwords import end_name, natural, switch_name
-from llmgw.wire.warnings import split_fix
 
 COLUMNS = ("FABRIC", "MASTER SM", "SMs", "NODES", "PORTS", "PROBLEMS", "MAP")
 TIERS = ("core", "spine", "leaf")
@@ -107,12 +106,7 @@ def fabric_detail(f: dict[str, Any]) -> Text:
         f"{rates(f.get('active_rates_gbps') or {})}"
     )
     for problem in f.get("problems") or []:
-        detail, fix = split_fix(problem)
-        text.append("\n⚠ ", style="yellow")
-        text.append(detail)
-        if fix:
-            text.append("\n  fix: ", style="green")
-            text.append(fix)
+        append_problem(text, problem)
     return text
 
 
@@ -357,11 +351,7 @@ class FabricsPane(Pane):
 
     @property
     def highlighted(self) -> str | None:
-        table = self.query_one(DataTable)
-        if not table.row_count:
-            return None
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-        return str(key.value) if key.value is not None else None
+        return highlighted(self.query_one(DataTable))
 
     def want_map(self) -> None:
         """Fetch the highlighted fabric's map unless the one held is its newest."""

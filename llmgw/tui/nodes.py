@@ -10,8 +10,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from llmgw.tui.api import Snapshot
-from llmgw.tui.base import DASH, Pane, bar, fill
-from llmgw.wire.warnings import split_fix
+from llmgw.tui.base import DASH, Pane, append_problem, bar, fill, highlighted
 
 COLUMNS = ("NODE", "STATE", "CPU", "MEMORY", "CARDS", "ENGINES", "WARNINGS")
 
@@ -72,12 +71,7 @@ def node_detail(n: dict[str, Any] | None, hint: bool = True) -> Text:
         reason = n.get("reason") or "no reason given"
         text.append(f"\n✗ {n.get('state') or 'unknown'}: {reason}", style="red")
     for warning in n.get("warnings") or []:
-        detail, fix = split_fix(warning)
-        text.append("\n⚠ ", style="yellow")
-        text.append(detail)
-        if fix:
-            text.append("\n  fix: ", style="green")
-            text.append(fix)
+        append_problem(text, warning)
     if n.get("engine_message"):
         text.append(f"\n… {n['engine_message']}", style="dim")
     if hint:
@@ -114,11 +108,7 @@ class NodesPane(Pane):
 
     @property
     def highlighted(self) -> str | None:
-        table = self.query_one(DataTable)
-        if not table.row_count:
-            return None
-        key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
-        return str(key.value) if key.value is not None else None
+        return highlighted(self.query_one(DataTable))
 
     def show_detail(self) -> None:
         node_id = self.highlighted

@@ -21,8 +21,7 @@ from textual.widgets import Static
 
 from llmgw.client.admin import AdminError
 from llmgw.tui.api import Snapshot
-from llmgw.tui.base import DASH, Pane
-from llmgw.wire.warnings import split_fix
+from llmgw.tui.base import DASH, Pane, append_problem
 
 PATH = "/api/v1/nvlink"
 CELL = "■"
@@ -129,12 +128,7 @@ def domain_text(domain: dict[str, Any]) -> Text:
         text.append("\n  ")
         text.append_text(tray_row(tray, name_width, most))
     for problem in domain.get("problems") or []:
-        detail, fix = split_fix(problem)
-        text.append("\n⚠ ", style="yellow")
-        text.append(detail)
-        if fix:
-            text.append("\n  fix: ", style="green")
-            text.append(fix)
+        append_problem(text, problem)
     return text
 
 

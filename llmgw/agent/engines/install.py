@@ -168,13 +168,8 @@ class LlamaCppInstaller:
     async def installed(self) -> list[EngineInfo]:
         """Every marked install that still runs, newest first. One that no longer runs
         (a library removed since) is left out, its reason in ``problems``."""
-        if not self.root.is_dir():
-            return []
         found: list[EngineInfo] = []
-        dirs = sorted(self.root.iterdir(), key=lambda p: _tag_order(p.name), reverse=True)
-        for directory in dirs:
-            if directory.name.startswith(".") or not (directory / MARKER).is_file():
-                continue
+        for directory in marked(self.root, _tag_order):
             info = await self._recheck(directory)
             if info is not None:
                 found.append(info)
@@ -411,6 +406,15 @@ class LlamaCppInstaller:
             staging.rename(directory)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+
+def marked(root: Path, order: Callable[[str], Any]) -> list[Path]:
+    """The install directories under ``root`` that hold their marker, newest first by
+    ``order`` of their names; staging trees (dot-named) and unmarked ones are never read."""
+    if not root.is_dir():
+        return []
+    dirs = sorted(root.iterdir(), key=lambda p: order(p.name), reverse=True)
+    return [d for d in dirs if not d.name.startswith(".") and (d / MARKER).is_file()]
 
 
 def _find_binary(directory: Path) -> Path:

@@ -40,7 +40,13 @@ from typing import Any
 
 from llmgw.agent.engines import adapter
 from llmgw.agent.engines.base import EngineError
-from llmgw.agent.engines.install import DRIVER_VERSION, MARKER, REPORT_EVERY, InstallError
+from llmgw.agent.engines.install import (
+    DRIVER_VERSION,
+    MARKER,
+    REPORT_EVERY,
+    InstallError,
+    marked,
+)
 from llmgw.agent.engines.verify import EngineCheckError, run_output, seen_to_run
 from llmgw.wire.messages import EngineInfo
 
@@ -142,13 +148,8 @@ class PythonEngineInstaller:
         """Every marked install that still runs, newest first. One that no longer runs
         (its environment changed or removed since) is left out, its reason in
         ``problems``."""
-        if not self.root.is_dir():
-            return []
         found: list[EngineInfo] = []
-        dirs = sorted(self.root.iterdir(), key=lambda p: _version_order(p.name), reverse=True)
-        for directory in dirs:
-            if directory.name.startswith(".") or not (directory / MARKER).is_file():
-                continue
+        for directory in marked(self.root, _version_order):
             info = await self._recheck(directory)
             if info is not None:
                 found.append(info)

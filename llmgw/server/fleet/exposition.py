@@ -26,7 +26,7 @@ def _esc(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _labels(pairs: Mapping[str, object]) -> str:
+def label_text(pairs: Mapping[str, object]) -> str:
     return ",".join(f'{k}="{_esc(v)}"' for k, v in pairs.items())
 
 
@@ -184,7 +184,7 @@ def _ports(f: Families, node: str, ports: Any) -> None:
     for p in ports if isinstance(ports, list) else []:
         if not isinstance(p, dict):
             continue
-        where = _labels(
+        where = label_text(
             {
                 "node": node,
                 "device": p.get("device", ""),
@@ -281,7 +281,7 @@ def _node(f: Families, view: NodeSnapshot, kind_of: Callable[[str], str]) -> Non
             _card(f, view.id, gpu, health.get(card) if first else None, cuda, first)
     for replica, usage in sorted(view.usage.items()):
         model = view.sources.get(replica)
-        where = _labels({"node": view.id, "replica": replica, "model": model or ""})
+        where = label_text({"node": view.id, "replica": replica, "model": model or ""})
         cpu = _num(usage.get("cpu_percent"))
         f.add("llmgw_shard_cpu_cores", where, None if cpu is None else cpu / 100)
         f.add("llmgw_shard_resident_memory_bytes", where, usage.get("rss"))
@@ -297,7 +297,7 @@ def _card(
 ) -> None:
     """One card's samples; a MIG instance after its card's first writes only its own
     figures (memory, work), not the card's temperature, power or clocks again."""
-    where = _labels(
+    where = label_text(
         {
             "node": node,
             "gpu": gpu.get("index", ""),
@@ -311,7 +311,7 @@ def _card(
         "compute_capability": gpu.get("compute_capability") or "",
         "bus_id": gpu.get("bus_id") or "",
     }
-    f.add("llmgw_gpu_info", f"{where},{_labels(info)}", 1)
+    f.add("llmgw_gpu_info", f"{where},{label_text(info)}", 1)
     f.add_each(
         where,
         (
@@ -404,7 +404,9 @@ def cluster_metrics(
     )
     for (model, replica), value in sorted(joules_per_token.items()):
         f.add(
-            "llmgw_replica_joules_per_token", _labels({"model": model, "replica": replica}), value
+            "llmgw_replica_joules_per_token",
+            label_text({"model": model, "replica": replica}),
+            value,
         )
     f.declare("llmgw_model_replicas_wanted", "gauge", "Replicas a model should have now.")
     f.declare("llmgw_model_replicas_ready", "gauge", "Replicas of a model Ready.")
@@ -415,6 +417,6 @@ def cluster_metrics(
         f.add("llmgw_model_replicas_ready", where, ready)
     for key_id, name, used, budget in sorted(budgets):
         if budget > 0:
-            where = _labels({"key": key_id, "name": name})
+            where = label_text({"key": key_id, "name": name})
             f.add("llmgw_key_budget_used_ratio", where, used / budget)
     return list(f.lines())

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmgw.server.fleet.exposition import Families, _labels
+from llmgw.server.fleet.exposition import Families, label_text
 from llmgw.server.fleet.registry import NodeView
 
 RECENT = 900.0  # seconds a change of master is reported, and joins the fabrics it bridged
@@ -205,9 +205,11 @@ def fabric_metrics(found: dict[str, Any]) -> list[str]:
     for fabric in found.get("fabrics") or []:
         fid = str(fabric["id"])
         for master in fabric.get("masters") or []:
-            f.add("llmgw_fabric_master_sm", _labels({"fabric": fid, "sm_guid": master}), 1)
+            f.add("llmgw_fabric_master_sm", label_text({"fabric": fid, "sm_guid": master}), 1)
         f.add(
-            "llmgw_fabric_subnet_managers", _labels({"fabric": fid}), len(fabric["subnet_managers"])
+            "llmgw_fabric_subnet_managers",
+            label_text({"fabric": fid}),
+            len(fabric["subnet_managers"]),
         )
-        f.add("llmgw_fabric_problems", _labels({"fabric": fid}), len(fabric["problems"]))
+        f.add("llmgw_fabric_problems", label_text({"fabric": fid}), len(fabric["problems"]))
     return list(f.lines())
