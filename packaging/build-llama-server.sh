@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-server for the CPU from the llama-cpp-python sdist on PyPI (it
+# Build llama.cpp's llama-server and its RPC worker (ggml-rpc-server, for a replica
+# spanning nodes) for the CPU from the llama-cpp-python sdist on PyPI (it
 # vendors llama.cpp), cache it outside the clone keyed by that version, print its path.
 #
 #   packaging/build-llama-server.sh [PIP]
@@ -12,8 +13,11 @@ VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 CACHE="${LLMGW_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/llmgw}/llama-server-$VERSION"
 PIP="${1:-pip}"
 BIN="$CACHE/llama-server"
+RPC="$CACHE/ggml-rpc-server"
 
-if [ -x "$BIN" ] && "$BIN" --version >/dev/null 2>&1; then
+# Both from one build: the RPC protocol refuses a worker of another version. A cache
+# holding llama-server alone (from before the worker was built) is built again.
+if [ -x "$BIN" ] && [ -x "$RPC" ] && "$BIN" --version >/dev/null 2>&1; then
   echo "$BIN"
   exit 0
 fi
@@ -32,9 +36,12 @@ cmake -S "$src" -B "$work/build" -G Ninja \
   -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DGGML_RPC=ON \
   >&2
-cmake --build "$work/build" --target llama-server -j"$(nproc)" >&2
+cmake --build "$work/build" --target llama-server ggml-rpc-server -j"$(nproc)" >&2
 mkdir -p "$CACHE"
+cp "$work/build/bin/ggml-rpc-server" "$RPC.tmp"
+mv "$RPC.tmp" "$RPC"
 cp "$work/build/bin/llama-server" "$BIN.tmp"
 mv "$BIN.tmp" "$BIN"
 "$BIN" --version >&2

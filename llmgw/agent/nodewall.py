@@ -15,6 +15,7 @@ import contextlib
 import ipaddress
 import logging
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -85,12 +86,37 @@ class NodeFirewall:
         # Why the table is not as the cluster wants it, in words; None when it is.
         self.problem: str | None = None
         self.plan: FirewallPlan | None = None
+        self._asked: FirewallPlan | None = None
+        # Ports of replicas spanning nodes and the member nodes let in to each.
+        self._peers: dict[int, tuple[str, ...]] = {}
 
     async def keep(self, msg: Firewall) -> None:
         try:
-            plan = await asyncio.to_thread(plan_of, msg)
+            self._asked = await asyncio.to_thread(plan_of, msg)
         except FirewallError as exc:
             self.problem = f"the cluster's firewall settings cannot be used: {exc}"
+            log.warning("%s", self.problem)
+            return
+        await self._apply()
+
+    async def peers(self, peers: dict[int, tuple[str, ...]]) -> None:
+        """The shards' peers changed (a replica spanning nodes started or stopped)."""
+        if peers == self._peers:
+            return
+        self._peers = dict(peers)
+        if self._asked is not None:
+            await self._apply()
+
+    async def _apply(self) -> None:
+        asked = self._asked
+        assert asked is not None
+        first, last = (int(x) for x in asked.engine_ports.split("-"))
+        try:
+            plan = replace(
+                asked, peers={p: a for p, a in self._peers.items() if first <= p <= last}
+            )
+        except FirewallError as exc:
+            self.problem = f"a replica's peers cannot be let in: {exc}"
             log.warning("%s", self.problem)
             return
         if plan == self.plan:

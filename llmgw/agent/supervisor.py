@@ -112,7 +112,13 @@ class Shard:
             started_at=self.started_at,
             last_lines=last_lines,
             cards=list(self.spec.cards),
+            rank=self.spec.group.rank if self.spec.group else None,
         )
+
+    @property
+    def worker(self) -> bool:
+        """A worker (rank 1..) of a replica spanning nodes: it serves no HTTP of its own."""
+        return self.spec.group is not None and self.spec.group.rank > 0
 
 
 class Supervisor:
@@ -216,16 +222,23 @@ class Supervisor:
                 spec.engine_version,
             )
             shard.binary = info.path
-            self._set(shard, ShardState.DOWNLOADING, f"fetching {spec.source}")
-            model = await self.weights.fetch(
-                spec.source,
-                allow_pickle=spec.allow_pickle,
-                replica_id=spec.replica_id,
-                progress=self.emit,
-            )
+            model = Path()
+            if not shard.worker or engine.worker_needs_weights:
+                self._set(shard, ShardState.DOWNLOADING, f"fetching {spec.source}")
+                model = await self.weights.fetch(
+                    spec.source,
+                    allow_pickle=spec.allow_pickle,
+                    replica_id=spec.replica_id,
+                    progress=self.emit,
+                )
             port_in_use(self.host, spec.port)
+            if spec.group is not None and spec.group.rank == 0 and engine.leader_waits:
+                await self._await_workers(shard, spec.group.workers)
             await self._launch(shard, engine, info, model)
-            await self._until_ready(shard, engine)
+            if shard.worker:
+                await self._until_worker_up(shard, engine)
+            else:
+                await self._until_ready(shard, engine)
             await self._watch(shard)
         except asyncio.CancelledError:
             raise
@@ -240,7 +253,8 @@ class Supervisor:
     ) -> None:
         spec = shard.spec
         self.root.mkdir(parents=True, exist_ok=True)
-        argv = engine.command(info.path, spec, str(model), self.host)
+        build = engine.worker_command if shard.worker else engine.command
+        argv = build(info.path, spec, str(model), self.host)
         env = {**os.environ, **engine.environment(spec)}
         log_path = self.log_path(spec.replica_id)
         with log_path.open("ab") as out:
@@ -304,6 +318,42 @@ class Supervisor:
         if problem:
             raise RuntimeError(problem)
         self._set(shard, ShardState.READY)
+
+    async def _await_workers(self, shard: Shard, workers: list[str]) -> None:
+        """Hold the leader until every worker takes connections: llama-server gives up
+        on an RPC server it cannot reach at start-up."""
+        said = ""
+        while True:
+            up = [w for w in workers if await _accepts(*_split_endpoint(w))]
+            if len(up) == len(workers):
+                return
+            down = ", ".join(w for w in workers if w not in up)
+            words = f"waiting for {len(workers) - len(up)} of {len(workers)} workers ({down})"
+            if words != said:
+                self._set(shard, ShardState.LOADING, words)
+                said = words
+            await asyncio.sleep(HEALTH_POLL)
+
+    async def _until_worker_up(self, shard: Shard, engine: EngineAdapter) -> None:
+        """A worker is up when its port takes connections ("tcp"), its health path
+        answers ("http"), or it is still running a moment after it started."""
+        group = shard.spec.group
+        assert group is not None
+        if engine.worker_probe == "http":
+            await self._until_ready(shard, engine)
+            return
+        while True:
+            if not self._alive(shard):
+                raise RuntimeError(self._exit_reason(shard) + " before it was up")
+            if engine.worker_probe == "process" or await _accepts(
+                group.bind or "127.0.0.1", shard.spec.port
+            ):
+                break
+            await asyncio.sleep(HEALTH_POLL)
+        await asyncio.sleep(0.3)
+        if not self._alive(shard):
+            raise RuntimeError(self._exit_reason(shard) + " as it started")
+        self._set(shard, ShardState.READY, f"rank {group.rank} of {group.size}, up")
 
     @staticmethod
     def _compute_problem(shard: Shard) -> str | None:
@@ -424,6 +474,15 @@ class Supervisor:
         shard.process = proc
         if not self._alive(shard):
             return False
+        group = shard.spec.group
+        if shard.worker and group is not None:
+            probe = adapter(shard.spec.engine).worker_probe
+            if probe == "tcp":
+                return await _accepts(group.bind or "127.0.0.1", shard.spec.port)
+            if probe == "process":
+                return True
+            url = f"http://127.0.0.1:{shard.spec.port}/health"
+            return await _answers(url)
         url = f"http://127.0.0.1:{shard.spec.port}/v1/models"
         timeout = aiohttp.ClientTimeout(total=3)
         try:
@@ -436,6 +495,20 @@ class Supervisor:
         except (aiohttp.ClientError, TimeoutError):
             return False
         return refused and accepted
+
+    def peers(self) -> dict[int, tuple[str, ...]]:
+        """Ports of this node's shards that a replica's other nodes must reach (a
+        worker's, the leader's rendezvous), with the addresses allowed to."""
+        out: dict[int, tuple[str, ...]] = {}
+        for shard in self.shards.values():
+            group = shard.spec.group
+            if group is None or shard.state in (ShardState.FAILED, ShardState.STOPPED):
+                continue
+            if group.rank > 0:
+                out[shard.spec.port] = tuple(group.peers)
+            elif group.rendezvous_port is not None:
+                out[group.rendezvous_port] = tuple(group.peers)
+        return out
 
     def binaries(self) -> list[str]:
         """What the shards still here run from: the binary each was started with, or,
@@ -461,6 +534,33 @@ class Supervisor:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5)
+
+
+async def _accepts(host: str, port: int) -> bool:
+    """Whether ``host:port`` takes a TCP connection now."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+async def _answers(url: str) -> bool:
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
+            async with http.get(url) as resp:
+                return resp.status == 200
+    except (aiohttp.ClientError, TimeoutError):
+        return False
+
+
+def _split_endpoint(endpoint: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port``."""
+    host, _, port = endpoint.rpartition(":")
+    return host.strip("[]"), int(port)
 
 
 def on_disk(root: Path) -> dict[str, dict[str, Any]]:

@@ -146,6 +146,18 @@ def external_text(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def span_line(span: dict[str, Any]) -> str:
+    """One set of nodes a replica spanning nodes could go to, as `ctl explain` says it."""
+    kind = {"nvlink": "NVLink domain", "fabric": "InfiniBand fabric"}.get(span["kind"])
+    where = f"{kind} {span['id']}" if kind else "nodes without InfiniBand"
+    if span["ok"]:
+        said = f"fits on {', '.join(span['chosen'])}"
+    else:
+        said = f"no: {span['reason']} ({', '.join(span['fitting']) or 'none'})"
+    notes = "".join(f"; {n}" for n in span["notes"])
+    return f"{where}: {said}{notes}"
+
+
 def explain_text(profiles: list[dict[str, Any]]) -> str:
     out = []
     for p in profiles:
@@ -165,6 +177,11 @@ def explain_text(profiles: list[dict[str, Any]]) -> str:
             out.append(f"  {p['note']}")
         if p.get("avoid"):
             out.append(f"  failed recently on: {', '.join(p['avoid'])}")
+        if p.get("spans") is not None:
+            out.append(
+                f"  one replica spans {p['nodes']} nodes; the sets it could go to, best first:"
+            )
+            out += [f"  {span_line(s)}" for s in p["spans"]] or ["  no node fits its share"]
         rows = []
         for v in sorted(p["verdicts"], key=lambda v: (v["rank"] is None, v["rank"], v["node"])):
             verdict = f"fits (#{v['rank']})" if v["ok"] else "no"
@@ -195,7 +212,7 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         for key in ("name", "engine", "context", "slots", "gpus", "cpu_cores", "memory"):
             if getattr(args, key) is not None:
                 body[key] = getattr(args, key)
-        for key in ("max_output", "profile", "priority", "role", "card_class"):
+        for key in ("max_output", "profile", "priority", "role", "card_class", "nodes"):
             if getattr(args, key) is not None:
                 body[key] = getattr(args, key)
         body["on_demand"] = args.on_demand
@@ -351,9 +368,17 @@ def add_parsers(
     p.add_argument("--context", type=int, help="tokens per request (default: trained, cut to fit)")
     p.add_argument("--slots", type=int, help="requests served at once per replica (default 1)")
     p.add_argument("--max-output", type=int, help="longest answer in tokens")
-    p.add_argument("--gpus", type=int, help="cards per replica (default 0: on the CPU)")
+    p.add_argument(
+        "--gpus", type=int, help="cards per replica, per node with --nodes (default 0: the CPU)"
+    )
     p.add_argument("--cpu-cores", type=float, help="cores reserved per replica")
     p.add_argument("--memory", type=parse_size, help="memory per replica (default: estimated)")
+    p.add_argument(
+        "--nodes",
+        type=int,
+        help="nodes one replica spans (default 1): in one NVLink domain, else one "
+        "InfiniBand fabric; `ctl explain` says which set and why",
+    )
     p.add_argument("--on-demand", action="store_true", help="start on the first request")
     p.add_argument(
         "--arg", action="append", help="an engine argument (repeat; --arg=--flag for a flag)"

@@ -104,6 +104,7 @@ class ControlPlane:
         # The InfiniBand fabrics, from what the nodes' ports see.
         self.fabrics = FabricWatch()
         self.fabric_maps = FabricMaps(self.registry, self.fabrics)
+        self.models.reconciler.wiring = self.fabric_maps.wiring
         self._background: set[asyncio.Task[None]] = set()
         self.views = ModelViews(self.models, self.registry, self.gateway.endpoints_of)
         self.leader = LeaderWork(

@@ -68,10 +68,15 @@ class ServeRequest:
     max_output: int | None = spec(
         None, doc="the longest answer, in tokens", minimum=1, maximum=MAX_TOKENS
     )
-    gpus: int = spec(0, doc="cards per replica (0: the CPU)", minimum=0, maximum=MAX_CARDS)
+    gpus: int = spec(
+        0, doc="cards per replica (0: the CPU); per node with nodes", minimum=0, maximum=MAX_CARDS
+    )
     cpu_cores: float = spec(0.0, doc="cores reserved per replica", minimum=0, maximum=4096)
     memory: int | None = spec(
         None, doc="bytes per replica, when the shape cannot be read", minimum=1, maximum=2**50
+    )
+    nodes: int = spec(
+        1, doc="nodes one replica spans (its layers split over them)", minimum=1, maximum=64
     )
     on_demand: bool = spec(False, doc="start on the first request, back to zero when idle")
     args: tuple[str, ...] = spec((), doc="engine arguments", max_items=64, items=ARG_SPEC)

@@ -256,6 +256,28 @@ class EngineInfo:
 
 
 @dataclass(frozen=True)
+class GroupSpec:
+    """A shard's place in one replica spread over several nodes.
+
+    Rank 0, the leader, serves the replica's HTTP; ranks 1.. are its workers. For
+    llama.cpp a worker is an RPC server the leader reaches at ``workers``; vLLM and
+    SGLang meet at ``leader:rendezvous_port``. ``peers`` are the member nodes'
+    addresses: the only ones, beside the control planes, let in to the shard's ports.
+    """
+
+    rank: int
+    size: int
+    leader: str
+    rendezvous_port: int | None = None
+    workers: list[str] = field(default_factory=list)
+    peers: list[str] = field(default_factory=list)
+    # Where a worker listens: its node's address as the other members reach it.
+    bind: str | None = None
+    # Every card of the replica is in one NVLink domain (NCCL_MNNVL_ENABLE=1).
+    nvlink: bool = False
+
+
+@dataclass(frozen=True)
 class ShardSpec:
     """Everything a node needs to run one replica's engine; kept on disk for adoption."""
 
@@ -273,6 +295,8 @@ class ShardSpec:
     # The engine version the cluster wants it run with (``engines:``); None leaves the
     # choice to the node (a shard started directly, or a control plane naming none).
     engine_version: str | None = None
+    # Set for one of the shards of a replica spanning nodes; None for a whole replica.
+    group: GroupSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -438,6 +462,8 @@ class ShardStatus(Message):
     last_lines: list[str] | None = None
     # The cards it was given (UUIDs): a restarted control plane reserves them again.
     cards: list[str] = field(default_factory=list)
+    # Its rank in a replica spanning nodes (0 the leader); None for a whole replica.
+    rank: int | None = None
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,13 @@ class EngineAdapter(abc.ABC):
     metrics_path: ClassVar[str] = "/metrics"
     # A path that answers only with the key: how a found process is told to be ours.
     models_path: ClassVar[str] = "/v1/models"
+    # A worker of a replica spanning nodes (rank 1..): whether it reads the weights
+    # itself, and how it is known to be up: "http" (its health path answers), "tcp"
+    # (its port takes a connection) or "process" (it runs; it listens on nothing).
+    worker_needs_weights: ClassVar[bool] = True
+    worker_probe: ClassVar[str] = "http"
+    # Whether the leader must wait for its workers to listen before it starts.
+    leader_waits: ClassVar[bool] = False
 
     @property
     def multi_card(self) -> bool:
@@ -58,6 +65,11 @@ class EngineAdapter(abc.ABC):
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         """The full argv. The key never goes here unless the engine takes it only so."""
 
+    def worker_command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
+        """The argv of a worker (rank 1..) of a replica spanning nodes; the engines that
+        run one command on every node give ``command``'s, which reads ``spec.group``."""
+        return self.command(binary, spec, model_path, host)
+
     def environment(self, spec: ShardSpec) -> dict[str, str]:
         """Variables added to the engine's environment (the key, visible cards)."""
         env: dict[str, str] = {}
@@ -67,6 +79,11 @@ class EngineAdapter(abc.ABC):
             env[self.key_env] = spec.key
         # Always set, so a shard given no card sees none rather than all of them.
         env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.cards)
+        if spec.group is not None and spec.group.nvlink:
+            # Every card in one NVLink domain: NCCL joins them over NVLink across the
+            # trays (through IMEX) rather than the network; cuMem must stay on for it.
+            env["NCCL_MNNVL_ENABLE"] = "1"
+            env["NCCL_CUMEM_ENABLE"] = "1"
         return env
 
     def ready(self, status: int, body: bytes) -> bool:

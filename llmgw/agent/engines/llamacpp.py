@@ -17,11 +17,13 @@ read, not zero. Older builds said ``llm_load_tensors:``; both are read.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from llmgw.agent.engines.base import EngineAdapter
+from llmgw.agent.engines.base import EngineAdapter, EngineError
 from llmgw.wire.messages import Compute, ShardSpec
 
 _START = re.compile(
@@ -88,9 +90,37 @@ def parse_startup(lines: Sequence[str]) -> Compute:
     )
 
 
+# The RPC worker beside llama-server in a release: renamed upstream (release b9824).
+RPC_SERVERS = ("ggml-rpc-server", "rpc-server")
+
+
+def rpc_server(binary: str) -> str:
+    """The RPC server of the same build as ``binary`` (llama-server): the protocol
+    refuses a worker of another version, so it is never looked for elsewhere."""
+    folder = Path(binary).parent
+    for name in RPC_SERVERS:
+        found = folder / name
+        if found.is_file() and os.access(found, os.X_OK):
+            return str(found)
+    raise EngineError(
+        f"this llama.cpp build has no RPC server beside {binary} (looked for "
+        f"{' or '.join(RPC_SERVERS)}): a replica spanning nodes needs a release built "
+        "with GGML_RPC=ON, or `llmgw ctl engines set llama.cpp VERSION` naming one"
+    )
+
+
 class LlamaCppAdapter(EngineAdapter):
+    """A replica spanning nodes runs llama-server on its leader, with ``--rpc`` naming
+    an RPC server (``ggml-rpc-server``) on each other node; the model's layers are
+    spread over the RPC devices. The RPC protocol has no key and no TLS, so a worker
+    listens on its node's address alone and llmgw's firewall lets in only the
+    replica's own nodes (and the control planes)."""
+
     name = "llama.cpp"
     key_env = "LLAMA_API_KEY"
+    worker_needs_weights = False
+    worker_probe = "tcp"
+    leader_waits = True
 
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         argv = [binary, "-m", model_path, "--host", host, "--port", str(spec.port)]
@@ -98,13 +128,25 @@ class LlamaCppAdapter(EngineAdapter):
             argv += ["--alias", spec.model]
         if spec.cpu_cores:
             argv += ["-t", str(spec.cpu_cores)]
-        if spec.cards:
-            # Every layer on the card; llama.cpp caps the count at the model's layers.
+        if spec.group is not None:
+            rpc_server(binary)  # the same build must have one for the workers
+            argv += ["--rpc", ",".join(spec.group.workers)]
+        if spec.cards or spec.group is not None:
+            # Every layer on the cards (or the RPC devices); llama.cpp caps the count
+            # at the model's layers.
             argv += ["--n-gpu-layers", "999"]
         # Verbosity 4 is what makes llama.cpp print its devices, backend buffers and
         # offloaded layers at start-up; without it the shard's compute is unknown.
         argv += ["--metrics", "--verbosity", "4"]
         return argv + list(spec.args)
+
+    def worker_command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
+        group = spec.group
+        assert group is not None
+        argv = [rpc_server(binary), "-H", group.bind or "127.0.0.1", "-p", str(spec.port)]
+        if spec.cpu_cores:
+            argv += ["-t", str(spec.cpu_cores)]
+        return argv
 
     def parse_startup(self, lines: Sequence[str]) -> Compute:
         return parse_startup(lines)

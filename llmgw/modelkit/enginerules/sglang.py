@@ -18,7 +18,8 @@ REFUSED = (
     # devices and nodes: placement gives the cards, their count is the tp size
     *("--device", "--tensor-parallel-size", "--tp-size", "--pipeline-parallel-size"),
     *("--pp-size", "--data-parallel-size", "--dp-size", "--base-gpu-id", "--gpu-id-step"),
-    *("--nnodes", "--node-rank", "--dist-init-addr", "--disaggregation-ib-device"),
+    *("--nnodes", "--node-rank", "--dist-init-addr", "--nccl-init-addr"),
+    "--disaggregation-ib-device",
 )
 
 # What SGLang's ServerArgs.add_cli_args lists besides the refused flags (0.4 to 0.5).

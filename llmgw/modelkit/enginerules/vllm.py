@@ -16,12 +16,16 @@ REFUSED = (
     # devices: placement gives the cards, and their count is the tensor-parallel size
     *("--device", "--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp"),
     *("--data-parallel-size", "-dp", "--data-parallel-size-local", "-dpl"),
+    # nodes: a replica spanning nodes is given these by llmgw (vLLM 0.11.1's -n and -r
+    # are short for --nnodes and --node-rank; no other vLLM option begins -n or -r)
+    *("--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--master-port"),
+    *("--distributed-executor-backend", "--headless"),
 )
 
 # What `vllm serve --help` lists besides the refused flags (0.8 to 0.11), so that a
 # beginning is judged unique or ambiguous as vLLM judges it.
 OPTIONS = (
-    *("--help", "-h", "--headless", "--api-server-count", "-asc", "--uvicorn-log-level"),
+    *("--help", "-h", "--api-server-count", "-asc", "--uvicorn-log-level"),
     *("--disable-uvicorn-access-log", "--allow-credentials", "--allowed-origins"),
     *("--allowed-methods", "--allowed-headers", "--chat-template-content-format"),
     *("--response-role", "--enable-ssl-refresh", "--ssl-cert-reqs", "--root-path"),
@@ -41,7 +45,7 @@ OPTIONS = (
     *("--model-impl", "--override-attention-dtype", "--model-loader-extra-config"),
     *("--ignore-patterns", "--use-tqdm-on-load", "--pt-load-map-location"),
     *("--guided-decoding-backend", "--reasoning-parser", "--structured-outputs-config"),
-    *("--distributed-executor-backend", "--data-parallel-rank", "-dpn"),
+    *("--data-parallel-rank", "-dpn"),
     *("--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp"),
     *("--data-parallel-backend", "-dpb", "--data-parallel-hybrid-lb", "--data-parallel-start-rank"),
     *("--enable-expert-parallel", "--enable-eplb", "--eplb-config", "--num-redundant-experts"),

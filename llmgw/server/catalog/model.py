@@ -17,13 +17,17 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from llmgw import pki
 from llmgw.modelkit import sizing
 from llmgw.modelkit.enginerules import RuleError, rules
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.modelkit.sources import WeightsError, check_named_pickle, normalise_source, parse_source
-from llmgw.wire.messages import ShardSpec
+from llmgw.wire.messages import GroupSpec, ShardSpec
+
+if TYPE_CHECKING:
+    from llmgw.server.catalog.tracks import Start
 
 GIB = 1024**3
 # Model names end up in replica ids (``MODEL.PROFILE.HEX``, at most 80 characters) and
@@ -32,6 +36,10 @@ MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,47}\Z")
 PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,15}\Z")
 LABEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}\Z")
 _REPLICA = re.compile(r"^(?P<model>.+)\.(?P<profile>[a-z0-9][a-z0-9-]{0,15})\.[0-9a-f]{8}\Z")
+# A replica spanning nodes runs its leader under the replica's id and each worker under
+# ``REPLICA~RANK``: nothing that reads replica ids takes a worker for a replica.
+_MEMBER = re.compile(r"^(?P<replica>.+)~(?P<rank>[1-9][0-9]{0,2})\Z")
+MAX_NODES = 64
 # Host memory a replica on cards holds besides what its cards hold.
 CARD_HOST_MEMORY = 1 * GIB
 DEFAULT_CONTEXT = 4096
@@ -70,6 +78,9 @@ class Profile:
     memory: int = 0
     card_memory: int = 0
     memory_set: bool = False
+    # Nodes one replica spans (``--nodes``); ``cards``, ``memory`` and ``card_memory``
+    # are then what it takes on each of them.
+    nodes: int = 1
 
     def to_spec(self) -> dict[str, Any]:
         out = asdict(self)
@@ -156,6 +167,8 @@ def fingerprint(model: Model, profile: Profile) -> str:
         "allow_pickle": model.allow_pickle,
         "restart": model.restart,
     }
+    if profile.nodes > 1:  # absent for one node, so earlier replicas keep their print
+        parts["nodes"] = profile.nodes
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return digest[:16]
 
@@ -170,13 +183,33 @@ def parse_replica_id(replica_id: str) -> tuple[str, str] | None:
     return (m["model"], m["profile"]) if m else None
 
 
+def member_id(replica_id: str, rank: int) -> str:
+    """The shard id of one node of a replica spanning nodes (rank 0 is the replica's)."""
+    return replica_id if rank == 0 else f"{replica_id}~{rank}"
+
+
+def parse_member_id(shard_id: str) -> tuple[str, int] | None:
+    """(replica id, rank) of a worker shard of a replica spanning nodes; None else."""
+    m = _MEMBER.match(shard_id)
+    if m is None or parse_replica_id(m["replica"]) is None:
+        return None
+    return m["replica"], int(m["rank"])
+
+
 def shard_spec(
-    model: Model, profile: Profile, replica_id: str, port: int, cards: Sequence[str], key: str
+    model: Model,
+    profile: Profile,
+    replica_id: str,
+    port: int,
+    cards: Sequence[str],
+    key: str,
+    group: GroupSpec | None = None,
 ) -> ShardSpec:
-    """The StartShard a node gets: the profile's arguments and the catalog's context."""
+    """The StartShard a node gets: the profile's arguments and the catalog's context;
+    for one node of a replica spanning nodes, its shard id and place in the group."""
     args = [*profile.args, *rules(profile.engine).context_args(model.context, model.slots)]
     return ShardSpec(
-        replica_id=replica_id,
+        replica_id=member_id(replica_id, group.rank) if group else replica_id,
         engine=profile.engine,
         source=model.source,
         port=port,
@@ -187,7 +220,43 @@ def shard_spec(
         cards=list(cards),
         cpu_cores=math.ceil(profile.cpu_cores) if profile.cpu_cores else None,
         allow_pickle=model.allow_pickle,
+        group=group,
     )
+
+
+def start_specs(
+    model: Model,
+    profile: Profile,
+    start: Start,
+    addresses: Mapping[str, str],
+    secret: bytes,
+) -> list[tuple[str, ShardSpec]]:
+    """(node, spec) of each shard of a start: one, or one per node of a replica spanning
+    nodes, each told where the others are (``addresses``: each node's, as the others
+    reach it). Every shard's engine key is its own."""
+    if not start.workers:
+        key = pki.engine_key(secret, start.replica_id)
+        return [
+            (start.node, shard_spec(model, profile, start.replica_id, start.port, start.cards, key))
+        ]
+    shares = [(start.node, start.port, start.cards)]
+    shares += [(w.node, w.port, w.cards) for w in start.workers]
+    out = []
+    for rank, (node, port, cards) in enumerate(shares):
+        group = GroupSpec(
+            rank=rank,
+            size=len(shares),
+            leader=addresses[start.node],
+            rendezvous_port=start.rendezvous_port,
+            workers=[f"{addresses[n]}:{p}" for n, p, _ in shares[1:]],
+            peers=sorted({addresses[n] for n, _, _ in shares}),
+            bind=addresses[node],
+            nvlink=start.nvlink,
+        )
+        key = pki.engine_key(secret, member_id(start.replica_id, rank))
+        spec = shard_spec(model, profile, start.replica_id, port, cards, key, group)
+        out.append((node, spec))
+    return out
 
 
 # ------------------------------------------------------------------------- checking
@@ -270,6 +339,15 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
         raise CatalogError(f"profiles.{profile.name}.replicas", "give 0 to 10000 replicas")
     if profile.cpu_cores < 0:
         raise CatalogError(f"profiles.{profile.name}.cpu_cores", "must not be negative")
+    if not 1 <= profile.nodes <= MAX_NODES:
+        raise CatalogError(
+            f"profiles.{profile.name}.nodes", f"give 1 to {MAX_NODES} nodes per replica"
+        )
+    if profile.nodes > 1 and profile.engine != "llama.cpp" and not profile.cards:
+        raise CatalogError(
+            f"profiles.{profile.name}.nodes",
+            f"{profile.engine} spans nodes only on cards: give --gpus 1 or more per node",
+        )
     for key, value in profile.selector.items():
         if not LABEL.match(key) or not LABEL.match(value):
             raise CatalogError(f"profiles.{profile.name}.selector", f"{key}={value} is not a label")
@@ -296,15 +374,28 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
             )
         return replace(profile, card_memory=profile.memory if profile.cards else 0)
     split: sizing.Split = "tensor" if engine.tensor_split else "layer"
+    # Across nodes the model is cut in layers (pipeline stages, RPC devices): each
+    # node holds its share; the figures kept are one node's.
+    nodes = profile.nodes
     estimate = sizing.memory_estimate(
-        shape, model.context, model.slots, cards=max(profile.cards, 1), split=split
+        shape,
+        model.context,
+        model.slots,
+        cards=max(profile.cards, 1) * nodes,
+        split=split if nodes == 1 else "layer",
     )
     if profile.cards:
         card_memory = max(estimate.per_card)
         memory = profile.memory if profile.memory_set else CARD_HOST_MEMORY
     else:
         card_memory = 0
-        memory = profile.memory if profile.memory_set else sum(estimate.per_card)
+        memory = (
+            profile.memory
+            if profile.memory_set
+            else max(estimate.per_card)
+            if nodes > 1
+            else sum(estimate.per_card)
+        )
     return replace(profile, memory=memory, card_memory=card_memory)
 
 

@@ -89,6 +89,10 @@ class NodeCapacity:
     engines_configured: frozenset[str] = frozenset()
     engine_progress: Mapping[str, str] = field(default_factory=dict)
     cards: tuple[Card, ...] = ()
+    # How it is wired to the others (``fleet/wiring.py``), for replicas spanning nodes.
+    nvlink_domain: str | None = None
+    fabric: str | None = None
+    leaves: tuple[str, ...] = ()
 
     @classmethod
     def from_view(
@@ -161,6 +165,8 @@ class Request:
     avoid: frozenset[str] = frozenset()
     # The engine version the fleet runs (``engines:``); None asks for none in particular.
     engine_version: str | None = None
+    # Nodes one replica spans; the figures above are what it takes on each.
+    nodes: int = 1
 
     @property
     def wanted_role(self) -> str | None:
@@ -201,15 +207,24 @@ class Placement:
     node: str
     cards: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # A replica spanning nodes: (node, cards) of ranks 1.. (``node`` is rank 0's), and
+    # whether every card is in one NVLink domain.
+    workers: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    nvlink: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "model": self.request.model,
             "profile": self.request.profile,
             "node": self.node,
             "cards": list(self.cards),
             "notes": list(self.notes),
         }
+        if self.request.nodes > 1:
+            out["nodes"] = [self.node, *(n for n, _ in self.workers)]
+            out["workers"] = [{"node": n, "cards": list(c)} for n, c in self.workers]
+            out["nvlink"] = self.nvlink
+        return out
 
 
 @dataclass(frozen=True)
@@ -220,6 +235,8 @@ class Refusal:
 
     request: Request
     judge: Callable[[], Sequence[Verdict]] = field(repr=False, compare=False)
+    # For a replica spanning nodes: every set of nodes judged (``spanning.Span``).
+    spans: tuple[Any, ...] = ()
 
     @cached_property
     def verdicts(self) -> tuple[Verdict, ...]:
@@ -227,14 +244,27 @@ class Refusal:
 
     @property
     def reason(self) -> str:
+        if self.request.nodes > 1:
+            return span_reason(self.request.nodes, self.spans)
         if not self.verdicts:
             return "no nodes"
         return "; ".join(f"{v.node}: {', '.join(v.reasons)}" for v in self.verdicts)
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "model": self.request.model,
             "profile": self.request.profile,
             "node": None,
             "verdicts": [v.as_json() for v in self.verdicts],
         }
+        if self.request.nodes > 1:
+            out["spans"] = [s.as_json() for s in self.spans]
+        return out
+
+
+def span_reason(nodes: int, spans: Sequence[Any]) -> str:
+    """Why no set of ``nodes`` nodes was found, set by set."""
+    if not spans:
+        return f"no node could hold its share of a replica spanning {nodes} nodes"
+    said = "; ".join(f"{s.describe()}: {s.reason}" for s in spans)
+    return f"no {nodes} nodes wired together fit ({said}); a set never mixes fabrics"

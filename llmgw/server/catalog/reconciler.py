@@ -31,108 +31,46 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
 from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import scheduler
-from llmgw.server.catalog.model import Model, Profile, fingerprint, new_replica_id, parse_replica_id
+from llmgw.server.catalog.model import (
+    Model,
+    Profile,
+    fingerprint,
+    member_id,
+    new_replica_id,
+    parse_member_id,
+    parse_replica_id,
+)
+from llmgw.server.catalog.ports import EnginePorts
+from llmgw.server.catalog.tracks import (
+    AVOID_FOR,
+    LIVE,
+    REJUDGE,
+    REPORT_TIMEOUT,
+    STOP_RESEND,
+    Health,
+    Member,
+    Plan,
+    ProfileStatus,
+    Start,
+    StartMember,
+    Stop,
+    Track,
+    download_done,
+    merge_workers,
+    stop_order,
+    unreported_workers,
+)
 from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.wiring import Wiring
+from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
-LIVE = frozenset(ShardState) - {ShardState.FAILED, ShardState.STOPPED}
-# A node that has not reported a replica it was asked to start this long has lost it.
-REPORT_TIMEOUT = 60.0
-# Failures this recent make placement pass a node over.
-AVOID_FOR = 600.0
-# A profile that stays short has its nodes judged again this often, for its note.
-REJUDGE = 30.0
-# A stop unanswered this long is sent again.
-STOP_RESEND = 30.0
-
-
-@dataclass
-class Track:
-    """One replica as the reconciler knows it."""
-
-    replica_id: str
-    model: str
-    profile: str
-    node: str
-    fingerprint: str | None
-    state: ShardState
-    moved_at: float
-    port: int | None = None
-    cards: tuple[str, ...] = ()
-    sent_at: float | None = None  # set while no agent has reported it
-    progress: int | None = None
-    stop_sent: float | None = None
-    stop_reason: str = ""
-    failure_counted: bool = False
-    reason: str = ""
-
-
-@dataclass
-class Health:
-    """A profile's failures: the backoff and the nodes to pass over."""
-
-    consecutive: int = 0
-    last_at: float = 0.0
-    last_reason: str = ""
-    next_try: float = 0.0
-    nodes: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Start:
-    replica_id: str
-    model: str
-    profile: str
-    node: str
-    port: int
-    cards: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Stop:
-    replica_id: str
-    node: str
-    reason: str
-
-
-@dataclass
-class Plan:
-    starts: list[Start] = field(default_factory=list)
-    stops: list[Stop] = field(default_factory=list)
-    # (model, reason): on-demand models to park.
-    parks: list[tuple[str, str]] = field(default_factory=list)
-
-
-@dataclass
-class ProfileStatus:
-    """What ``ctl models`` shows of a profile after a pass."""
-
-    desired: int = 0
-    ready: int = 0
-    starting: int = 0
-    stale: int = 0
-    replacing: int = 0
-    note: str = ""
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "desired": self.desired,
-            "ready": self.ready,
-            "starting": self.starting,
-            "stale": self.stale,
-            "replacing": self.replacing,
-            "note": self.note,
-        }
-
-
-def port_range(text: str) -> range:
-    first, last = (int(x) for x in text.split("-"))
-    return range(first, last + 1)
+__all__ = ["Plan", "ProfileStatus", "Reconciler", "Start", "Stop", "Track"]
 
 
 class Reconciler:
@@ -144,14 +82,12 @@ class Reconciler:
         self.config = config
         self.clock = clock
         self.started = clock()
-        self.ports = port_range(config.engine_ports)
+        self.ports = EnginePorts(config.engine_ports)
         self.tracks: dict[str, Track] = {}
         self.health: dict[tuple[str, str], Health] = {}
         self.status: dict[tuple[str, str], ProfileStatus] = {}
         # On-demand models asked for, and until when they stay up.
         self.demand: dict[str, float] = {}
-        # Ports an engine could not use on a host, and when.
-        self.bad_ports: dict[tuple[str, int], float] = {}
         self._profiles: dict[tuple[str, str], Profile] = {}
         self._notes: dict[tuple[str, str], tuple[float, str]] = {}
         # `llmgw stop`: every model at zero, the catalog untouched.
@@ -159,6 +95,12 @@ class Reconciler:
         self.passes = 0
         # The version the fleet runs each engine at (``engines:``); None: no version asked.
         self.engine_version: Callable[[str], str | None] = lambda engine: None
+        # How the nodes are wired (NVLink domains, fabrics, leaves), for replicas
+        # spanning nodes; none known unless the service says.
+        self.wiring: Callable[[Mapping[str, NodeView]], Mapping[str, Wiring]] = lambda v: {}
+        # Workers whose replica is gone (shard id -> node), and when each was told to stop.
+        self.orphans: dict[str, str] = {}
+        self._orphan_stops: dict[str, float] = {}
 
     # ------------------------------------------------------------------ observing
 
@@ -176,9 +118,13 @@ class Reconciler:
     def observe(self, nodes: Mapping[str, NodeView], now: float) -> None:
         """Merge what the agents report into the tracks."""
         seen: set[str] = set()
+        workers: list[tuple[str, str, int, ShardStatus]] = []
         for view in nodes.values():
             for rid, shard in view.shards.items():
                 parsed = parse_replica_id(rid)
+                if parsed is None and (member := parse_member_id(rid)) is not None:
+                    workers.append((view.id, rid, member[1], shard))
+                    continue
                 if parsed is None or shard.fingerprint == "direct":
                     continue  # started by hand with `ctl shard start`: not ours to steer
                 seen.add(rid)
@@ -207,10 +153,12 @@ class Reconciler:
                 track.reason = shard.reason
                 if state != track.state:
                     track.state, track.moved_at = state, now
-                done = _download_done(view, rid)
+                done = download_done(view, rid)
                 if done is not None and done != track.progress:
                     track.progress, track.moved_at = done, now
+        reported, self.orphans = merge_workers(self.tracks, workers)
         for rid, track in list(self.tracks.items()):
+            unreported_workers(track, reported, nodes, now)
             if rid in seen:
                 continue
             home = nodes.get(track.node)
@@ -236,7 +184,7 @@ class Reconciler:
         wait = min(self.config.backoff_max, self.config.backoff_base * 2 ** (h.consecutive - 1))
         h.next_try = now + wait
         if track.port is not None and "address" in reason:
-            self.bad_ports[(track.node, track.port)] = now
+            self.ports.bad[(track.node, track.port)] = now
 
     def _succeeded(self, track: Track) -> None:
         h = self.health.get((track.model, track.profile))
@@ -281,9 +229,9 @@ class Reconciler:
         by_profile: dict[tuple[str, str], list[Track]] = {}
         for track in self.tracks.values():
             if track.stop_sent is not None:
-                if now - track.stop_sent > STOP_RESEND and track.node not in lost:
+                if now - track.stop_sent > STOP_RESEND:
                     track.stop_sent = now
-                    plan.stops.append(Stop(track.replica_id, track.node, track.stop_reason))
+                    self._stops(plan, track, track.stop_reason, skip=lost)
                 continue
             model = catalog.get(track.model)
             if model is None or model.profile(track.profile) is None:
@@ -293,6 +241,16 @@ class Reconciler:
             if track.state == ShardState.FAILED:
                 self.failed(track, now, track.reason or "the engine failed")
                 self._stop(plan, track, now, "failed: " + (track.reason or "no reason given"))
+                continue
+            lost_node = next((n for n in track.nodes if n in lost), None)
+            broken = track.broken() or (
+                f"its node {lost_node} was lost" if track.workers and lost_node else None
+            )
+            if broken is not None:
+                # One node of a replica spanning nodes down is the whole replica down:
+                # it is placed again as one.
+                self.failed(track, now, broken)
+                self._stop(plan, track, now, "failed: " + broken)
                 continue
             if track.state == ShardState.READY:
                 self._succeeded(track)
@@ -309,6 +267,8 @@ class Reconciler:
             by_profile.setdefault((track.model, track.profile), []).append(track)
 
         hold = self._waiting_for_nodes(nodes, now)
+        if not hold:
+            self._stop_orphans(plan, now)
         wanted: list[tuple[Model, Profile, int]] = []
         self.status = {}
         for model in sorted(catalog.values(), key=lambda m: m.name):
@@ -362,7 +322,7 @@ class Reconciler:
                 if old and model.in_place:
                     # Stop one old replica, then start its replacement where it was.
                     if starting_new == 0 and len(keep) + len(old) >= desired:
-                        victim = _stop_order(old)[0]
+                        victim = stop_order(old)[0]
                         self._stop(plan, victim, now, "replaced in place by a changed profile")
                         old.remove(victim)
                     short = min(desired - len(keep) - len(old), 1 - starting_new)
@@ -393,7 +353,7 @@ class Reconciler:
                 if short > 0:
                     wanted.append((model, profile, short))
             elif short < 0:
-                for track in _stop_order(keep)[:-short]:
+                for track in stop_order(keep)[:-short]:
                     if track.state == ShardState.READY:
                         if model_ready - 1 < model_desired:
                             continue  # the model would run fewer than it wants
@@ -401,13 +361,32 @@ class Reconciler:
                     self._stop(plan, track, now, "more replicas than the profile asks for")
             # Old replicas go as the new become ready: keep as many as are still missing.
             missing = max(0, desired - sum(1 for t in keep if t.state == ShardState.READY))
-            for track in _stop_order(old)[: max(0, len(old) - missing)]:
+            for track in stop_order(old)[: max(0, len(old) - missing)]:
                 why = "its node is draining" if track.node in draining else "replaced"
                 self._stop(plan, track, now, why)
 
     def _stop(self, plan: Plan, track: Track, now: float, reason: str) -> None:
         track.stop_sent, track.stop_reason = now, reason
-        plan.stops.append(Stop(track.replica_id, track.node, reason))
+        self._stops(plan, track, reason)
+
+    @staticmethod
+    def _stops(plan: Plan, track: Track, reason: str, skip: Iterable[str] = ()) -> None:
+        """Stop every shard of the replica: its own, and each worker's."""
+        skip = set(skip)
+        if track.node not in skip:
+            plan.stops.append(Stop(track.replica_id, track.node, reason))
+        for w in track.workers:
+            if w.node not in skip:
+                plan.stops.append(Stop(member_id(track.replica_id, w.rank), w.node, reason))
+
+    def _stop_orphans(self, plan: Plan, now: float) -> None:
+        for sid, node in self.orphans.items():
+            told = self._orphan_stops.get(sid)
+            if told is None or now - told > STOP_RESEND:
+                self._orphan_stops[sid] = now
+                plan.stops.append(Stop(sid, node, "a worker of a replica that is gone"))
+        for sid in [s for s in self._orphan_stops if s not in self.orphans]:
+            del self._orphan_stops[sid]
 
     # -------------------------------------------------------------------- placing
 
@@ -432,21 +411,24 @@ class Reconciler:
             profile = profiles.get((track.model, track.profile))
             if profile is None:
                 continue
-            cpu[track.node] = cpu.get(track.node, 0.0) + profile.cpu_cores
-            memory_all[track.node] = memory_all.get(track.node, 0) + profile.memory
-            every_card = cards_all.setdefault(track.node, {})
-            for uuid in track.cards:
-                every_card[uuid] = every_card.get(uuid, 0) + profile.card_memory
-            if track.state != ShardState.READY:
-                memory[track.node] = memory.get(track.node, 0) + profile.memory
-                per_card = cards.setdefault(track.node, {})
-                for uuid in track.cards:
-                    per_card[uuid] = per_card.get(uuid, 0) + profile.card_memory
+            shares = [(track.node, track.cards), *((w.node, w.cards) for w in track.workers)]
+            for node, held in shares:
+                cpu[node] = cpu.get(node, 0.0) + profile.cpu_cores
+                memory_all[node] = memory_all.get(node, 0) + profile.memory
+                every_card = cards_all.setdefault(node, {})
+                for uuid in held:
+                    every_card[uuid] = every_card.get(uuid, 0) + profile.card_memory
+                if track.state != ShardState.READY:
+                    memory[node] = memory.get(node, 0) + profile.memory
+                    per_card = cards.setdefault(node, {})
+                    for uuid in held:
+                        per_card[uuid] = per_card.get(uuid, 0) + profile.card_memory
         for view in nodes.values():
-            held = weights.setdefault(view.id, set())
-            held.update(s.source for s in view.shards.values() if s.source)
-            held.update(view.downloads)
+            holds = weights.setdefault(view.id, set())
+            holds.update(s.source for s in view.shards.values() if s.source)
+            holds.update(view.downloads)
         out = []
+        wired = self.wiring(nodes)
         for nid, view in sorted(nodes.items()):
             figures = view.figures()
             used = (figures.memory_total or 0) - (figures.memory_available or 0)
@@ -455,16 +437,23 @@ class Reconciler:
             for uuid, promised in cards_all.get(nid, {}).items():
                 loading = cards.setdefault(nid, {}).get(uuid, 0)
                 cards[nid][uuid] = max(loading, promised - card_used.get(uuid, 0))
-            out.append(
-                scheduler.NodeCapacity.from_view(
-                    view,
-                    cpu_reserved=cpu.get(nid, 0.0),
-                    memory_reserved=memory.get(nid, 0),
-                    card_reserved=cards.get(nid),
-                    weights=weights.get(nid, ()),
-                    figures=figures,
-                )
+            cap = scheduler.NodeCapacity.from_view(
+                view,
+                cpu_reserved=cpu.get(nid, 0.0),
+                memory_reserved=memory.get(nid, 0),
+                card_reserved=cards.get(nid),
+                weights=weights.get(nid, ()),
+                figures=figures,
             )
+            wiring = wired.get(nid)
+            if wiring is not None:
+                cap = replace(
+                    cap,
+                    nvlink_domain=wiring.nvlink_domain,
+                    fabric=wiring.fabric,
+                    leaves=wiring.leaves,
+                )
+            out.append(cap)
         return out
 
     def request(self, model: Model, profile: Profile, now: float) -> scheduler.Request:
@@ -487,6 +476,7 @@ class Reconciler:
             card_class=profile.card_class,
             avoid=avoid,
             engine_version=self.engine_version(profile.engine),
+            nodes=profile.nodes,
         )
 
     def _place(
@@ -505,7 +495,7 @@ class Reconciler:
             requests += [self.request(model, profile, now)] * count
         strategy: scheduler.Strategy = "spread" if self.config.strategy == "spread" else "binpack"
         results = scheduler.place_many(requests, caps, strategy)
-        used = self._used_ports(nodes)
+        used = self.ports.used(nodes, self.tracks.values())
         refused: set[tuple[str, str]] = set()
         for result in results:
             req = result.request
@@ -517,17 +507,22 @@ class Reconciler:
                     if status is not None:
                         status.note = self._refusal_note(key, result, now)
                 continue
-            view = nodes[result.node]
-            port = self._port(view, used, now)
-            if port is None:
+            ports = self.ports.for_placement(result, nodes, used, now)
+            if ports is None:
                 status = self.status.get(key)
                 if status is not None:
-                    status.note = (
-                        f"no free engine port on {result.node} ({self.config.engine_ports})"
-                    )
+                    where = ", ".join([result.node, *(n for n, _ in result.workers)])
+                    status.note = f"no free engine port on {where} ({self.config.engine_ports})"
                 continue
+            port, rendezvous, worker_ports = ports
             rid = new_replica_id(req.model, req.profile)
             model, profile = asked[key]
+            workers = tuple(
+                StartMember(rank, node, p, cards)
+                for rank, ((node, cards), p) in enumerate(
+                    zip(result.workers, worker_ports, strict=True), start=1
+                )
+            )
             self.tracks[rid] = Track(
                 rid,
                 req.model,
@@ -539,8 +534,23 @@ class Reconciler:
                 port=port,
                 cards=result.cards,
                 sent_at=now,
+                workers=[Member(w.rank, w.node, w.port, w.cards, sent_at=now) for w in workers],
+                rendezvous_port=rendezvous,
+                nvlink=result.nvlink,
             )
-            plan.starts.append(Start(rid, req.model, req.profile, result.node, port, result.cards))
+            plan.starts.append(
+                Start(
+                    rid,
+                    req.model,
+                    req.profile,
+                    result.node,
+                    port,
+                    result.cards,
+                    workers,
+                    rendezvous,
+                    result.nvlink,
+                )
+            )
 
     def _refusal_note(self, key: tuple[str, str], refusal: scheduler.Refusal, now: float) -> str:
         """Why a profile is short, by reason and count of nodes. Judging every node
@@ -549,6 +559,10 @@ class Reconciler:
         cached = self._notes.get(key)
         if cached is not None and now - cached[0] < REJUDGE:
             return cached[1]
+        if refusal.request.nodes > 1:
+            note = f"{refusal.reason}; `llmgw ctl explain {key[0]}` says why for each set"
+            self._notes[key] = (now, note)
+            return note
         counts: dict[str, int] = {}
         for verdict in refusal.verdicts:
             if verdict.reasons:
@@ -562,30 +576,6 @@ class Reconciler:
         self._notes[key] = (now, note)
         return note
 
-    def _used_ports(self, nodes: Mapping[str, NodeView]) -> dict[str, set[int]]:
-        """Ports in use per host address: two agents on one machine share its ports."""
-        used: dict[str, set[int]] = {}
-        for view in nodes.values():
-            ports = used.setdefault(_host(view), set())
-            ports.update(s.port for s in view.shards.values() if s.port)
-        for track in self.tracks.values():
-            home = nodes.get(track.node)
-            if home is not None and track.port is not None:
-                used.setdefault(_host(home), set()).add(track.port)
-        return used
-
-    def _port(self, view: NodeView, used: dict[str, set[int]], now: float) -> int | None:
-        taken = used.setdefault(_host(view), set())
-        for port in self.ports:
-            if port in taken:
-                continue
-            bad = self.bad_ports.get((view.id, port))
-            if bad is not None and now - bad < AVOID_FOR:
-                continue
-            taken.add(port)
-            return port
-        return None
-
     # ------------------------------------------------------------------ describing
 
     def describe(
@@ -593,6 +583,14 @@ class Reconciler:
     ) -> dict[str, Any]:
         """The catalog's view of one replica, for the replicas listing; ``reported``
         is the fingerprint its agent reports (known before any pass has seen it)."""
+        member = parse_member_id(replica_id)
+        if member is not None and reported != "direct":
+            rid, rank = member
+            model_name, profile_name = parse_replica_id(rid) or ("", "")
+            note = f"rank {rank} of {rid}, a replica spanning nodes"
+            if replica_id in self.orphans:
+                note = f"rank {rank} of {rid}, which is gone: being stopped"
+            return {"model": model_name, "profile": profile_name, "stale": False, "note": note}
         parsed = parse_replica_id(replica_id)
         track = self.tracks.get(replica_id)
         if parsed is None or reported == "direct":
@@ -616,20 +614,3 @@ class Reconciler:
                     f"`llmgw ctl model restart {model.name}` replaces it"
                 )
         return {"model": parsed[0], "profile": parsed[1], "stale": stale, "note": note}
-
-
-def _host(view: NodeView) -> str:
-    return view.address or view.id
-
-
-def _download_done(view: NodeView, replica_id: str) -> int | None:
-    for progress in view.downloads.values():
-        if replica_id in progress.get("replica_ids", []):
-            done = progress.get("done")
-            return int(done) if done is not None else None
-    return None
-
-
-def _stop_order(tracks: Sequence[Track]) -> list[Track]:
-    """Which to stop first: not ready before ready, newest before oldest, then by id."""
-    return sorted(tracks, key=lambda t: (t.state == ShardState.READY, -t.moved_at, t.replica_id))

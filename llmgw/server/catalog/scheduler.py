@@ -16,10 +16,11 @@ any other node fits. Scores: weights already on the node first, then binpack
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from llmgw.server.catalog import spanning
+from llmgw.server.catalog.blocks import Order
 from llmgw.server.catalog.placement import (
     GIB,
     ROLE_LABEL,
@@ -42,6 +43,7 @@ __all__ = [
     "Strategy",
     "Verdict",
     "explain",
+    "explain_spans",
     "place",
     "place_many",
     "static_reasons",
@@ -268,146 +270,6 @@ def place(
     return place_many([request], nodes, strategy)[0]
 
 
-class _Bound:
-    """The most any node of a block has free of each resource.
-
-    An upper bound: a request it does not admit fits none of the block's nodes.
-    Taking a node out leaves it loose, still a bound but maybe a high one, until a
-    walk finds the block admitted a request that none of its nodes has room for.
-    """
-
-    __slots__ = ("memory", "cpu", "disk", "top")
-
-    def __init__(self, states: Sequence[_State]) -> None:
-        self.memory = max([st.memory for st in states])
-        self.cpu = max([st.cpu for st in states])
-        disks = [st.disk for st in states]
-        # None: a node reports no disk, so there is no bound.
-        self.disk = None if None in disks else max(d for d in disks if d is not None)
-        tops = [st.top for st in states]
-        width = max(map(len, tops))
-        self.top = [max([t[k] for t in tops if len(t) > k]) for k in range(width)]
-
-    def widen(self, st: _State) -> None:
-        self.memory = max(self.memory, st.memory)
-        self.cpu = max(self.cpu, st.cpu)
-        if self.disk is not None:
-            self.disk = None if st.disk is None else max(self.disk, st.disk)
-        top = self.top
-        for k, f in enumerate(st.top):
-            if k == len(top):
-                top.append(f)
-            elif f > top[k]:
-                top[k] = f
-
-
-def _admits(free: _State | _Bound, req: Request, check_disk: bool) -> bool:
-    """Whether free figures have room for the request in each resource taken alone.
-
-    Exact for a node (but for disk, which weights pending there would skip), and
-    for a block a condition every fitting member meets.
-    """
-    if req.memory > free.memory or req.cpu_cores > free.cpu:
-        return False
-    if check_disk and free.disk is not None and req.disk > free.disk:
-        return False
-    if req.cards:
-        top = free.top
-        return len(top) >= req.cards and top[req.cards - 1] >= req.card_memory
-    return True
-
-
-_Key = tuple[int, str]
-
-
-class _Order:
-    """One group's nodes sorted by the strategy's key, cut into blocks with bounds.
-
-    The walk for a request passes over whole blocks whose bound lacks room, so a
-    fleet whose nodes have the scored resource but not the cores or cards costs a
-    look per block rather than a failed fit per node.
-    """
-
-    BLOCK = 48
-
-    __slots__ = ("states", "blocks", "firsts", "bounds", "loose")
-
-    def __init__(self, keys: list[_Key], states: Mapping[str, _State]) -> None:
-        self.states = states
-        size = self.BLOCK
-        self.blocks = [keys[i : i + size] for i in range(0, len(keys), size)]
-        self.firsts = [b[0] for b in self.blocks]
-        self.bounds = [self._bound(b) for b in self.blocks]
-        self.loose = [False] * len(self.blocks)
-
-    def _bound(self, block: list[_Key]) -> _Bound:
-        return _Bound([self.states[nid] for _, nid in block])
-
-    def _find(self, key: _Key) -> int:
-        return max(bisect.bisect_right(self.firsts, key) - 1, 0)
-
-    def remove(self, key: _Key) -> None:
-        i = self._find(key)
-        block = self.blocks[i]
-        del block[bisect.bisect_left(block, key)]
-        if not block:
-            del self.blocks[i], self.firsts[i], self.bounds[i], self.loose[i]
-            return
-        self.firsts[i] = block[0]
-        self.loose[i] = True
-
-    def insert(self, key: _Key) -> None:
-        st = self.states[key[1]]
-        if not self.blocks:
-            self.blocks.append([key])
-            self.firsts.append(key)
-            self.bounds.append(_Bound([st]))
-            self.loose.append(False)
-            return
-        i = self._find(key)
-        block = self.blocks[i]
-        bisect.insort(block, key)
-        self.firsts[i] = block[0]
-        self.bounds[i].widen(st)
-        if len(block) >= 2 * self.BLOCK:
-            half = len(block) // 2
-            lo, hi = block[:half], block[half:]
-            self.blocks[i : i + 1] = [lo, hi]
-            self.firsts[i : i + 1] = [lo[0], hi[0]]
-            self.bounds[i : i + 1] = [self._bound(lo), self._bound(hi)]
-            self.loose[i : i + 1] = [False, False]
-
-    def candidates(
-        self, req: Request, lo: _Key | None, hi: _Key | None, check_disk: bool
-    ) -> Iterator[_State]:
-        """Nodes keyed from `lo` to `hi` (both included) with room, in order.
-
-        Callers stop before reserving: the walk does not survive a change to the order.
-        """
-        start = 0 if lo is None else self._find(lo)
-        for i in range(start, len(self.blocks)):
-            block = self.blocks[i]
-            if hi is not None and block[0] > hi:
-                return
-            if not _admits(self.bounds[i], req, check_disk):
-                continue
-            j = bisect.bisect_left(block, lo) if lo is not None and i == start else 0
-            roomy = False
-            for k in range(j, len(block)):
-                key = block[k]
-                if hi is not None and key > hi:
-                    return
-                st = self.states[key[1]]
-                if _admits(st, req, check_disk):
-                    roomy = True
-                    yield st
-            # Tightening costs a pass over the block, worth it only once the loose
-            # bound has let a walk in for nothing: on a filling fleet, it will again.
-            if not roomy and self.loose[i]:
-                self.bounds[i] = self._bound(block)
-                self.loose[i] = False
-
-
 class _Fleet:
     """Free figures for one place_many call, indexed so a placement is cheap.
 
@@ -426,8 +288,8 @@ class _Fleet:
         for nid in sorted(self.states):
             for src in self.states[nid].node.weights:
                 self.holders.setdefault(src, []).append(nid)
-        self.groups: dict[tuple[Any, ...], tuple[bool, _Order, set[str]]] = {}
-        self.memberships: dict[str, list[tuple[bool, _Order]]] = {}
+        self.groups: dict[tuple[Any, ...], tuple[bool, Order[_State], set[str]]] = {}
+        self.memberships: dict[str, list[tuple[bool, Order[_State]]]] = {}
         # Once a shape is refused it stays refused: a call only ever takes room away.
         self.refused: set[tuple[Any, ...]] = set()
         # Per group, the needs of refused requests: one asking at least as much of
@@ -457,7 +319,7 @@ class _Fleet:
         free = st.resource(uses_cards)
         return (free if self.strategy == "binpack" else -free, st.node.id)
 
-    def group(self, req: Request) -> tuple[bool, _Order, set[str]]:
+    def group(self, req: Request) -> tuple[bool, Order[_State], set[str]]:
         uses_cards = req.cards > 0
         # The card class too: a refusal for one class must not stand for another.
         gkey = (
@@ -471,7 +333,7 @@ class _Fleet:
         found = self.groups.get(gkey)
         if found is None:
             members = [st for st in self.states.values() if not static_reasons(st.node, req)]
-            order = _Order(sorted(self._key(st, uses_cards) for st in members), self.states)
+            order = Order(sorted(self._key(st, uses_cards) for st in members), self.states)
             found = (uses_cards, order, {st.node.id for st in members})
             self.groups[gkey] = found
             for st in members:
@@ -482,7 +344,37 @@ class _Fleet:
         reasons, _, chosen = _dynamic_reasons(st, req, self.strategy, all_reasons=False)
         return None if reasons else chosen
 
+    def candidates(self, req: Request) -> list[spanning.Candidate]:
+        """Every node that could hold its share of a replica spanning nodes."""
+        uses_cards, _, members = self.group(req)
+        out = []
+        for nid in sorted(members):
+            st = self.states[nid]
+            if self.fits(st, req) is not None:
+                n = st.node
+                key = _order(st, req, self.strategy)
+                out.append(spanning.Candidate(nid, key, n.nvlink_domain, n.fabric, n.leaves))
+        return out
+
+    def place_span(self, req: Request) -> Placement | Refusal:
+        """Place one replica on ``req.nodes`` nodes, each taking ``req``'s figures."""
+        found = spanning.spans(self.candidates(req), req.nodes)
+        best = found[0] if found and found[0].ok else None
+        if best is None:
+            return Refusal(req, lambda: self.explain(req), tuple(found))
+        placed: list[tuple[str, tuple[str, ...]]] = []
+        for nid in best.chosen:
+            st = self.states[nid]
+            chosen = self.fits(st, req) or []
+            self.reserve(st, req, chosen)
+            placed.append((nid, tuple(st.node.cards[i].uuid for i in chosen)))
+        (leader, cards), *workers = placed
+        notes = (f"{best.describe()}: {', '.join(best.chosen)}", *best.notes)
+        return Placement(req, leader, cards, notes, tuple(workers), best.kind == "nvlink")
+
     def place(self, req: Request) -> Placement | Refusal:
+        if req.nodes > 1:
+            return self.place_span(req)
         # Everything placement reads from a request; the model's name is not part of it.
         shape: tuple[Any, ...] = (
             req.engine,
@@ -583,7 +475,17 @@ class _Fleet:
             engines_configured=n.engines_configured,
             engine_progress=n.engine_progress,
             cards=cards,
+            nvlink_domain=n.nvlink_domain,
+            fabric=n.fabric,
+            leaves=n.leaves,
         )
+
+
+def explain_spans(
+    request: Request, nodes: Iterable[NodeCapacity], strategy: Strategy = "binpack"
+) -> list[spanning.Span]:
+    """Every set of nodes a replica spanning ``request.nodes`` could go to, best first."""
+    return spanning.spans(_Fleet(nodes, strategy).candidates(request), request.nodes)
 
 
 def place_many(

@@ -23,8 +23,9 @@ from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.inspector import PickledWeights
 from llmgw.server.catalog.model import CatalogError, Model, Profile
-from llmgw.server.catalog.reconciler import Plan, Reconciler
-from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.catalog.placement import span_reason
+from llmgw.server.catalog.reconciler import Plan, Reconciler, Start
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import (
     ContextRequest,
@@ -35,7 +36,7 @@ from llmgw.server.requests import (
     ServeRequest,
 )
 from llmgw.server.store import Audit, Store, StoreUnavailable
-from llmgw.wire.messages import StartShard, StopShard
+from llmgw.wire.messages import ShardSpec, StartShard, StopShard
 
 log = logging.getLogger("llmgw.models")
 
@@ -54,6 +55,14 @@ def _provider_url(url: str) -> bool:
     if parts.scheme == "https" and parts.hostname:
         return True
     return parts.scheme == "http" and is_loopback_host(parts.hostname)
+
+
+def _address(view: NodeView | None) -> str:
+    """The address the other nodes of a replica reach a node at: the one it reached
+    the control plane from."""
+    if view is None or not view.address:
+        raise RuntimeError("a node of the replica has no known address")
+    return view.address
 
 
 def _invalid(exc: CatalogError) -> Refusal:
@@ -164,26 +173,28 @@ class ModelService:
         for start in plan.starts:
             model = self.models[start.model]
             profile = model.profile(start.profile)
-            view = nodes.get(start.node)
             assert profile is not None
-            if view is None or view.session is None:
+            homes = [nodes.get(n) for n in (start.node, *(w.node for w in start.workers))]
+            if any(
+                v is None or v.session is None or (start.workers and not v.address) for v in homes
+            ):
                 track = self.reconciler.tracks.pop(start.replica_id, None)
                 if track is not None:
                     self.reconciler.failed(track, self.reconciler.clock(), "node not connected")
                 continue
-            key = pki.engine_key(self.cluster_secret, start.replica_id)
-            spec = catalog.shard_spec(
-                model, profile, start.replica_id, start.port, start.cards, key
-            )
-            spec = replace(spec, engine_version=self.reconciler.engine_version(profile.engine))
-            log.info(
-                "starting %s on %s (port %d%s)",
-                start.replica_id,
-                start.node,
-                start.port,
-                f", cards {', '.join(start.cards)}" if start.cards else "",
-            )
-            await view.session.send(StartShard(spec=spec))
+            version = self.reconciler.engine_version(profile.engine)
+            for node, spec in self._specs(model, profile, start):
+                spec = replace(spec, engine_version=version)
+                log.info(
+                    "starting %s on %s (port %d%s)",
+                    spec.replica_id,
+                    node,
+                    spec.port,
+                    f", cards {', '.join(spec.cards)}" if spec.cards else "",
+                )
+                session = nodes[node].session
+                if session is not None:
+                    await session.send(StartShard(spec=spec))
         for name, reason in plan.parks:
             parking = self.models.get(name)
             if parking is not None and not parking.parked:
@@ -191,6 +202,12 @@ class ModelService:
                 audit = Audit("reconciler", "model.park", name, reason)
                 await self._save(replace(parking, parked=reason), audit)
         return plan
+
+    def _specs(self, model: Model, profile: Profile, start: Start) -> list[tuple[str, ShardSpec]]:
+        nodes = self.registry.nodes
+        where = [start.node, *(w.node for w in start.workers)]
+        addresses = {n: _address(nodes.get(n)) for n in where} if start.workers else {}
+        return catalog.start_specs(model, profile, start, addresses, self.cluster_secret)
 
     async def _save(self, model: Model, audit: Audit) -> None:
         await self.store.put_model(model.name, model.to_spec(), audit)
@@ -245,6 +262,17 @@ class ModelService:
             # An engine still installing is on its way, not a reason it never fits.
             at_rest = replace(request, avoid=frozenset(), engine_version=None)
             verdicts = scheduler.explain(at_rest, nodes)
+            if profile.nodes > 1:
+                spans = scheduler.explain_spans(at_rest, nodes)
+                if spans and spans[0].ok:
+                    continue
+                raise Refusal(
+                    409,
+                    "does_not_fit",
+                    f"{model.name} (profile {profile.name}) fits nowhere even with nothing "
+                    f"else running: {span_reason(profile.nodes, spans)}",
+                    verdicts=[v.as_json() for v in verdicts],
+                )
             if any(v.ok for v in verdicts):
                 continue
             reasons = "; ".join(f"{v.node}: {', '.join(v.reasons)}" for v in verdicts)
@@ -350,13 +378,21 @@ class ModelService:
             status = self.reconciler.status.get((model.name, profile.name))
             running = sorted(
                 {
-                    t.node
+                    node
                     for t in self.reconciler.tracks.values()
                     if t.model == model.name and t.profile == profile.name
+                    for node in t.nodes
                 }
+            )
+            spans = (
+                [s.as_json() for s in scheduler.explain_spans(request, caps, strategy)]
+                if profile.nodes > 1
+                else None
             )
             out.append(
                 {
+                    "nodes": profile.nodes,
+                    "spans": spans,
                     "model": model.name,
                     "profile": profile.name,
                     "engine": profile.engine,
@@ -424,6 +460,7 @@ class ModelService:
             card_class=ask.card_class,
             memory=ask.memory or 0,
             memory_set=ask.memory is not None,
+            nodes=ask.nodes,
         )
         model = Model(
             name=name,

@@ -14,13 +14,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
 from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.ibtopology import Topology, parse_ibnetdiscover, rails
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.wiring import Wiring, wiring
 
 log = logging.getLogger("llmgw.fabrics")
 
@@ -104,6 +105,11 @@ class FabricMaps:
             if isinstance(answer.result, dict):
                 return answer.result
         raise RuntimeError("no answer")
+
+    def wiring(self, views: Mapping[str, NodeView]) -> dict[str, Wiring]:
+        """How each node is wired, for placing a replica that spans nodes."""
+        found = self.watch.fabrics(views.values())
+        return wiring(views.values(), found, {f: kept[2] for f, kept in self.maps.items()})
 
     # --- for the API -------------------------------------------------------------------
 

@@ -51,7 +51,8 @@ class EngineProbe:
             if view.state == NodeState.READY or not view.address:
                 continue
             for rid, shard in view.shards.items():
-                if shard.state == ShardState.READY and shard.port:
+                # A worker of a replica spanning nodes serves no HTTP: its leader does.
+                if shard.state == ShardState.READY and shard.port and not shard.rank:
                     out.append((rid, engine_url(view.address, shard.port) + "/health"))
         return out
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llmgw.server.catalog import scheduler
+from llmgw.server.catalog import blocks
 from llmgw.server.catalog.scheduler import (
     GIB,
     Card,
@@ -408,7 +408,7 @@ def test_place_many_matches_brute_force_on_overfull_fleets(
 ) -> None:
     # The index must change how many nodes a placement looks at, never which it picks;
     # small blocks make it split, empty and re-tighten its blocks often.
-    monkeypatch.setattr(scheduler._Order, "BLOCK", block)
+    monkeypatch.setattr(blocks.Order, "BLOCK", block)
     requests, nodes = _overfull_fleet(seed)
     results = place_many(requests, nodes, strategy)
     got = [(p.node, p.cards, p.notes) if isinstance(p, Placement) else None for p in results]

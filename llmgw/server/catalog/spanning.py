@@ -1,0 +1,184 @@
+"""Which set of nodes one replica spanning N nodes goes to, judged by how they are wired.
+
+The nodes that could each hold their share are grouped by what joins them, best wire
+first: an NVLink domain (every card in one NVL72-class rack: NCCL goes over NVLink
+between the trays); else one InfiniBand fabric, preferring nodes under the same leaf
+switches over a set that reaches through the spine; else, for nodes with no
+InfiniBand at all, Ethernet. A set never mixes two fabrics, nor a fabric with nodes
+outside it: NCCL would fall back to sockets for the whole replica without saying so.
+
+Pure: the scheduler hands in the nodes that fit with their order keys (the same
+scores a one-node replica is placed by); the answer is every candidate set, best
+first, each with the nodes it would take or why it cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["nvlink", "fabric", "ethernet"]
+_TIER: dict[str, int] = {"nvlink": 0, "fabric": 1, "ethernet": 2}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A node that could hold its share, with its placement score (smaller is better:
+    not passed over, holds the weights, binpack or spread) and its wiring."""
+
+    node: str
+    key: tuple[Any, ...]
+    nvlink_domain: str | None = None
+    fabric: str | None = None
+    leaves: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Span:
+    """One place a replica could go: a domain, a fabric, or the Ethernet-only nodes."""
+
+    kind: Kind
+    id: str
+    fitting: tuple[str, ...]
+    needed: int
+    chosen: tuple[str, ...] = ()
+    # How many sets of leaf switches the chosen nodes hang under; 0 when not known.
+    leaf_sets: int = 0
+    notes: tuple[str, ...] = ()
+    score: tuple[Any, ...] = field(default=(), compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return len(self.chosen) == self.needed
+
+    @property
+    def reason(self) -> str:
+        if self.ok:
+            return ""
+        return f"{len(self.fitting)} node(s) fit, {self.needed} needed"
+
+    def describe(self) -> str:
+        if self.kind == "nvlink":
+            return f"NVLink domain {self.id}"
+        if self.kind == "fabric":
+            return f"InfiniBand fabric {self.id}"
+        return "nodes without InfiniBand"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "id": self.id or None,
+            "ok": self.ok,
+            "fitting": list(self.fitting),
+            "needed": self.needed,
+            "chosen": list(self.chosen),
+            "leaf_sets": self.leaf_sets or None,
+            "notes": list(self.notes),
+            "reason": self.reason,
+        }
+
+
+def _best(cands: Sequence[Candidate], n: int) -> list[Candidate]:
+    return sorted(cands, key=lambda c: c.key)[:n]
+
+
+def _score(chosen: Sequence[Candidate]) -> tuple[Any, ...]:
+    """A set's score from its members' keys: fewest passed over, most holding the
+    weights, then the strategy's figure summed."""
+    keys = [c.key for c in chosen]
+    return tuple(sum(k[i] for k in keys) for i in range(len(keys[0]) - 1)) if keys else ()
+
+
+def _fabric_span(fabric: str, cands: Sequence[Candidate], n: int) -> Span:
+    fitting = tuple(c.node for c in sorted(cands, key=lambda c: c.key))
+    if len(cands) < n:
+        return Span("fabric", fabric, fitting, n)
+    groups: dict[tuple[str, ...], list[Candidate]] = {}
+    for c in cands:
+        groups.setdefault(c.leaves, []).append(c)
+    if all(not leaves for leaves in groups):
+        chosen = _best(cands, n)
+        note = "its leaf switches are not known yet (no map of the fabric read)"
+        return Span("fabric", fabric, fitting, n, tuple(c.node for c in chosen), 0, (note,))
+    whole = [g for leaves, g in groups.items() if leaves and len(g) >= n]
+    if whole:
+        chosen = min((_best(g, n) for g in whole), key=lambda b: (_score(b), b[0].node))
+        return Span(
+            "fabric",
+            fabric,
+            fitting,
+            n,
+            tuple(c.node for c in chosen),
+            1,
+            ("all under the same leaf switches",),
+            _score(chosen),
+        )
+    # Take whole leaf sets, largest first, so the replica crosses the spine as little
+    # as it can; nodes whose leaves are not known come last.
+    order = sorted(
+        groups.items(),
+        key=lambda kv: (not kv[0], -len(kv[1]), min(c.key for c in kv[1])),
+    )
+    chosen, used = [], 0
+    for _, group in order:
+        if len(chosen) >= n:
+            break
+        chosen += _best(group, n - len(chosen))
+        used += 1
+    note = f"across {used} sets of leaf switches: traffic between them crosses the spine"
+    return Span(
+        "fabric", fabric, fitting, n, tuple(c.node for c in chosen), used, (note,), _score(chosen)
+    )
+
+
+def spans(cands: Sequence[Candidate], n: int) -> list[Span]:
+    """Every set the replica could go to, best first: the first that is ``ok`` is
+    where it goes. The leader (rank 0) is the chosen set's best-scored node."""
+    out: list[Span] = []
+    domains: dict[str, list[Candidate]] = {}
+    fabrics: dict[str, list[Candidate]] = {}
+    ethernet: list[Candidate] = []
+    for c in cands:
+        if c.nvlink_domain:
+            domains.setdefault(c.nvlink_domain, []).append(c)
+        if c.fabric:
+            fabrics.setdefault(c.fabric, []).append(c)
+        elif not c.nvlink_domain:
+            ethernet.append(c)
+    for domain, group in sorted(domains.items()):
+        fitting = tuple(c.node for c in sorted(group, key=lambda c: c.key))
+        chosen = _best(group, n) if len(group) >= n else []
+        mnnvl = "NCCL joins the cards over NVLink between the trays (NCCL_MNNVL_ENABLE=1)"
+        out.append(
+            Span(
+                "nvlink",
+                domain,
+                fitting,
+                n,
+                tuple(c.node for c in chosen),
+                notes=(mnnvl,) if chosen else (),
+                score=_score(chosen),
+            )
+        )
+    for fabric, group in sorted(fabrics.items()):
+        out.append(_fabric_span(fabric, group, n))
+    if ethernet:
+        fitting = tuple(c.node for c in sorted(ethernet, key=lambda c: c.key))
+        chosen = _best(ethernet, n) if len(ethernet) >= n else []
+        slow = "no InfiniBand between these nodes: the replica's traffic goes over Ethernet"
+        out.append(
+            Span(
+                "ethernet",
+                "",
+                fitting,
+                n,
+                tuple(c.node for c in chosen),
+                notes=(slow,) if chosen else (),
+                score=_score(chosen),
+            )
+        )
+    out.sort(
+        key=lambda s: (not s.ok, _TIER[s.kind], s.leaf_sets or 1 if s.ok else 0, s.score, s.id)
+    )
+    return out
