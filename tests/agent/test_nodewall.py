@@ -186,3 +186,33 @@ async def test_keep_refuses_an_unusable_message_and_keeps_the_last_plan(
     assert wall.problem is not None
     assert wall.problem.startswith("the cluster's firewall settings cannot be used:")
     assert wall.plan == plan_of(good) and load_plan(tmp_path) == plan_of(good)
+
+
+async def test_a_replicas_peers_are_let_in_to_its_ports_and_taken_out_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(nodewall, "available", lambda: True)
+    applied: list[FirewallPlan] = []
+
+    class Nft:
+        def apply(self, plan: FirewallPlan) -> None:
+            applied.append(plan)
+
+    wall = NodeFirewall(tmp_path, Nft())  # type: ignore[arg-type]
+    # Peers known before the cluster's message wait for it: no plan without it.
+    await wall.peers({41005: ("10.0.0.7", "10.0.0.8")})
+    assert applied == []
+    await wall.keep(Firewall(control_planes=["10.0.0.2"], engine_ports="41000-41999"))
+    assert applied[-1].peers == {41005: ("10.0.0.7", "10.0.0.8")}
+    assert applied[-1].control_planes == ("10.0.0.2",)
+    # A port outside the engine range is not the table's to open.
+    await wall.peers({41005: ("10.0.0.7",), 50000: ("10.0.0.9",)})
+    assert applied[-1].peers == {41005: ("10.0.0.7",)}
+    loaded = len(applied)
+    await wall.peers({41005: ("10.0.0.7",), 50000: ("10.0.0.9",)})
+    assert len(applied) == loaded  # nothing changed, nothing loaded
+    await wall.peers({})
+    assert applied[-1].peers == {} and wall.problem is None
+    await wall.peers({41006: ("not an address",)})
+    assert wall.problem is not None and "peers" in wall.problem
+    assert applied[-1].peers == {}

@@ -1,8 +1,10 @@
 """The fleet's InfiniBand fabrics, from what every node's ports see: a fabric is the
 ports whose master subnet manager is the same, or was within ``RECENT`` (a failover moves
 a whole fabric from one master to another; its ports are one fabric through it). A
-fabric is named by the lowest SM GUID seen in it, which stays put across failovers
-between the same managers.
+fabric is named by the lowest SM GUID seen in it, and keeps that name through failovers
+for as long as the control plane runs: each master is remembered with its fabric's
+name, so a fabric that failed over to a higher GUID is not renamed once ``RECENT`` has
+forgotten the old master (a lower one joining still names it).
 
 Problems are said with their fix: ports stuck in INIT or ARMED (the SM has not brought
 them up), ports of one fabric that see different masters at once, a master that changed
@@ -82,6 +84,9 @@ class FabricWatch:
         self.clock = clock
         # (node, device, port) -> [(master guid, first seen, last seen)], oldest first.
         self._seen: dict[tuple[str, str, int], list[tuple[str, float, float]]] = {}
+        # Master SM GUID -> the name of the fabric it was master of, so a fabric keeps
+        # its name (maps, labels, links) once the failover that moved it is forgotten.
+        self._names: dict[str, str] = {}
 
     def _remember(self, key: tuple[str, str, int], master: str, now: float) -> None:
         seen = [s for s in self._seen.get(key, []) if now - s[2] < RECENT or s[0] == master]
@@ -138,7 +143,10 @@ class FabricWatch:
             fabric.managers.update(s[0] for s in self._seen[key])
         out = []
         for fabric in groups.values():
-            fabric.id = min(fabric.managers)
+            known = [self._names[m] for m in fabric.managers if m in self._names]
+            fabric.id = min([*fabric.managers, *known])
+            for master in fabric.masters:
+                self._names[master] = fabric.id
             self._judge(fabric, now)
             out.append(fabric)
         _declared(out, declared)

@@ -168,3 +168,19 @@ def test_a_node_declared_on_one_fabric_with_ports_on_another() -> None:
     (problem,) = by_id[SM_C]["problems"]
     assert problem.startswith(f"g1 is declared on fabric {SM_A} (llmgw.fabric label)")
     assert "`llmgw ctl node label g1 llmgw.fabric=FABRIC`" in problem
+
+
+def test_a_fabric_keeps_its_name_after_failing_over_to_a_higher_sm() -> None:
+    clock = Clock()
+    watch = FabricWatch(clock)
+    seen = [node("g1", port("mlx5_0", master=SM_A)), node("g2", port("mlx5_0", master=SM_A))]
+    assert watch.fabrics(seen)["fabrics"][0]["id"] == SM_A
+    clock.now += 30
+    moved = [node("g1", port("mlx5_0", master=SM_B)), node("g2", port("mlx5_0", master=SM_B))]
+    assert watch.fabrics(moved)["fabrics"][0]["id"] == SM_A
+    clock.now += RECENT + 1
+    (fabric,) = watch.fabrics(moved)["fabrics"]
+    # SM_A is forgotten as a manager, not as the name the fabric's maps and labels use.
+    assert fabric["subnet_managers"] == [SM_B] and fabric["id"] == SM_A
+    # A fresh watch (a restarted control plane) names it by what it sees.
+    assert FabricWatch(clock).fabrics(moved)["fabrics"][0]["id"] == SM_B
