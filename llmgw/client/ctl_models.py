@@ -111,6 +111,8 @@ def model_text(m: dict[str, Any]) -> str:
     for p in m["profiles"]:
         status = p.get("status") or {}
         where = f"{p['cards']} card(s), {binary(p['card_memory'])} each" if p["cards"] else "CPU"
+        if p.get("nodes", 1) > 1:
+            where += f" on each of {p['nodes']} nodes (one replica spans them)"
         lines.append(
             f"    {p['name']}: {status.get('ready', 0)}/{p['replicas']} ready, {p['engine']} on "
             f"{where}, {binary(p['memory'])} memory"

@@ -5,6 +5,8 @@ and the multi-node flags refused from a profile's arguments."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from llmgw.agent.engines import EngineError, adapter
@@ -306,3 +308,65 @@ def test_neighbouring_flags_still_pass(engine: str, args: list[str]) -> None:
     rule = rules(engine)
     assert rule.refused_flag(args) is None
     rule.check(args, cards=8)
+
+
+# --------------------------------------------------------------------------- llama.cpp
+
+
+def llama_group(
+    tmp_path: Path, rank: int, *, rpc: str | None = "ggml-rpc-server"
+) -> tuple[str, ShardSpec]:
+    """A llama-server binary in a folder (with its RPC server when ``rpc`` names one)
+    and the spec of one node of a two-node replica."""
+    server = tmp_path / "llama-server"
+    server.write_text("#!/bin/sh\n")
+    server.chmod(0o755)
+    if rpc:
+        (tmp_path / rpc).write_text("#!/bin/sh\n")
+        (tmp_path / rpc).chmod(0o755)
+    group = GroupSpec(
+        rank=rank,
+        size=2,
+        leader="10.0.0.1",
+        workers=["10.0.0.2:41003"],
+        peers=["10.0.0.1", "10.0.0.2"],
+        bind="10.0.0.1" if rank == 0 else "10.0.0.2",
+    )
+    spec = ShardSpec(
+        replica_id="m.default.0123abcd" + (f"~{rank}" if rank else ""),
+        engine="llama.cpp",
+        source="/m.gguf",
+        port=41001 if rank == 0 else 41003,
+        key="k",
+        fingerprint="f",
+        model="m",
+        cpu_cores=4,
+        group=group,
+    )
+    return str(server), spec
+
+
+def test_llama_cpp_leader_names_its_workers_and_puts_every_layer_on_them(tmp_path: Path) -> None:
+    binary, spec = llama_group(tmp_path, 0)
+    argv = adapter("llama.cpp").command(binary, spec, "/w/m.gguf", "0.0.0.0")
+    assert argv[argv.index("--rpc") + 1] == "10.0.0.2:41003"
+    assert argv[argv.index("--n-gpu-layers") + 1] == "999"
+    assert argv[:7] == [binary, "-m", "/w/m.gguf", "--host", "0.0.0.0", "--port", "41001"]
+
+
+@pytest.mark.parametrize("name", ["ggml-rpc-server", "rpc-server"])
+def test_llama_cpp_worker_is_the_builds_rpc_server_on_its_nodes_address(
+    tmp_path: Path, name: str
+) -> None:
+    binary, spec = llama_group(tmp_path, 1, rpc=name)
+    engine = adapter("llama.cpp")
+    argv = engine.worker_command(binary, spec, "", "0.0.0.0")
+    assert argv == [str(tmp_path / name), "-H", "10.0.0.2", "-p", "41003", "-t", "4"]
+    assert engine.worker_probe == "tcp" and not engine.worker_needs_weights
+
+
+def test_llama_cpp_without_an_rpc_server_says_which_build_is_needed(tmp_path: Path) -> None:
+    binary, spec = llama_group(tmp_path, 0, rpc=None)
+    with pytest.raises(EngineError) as caught:
+        adapter("llama.cpp").command(binary, spec, "/w/m.gguf", "0.0.0.0")
+    assert "no RPC server beside" in str(caught.value) and "GGML_RPC=ON" in str(caught.value)
