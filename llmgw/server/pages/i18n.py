@@ -138,6 +138,9 @@ TURKISH: dict[str, str] = {
     ),
     "Explain": "Açıkla",
     "Each node's verdict": "Her düğümün kararı",
+    "One replica spans this many nodes": "Bir kopyanın yayıldığı düğüm sayısı",
+    "Sets of nodes, best first": "Düğüm kümeleri, en iyisi önce",
+    "Set of nodes": "Düğüm kümesi",
     # Keys
     "Name": "Ad",
     "Allowed models": "İzin verilen modeller",
