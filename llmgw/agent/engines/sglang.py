@@ -21,9 +21,13 @@ its choosing besides.
 
 from __future__ import annotations
 
-from llmgw.agent.engines.base import EngineAdapter
-from llmgw.agent.engines.vllm import OFFLINE_ENV, load_format, rendezvous
+from llmgw.agent.engines.base import EngineAdapter, EngineError
+from llmgw.agent.engines.vllm import OFFLINE_ENV, below, load_format, rendezvous
 from llmgw.wire.messages import ShardSpec
+
+# SGLang before 0.5.5 sets NCCL_CUMEM_ENABLE=0 itself unless --enable-symm-mem, which
+# turns off the cuMem that NCCL's multi-node NVLink needs (``_set_envs_and_config``).
+MNNVL_FROM = (0, 5, 5)
 
 
 def dist_init_addr(host: str, port: int) -> str:
@@ -40,6 +44,13 @@ class SglangAdapter(EngineAdapter):
     def check(self, spec: ShardSpec) -> None:
         super().check(spec)
         rendezvous(self.name, spec)
+        version = spec.engine_version
+        if spec.group is not None and spec.group.nvlink and version and below(version, MNNVL_FROM):
+            raise EngineError(
+                f"sglang {version} turns off the NCCL cuMem that NVLink between the trays "
+                "needs (NCCL_CUMEM_ENABLE=0); run 0.5.5 or later: "
+                "`llmgw ctl engines set sglang 0.5.5`"
+            )
 
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         argv = [binary, "-m", "sglang.launch_server", "--model-path", model_path]

@@ -66,7 +66,7 @@ def rendezvous(engine: str, spec: ShardSpec) -> tuple[GroupSpec, int] | None:
     return group, group.rendezvous_port
 
 
-def _below(version: str, floor: tuple[int, ...]) -> bool:
+def below(version: str, floor: tuple[int, ...]) -> bool:
     """Whether ``version`` names a release before ``floor`` (a pre-release of ``floor``
     included, as PEP 440 orders them); False when it is not a version at all."""
     m = _VERSION.fullmatch(version.strip())
@@ -107,7 +107,7 @@ class VllmAdapter(EngineAdapter):
         if met is None:
             return []
         group, port = met
-        if spec.engine_version and _below(spec.engine_version, MULTINODE_SINCE):
+        if spec.engine_version and below(spec.engine_version, MULTINODE_SINCE):
             since = ".".join(map(str, MULTINODE_SINCE))
             raise EngineError(
                 f"vllm {spec.engine_version} cannot run one replica across nodes without "

@@ -370,3 +370,28 @@ def test_llama_cpp_without_an_rpc_server_says_which_build_is_needed(tmp_path: Pa
     with pytest.raises(EngineError) as caught:
         adapter("llama.cpp").command(binary, spec, "/w/m.gguf", "0.0.0.0")
     assert "no RPC server beside" in str(caught.value) and "GGML_RPC=ON" in str(caught.value)
+
+
+@pytest.mark.parametrize(("version", "refused"), [("0.5.4", True), ("0.5.5", False), (None, False)])
+def test_sglang_before_0_5_5_is_refused_nvlink_between_trays(
+    version: str | None, refused: bool
+) -> None:
+    group = GroupSpec(rank=0, size=2, leader="10.0.0.1", rendezvous_port=41010, nvlink=True)
+    spec = ShardSpec(
+        replica_id="m.default.0123abcd",
+        engine="sglang",
+        source="/m",
+        port=41001,
+        key="k",
+        fingerprint="f",
+        cards=["GPU-1"],
+        engine_version=version,
+        group=group,
+    )
+    if refused:
+        with pytest.raises(EngineError) as caught:
+            adapter("sglang").check(spec)
+        assert "0.5.5 or later" in str(caught.value) and "NCCL_CUMEM_ENABLE=0" in str(caught.value)
+    else:
+        adapter("sglang").check(spec)
+        assert adapter("sglang").environment(spec)["NCCL_CUMEM_ENABLE"] == "1"
