@@ -11,8 +11,10 @@ The start-up lines read (from llama.cpp's ggml, llama and server logs)::
     llama_model_load_from_file_impl: using device CUDA0 (NVIDIA H200) (0000:19:00.0) - ...
     load_tensors: offloaded 33/33 layers to GPU
 
-A CPU build prints no "offloaded" line, so ``offloaded_layers`` then stays None: not
-read, not zero. Older builds said ``llm_load_tensors:``; both are read.
+A CPU build prints no "offloaded" line, or (built with an RPC backend, its default
+``-ngl`` being all layers) one with no device named: ``offloaded_layers`` then stays
+None, as layers on the CPU are offloaded nowhere. Older builds said
+``llm_load_tensors:``; both are read.
 """
 
 from __future__ import annotations
@@ -82,11 +84,12 @@ def parse_startup(lines: Sequence[str]) -> Compute:
         backend = "CPU"
     else:
         backend = None  # no start-up line read: say nothing rather than guess
+    offloaded = run.offloaded if devices else None
     return Compute(
         backend=backend,
         devices=devices,
-        offloaded_layers=run.offloaded[0] if run.offloaded else None,
-        total_layers=run.offloaded[1] if run.offloaded else None,
+        offloaded_layers=offloaded[0] if offloaded else None,
+        total_layers=offloaded[1] if offloaded else None,
     )
 
 

@@ -60,6 +60,26 @@ def test_cpu_run_has_no_offload_figure() -> None:
     assert c == Compute(backend="CPU", devices=[], offloaded_layers=None, total_layers=None)
 
 
+# A CPU build with the RPC backend (llama-cpp-python 0.3.36, GGML_RPC=ON) at its
+# default -ngl: it says it offloaded every layer "to GPU" while naming no device.
+CPU_RPC_BUILD_RUN = """\
+0.00.007.312 I cmn  common_param: common_params_print_info: build 1 (0c1e570) with GNU 12.2.0 for Linux x86_64
+0.00.007.313 I cmn  common_param: device_info:
+0.00.007.323 I cmn  common_param:   - CPU     : AMD EPYC (24105 MiB, 24105 MiB free)
+0.00.007.380 I cmn  common_param: system_info: n_threads = 1 (n_threads_batch = 1) / 2 | CPU : SSE3 = 1 | SSSE3 = 1 | AVX = 1 | AVX2 = 1 | F16C = 1 | FMA = 1 | BMI2 = 1 | LLAMAFILE = 1 | OPENMP = 1 | REPACK = 1 |
+0.00.012.784 I load_tensors: loading model tensors, this can take a while... (load_mode = mmap)
+0.00.013.104 I load_tensors: offloading output layer to GPU
+0.00.013.120 I load_tensors: offloading 1 repeating layers to GPU
+0.00.013.121 I load_tensors: offloaded 3/3 layers to GPU
+0.00.013.123 I load_tensors:   CPU_Mapped model buffer size =     0.48 MiB
+""".splitlines()
+
+
+def test_layers_offloaded_to_no_device_are_not_counted() -> None:
+    c = parse(CPU_RPC_BUILD_RUN)
+    assert c == Compute(backend="CPU", devices=[], offloaded_layers=None, total_layers=None)
+
+
 def test_one_card_fully_offloaded() -> None:
     c = parse(CUDA_RUN)
     assert c.backend == "CUDA"
