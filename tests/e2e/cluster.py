@@ -70,6 +70,9 @@ class Proc:
         stop_process(self.popen)
 
 
+STRAY_MARK = "LLMGW_TEST_ROOT"
+
+
 def spawn(
     args: list[str],
     log: Path,
@@ -77,13 +80,16 @@ def spawn(
     env: dict[str, str] | None = None,
 ) -> Proc:
     fh = log.open("a")
+    # Marked with the test's folder, which its engines inherit: kill_strays finds the
+    # ones whose command line names no file of the test (an RPC worker's).
+    marked = {**(env if env is not None else os.environ), STRAY_MARK: str(log.parent)}
     popen = subprocess.Popen(
         [*(prefix or []), *LLMGW, *args],
         stdout=fh,
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
-        env=env,
+        env=marked,
     )
     fh.close()
     return Proc(popen, log)
@@ -318,7 +324,11 @@ def kill_strays(root: Path) -> None:
     mark = str(root)
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if p.pid != os.getpid() and any(mark in arg for arg in p.info["cmdline"] or []):
+            if p.pid == os.getpid():
+                continue
+            named = any(mark in arg for arg in p.info["cmdline"] or [])
+            home = p.environ().get(STRAY_MARK, "")
+            if named or home == mark or home.startswith(mark + os.sep):
                 p.kill()
                 p.wait(5)
         except (psutil.Error, OSError):

@@ -95,3 +95,10 @@ def test_a_replica_spans_two_nodes_answers_and_is_placed_again_when_its_worker_d
             model="wide", messages=[{"role": "user", "content": "again"}], max_tokens=4
         )
         assert reply.choices[0].message.content is not None
+
+    # A worker's command line names no file of the test: it is still found and stopped
+    # with the test's cluster (engines outlive their agents by design, not their tests).
+    cluster.stop()
+    assert not psutil.pid_exists(again_worker["pid"]) or (
+        psutil.Process(again_worker["pid"]).status() == psutil.STATUS_ZOMBIE
+    )

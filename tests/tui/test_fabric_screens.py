@@ -286,16 +286,18 @@ def test_fabrics_screen(snap_compare: Any) -> None:
     )
 
 
-def test_nvlink_racks_screen(snap_compare: Any) -> None:
-    async def show(pilot: Pilot[None]) -> None:
-        app = pilot.app
-        assert isinstance(app, ConsoleApp)
-        await until(pilot, lambda: app.snapshot.nodes, "the recorded snapshot")
-        await pilot.press(NvlinkRacksPane.KEY)
-        body = app.query_one("#nvlink-body", Static)
-        await until(pilot, lambda: "Domain" in str(body.render()), "the NVLink domains")
-        await pilot.pause(0.2)
+async def show_nvlink_racks(pilot: Pilot[None]) -> None:
+    """Open the NVLink racks screen once the snapshot is in, and wait for its domains."""
+    app = pilot.app
+    assert isinstance(app, ConsoleApp)
+    await until(pilot, lambda: app.snapshot.nodes, "the recorded snapshot")
+    await pilot.press(NvlinkRacksPane.KEY)
+    body = app.query_one("#nvlink-body", Static)
+    await until(pilot, lambda: "Domain" in str(body.render()), "the NVLink domains")
+    await pilot.pause(0.2)
 
+
+def test_nvlink_racks_screen(snap_compare: Any) -> None:
     assert snap_compare(
-        ConsoleApp(FleetApi(), refresh=3600), terminal_size=(120, 40), run_before=show
+        ConsoleApp(FleetApi(), refresh=3600), terminal_size=(120, 40), run_before=show_nvlink_racks
     )

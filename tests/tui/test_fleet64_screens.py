@@ -30,7 +30,7 @@ from tests.support.fleet64 import (
     TRAYS,
 )
 from tests.tui.fleet import FleetApi
-from tests.tui.test_fabric_screens import coloured, content
+from tests.tui.test_fabric_screens import coloured, content, show_nvlink_racks
 from tests.tui.test_node_screens import colours, until
 
 SIZE = (140, 50)
@@ -184,13 +184,6 @@ def test_fleet64_fabrics_screen(snap_compare: Any) -> None:
 
 
 def test_fleet64_nvlink_racks_screen(snap_compare: Any) -> None:
-    async def show(pilot: Pilot[None]) -> None:
-        app = pilot.app
-        assert isinstance(app, ConsoleApp)
-        await until(pilot, lambda: app.snapshot.nodes, "the recorded snapshot")
-        await pilot.press(NvlinkRacksPane.KEY)
-        body = app.query_one("#nvlink-body", Static)
-        await until(pilot, lambda: "Domain" in str(body.render()), "the NVLink domains")
-        await pilot.pause(0.2)
-
-    assert snap_compare(ConsoleApp(Fleet64Api(), refresh=3600), terminal_size=SIZE, run_before=show)
+    assert snap_compare(
+        ConsoleApp(Fleet64Api(), refresh=3600), terminal_size=SIZE, run_before=show_nvlink_racks
+    )

@@ -90,6 +90,16 @@ def _score(chosen: Sequence[Candidate]) -> tuple[Any, ...]:
     return tuple(sum(k[i] for k in keys) for i in range(len(keys[0]) - 1)) if keys else ()
 
 
+def _whole(kind: Kind, name: str, group: Sequence[Candidate], n: int, note: str) -> Span:
+    """A set where any n nodes are as well joined as any others: the best-scored n."""
+    fitting = tuple(c.node for c in sorted(group, key=lambda c: c.key))
+    chosen = _best(group, n) if len(group) >= n else []
+    notes = (note,) if chosen else ()
+    return Span(
+        kind, name, fitting, n, tuple(c.node for c in chosen), notes=notes, score=_score(chosen)
+    )
+
+
 def _fabric_span(fabric: str, cands: Sequence[Candidate], n: int) -> Span:
     fitting = tuple(c.node for c in sorted(cands, key=lambda c: c.key))
     if len(cands) < n:
@@ -146,38 +156,14 @@ def spans(cands: Sequence[Candidate], n: int) -> list[Span]:
             fabrics.setdefault(c.fabric, []).append(c)
         elif not c.nvlink_domain:
             ethernet.append(c)
+    mnnvl = "NCCL joins the cards over NVLink between the trays (NCCL_MNNVL_ENABLE=1)"
     for domain, group in sorted(domains.items()):
-        fitting = tuple(c.node for c in sorted(group, key=lambda c: c.key))
-        chosen = _best(group, n) if len(group) >= n else []
-        mnnvl = "NCCL joins the cards over NVLink between the trays (NCCL_MNNVL_ENABLE=1)"
-        out.append(
-            Span(
-                "nvlink",
-                domain,
-                fitting,
-                n,
-                tuple(c.node for c in chosen),
-                notes=(mnnvl,) if chosen else (),
-                score=_score(chosen),
-            )
-        )
+        out.append(_whole("nvlink", domain, group, n, mnnvl))
     for fabric, group in sorted(fabrics.items()):
         out.append(_fabric_span(fabric, group, n))
     if ethernet:
-        fitting = tuple(c.node for c in sorted(ethernet, key=lambda c: c.key))
-        chosen = _best(ethernet, n) if len(ethernet) >= n else []
         slow = "no InfiniBand between these nodes: the replica's traffic goes over Ethernet"
-        out.append(
-            Span(
-                "ethernet",
-                "",
-                fitting,
-                n,
-                tuple(c.node for c in chosen),
-                notes=(slow,) if chosen else (),
-                score=_score(chosen),
-            )
-        )
+        out.append(_whole("ethernet", "", ethernet, n, slow))
     out.sort(
         key=lambda s: (not s.ok, _TIER[s.kind], s.leaf_sets or 1 if s.ok else 0, s.score, s.id)
     )
