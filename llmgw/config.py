@@ -146,6 +146,11 @@ class GatewayConfig:
     # The longest a request may take from its replica's pick to its answer's end: a 504
     # past it (a stream ends with an error event).
     request_timeout: float = _checked(_check_positive, 600.0)
+    # A request for a model whose every replica is at its slots waits in the model's
+    # queue (fair across keys, by key priority) at most this many seconds, then a 429.
+    queue_wait: float = _checked(_check_positive, 30.0)
+    # Requests that may wait in one model's queue; past it a 429 at once (0: none wait).
+    queue_depth: int = _checked(_check_between(0, 10**6), 1024)
     # A request's headers must arrive within this many seconds of its first byte (or of
     # the connection, for its first request).
     header_timeout: float = _checked(_check_positive, 10.0)

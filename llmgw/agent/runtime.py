@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmgw.agent.cachewatch import CacheWatch
 from llmgw.agent.clustersettings import ClusterSettings
 from llmgw.agent.discovery.ibwatch import parse_smir, run_ibnetdiscover
 from llmgw.agent.engines.converge import EngineConvergence
@@ -103,6 +104,8 @@ class NodeRuntime:
         self.engine_list: list[EngineInfo] = []
         self.hub = HubClient(opts.hf_endpoint, allow_http=_loopback(opts.hf_endpoint))
         self.weights = WeightStore(opts.weights_dir, self.hub)
+        # vLLM replicas' KV-cache events (kv_events), netted and sent up the stream.
+        self.cache = CacheWatch(opts.state_dir / "kvevents", self.emit)
         self.supervisor = Supervisor(
             opts.state_dir / "shards",
             self,
@@ -110,6 +113,7 @@ class NodeRuntime:
             self.emit,
             host=opts.engine_host,
             engine_user=opts.engine_user,
+            cache=self.cache,
         )
         self._follows: dict[str, asyncio.Task[None]] = {}
         # The engines the fleet wants, installed in the background.
@@ -187,6 +191,7 @@ class NodeRuntime:
         for task in self._follows.values():
             task.cancel()
         await self.supervisor.close()
+        await self.cache.close()
         await self.weights.close()
         with contextlib.suppress(Exception):
             await self.hub.close()
@@ -206,6 +211,8 @@ class NodeRuntime:
 
     def attach(self, send: Callable[[Message], None] | None) -> None:
         self._send = send
+        if send is not None:
+            self.cache.attach()  # a control plane new to this stream knows no cache
 
     def register_fields(self) -> dict[str, Any]:
         settings, running = self.opts.settings, self.opts.running

@@ -25,10 +25,11 @@ from typing import Any, Protocol
 import aiohttp
 import psutil
 
+from llmgw.agent.cachewatch import CacheWatch, wants_events
 from llmgw.agent.engines import EngineError, adapter
 from llmgw.agent.engines.base import EngineAdapter
 from llmgw.agent.logbook import ENGINE_LINES, LogRing, follow_file, last_lines_of
-from llmgw.agent.weights import WeightsError, normalise_source, parse_source
+from llmgw.agent.weights import WeightsError, lora, normalise_source, parse_source
 from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
 from llmgw.wire.messages import (
@@ -113,6 +114,7 @@ class Shard:
             last_lines=last_lines,
             cards=list(self.spec.cards),
             rank=self.spec.group.rank if self.spec.group else None,
+            adapters=lora.reported(self.spec),
         )
 
     @property
@@ -131,6 +133,7 @@ class Supervisor:
         *,
         host: str = "0.0.0.0",
         engine_user: str | None = None,
+        cache: CacheWatch | None = None,
     ) -> None:
         self.root = root
         self.engines = engines
@@ -139,6 +142,8 @@ class Supervisor:
         self.host = host
         self.engine_user = engine_user
         self.shards: dict[str, Shard] = {}
+        # vLLM replicas' KV-cache events, for the router (kv_events).
+        self.cache = cache
 
     # --- files ------------------------------------------------------------------------
 
@@ -215,6 +220,7 @@ class Supervisor:
             check_named_pickle(
                 parse_source(spec.source, allow_http=True), allow_pickle=spec.allow_pickle
             )
+            lora.check(spec)  # its LoRA adapters' sources, likewise
             self._set(shard, ShardState.INSTALLING, f"making sure {spec.engine} is installed")
             info = await self.engines.ensure(
                 spec.engine,
@@ -231,6 +237,8 @@ class Supervisor:
                     replica_id=spec.replica_id,
                     progress=self.emit,
                 )
+            if spec.adapters and not shard.worker:
+                spec = shard.spec = await lora.fetch(self.weights, spec, engine, self.emit)
             port_in_use(self.host, spec.port)
             if spec.group is not None and spec.group.rank == 0 and engine.leader_waits:
                 await self._await_workers(shard, spec.group.workers)
@@ -256,6 +264,10 @@ class Supervisor:
         build = engine.worker_command if shard.worker else engine.command
         argv = build(info.path, spec, str(model), self.host)
         env = {**os.environ, **engine.environment(spec)}
+        if self.cache is not None and wants_events(spec):
+            flags, extra = await self.cache.prepare(spec.replica_id)
+            argv += flags
+            env.update(extra)
         log_path = self.log_path(spec.replica_id)
         with log_path.open("ab") as out:
             out.write(f"--- llmgw: starting {' '.join(argv[:1])} at {time.ctime()}\n".encode())
@@ -380,6 +392,8 @@ class Supervisor:
             await self._terminate(shard, grace=5.0, report=False)
         shard.stop_tail.set()
         self._forget(shard.spec.replica_id)
+        if self.cache is not None:
+            await self.cache.drop(shard.spec.replica_id)
         self._set(shard, ShardState.FAILED, reason, last_lines=last)
 
     # --- stop -------------------------------------------------------------------------
@@ -415,6 +429,8 @@ class Supervisor:
                     os.killpg(shard.pid, signal.SIGKILL)
         shard.stop_tail.set()
         self._forget(shard.spec.replica_id)
+        if self.cache is not None:
+            await self.cache.drop(shard.spec.replica_id)
         if report:
             self._set(shard, ShardState.STOPPED)
 
@@ -451,6 +467,8 @@ class Supervisor:
                     last_lines_of(self.log_path(spec.replica_id), ENGINE_LINES)
                 )
                 shard.task = asyncio.create_task(self._watch(shard))
+                if self.cache is not None and wants_events(spec):
+                    self.cache.adopt(spec.replica_id)
                 self.shards[spec.replica_id] = shard
                 adopted.append(spec.replica_id)
                 log.info(

@@ -14,6 +14,10 @@ from llmgw.client.tables import render, store_line
 
 Client = Callable[[argparse.Namespace], Any]
 DASH = "-"
+PRIORITY_HELP = (
+    "when a model's replicas are all busy, waiting requests of higher-priority keys go "
+    "first; keys of one priority take turns"
+)
 
 
 def _when(ts: Any) -> str:
@@ -34,11 +38,13 @@ def keys_table(keys: list[dict[str, Any]]) -> str:
             str(k["rpm"]) if k["rpm"] else DASH,
             str(k["tpm"]) if k["tpm"] else DASH,
             str(k["budget"]) if k["budget"] else DASH,
+            str(k.get("priority") or 0),
             _when(k["expires_at"]),
         ]
         for k in keys
     ]
-    return render(["ID", "NAME", "STATE", "MODELS", "RPM", "TPM", "BUDGET", "EXPIRES"], rows)
+    heads = ["ID", "NAME", "STATE", "MODELS", "RPM", "TPM", "BUDGET", "PRIORITY", "EXPIRES"]
+    return render(heads, rows)
 
 
 def usage_table(
@@ -87,7 +93,7 @@ def add_parsers(
         body: dict[str, Any] = {"name": args.name}
         if args.models:
             body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
-        for name in ("rpm", "tpm", "budget", "expires"):
+        for name in ("rpm", "tpm", "budget", "expires", "priority"):
             if getattr(args, name) is not None:
                 body[name] = getattr(args, name)
         made = client(args).post("/api/v1/keys", body)
@@ -106,6 +112,13 @@ def add_parsers(
     def one(args: argparse.Namespace) -> int:
         return show(
             args, client(args).get(f"/api/v1/keys/{quote(args.id)}"), lambda k: keys_table([k])
+        )
+
+    def update(args: argparse.Namespace) -> int:
+        body = {"priority": args.priority}
+        changed = client(args).post(f"/api/v1/keys/{quote(args.id)}", body)
+        return show(
+            args, changed, lambda k: f"key {k['id']} ({k['name']}) has priority {k['priority']}"
         )
 
     def revoke(args: argparse.Namespace) -> int:
@@ -148,7 +161,7 @@ def add_parsers(
         p.set_defaults(handler=run)
         return p
 
-    keys = ctl_cmds.add_parser("keys", help="gateway API keys: create, list, show, revoke")
+    keys = ctl_cmds.add_parser("keys", help="gateway API keys: create, list, show, update, revoke")
     sub = keys.add_subparsers(dest="keys_command", metavar="ACTION")
     p = leaf(sub, "create", create, "make a key (shown once)")
     p.add_argument("--name", required=True, help="whose key it is")
@@ -157,8 +170,12 @@ def add_parsers(
     p.add_argument("--tpm", type=int, help="tokens a minute")
     p.add_argument("--budget", type=int, help="tokens a month")
     p.add_argument("--expires", help="a date (2027-01-31) or date and time")
+    p.add_argument("--priority", type=int, help=PRIORITY_HELP + " (default 0)")
     leaf(sub, "list", listing, "every key, without the keys themselves")
     leaf(sub, "show", one, "one key").add_argument("id")
+    p = leaf(sub, "update", update, "change a key's priority")
+    p.add_argument("id")
+    p.add_argument("--priority", type=int, required=True, help=PRIORITY_HELP)
     leaf(sub, "revoke", revoke, "revoke a key (at once)").add_argument("id")
 
     p = leaf(ctl_cmds, "usage", usage, "requests and tokens by key, model or replica")

@@ -107,6 +107,11 @@ def model_text(m: dict[str, Any]) -> str:
         lines.append("  on demand:   yes (started by the first request, back to zero when idle)")
     if m.get("parked"):
         lines.append(f"  parked:      {m['parked']} (`llmgw ctl model start {m['name']}`)")
+    if m.get("kv_events"):
+        lines.append("  routing:     by vLLM's KV-cache events (where each prompt is cached)")
+    if m.get("adapters"):
+        names = ", ".join(a["name"] for a in m["adapters"])
+        lines.append(f"  adapters:    {names} (ask for {m['name']}:NAME or NAME)")
     lines.append("  profiles:")
     for p in m["profiles"]:
         status = p.get("status") or {}
@@ -218,6 +223,8 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
             if getattr(args, key) is not None:
                 body[key] = getattr(args, key)
         body["on_demand"] = args.on_demand
+        if args.kv_events:
+            body["kv_events"] = True
         body["allow_pickle"] = args.allow_pickle
         if args.arg:
             body["args"] = args.arg
@@ -383,6 +390,11 @@ def add_parsers(
     )
     p.add_argument("--on-demand", action="store_true", help="start on the first request")
     p.add_argument(
+        "--kv-events",
+        action="store_true",
+        help="vLLM: route each request to the replica whose KV cache holds most of its prompt",
+    )
+    p.add_argument(
         "--arg", action="append", help="an engine argument (repeat; --arg=--flag for a flag)"
     )
     p.add_argument("--allow-pickle", action="store_true", help="allow pickled weights")
@@ -409,6 +421,9 @@ def add_parsers(
     from llmgw.client.ctl_plan import add_plan_parser
 
     add_plan_parser(sub)
+    from llmgw.client.ctl_adapters import add_adapter_parsers
+
+    add_adapter_parsers(sub, client, client_options)
     p = leaf(sub, "show", "show", "a model: shape, context, profiles and their replicas")
     p.add_argument("model")
     for verb, text in (

@@ -18,6 +18,7 @@ from llmgw.server.api import (
     AdminApp,
     Gate,
     Op,
+    adapters,
     build_app,
     cluster,
     engines,
@@ -32,6 +33,7 @@ from llmgw.server.api import (
     settings,
 )
 from llmgw.server.api.modelviews import ModelViews
+from llmgw.server.catalog.adapters import request_names
 from llmgw.server.catalog.inspector import make_inspector
 from llmgw.server.catalog.plan import PlanNode, plan_nodes
 from llmgw.server.catalog.service import ModelService
@@ -96,6 +98,8 @@ class ControlPlane:
             self.models.demand,
         )
         self.registry.on_change = self.models.wake
+        # vLLM replicas' KV-cache blocks, as their agents report them, for routing.
+        self.registry.on_kv_blocks = self.gateway.router.kv_blocks
         # The agents' settings the cluster decides (ctl config).
         self.agent_settings = AgentSettings(store)
         # The engines the fleet runs (server.yaml's engines:, ctl engines over it).
@@ -393,11 +397,12 @@ class ControlPlane:
             self.mint_join_token,
             enrollment,
             lambda: openapi.document(
-                ops, bounds_of(self.config.gateway), sorted(self.models.models)
+                ops, bounds_of(self.config.gateway), request_names(self.models.models)
             ),
         )
         ops += replicas.routes(self.registry, self.models, self.store, self.cluster_secret)
         ops += models.routes(self.models, self.views, self.registry)
+        ops += adapters.routes(self.models)
         ops += plan.routes(self.inspector, self.planning_fleet)
         ops += keys.routes(
             self.gateway,

@@ -34,6 +34,11 @@ MAX_REPLICAS = 1000
 MAX_CARDS = 64
 MAX_RATE = 10**9  # requests or tokens a minute
 MAX_BUDGET = 10**15  # tokens a month
+MAX_PRIORITY = 1000  # a key's priority, either way of 0
+PRIORITY_DOC = (
+    "when every replica of a model is busy, waiting requests of higher-priority keys "
+    "go first; keys of one priority take turns"
+)
 MAX_TTL = 7 * 24 * 3600
 LABEL_SPEC = Spec(pattern=LABEL, pattern_doc=LABEL_WORDS, max_length=63)
 ARG_SPEC = Spec(max_length=4096)
@@ -79,6 +84,9 @@ class ServeRequest:
         1, doc="nodes one replica spans (its layers split over them)", minimum=1, maximum=64
     )
     on_demand: bool = spec(False, doc="start on the first request, back to zero when idle")
+    kv_events: bool = spec(
+        False, doc="vLLM publishes its KV-cache events; requests go where their prefix is cached"
+    )
     args: tuple[str, ...] = spec((), doc="engine arguments", max_items=64, items=ARG_SPEC)
     allow_pickle: bool = spec(False, doc="let Python pickles load (they run code)")
     profile: str | None = _profile_name("the first profile's name (default)")
@@ -149,6 +157,22 @@ class ReplicasRequest:
 @dataclass(frozen=True)
 class RemoveQuery:
     with_files: bool = spec(False, doc="also delete the nodes' copies of its weights")
+
+
+@dataclass(frozen=True)
+class AdapterRequest:
+    """A LoRA adapter of a model: every replica loads it; a request names it."""
+
+    name: str = _model_name(doc="the adapter's name: clients ask for it, or for MODEL:NAME")
+    source: str = spec(
+        doc="as a model's: hf:ORG/REPO[:FILE], an https:// URL, or a path on the nodes "
+        "(llama.cpp: a LoRA GGUF; vLLM: a PEFT directory)",
+        min_length=1,
+        max_length=2048,
+    )
+    scale: float = spec(
+        1.0, doc="how strongly llama.cpp applies it (vLLM ignores it)", minimum=-100, maximum=100
+    )
 
 
 @dataclass(frozen=True)
@@ -270,6 +294,14 @@ class CreateKey:
         maximum=253402300799,  # the last second of the year 9999
         max_length=40,
     )
+    priority: int = spec(0, doc=PRIORITY_DOC, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+
+
+@dataclass(frozen=True)
+class UpdateKey:
+    """What of a key may change after it is made."""
+
+    priority: int = spec(doc=PRIORITY_DOC, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
 
 
 @dataclass(frozen=True)

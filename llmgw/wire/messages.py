@@ -278,6 +278,18 @@ class GroupSpec:
 
 
 @dataclass(frozen=True)
+class AdapterSpec:
+    """A LoRA adapter a replica loads beside its weights, unapplied: the gateway applies
+    it per request (llama.cpp at ``scale``). ``path`` is the agent's alone: where it
+    fetched ``source`` to; never sent by the control plane nor reported back."""
+
+    name: str
+    source: str
+    scale: float = 1.0
+    path: str | None = None
+
+
+@dataclass(frozen=True)
 class ShardSpec:
     """Everything a node needs to run one replica's engine; kept on disk for adoption."""
 
@@ -297,6 +309,10 @@ class ShardSpec:
     engine_version: str | None = None
     # Set for one of the shards of a replica spanning nodes; None for a whole replica.
     group: GroupSpec | None = None
+    # vLLM publishes its KV-cache events to the agent, which sends them up (KvBlocks).
+    kv_events: bool = False
+    # LoRA adapters, in the engine's order (llama.cpp's adapter ids are positions in it).
+    adapters: list[AdapterSpec] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -464,6 +480,8 @@ class ShardStatus(Message):
     cards: list[str] = field(default_factory=list)
     # Its rank in a replica spanning nodes (0 the leader); None for a whole replica.
     rank: int | None = None
+    # The LoRA adapters its engine loaded, in its order (no path); None: it said nothing.
+    adapters: list[AdapterSpec] | None = None
 
 
 @dataclass(frozen=True)
@@ -491,6 +509,26 @@ class EngineStatus(Message):
     # Per engine the fleet wants: what converging on it is doing ("installing: ...",
     # "install failed: ...", "pinned in agent.yaml to b1"); absent once it is there.
     progress: dict[str, str] | None = None
+
+
+# The PYTHONHASHSEED vLLM runs with where its KV events are routed on: the root of its
+# block hashes, so the router can hash a prompt's blocks as the engine does.
+KV_HASH_SEED = "0"
+
+
+@dataclass(frozen=True)
+class KvBlocks(Message):
+    """A vLLM replica's KV-cache blocks changed (its KV events, netted by the agent):
+    the 64-bit block hashes now held (``added``) and no longer held (``removed``).
+    ``reset``: drop what was known of the replica and take ``added`` as all it holds
+    (sent on every new stream, and after events were lost)."""
+
+    TYPE: ClassVar[str] = "kv_blocks"
+    replica_id: str
+    block_size: int
+    added: list[int] = field(default_factory=list)
+    removed: list[int] = field(default_factory=list)
+    reset: bool = False
 
 
 @dataclass(frozen=True)
@@ -532,6 +570,7 @@ _REGISTRY: dict[str, type[Message]] = {
         ShardStatus,
         DownloadProgress,
         EngineStatus,
+        KvBlocks,
         Request,
         Response,
     )

@@ -134,13 +134,14 @@ def test_exact_harmless_vllm_option_beside_a_managed_one_passes() -> None:
 # ----------------------------------------------------------------------------- cards
 
 
-def test_llama_cpp_runs_on_one_card() -> None:
+def test_llama_cpp_splits_layers_across_cards() -> None:
     rule = rules("llama.cpp")
-    assert rule.multi_card is False
-    rule.check([], cards=0)
-    rule.check([], cards=1)
-    with pytest.raises(RuleError, match="runs on one card"):
-        rule.check([], cards=2)
+    assert rule.multi_card is True and rule.tensor_split is False
+    for cards in (0, 1, 2, 8):
+        rule.check([], cards=cards)
+    # The split is llmgw's to set from the cards it gives: a profile cannot.
+    with pytest.raises(RuleError, match="--tensor-split"):
+        rule.check(["--tensor-split", "3,1"], cards=2)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])

@@ -6,15 +6,24 @@ streamed answer (``close_after_stream``), and it answers 500 with its JSON libra
 parse error to a body it cannot read. A request picks its answer with ``x_mode``:
 ``ok`` (the default), ``client_error`` (400), ``parse_error`` (500, about the request),
 ``not_supported`` (501), ``crash`` (500, the engine's own failure), ``slow`` (answers
-after ``x_delay`` seconds, or not at all when the client hangs up first).
+after ``x_delay`` seconds, or not at all when the client hangs up first), ``held``
+(answers once the test lets it go: ``engine.hold.release()``, one answer each).
+A stream opens with a role-only chunk and gives each event an ``id``, as llama.cpp's and
+vLLM's do. An engine whose ``dies_after`` is set dies on its next request as a killed
+process does (its port closed, its connections cut): after that many content events of
+a stream, or before a plain answer. Its words are ``t0``, ``t1``, ...: ``/tokenize``
+counts them, and a trailing assistant message (an answer to continue) adds them to
+the prompt's 7 tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
+WORD = re.compile(r"t\d+")
 PARSE_ERROR = (
     "[json.exception.parse_error.101] parse error at line 1, column 40: syntax error "
     "while parsing value - invalid literal; last read: 'N'"
@@ -32,6 +41,9 @@ class FakeEngine:
         self.cancelled = 0
         self._writers: set[asyncio.StreamWriter] = set()
         self.closing = False
+        # Answers asked for with x_mode "held" wait for one release each.
+        self.hold = asyncio.Semaphore(0)
+        self.dies_after: int | None = None
 
     async def start(self) -> FakeEngine:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -81,6 +93,10 @@ class FakeEngine:
             self._send(writer, 200, {"status": "ok"})
             return True
         body = json.loads(raw) if raw else {}
+        if path == "/tokenize":
+            text = body.get("content") or body.get("prompt") or ""
+            self._send(writer, 200, {"tokens": list(range(len(WORD.findall(text))))})
+            return True
         self.requests.append(body)
         mode = body.get("x_mode", "ok")
         if mode == "client_error":
@@ -106,11 +122,19 @@ class FakeEngine:
             if not gone:
                 self.cancelled += 1
                 return False
+        if mode == "held":
+            await self.hold.acquire()
+        messages = body.get("messages") or [{}]
+        prefill = messages[-1].get("content") if messages[-1].get("role") == "assistant" else ""
+        prompt = 7 + len(WORD.findall(prefill or ""))
         usage = {
-            "prompt_tokens": 7,
+            "prompt_tokens": prompt,
             "completion_tokens": self.tokens,
-            "total_tokens": 7 + self.tokens,
+            "total_tokens": prompt + self.tokens,
         }
+        if self.dies_after is not None and not body.get("stream"):
+            self._die()
+            return False
         if not body.get("stream"):
             self._send(
                 writer,
@@ -125,15 +149,21 @@ class FakeEngine:
             + connection
             + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
-        events = [
+        role = {"role": "assistant", "content": None}
+        events = [{"choices": [{"delta": role, "index": 0, "finish_reason": None}]}]
+        events += [
             {"choices": [{"delta": {"content": f"t{i}"}, "index": 0, "finish_reason": None}]}
             for i in range(self.tokens)
         ]
         events.append({"choices": [{"delta": {}, "index": 0, "finish_reason": "length"}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             events.append({"choices": [], "usage": usage})
-        for event in events:
-            self._chunk(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
+        head = {"id": f"chatcmpl-{self.port}-{len(self.requests)}", "created": self.port}
+        for i, event in enumerate(events):
+            if i - 1 == self.dies_after:
+                self._die()
+                return False
+            self._chunk(writer, b"data: " + json.dumps({**head, **event}).encode() + b"\n\n")
             await writer.drain()
         self._chunk(writer, b"data: [DONE]\n\n")
         writer.write(b"0\r\n\r\n")
@@ -143,6 +173,13 @@ class FakeEngine:
             # may already have sent its next request on the connection.
             await asyncio.sleep(0.05)
         return not self.close_after_stream
+
+    def _die(self) -> None:
+        self.dies_after = None
+        if self.server is not None:
+            self.server.close()
+        for writer in list(self._writers):
+            writer.transport.abort()
 
     @staticmethod
     def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:

@@ -121,6 +121,44 @@ def write_tiny_model(path: Path, seed: int = 7) -> Path:
     return path
 
 
+LORA_RANK = 4
+LORA_WORD = "cluster"
+
+
+def write_tiny_lora(path: Path, word: str = LORA_WORD, seed: int = 11) -> Path:
+    """A LoRA adapter of the tiny model, as llama.cpp's convert_lora_to_gguf.py writes
+    one (``general.type`` adapter, ``adapter.type`` lora, ``adapter.lora.alpha``, each
+    adapted weight as ``NAME.lora_a`` (rank x in) and ``NAME.lora_b`` (out x rank)).
+
+    Applied, it makes the model say ``word`` and nothing else: its ``output.weight``
+    pair reads the constant dimension and adds to that word's logit alone (the banned
+    tokens' rows untouched), far past every other word's. Alpha equals the rank, so a
+    request's scale is the scale applied. Its ``attn_q`` pairs are small and random:
+    there to be loaded, not to decide anything."""
+    rng = np.random.default_rng(seed)
+    tokens, _, _ = vocabulary()
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(LORA_RANK))
+    for i in range(N_LAYER):
+        a = (rng.standard_normal((LORA_RANK, N_EMBD)) * 0.01).astype(np.float32)
+        b = (rng.standard_normal((N_EMBD, LORA_RANK)) * 0.01).astype(np.float32)
+        writer.add_tensor(f"blk.{i}.attn_q.weight.lora_a", a)
+        writer.add_tensor(f"blk.{i}.attn_q.weight.lora_b", b)
+    a = np.zeros((LORA_RANK, N_EMBD), dtype=np.float32)
+    a[0, 0] = 1.0  # the constant dimension (about 8 once normed)
+    b = np.zeros((len(tokens), LORA_RANK), dtype=np.float32)
+    b[tokens.index("▁" + word), 0] = 8.0
+    writer.add_tensor("output.weight.lora_a", a)
+    writer.add_tensor("output.weight.lora_b", b)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
 if __name__ == "__main__":
     import sys
 

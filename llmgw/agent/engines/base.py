@@ -11,12 +11,13 @@ from __future__ import annotations
 import abc
 import asyncio
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import ClassVar
 
 import aiohttp
 
 from llmgw.modelkit.enginerules import RULES
-from llmgw.wire.messages import Compute, ShardSpec
+from llmgw.wire.messages import AdapterSpec, Compute, ShardSpec
 
 
 class EngineError(ValueError):
@@ -39,6 +40,8 @@ class EngineAdapter(abc.ABC):
     worker_probe: ClassVar[str] = "http"
     # Whether the leader must wait for its workers to listen before it starts.
     leader_waits: ClassVar[bool] = False
+    # Whether it loads LoRA adapters (``ShardSpec.adapters``) beside the model.
+    serves_lora: ClassVar[bool] = False
 
     @property
     def multi_card(self) -> bool:
@@ -60,6 +63,20 @@ class EngineAdapter(abc.ABC):
             )
         if len(spec.cards) > 1 and not self.multi_card:
             raise EngineError(f"{self.name} runs on one card; give the profile 1 card")
+        if spec.adapters and not self.serves_lora:
+            raise EngineError(
+                f"{self.name} is not given LoRA adapters by llmgw; serve the model with "
+                "llama.cpp or vllm, or remove its adapters"
+            )
+
+    def lora_path(self, fetched: Path) -> str:
+        """Where the engine loads a LoRA adapter from, given where its source was
+        fetched to; EngineError when it cannot load that."""
+        return str(fetched)
+
+    def lora_args(self, spec: ShardSpec) -> list[str]:
+        """The flags that load ``spec.adapters`` (each fetched: its ``path`` set)."""
+        return []
 
     @abc.abstractmethod
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
@@ -102,6 +119,13 @@ class EngineAdapter(abc.ABC):
         """The version in what ``version_command`` printed; None when it names none."""
         lines = [line.strip() for line in output.splitlines() if line.strip()]
         return lines[-1] if lines else None
+
+
+def fetched_path(adapter: AdapterSpec) -> str:
+    """Where the agent put a LoRA adapter; EngineError for one it did not fetch."""
+    if not adapter.path:
+        raise EngineError(f"LoRA adapter {adapter.name} ({adapter.source}) was not fetched")
+    return adapter.path
 
 
 async def wait_ready(

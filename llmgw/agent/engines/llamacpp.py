@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llmgw.agent.engines.base import EngineAdapter, EngineError
+from llmgw.agent.engines.base import EngineAdapter, EngineError, fetched_path
 from llmgw.wire.messages import Compute, ShardSpec
 
 _START = re.compile(
@@ -113,7 +113,10 @@ def rpc_server(binary: str) -> str:
 
 
 class LlamaCppAdapter(EngineAdapter):
-    """A replica spanning nodes runs llama-server on its leader, with ``--rpc`` naming
+    """Several cards of one node split the model's layers between them (``--split-mode
+    layer``, an equal ``--tensor-split``); the agent shows it only those cards.
+
+    A replica spanning nodes runs llama-server on its leader, with ``--rpc`` naming
     an RPC server (``ggml-rpc-server``) on each other node; the model's layers are
     spread over the RPC devices. The RPC protocol has no key and no TLS, so a worker
     listens on its node's address alone and llmgw's firewall lets in only the
@@ -124,6 +127,7 @@ class LlamaCppAdapter(EngineAdapter):
     worker_needs_weights = False
     worker_probe = "tcp"
     leader_waits = True
+    serves_lora = True
 
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         argv = [binary, "-m", model_path, "--host", host, "--port", str(spec.port)]
@@ -138,10 +142,48 @@ class LlamaCppAdapter(EngineAdapter):
             # Every layer on the cards (or the RPC devices); llama.cpp caps the count
             # at the model's layers.
             argv += ["--n-gpu-layers", "999"]
+        if len(spec.cards) > 1:
+            # Whole layers to each card, in equal shares (the cards are of one class):
+            # no tensor is cut, so the KV heads need not divide by the card count.
+            argv += ["--split-mode", "layer", "--tensor-split", ",".join("1" * len(spec.cards))]
         # Verbosity 4 is what makes llama.cpp print its devices, backend buffers and
         # offloaded layers at start-up; without it the shard's compute is unknown.
         argv += ["--metrics", "--verbosity", "4"]
+        argv += self.lora_args(spec)
         return argv + list(spec.args)
+
+    def lora_args(self, spec: ShardSpec) -> list[str]:
+        """Every adapter loaded, in the spec's order (a request's ``lora`` ids are places
+        in it), and applied to no request that does not ask for it.
+
+        ``--lora-init-without-apply`` alone does not do that: current llama-server
+        leaves the adapters at scale 1.0, so a request without ``lora`` gets all of them
+        stacked (ggml-org/llama.cpp#28674). So each is loaded as ``--lora-scaled
+        FILE:0`` (one flag, comma-separated: a repeated one is deprecated), and the flag
+        stays for the builds that honour it."""
+        if not spec.adapters:
+            return []
+        files = ",".join(f"{fetched_path(a)}:0" for a in spec.adapters)
+        return ["--lora-scaled", files, "--lora-init-without-apply"]
+
+    def lora_path(self, fetched: Path) -> str:
+        """A LoRA GGUF: the file fetched, or the one ``.gguf`` in a fetched directory.
+        ``--lora-scaled`` splits its value at ',' and ':', so a path holding either is
+        refused."""
+        path = fetched
+        if fetched.is_dir():
+            found = sorted(p for p in fetched.rglob("*.gguf") if p.is_file())
+            if len(found) != 1:
+                raise EngineError(
+                    f"llama.cpp loads a LoRA adapter from one GGUF file; {fetched} holds "
+                    f"{len(found)}: name the file in the source (hf:ORG/REPO:FILE.gguf)"
+                )
+            path = found[0]
+        if "," in str(path) or ":" in str(path):
+            raise EngineError(
+                f"llama.cpp cannot be given a LoRA adapter whose path holds ',' or ':': {path}"
+            )
+        return str(path)
 
     def worker_command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         group = spec.group

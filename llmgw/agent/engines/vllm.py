@@ -22,8 +22,9 @@ at start, so the members must reach any of the leader's ports.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
-from llmgw.agent.engines.base import EngineAdapter, EngineError
+from llmgw.agent.engines.base import EngineAdapter, EngineError, fetched_path
 from llmgw.wire.messages import GroupSpec, ShardSpec
 
 # Engines fetch nothing: the agent fetched the model, and the hub stays shut.
@@ -86,6 +87,7 @@ class VllmAdapter(EngineAdapter):
     key_env = "VLLM_API_KEY"
     # A headless worker starts only the executor's workers: it listens on no port.
     worker_probe = "process"
+    serves_lora = True
 
     def check(self, spec: ShardSpec) -> None:
         super().check(spec)
@@ -98,7 +100,26 @@ class VllmAdapter(EngineAdapter):
         argv += ["--tensor-parallel-size", str(max(1, len(spec.cards)))]
         argv += self._group_args(spec)
         argv += load_format(spec, model_path)
+        argv += self.lora_args(spec)
         return argv + list(spec.args)
+
+    def lora_args(self, spec: ShardSpec) -> list[str]:
+        """Each adapter served under its name: a request whose ``model`` names it gets it."""
+        if not spec.adapters:
+            return []
+        modules = [f"{a.name}={fetched_path(a)}" for a in spec.adapters]
+        return ["--enable-lora", "--lora-modules", *modules]
+
+    def lora_path(self, fetched: Path) -> str:
+        """vLLM loads a PEFT adapter from its directory (adapter_config.json and the
+        weights beside it)."""
+        if not (fetched / "adapter_config.json").is_file():
+            raise EngineError(
+                f"vLLM loads a LoRA adapter from a directory holding adapter_config.json; "
+                f"{fetched} is not one: give the adapter's repository (hf:ORG/REPO) or "
+                "directory as its source"
+            )
+        return str(fetched)
 
     def _group_args(self, spec: ShardSpec) -> list[str]:
         """The flags that make this shard one node of a replica spanning nodes; none for

@@ -27,8 +27,8 @@ class EngineRules:
     # Set by llmgw from the catalog (context, slots): refused in a profile's arguments
     # so the catalog, the engine and the memory estimate cannot disagree.
     managed: ExactFlags | ArgparseFlags
-    # False for an engine given one card per shard (llama.cpp, until placement learns
-    # its layer split across cards).
+    # False for an engine given one card per shard; every engine llmgw runs now takes
+    # several (llama.cpp splitting its layers across them).
     multi_card: bool
     # True when its cards split the model by tensor (the KV heads must divide evenly).
     tensor_split: bool
@@ -68,7 +68,7 @@ RULES: dict[str, EngineRules] = {
         "llama.cpp",
         ExactFlags(llamacpp.REFUSED),
         ExactFlags(llamacpp.MANAGED),
-        multi_card=False,
+        multi_card=True,
         tensor_split=False,
     ),
     "vllm": EngineRules(

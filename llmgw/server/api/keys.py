@@ -2,7 +2,9 @@
 
 A key is shown once, when made; the store keeps its SHA-256 only. Its allowlist holds
 model name patterns (``qwen*``); its limits are requests and tokens a minute and a
-token budget a month. ``POST /api/v1/serving`` is ``llmgw stop`` and ``llmgw start``.
+token budget a month; its priority orders the gateway's queue (higher first) and is the
+one thing that may change after it is made (``POST /api/v1/keys/{key_id}``).
+``POST /api/v1/serving`` is ``llmgw stop`` and ``llmgw start``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 from llmgw.server.api.routing import Call, Op
 from llmgw.server.gateway import STOPPED_SETTING, Gateway, key_hash, new_key
 from llmgw.server.refusal import Refusal
-from llmgw.server.requests import CreateKey, Serving, UsageQuery
+from llmgw.server.requests import CreateKey, Serving, UpdateKey, UsageQuery
 from llmgw.server.store import ApiKeyRecord, Audit, Store, StoreUnavailable
 
 KEY = {"type": "object", "required": ["id", "name", "state"]}
@@ -39,6 +41,7 @@ def key_json(record: ApiKeyRecord, now: float | None = None) -> dict[str, Any]:
         "rpm": record.rpm,
         "tpm": record.tpm,
         "budget": record.budget,
+        "priority": record.priority,
         "expires_at": record.expires_at,
         "created_at": record.created_at,
         "revoked_at": record.revoked_at,
@@ -102,8 +105,11 @@ def routes(
             budget=ask.budget,
             expires_at=expires,
             created_at=time.time(),
+            priority=ask.priority,
         )
         detail = f"{record.name}; models {', '.join(ask.models) or 'all'}"
+        if ask.priority:
+            detail += f"; priority {ask.priority}"
         await store.add_api_key(record, Audit(call.actor, "key.create", record.id, detail))
         keys.changed(record)
         return {**key_json(record), "key": key}
@@ -127,6 +133,16 @@ def routes(
         if await store.revoke_api_key(record.id, now, audit):
             record = replace(record, revoked_at=now)
             keys.changed(record)
+        return key_json(record)
+
+    async def update(call: Call) -> Any:
+        ask: UpdateKey = call.body
+        record = find(call.params["key_id"])
+        audit = Audit(call.actor, "key.update", record.id, f"priority {ask.priority}")
+        if not await store.set_api_key_priority(record.id, ask.priority, audit):
+            raise Refusal(404, "not_found", "no such key; see `llmgw ctl keys list`")
+        record = replace(record, priority=ask.priority)
+        keys.changed(record)
         return key_json(record)
 
     async def serving(call: Call) -> Any:
@@ -209,6 +225,15 @@ def routes(
             answer={"type": "array", "items": KEY},
         ),
         Op("GET", "/api/v1/keys/{key_id}", show, "One key", answer=KEY, errors=(404,)),
+        Op(
+            "POST",
+            "/api/v1/keys/{key_id}",
+            update,
+            "Change a key's priority (its place in the gateway's queue)",
+            body=UpdateKey,
+            answer=KEY,
+            errors=(404,),
+        ),
         Op(
             "DELETE",
             "/api/v1/keys/{key_id}",

@@ -78,12 +78,14 @@ class ModelViews:
             "slots": model.slots,
             "max_output": model.max_output,
             "on_demand": model.on_demand,
+            "kv_events": model.kv_events,
             "stopped": model.stopped,
             "parked": model.parked,
             "allow_pickle": model.allow_pickle,
             "weight_bytes": model.weight_bytes or None,
             "shape": dict(model.shape),
             "profiles": profiles,
+            "adapters": [a.to_spec() for a in model.adapters],
         }
 
     def cpu_speed(self, model: Model, profile: Profile) -> float | None:
@@ -141,6 +143,7 @@ class ModelViews:
             "slots": model.slots,
             "max_output": model.max_output,
             "on_demand": False,
+            "kv_events": False,
             "stopped": model.stopped,
             "parked": None,
             "allow_pickle": False,

@@ -24,7 +24,7 @@ from llmgw.modelkit import sizing
 from llmgw.modelkit.enginerules import RuleError, rules
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.modelkit.sources import WeightsError, check_named_pickle, normalise_source, parse_source
-from llmgw.wire.messages import GroupSpec, ShardSpec
+from llmgw.wire.messages import AdapterSpec, GroupSpec, ShardSpec
 
 if TYPE_CHECKING:
     from llmgw.server.catalog.tracks import Start
@@ -44,6 +44,10 @@ MAX_NODES = 64
 CARD_HOST_MEMORY = 1 * GIB
 DEFAULT_CONTEXT = 4096
 MAX_SLOTS = 256
+# The engines llmgw gives LoRA adapters (loaded unapplied, one applied per request).
+ADAPTER_ENGINES = ("llama.cpp", "vllm")
+MAX_ADAPTERS = 64
+MAX_SCALE = 100.0
 
 
 class CatalogError(ValueError):
@@ -97,6 +101,23 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter of a model: every replica loads it, a request names it
+    (``MODEL:NAME`` or ``NAME``); llama.cpp applies it at ``scale``."""
+
+    name: str
+    source: str
+    scale: float = 1.0
+
+    def to_spec(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "scale": self.scale}
+
+    @classmethod
+    def from_spec(cls, data: Mapping[str, Any]) -> Adapter:
+        return cls(str(data["name"]), str(data["source"]), float(data.get("scale", 1.0)))
+
+
+@dataclass(frozen=True)
 class Model:
     name: str
     source: str
@@ -107,6 +128,8 @@ class Model:
     max_output: int | None = None
     allow_pickle: bool = False
     on_demand: bool = False
+    # vLLM's replicas publish their KV-cache events and the router routes by them.
+    kv_events: bool = False
     stopped: bool = False
     # Why an on-demand model was parked after failing again and again; None if not.
     parked: str | None = None
@@ -123,6 +146,8 @@ class Model:
     # An OpenAI-compatible provider instead of replicas: {"base_url", "upstream_model",
     # "keys": [{"sealed": ..., "weight": ...}]}; the keys sealed with the cluster key.
     external: Mapping[str, Any] | None = None
+    # LoRA adapters, in the order every replica loads them (``catalog/adapters.py``).
+    adapters: tuple[Adapter, ...] = ()
 
     def profile(self, name: str) -> Profile | None:
         return next((p for p in self.profiles if p.name == name), None)
@@ -137,6 +162,7 @@ class Model:
         out["replaced"] = list(self.replaced)
         out["shape"] = dict(self.shape)
         out["external"] = dict(self.external) if self.external else None
+        out["adapters"] = [a.to_spec() for a in self.adapters]
         return out
 
     @classmethod
@@ -145,6 +171,7 @@ class Model:
         known["profiles"] = tuple(Profile.from_spec(p) for p in known.get("profiles") or ())
         known["replaced"] = tuple(known.get("replaced") or ())
         known["shape"] = dict(known.get("shape") or {})
+        known["adapters"] = tuple(Adapter.from_spec(a) for a in known.get("adapters") or ())
         return cls(**known)
 
 
@@ -169,6 +196,10 @@ def fingerprint(model: Model, profile: Profile) -> str:
     }
     if profile.nodes > 1:  # absent for one node, so earlier replicas keep their print
         parts["nodes"] = profile.nodes
+    if model.kv_events and profile.engine == "vllm":  # likewise absent when off
+        parts["kv_events"] = True
+    if model.adapters:  # absent when none; a scale is the gateway's, so left out
+        parts["adapters"] = [[a.name, a.source] for a in model.adapters]
     digest = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
     return digest[:16]
 
@@ -221,6 +252,8 @@ def shard_spec(
         cpu_cores=math.ceil(profile.cpu_cores) if profile.cpu_cores else None,
         allow_pickle=model.allow_pickle,
         group=group,
+        kv_events=model.kv_events and profile.engine == "vllm",
+        adapters=[AdapterSpec(a.name, a.source, a.scale) for a in model.adapters],
     )
 
 
@@ -399,6 +432,54 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
     return replace(profile, memory=memory, card_memory=card_memory)
 
 
+def check_adapters(model: Model) -> tuple[Adapter, ...]:
+    """The model's LoRA adapters with their sources in normal form, or CatalogError:
+    names apart from the model's and each other's, sources read as the model's (a pickle
+    only where the model allows them), engines that load adapters (llama.cpp, vLLM),
+    and vLLM only in replicas of one node (each node would load it from its own path).
+    Names apart from every other model's are the service's to judge."""
+    if not model.adapters:
+        return ()
+    if model.external:
+        raise CatalogError("adapters", f"{model.name} is an external provider: it loads none")
+    if len(model.adapters) > MAX_ADAPTERS:
+        raise CatalogError("adapters", f"a model loads at most {MAX_ADAPTERS} adapters")
+    for p in model.profiles:
+        if p.engine not in ADAPTER_ENGINES:
+            raise CatalogError(
+                "adapters",
+                f"profile {p.name} runs {p.engine}, which llmgw does not give adapters; "
+                f"serve the model with {' or '.join(ADAPTER_ENGINES)}",
+            )
+        if p.engine == "vllm" and p.nodes > 1:
+            raise CatalogError(
+                "adapters",
+                f"profile {p.name} spans {p.nodes} nodes: vLLM would load an adapter on "
+                "every node from the leader's path; serve adapters on one node a replica",
+            )
+    seen = {model.name}
+    out = []
+    for a in model.adapters:
+        if not MODEL_NAME.match(a.name):
+            raise CatalogError(
+                "name",
+                f"{a.name!r} is not an adapter name: use letters, digits, '.', '_' or '-', "
+                "up to 48 characters, starting with a letter or digit",
+            )
+        if a.name in seen:
+            raise CatalogError("name", f"{a.name!r} is already a name of {model.name}")
+        if not math.isfinite(a.scale) or abs(a.scale) > MAX_SCALE:
+            raise CatalogError("scale", f"give a scale from -{MAX_SCALE} to {MAX_SCALE}")
+        try:
+            source = check_source(a.source, model.allow_pickle)
+        except CatalogError as exc:
+            why = str(exc).removeprefix("source: ")
+            raise CatalogError("source", f"adapter {a.name}: {why}") from None
+        seen.add(a.name)
+        out.append(replace(a, source=source))
+    return tuple(out)
+
+
 def check_context(model: Model, shape: ModelShape | None) -> None:
     field_name = "context"
     if model.context < 256:
@@ -421,6 +502,7 @@ def check_context(model: Model, shape: ModelShape | None) -> None:
 def check_model(model: Model, shape: ModelShape | None) -> Model:
     """The model as it will be kept, or CatalogError naming the field and the fix."""
     check_name(model.name)
+    model = replace(model, adapters=check_adapters(model))
     if model.external:
         return model  # no replicas: nothing to place or size
     source = check_source(model.source, model.allow_pickle)
@@ -430,6 +512,13 @@ def check_model(model: Model, shape: ModelShape | None) -> Model:
     if len(set(names)) != len(names):
         raise CatalogError("profiles", "two profiles share a name")
     model = replace(model, source=source)
+    if model.kv_events and not any(p.engine == "vllm" for p in model.profiles):
+        raise CatalogError(
+            "kv_events",
+            "KV-event routing reads vLLM's cache events: serve the model with "
+            "--engine vllm, or leave --kv-events out (other engines are routed by the "
+            "approximate prefix guess)",
+        )
     check_context(model, shape)
     profiles = tuple(check_profile(model, p, shape) for p in model.profiles)
     return replace(
@@ -473,5 +562,8 @@ def with_change(model: Model, changed: Model) -> Model:
         for p in changed.profiles
         if p.name in old and fingerprint(changed, p) != old[p.name]
     ]
-    keep = [f for f in model.replaced if f not in moved][-32:]
+    # A change back to what ran before (an adapter added, then removed) wants that
+    # fingerprint again: it is no longer one to move away from.
+    now = {fingerprint(changed, p) for p in changed.profiles}
+    keep = [f for f in model.replaced if f not in moved and f not in now][-32:]
     return replace(changed, replaced=tuple([*keep, *moved]))

@@ -19,15 +19,16 @@ from llmgw import pki
 from llmgw.config import SchedulingConfig
 from llmgw.modelkit.enginerules import RULES
 from llmgw.modelkit.sizing import ModelShape
+from llmgw.server.catalog import adapters, scheduler
 from llmgw.server.catalog import model as catalog
-from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.inspector import PickledWeights
-from llmgw.server.catalog.model import CatalogError, Model, Profile
+from llmgw.server.catalog.model import Adapter, CatalogError, Model, Profile
 from llmgw.server.catalog.placement import span_reason
 from llmgw.server.catalog.reconciler import Plan, Reconciler, Start
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import (
+    AdapterRequest,
     ContextRequest,
     ExternalRequest,
     GpusRequest,
@@ -330,6 +331,7 @@ class ModelService:
             raise Refusal(
                 409, "exists", f"a model named {name!r} is already in the catalog", "name"
             )
+        self.check_name_free(name)
         if not _provider_url(ask.base_url):
             raise Refusal(
                 400,
@@ -427,6 +429,7 @@ class ModelService:
                 f"`llmgw ctl model ...`, or give another --name",
                 "name",
             )
+        self.check_name_free(name)
         engine = ask.engine or catalog.default_engine(source)
         if engine not in RULES:
             raise Refusal(
@@ -472,6 +475,7 @@ class ModelService:
             max_output=ask.max_output,
             allow_pickle=allow_pickle,
             on_demand=ask.on_demand,
+            kv_events=ask.kv_events,
         )
         try:
             model = catalog.check_model(model, shape)
@@ -632,6 +636,36 @@ class ModelService:
             f"{model.name} has several profiles ({known}); name one with --profile",
             "profile",
         )
+
+    # ------------------------------------------------------------- LoRA adapters
+
+    def check_name_free(self, name: str, adding_to: str | None = None) -> None:
+        """Refuse a name clients would ask for that already means another adapter (or,
+        for a new adapter of ``adding_to``, a model): one namespace for both."""
+        why = adapters.name_taken(self.models, name, adding_to)
+        if why is not None:
+            raise Refusal(409, "exists", why, "name")
+
+    async def add_adapter(self, model: Model, ask: AdapterRequest, actor: str) -> Model:
+        """Every replica loads the new adapter: they are replaced as for any change."""
+        if any(a.name == ask.name for a in model.adapters):
+            raise Refusal(
+                409, "exists", f"{model.name} already has an adapter {ask.name!r}", "name"
+            )
+        self.check_name_free(ask.name, adding_to=model.name)
+        adapter = Adapter(ask.name, ask.source, ask.scale)
+        changed = replace(model, adapters=(*model.adapters, adapter))
+        detail = f"{ask.name} from {ask.source}, scale {ask.scale:g}"
+        return await self.change(model, changed, actor, "model.adapter.add", detail)
+
+    async def remove_adapter(self, model: Model, name: str, actor: str) -> Model:
+        if not any(a.name == name for a in model.adapters):
+            known = ", ".join(a.name for a in model.adapters) or "none"
+            raise Refusal(
+                404, "not_found", f"{model.name} has no adapter {name!r} (it has {known})"
+            )
+        changed = replace(model, adapters=tuple(a for a in model.adapters if a.name != name))
+        return await self.change(model, changed, actor, "model.adapter.remove", name)
 
     async def remove(self, model: Model, with_files: bool, actor: str) -> None:
         detail = "with its files" if with_files else ""

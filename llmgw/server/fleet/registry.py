@@ -22,6 +22,7 @@ from llmgw.wire import GPU, Disk, Heartbeat, Register
 from llmgw.wire.messages import (
     DownloadProgress,
     EngineStatus,
+    KvBlocks,
     Message,
     Response,
     ShardStatus,
@@ -222,6 +223,8 @@ class NodeRegistry:
         self.heartbeats = 0
         # Called when what a node runs may have changed (the reconciler's wake-up).
         self.on_change: Callable[[], None] = lambda: None
+        # A replica's KV-cache blocks changed (vLLM's events): the gateway's router.
+        self.on_kv_blocks: Callable[[str, KvBlocks], None] = lambda node_id, msg: None
         # Bumped on every change of what runs where: the gateway rebuilds its routes.
         self.version = 0
 
@@ -384,8 +387,14 @@ class NodeRegistry:
             self.version += 1
         self.heartbeats += 1
 
-    def report(self, node_id: str, msg: ShardStatus | DownloadProgress | EngineStatus) -> None:
-        """Keep the latest word of a shard, a download or the node's engines."""
+    def report(
+        self, node_id: str, msg: ShardStatus | DownloadProgress | EngineStatus | KvBlocks
+    ) -> None:
+        """Keep the latest word of a shard, a download or the node's engines; hand a
+        replica's cache blocks on to the router (they change nothing else)."""
+        if isinstance(msg, KvBlocks):
+            self.on_kv_blocks(node_id, msg)
+            return
         view = self.nodes[node_id]
         if not isinstance(msg, DownloadProgress):
             self.version += 1
@@ -510,12 +519,14 @@ class NodeRegistry:
             self.version += 1
 
     def wanted_sources(self) -> set[str]:
-        """Weights some shard on some node uses now; the rest no model wants."""
+        """Weights some shard on some node uses now (its LoRA adapters' too); the rest
+        no model wants."""
         return {
-            shard.source
+            source
             for view in self.nodes.values()
             for shard in view.shards.values()
-            if shard.source
+            for source in (shard.source, *(a.source for a in shard.adapters or ()))
+            if source
         }
 
     def counts(self) -> dict[str, int]:

@@ -47,6 +47,7 @@ from llmgw.wire.messages import (
     EngineStatus,
     Goodbye,
     Heartbeat,
+    KvBlocks,
     Message,
     Register,
     Request,
@@ -61,7 +62,7 @@ from llmgw.wire.outbox import Outbox, OutboxFull
 # of followed log lines; more than this waiting is an agent answering out of turn.
 ANSWERS = 16
 
-Report = Heartbeat | ShardStatus | DownloadProgress | EngineStatus
+Report = Heartbeat | ShardStatus | DownloadProgress | EngineStatus | KvBlocks
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,7 @@ class NodeStream:
             waiter = self.waiters.get(msg.id)
             if waiter is not None and waiter.put(msg):
                 out.append(Answered(msg.id))
-        elif isinstance(msg, Heartbeat | ShardStatus | DownloadProgress | EngineStatus):
+        elif isinstance(msg, Heartbeat | ShardStatus | DownloadProgress | EngineStatus | KvBlocks):
             out.append(Reported(msg, payload))
 
     # --- what the control plane does --------------------------------------------------

@@ -120,6 +120,14 @@ class Metrics:
         self.tokens: dict[tuple[str, str], int] = {}
         # Answered (completion) tokens by (model, replica): energy per token's divisor.
         self.replica_tokens: dict[tuple[str, str], int] = {}
+        # Seconds requests waited in the gateway's queue, by model (those that waited).
+        self.queue_seconds: dict[str, Histogram] = {}
+
+    def queued(self, model: str, seconds: float) -> None:
+        hist = self.queue_seconds.get(model)
+        if hist is None:
+            hist = self.queue_seconds[model] = Histogram()
+        hist.observe(seconds)
 
     def request(self, model: str, status: int, seconds: float, first: float | None) -> None:
         self.recent.add(status >= 400, first if first is not None else seconds, time.time())
@@ -150,6 +158,7 @@ class Metrics:
         failures: dict[tuple[str, str], int] | None = None,
         breaker_opens: dict[tuple[str, str], int] | None = None,
         vouched: dict[tuple[str, str], int] | None = None,
+        queue_depth: dict[str, int] | None = None,
     ) -> str:
         out: list[str] = []
 
@@ -214,6 +223,22 @@ class Metrics:
             family(name, kind, text)
             for (model, replica), n in sorted((counts or {}).items()):
                 out.append(f'{name}{{model="{_esc(model)}",replica="{_esc(replica)}"}} {n}')
+        family(
+            "llmgw_gateway_queue_depth",
+            "gauge",
+            "Requests waiting in the gateway's queue for a model whose every replica is "
+            "at its slots.",
+        )
+        for model, n in sorted((queue_depth or {}).items()):
+            out.append(f'llmgw_gateway_queue_depth{{model="{_esc(model)}"}} {n}')
+        family(
+            "llmgw_gateway_queue_seconds",
+            "histogram",
+            "Time requests waited in the gateway's queue, however they left it (served, "
+            "refused at its deadline, or their client gone).",
+        )
+        for model, hist in sorted(self.queue_seconds.items()):
+            out.extend(hist.lines("llmgw_gateway_queue_seconds", f'model="{_esc(model)}"'))
         out.extend(engines)
         return "\n".join(out) + "\n"
 
@@ -267,4 +292,64 @@ async def scrape(
     for (model, replica, _, _), text in zip(targets, texts, strict=True):
         if text:
             out.extend(relabel(text, model, replica, seen))
+    return out
+
+
+def routing_lines(
+    decisions: dict[tuple[str, str], int],
+    kv_hits: dict[str, int],
+    kv_blocks: dict[tuple[str, str], int],
+    tokenize_failures: int,
+) -> list[str]:
+    """The router's own families: why each pick was made, and KV-event routing."""
+    out = [
+        "# HELP llmgw_router_decisions_total Replica picks by model and the reason "
+        "(kv_events, approximate_prefix, least_outstanding, only_replica).",
+        "# TYPE llmgw_router_decisions_total counter",
+    ]
+    for (model, reason), n in sorted(decisions.items()):
+        out.append(f'llmgw_router_decisions_total{{model="{_esc(model)}",reason="{reason}"}} {n}')
+    out += [
+        "# HELP llmgw_router_kv_hits_total Requests sent to a replica whose KV cache held "
+        "the prompt's leading blocks, as its engine's events said.",
+        "# TYPE llmgw_router_kv_hits_total counter",
+    ]
+    for model, n in sorted(kv_hits.items()):
+        out.append(f'llmgw_router_kv_hits_total{{model="{_esc(model)}"}} {n}')
+    out += [
+        "# HELP llmgw_router_kv_blocks KV-cache blocks a replica holds, from its events.",
+        "# TYPE llmgw_router_kv_blocks gauge",
+    ]
+    for (model, replica), n in sorted(kv_blocks.items()):
+        out.append(f'llmgw_router_kv_blocks{{model="{_esc(model)}",replica="{_esc(replica)}"}} {n}')
+    out += [
+        "# HELP llmgw_router_tokenize_failures_total Prompts routed without KV events "
+        "because the replica's tokenizer did not answer.",
+        "# TYPE llmgw_router_tokenize_failures_total counter",
+        f"llmgw_router_tokenize_failures_total {tokenize_failures}",
+    ]
+    return out
+
+
+def resume_lines(resumed: dict[str, int], failed: dict[tuple[str, str], int]) -> list[str]:
+    """Streams whose replica failed mid-stream: those the gateway still ended normally
+    (resume.py), and those it could not, by why."""
+    out = [
+        "# HELP llmgw_gateway_stream_resumed_total Streamed answers whose replica failed "
+        "mid-stream that still ended normally: continued on another replica, or ended "
+        "when nothing was left to say.",
+        "# TYPE llmgw_gateway_stream_resumed_total counter",
+    ]
+    for model, n in sorted(resumed.items()):
+        out.append(f'llmgw_gateway_stream_resumed_total{{model="{_esc(model)}"}} {n}')
+    out += [
+        "# HELP llmgw_gateway_stream_resume_failures_total Streamed answers whose replica "
+        "failed mid-stream that ended with an error event, by why they were not continued.",
+        "# TYPE llmgw_gateway_stream_resume_failures_total counter",
+    ]
+    for (model, reason), n in sorted(failed.items()):
+        out.append(
+            f'llmgw_gateway_stream_resume_failures_total{{model="{_esc(model)}",'
+            f'reason="{reason}"}} {n}'
+        )
     return out

@@ -25,7 +25,10 @@ Streams pass through event by event. The engine is always asked for the stream's
 (``stream_options.include_usage``), so streamed tokens are counted like any others;
 a client that did not ask for it never sees it. A request past ``request_timeout`` is
 a 504 (or, once a stream began, an error event); a client that goes away cancels the
-engine's request, since its connection to the engine is closed with it.
+engine's request, since its connection to the engine is closed with it. An engine that
+fails mid-stream (reading from it fails; a failed write is the client leaving) is a
+failure of its replica, and its chat answer goes on from another replica in the same
+stream; any other ends with an error event (``resume.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from llmgw.server.gateway.adapters import Asked
 from llmgw.server.gateway.engineclient import (
     CONNECT_TIMEOUT,
     POOL_KEEPALIVE,
@@ -50,6 +54,7 @@ from llmgw.server.gateway.engineclient import (
     Lost,
 )
 from llmgw.server.gateway.errors import JSON, bad_request, fail, stream_error
+from llmgw.server.gateway.resume import Broke, Counts, Resume
 from llmgw.server.gateway.router import Endpoint, Router
 
 log = logging.getLogger("llmgw.gateway")
@@ -90,14 +95,16 @@ class Trace:
 class Tally:
     """What an answer used: its tokens as the engine said, else a stream's events."""
 
-    __slots__ = ("prompt", "completion", "answered", "response")
+    __slots__ = ("prompt", "completion", "answered", "response", "resume")
 
-    def __init__(self) -> None:
+    def __init__(self, resume: Resume | None = None) -> None:
         self.prompt = 0
         self.completion = 0
         self.answered = False
-        # The client's stream, once it began: after that there is no failing over.
+        # The client's stream, once it began: after that there is no failing over,
+        # only its continuation on another replica (resume.py).
         self.response: web.StreamResponse | None = None
+        self.resume = resume
 
 
 class ReplicaFailed(Exception):
@@ -212,12 +219,21 @@ class StreamTap:
 class Upstream:
     """The connections to engines and providers, and one request's way through them."""
 
-    def __init__(self, router: Router, request_timeout: float) -> None:
+    def __init__(
+        self,
+        router: Router,
+        request_timeout: float,
+        released: Callable[[str], None] = lambda model: None,
+    ) -> None:
         self.router = router
         self.request_timeout = request_timeout
+        # A request of the model left its replica: the gateway's queue wakes the next.
+        self.released = released
         self.pool = EnginePool()
         self._session: aiohttp.ClientSession | None = None
         self.stale_retries = 0
+        # Streams continued on another replica, and those that could not be (resume.py).
+        self.resumes = Counts()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -249,33 +265,55 @@ class Upstream:
         strip_usage: bool,
         record: Callable[[str, int, int], None],
         prepared: web.StreamResponse | None = None,
+        adapter: Asked | None = None,
     ) -> web.StreamResponse:
-        """The answer of ``endpoint``, or of the next replica when it fails first."""
+        """The answer of ``endpoint``, or of the next replica when it fails first;
+        for a LoRA ``adapter``, the body each replica's engine reads it in."""
         router = self.router
         last: ReplicaFailed | None = None
         retries = 1  # one retry after a replica's failure
         stale_retried = False
         fresh = False
         tally = Tally()
+        resume = None
+        if stream:
+            # Kept as sent, to go on from another replica if its engine fails; its usage
+            # is then recorded once, by the part that ends it.
+            resume = Resume(model, path, raw, strip_usage, record, self.resumes)
+            record = resume.record
         try:
             async with asyncio.timeout(self.request_timeout):
                 for _attempt in range(16):
                     current = endpoint
-                    tally = Tally()
+                    tally = Tally(resume)
                     current.outstanding += 1
+                    body = raw if resume is None else resume.body
                     try:
-                        return await self._forward(
+                        answer = await self._forward(
                             request,
                             path,
-                            raw,
+                            adapter.body_for(current, body) if adapter else body,
                             current,
                             trace,
                             tally,
                             stream,
                             strip_usage,
                             fresh,
-                            prepared,
+                            # A continuation goes on in the client's stream.
+                            prepared or (resume.response if resume else None),
                         )
+                        return answer if resume is None else await resume.answered(answer)
+                    except Broke as exc:
+                        # Mid-stream: no failing over, but the answer may go on elsewhere.
+                        if not current.external:
+                            router.failed(model, current, str(exc))
+                        tally.answered = False  # counted with the part that ends it
+                        assert resume is not None and resume.response is not None
+                        nxt = await resume.broke(current, router, self.session)
+                        if nxt is None:
+                            return resume.response
+                        endpoint, fresh = nxt, False
+                        continue
                     except Stale as exc:
                         if not stale_retried:
                             stale_retried, fresh = True, True
@@ -293,6 +331,7 @@ class Upstream:
                         retries -= 1
                     finally:
                         current.outstanding -= 1
+                        self.released(model)
                         if tally.answered:
                             record(current.replica_id, tally.prompt, tally.completion)
                     fresh = False
@@ -305,15 +344,21 @@ class Upstream:
                 f"no whole answer within {self.request_timeout:g} s "
                 "(gateway.request_timeout in server.yaml)"
             )
-            started = tally.response or prepared
+            started = tally.response or prepared or (resume.response if resume else None)
             if started is not None and started.prepared:
                 try:
                     await stream_error(started, message, "request_timeout")
                 except (ConnectionError, RuntimeError):
                     pass  # the client is gone, or the stream had ended
+                if resume is not None:
+                    resume.settle()
                 return started
             return fail(504, message, "timeout_error", "request_timeout")
         assert last is not None
+        if resume is not None and resume.parts and resume.response is not None:
+            # No replica took up the answer's continuation: its stream ends with why.
+            await resume.fail("failed", str(last))
+            return resume.response
         return last.answer
 
     async def _forward(
@@ -412,7 +457,8 @@ class Upstream:
         strip_usage: bool,
         prepared: web.StreamResponse | None,
     ) -> web.StreamResponse:
-        """A stream, event by event; once a byte is sent there is no failing over."""
+        """A stream, event by event; once a byte is sent there is no failing over, and an
+        engine that fails mid-stream is ``Broke`` (its answer may go on elsewhere)."""
         response = prepared
         if response is None:
             response = _Stream(status=200)
@@ -421,10 +467,21 @@ class Upstream:
                     response.headers[name] = value
             await response.prepare(request)
         tally.response = response
+        resume = tally.resume
+        if resume is not None:
+            resume.response = response
         tap = StreamTap(strip_usage)
         tally.answered = True
         try:
-            while chunk := await conn.chunk():
+            while True:
+                try:
+                    chunk = await conn.chunk()
+                except (OSError, BadAnswer) as exc:
+                    # The engine's side failed: the answer may go on elsewhere (resume.py).
+                    raise Broke(f"its stream broke: {exc}") from None
+                if not chunk:
+                    out = tap.end()
+                    break
                 if not trace.first:
                     trace.first = time.perf_counter()
                 out = tap.feed(chunk)
@@ -433,12 +490,10 @@ class Upstream:
                     out += tap.end()
                     break
                 if out:
-                    await response.write(out)
-            else:
-                out = tap.end()
-            await response.write_eof(out)
-        except (OSError, BadAnswer) as exc:
-            # The engine went away mid-stream, or the client did: it ends as it ends.
+                    await response.write(out if resume is None else resume.passing(out))
+            await response.write_eof(out if resume is None else resume.passing(out))
+        except OSError as exc:
+            # Writing failed: the client went away mid-stream. It ends as it ends.
             log.info("%s: stream ended early: %s", endpoint.replica_id, exc)
         finally:
             tally.prompt, tally.completion = tap.tokens()

@@ -5,8 +5,10 @@ node, and every Ready shard on a node whose agent has gone silent as long as its
 still answers the control plane's own probe (``probe.py``) — an agent's death never
 takes a model down. It is rebuilt only when nodes, the catalog or the probe's verdicts
 change. A pick takes the highest-priority pool that has a usable replica, within it the
-one likely to hold the longest shared prompt prefix unless that one is much busier, else
-the least outstanding.
+one holding the longest shared prompt prefix unless that one is much busier, else the
+least outstanding. What a replica holds is known from vLLM's KV events where the model
+asks for them (``kvroute.py``), else guessed from the prompts sent to it lately; each
+pick is counted by the reason it was made (``decisions``).
 
 A breaker opens on a replica after BREAKER_FAILURES failures of the replica itself in a
 row (refused or reset connections, a connect timeout, a 5xx to a request the gateway
@@ -18,13 +20,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from llmgw import pki
 from llmgw.server.catalog.model import Model, parse_replica_id
 from llmgw.server.fleet.registry import NodeView
+from llmgw.server.gateway.kvroute import KvIndex
+from llmgw.wire.messages import KvBlocks
 from llmgw.wire.states import NodeState, ShardState
 
 log = logging.getLogger("llmgw.gateway")
@@ -38,6 +42,16 @@ PREFIX_BLOCK = 256
 PREFIX_MIN_BLOCKS = 2
 PREFIX_SLACK = 4
 PREFIX_MEMORY = 4096
+# KV-event routing scores each replica by the share of the prompt's leading blocks it
+# holds less KV_LOAD_WEIGHT times its load (requests outstanding per slot): a replica
+# with every slot taken keeps a prompt only if it holds three quarters more of it than
+# an idle one. (0.75: the best of 0.5, 0.75 and 1.0 in bench/routing.py.)
+KV_LOAD_WEIGHT = 0.75
+# Why a replica was picked (llmgw_router_decisions_total{reason}).
+KV_EVENTS = "kv_events"  # it holds the prompt's leading blocks, its engine says
+APPROXIMATE = "approximate_prefix"  # it likely holds them: prompts sent to it lately
+LEAST_OUTSTANDING = "least_outstanding"  # no cache to go by, or its holder too busy
+ONLY_REPLICA = "only_replica"  # one usable replica: nothing to choose
 # Engines that close their connection after a streamed answer while announcing
 # keep-alive (llama.cpp's server does): such a connection is closed, never pooled.
 CLOSES_AFTER_STREAM = frozenset({"llama.cpp"})
@@ -82,9 +96,24 @@ class Endpoint:
     closes_after_stream: bool = False
     # Its node's agent is silent; the control plane's probe vouches for the engine.
     vouched: bool = False
+    # Requests it serves at once (the model's slots); 0: unbounded (a provider's key).
+    # Past them a request waits in the gateway's queue (queue.py).
+    slots: int = 0
+    # Its node, and whether its engine reports its cache (vLLM with kv_events).
+    node: str = ""
+    kv: bool = False
+    # Its engine, and the LoRA adapters it loaded in its order, as its agent reported
+    # (None: not said); a request for an adapter goes only where it is loaded.
+    engine: str = ""
+    adapters: tuple[str, ...] | None = None
     # Hashes of the prompt prefixes sent here lately, oldest first: what its cache
     # likely holds. Approximate on purpose: a miss costs a prefill, not a wrong answer.
     prefixes: OrderedDict[int, None] = field(default_factory=OrderedDict)
+
+    @property
+    def full(self) -> bool:
+        """At its slots: a request more would wait in the engine's own queue."""
+        return 0 < self.slots <= self.outstanding
 
     def match(self, hashes: Sequence[int]) -> int:
         """How many leading blocks of a prompt this replica likely holds."""
@@ -104,6 +133,20 @@ class Endpoint:
             prefixes.move_to_end(h)
         while len(prefixes) > PREFIX_MEMORY:
             prefixes.popitem(last=False)
+
+
+def _adapter_routes(
+    models: Mapping[str, Model], table: Mapping[str, list[Endpoint]]
+) -> dict[str, list[Endpoint]]:
+    """Each LoRA adapter's name → its model's replicas that loaded it, by priority: a
+    replica started before the adapter was added (or that did not say) is passed over."""
+    out: dict[str, list[Endpoint]] = {}
+    for model in models.values():
+        for adapter in model.adapters:
+            out[adapter.name] = [
+                e for e in table.get(model.name, ()) if adapter.name in (e.adapters or ())
+            ]
+    return out
 
 
 def engine_url(host: str, port: int) -> str:
@@ -155,7 +198,15 @@ class Router:
         self._table: dict[str, list[Endpoint]] = {}
         self._endpoints: dict[str, Endpoint] = {}
         self._version: tuple[int, int, int] = (-1, -1, -1)
+        # An adapter's name → its model's replicas that loaded it (rebuilt with the table).
+        self._adapted: dict[str, list[Endpoint]] = {}
         self.prefix_hits: dict[str, int] = {}
+        # Replicas' cached blocks from vLLM's KV events; picks by (model, reason); picks
+        # sent to a replica that held at least one leading block, by model.
+        self.kv = KvIndex()
+        self.decisions: dict[tuple[str, str], int] = {}
+        self.kv_hits: dict[str, int] = {}
+        self.tokenize_failures = 0
         # Failures of replicas themselves, and breakers opened, per (model, replica).
         self.failures: dict[tuple[str, str], int] = {}
         self.breaker_opens: dict[tuple[str, str], int] = {}
@@ -191,6 +242,12 @@ class Router:
                 endpoint.priority = profile.priority
                 endpoint.closes_after_stream = profile.engine in CLOSES_AFTER_STREAM
                 endpoint.vouched = silent
+                endpoint.slots = model.slots
+                endpoint.node = view.id
+                endpoint.kv = model.kv_events and profile.engine == "vllm"
+                endpoint.engine = profile.engine
+                loaded = shard.adapters
+                endpoint.adapters = None if loaded is None else tuple(a.name for a in loaded)
                 seen[rid] = endpoint
                 table.setdefault(model.name, []).append(endpoint)
         for model in models.values():
@@ -198,8 +255,25 @@ class Router:
                 table[model.name] = self._external(model, seen)
         for endpoints in table.values():
             endpoints.sort(key=lambda e: -e.priority)
+        self.kv.keep_only(rid for view in self.nodes.nodes.values() for rid in view.shards)
+        self._adapted = _adapter_routes(models, table)
         self._endpoints, self._table, self._version = seen, table, version
         return table
+
+    def serving(self, name: str) -> Sequence[Endpoint]:
+        """The replicas a name routes to: a model's own, or for one of its LoRA adapters
+        (by the adapter's name) those of its replicas that loaded it."""
+        return self.table().get(name) or self._adapted.get(name) or ()
+
+    def kv_blocks(self, node_id: str, msg: KvBlocks) -> None:
+        """A node's report of one replica's cache: believed only for its own replicas."""
+        view = self.nodes.nodes.get(node_id)
+        self.kv.apply(node_id, msg, runs=view is not None and msg.replica_id in view.shards)
+
+    def kv_sizes(self, model: str) -> set[int]:
+        """The block sizes of a model's replicas that report their cache; empty when
+        none does (then its prompts are not tokenized for routing)."""
+        return self.kv.block_sizes(e.replica_id for e in self.serving(model) if e.kv)
 
     def _external(self, model: Model, seen: dict[str, Endpoint]) -> list[Endpoint]:
         """One endpoint per key of an external provider: ``external:MODEL#N``."""
@@ -220,23 +294,64 @@ class Router:
     def endpoints_of(self, model: str) -> list[Endpoint]:
         return list(self.table().get(model, ()))
 
+    def room(self, model: str) -> int | None:
+        """Requests a model's usable replicas take before each is at its slots (what
+        ``pick(room=True)`` can place); None when nothing bounds them (a provider's
+        keys) or none is usable, so there is nothing to queue for."""
+        now = time.monotonic()
+        free: int | None = None
+        for endpoint in self.serving(model):
+            if endpoint.open_until > now:
+                continue
+            if not endpoint.slots:
+                return None
+            free = (free or 0) + max(0, endpoint.slots - endpoint.outstanding)
+        return free
+
     def pick(
-        self, model: str, exclude: Endpoint | None = None, prefix: Sequence[int] = ()
+        self,
+        model: str,
+        exclude: Endpoint | None = None,
+        prefix: Sequence[int] = (),
+        blocks: Mapping[int, Sequence[int]] | None = None,
+        room: bool = False,
     ) -> Endpoint | None:
         """The highest-priority pool with a usable replica; within it the replica that
-        likely holds the longest shared prompt prefix in its cache, unless that one is
-        much busier than the rest; else the least outstanding."""
+        holds the longest shared prompt prefix in its cache (``blocks``: the prompt's
+        block hashes by block size, for replicas that report their cache; ``prefix``:
+        the approximate guess's hashes), unless that one is much busier than the rest;
+        else the least outstanding. ``room``: a replica at its slots is not usable."""
+        best, reason = self._pick(model, exclude, prefix, blocks, room)
+        if best is not None:
+            key = (model, reason)
+            self.decisions[key] = self.decisions.get(key, 0) + 1
+        return best
+
+    def _pick(
+        self,
+        model: str,
+        exclude: Endpoint | None,
+        prefix: Sequence[int],
+        blocks: Mapping[int, Sequence[int]] | None,
+        room: bool = False,
+    ) -> tuple[Endpoint | None, str]:
         now = time.monotonic()
         pool: list[Endpoint] = []
-        for endpoint in self.table().get(model, ()):
-            if endpoint is exclude or endpoint.open_until > now:
+        for endpoint in self.serving(model):
+            if endpoint is exclude or endpoint.open_until > now or (room and endpoint.full):
                 continue
             if pool and endpoint.priority < pool[0].priority:
                 break  # a lower pool: the higher one had a replica
             pool.append(endpoint)
         if not pool:
-            return None
+            return None, ""
         best = min(pool, key=lambda e: (e.outstanding + 1) / e.weight)
+        reason = ONLY_REPLICA if len(pool) == 1 else LEAST_OUTSTANDING
+        if blocks:
+            holder = self._kv_best(pool, blocks)
+            if holder is not None:
+                self.kv_hits[model] = self.kv_hits.get(model, 0) + 1
+                return holder, KV_EVENTS if len(pool) > 1 else ONLY_REPLICA
         if prefix:
             longest, affine = 0, None
             for endpoint in pool:
@@ -250,9 +365,31 @@ class Router:
             ):
                 if affine is not best:
                     self.prefix_hits[model] = self.prefix_hits.get(model, 0) + 1
+                    reason = APPROXIMATE
                 best = affine
             best.remember(prefix)
-        return best
+        return best, reason
+
+    def _kv_best(
+        self, pool: Sequence[Endpoint], blocks: Mapping[int, Sequence[int]]
+    ) -> Endpoint | None:
+        """The replica whose held share of the prompt's leading blocks, less its load,
+        is highest, when it holds any of them; None when the best holds none (then
+        the least outstanding is as good)."""
+        top: tuple[float, int] | None = None
+        chosen: Endpoint | None = None
+        for endpoint in pool:
+            held, share = 0, 0.0
+            record = self.kv.held(endpoint.replica_id) if endpoint.kv else None
+            chain = blocks.get(record.block_size, ()) if record else ()
+            if chain:
+                held = self.kv.leading(endpoint.replica_id, blocks)
+                share = held / len(chain)
+            load = endpoint.outstanding / (endpoint.slots or 1)
+            score = (share - KV_LOAD_WEIGHT * load, -endpoint.outstanding)
+            if top is None or score > top:
+                top, chosen = score, endpoint if held else None
+        return chosen
 
     # -------------------------------------------------------------- breakers
 

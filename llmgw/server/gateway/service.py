@@ -3,7 +3,8 @@
 A request's life: the key looked up in memory (a SHA-256 of what the client sent) →
 the body read within its size and time limits and checked field by field
 (``checks.py``) → its key's limits → the body's ``model`` mapped to its replicas and
-one chosen (``router.py``) → the request sent with the replica's engine key and the
+one chosen (``router.py``), after a fair turn in the model's queue when every replica is
+at its slots (``queue.py``) → the request sent with the replica's engine key and the
 answer passed back, a stream event by event (``proxy.py``) → its tokens counted for
 the key (``limits.py``) and the metrics. Every failure is OpenAI's error shape,
 ``{"error": {"message", "type", "param", "code"}}``.
@@ -19,18 +20,22 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiohttp import web
 
 from llmgw.config import GatewayConfig
-from llmgw.server.gateway import checks
+from llmgw.server.gateway import checks, kvroute
+from llmgw.server.gateway.adapters import AdapterBook, Asked, refuse_client_lora
 from llmgw.server.gateway.checks import Bounds, Kind, Rejected
-from llmgw.server.gateway.errors import JSON, bad_request, fail, stream_error
+from llmgw.server.gateway.errors import JSON, bad_request, fail, refused, stream_error
 from llmgw.server.gateway.limits import Key, KeyBook, Usage
-from llmgw.server.gateway.metrics import Metrics, scrape
+from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines, scrape
 from llmgw.server.gateway.probe import EngineProbe
 from llmgw.server.gateway.proxy import Trace, Upstream
+from llmgw.server.gateway.queue import FairQueue
 from llmgw.server.gateway.router import Catalog, Endpoint, Nodes, Router, prompt_prefix
+from llmgw.server.refusal import Refusal
 from llmgw.server.store import Store, StoreUnavailable
 
 log = logging.getLogger("llmgw.gateway")
@@ -73,13 +78,20 @@ class Gateway:
         self.catalog = catalog
         self.config = config
         self.bounds = bounds_of(config)
-        self.demand = demand
+        self.adapters = AdapterBook(catalog)
+        # A request for an adapter wants its model up.
+        self.demand = self.adapters.demand_of(demand)
         self.usage = Usage(store, clock)
         self.keys = KeyBook(self.usage, clock)
         self.probe = EngineProbe(nodes, secret)
         self.router = Router(nodes, catalog, self.probe, secret)
-        self.upstream = Upstream(self.router, config.request_timeout)
         self.metrics = Metrics()
+        self.queue = FairQueue(
+            self.router.room, config.queue_wait, config.queue_depth, self.metrics.queued
+        )
+        # A slot a request frees is its model's adapters' as much (the same replicas).
+        released = self.adapters.released_to(self.queue.released)
+        self.upstream = Upstream(self.router, config.request_timeout, released)
         self.stopped = False
         self.requests = 0
 
@@ -153,10 +165,22 @@ class Gateway:
                 if not e.external:
                     targets.append((model, e.replica_id, e.url[:-3] + "/metrics", e.key))
         engines = await scrape(self.upstream.session, targets)
+        router = self.router
+        kv_blocks = {
+            (model, e.replica_id): len(held.blocks)
+            for model, endpoints in router.table().items()
+            for e in endpoints
+            if e.kv and (held := router.kv.held(e.replica_id)) is not None
+        }
+        routing = routing_lines(
+            router.decisions, router.kv_hits, kv_blocks, router.tokenize_failures
+        )
+        resumes = self.upstream.resumes
         return self.metrics.render(
             inflight,
             self.router.prefix_hits,
-            engines,
+            # The router's families, streams continued, then the engines' own.
+            [*routing, *resume_lines(resumes.resumed, resumes.failed), *engines],
             failures=self.router.failures,
             breaker_opens=self.router.breaker_opens,
             vouched={
@@ -164,6 +188,10 @@ class Gateway:
                 for model, endpoints in self.router.table().items()
                 for e in endpoints
                 if not e.external
+            },
+            queue_depth={
+                **{m: 0 for m, endpoints in self.router.table().items() if endpoints},
+                **self.queue.depths(),
             },
         )
 
@@ -195,10 +223,14 @@ class Gateway:
         try:
             body = checks.parse(raw, self.bounds)
             checks.check(kind, body, self.bounds)
+            refuse_client_lora(body)
         except Rejected as exc:
             return bad_request(exc.message, exc.code, exc.param)
         name: str = body["model"]
         model = self.catalog.models.get(name)
+        asked = self.adapters.find(name) if model is None else None
+        if asked is not None:  # a LoRA adapter: its model's replicas, under its own name
+            model, name = asked.model, asked.name
         if model is None or not key.may_use(name):
             return fail(
                 404,
@@ -211,7 +243,7 @@ class Gateway:
         if model.stopped:
             return fail(
                 503,
-                f"the model '{name}' is stopped (`llmgw ctl model start {name}`)",
+                f"the model '{name}' is stopped (`llmgw ctl model start {model.name}`)",
                 "service_unavailable",
                 "model_stopped",
             )
@@ -228,9 +260,23 @@ class Gateway:
                 # What the engine reads is what was checked, whatever its JSON reader.
                 raw = json.dumps(body).encode()
         prefix = prompt_prefix(body) if kind != "embedding" else []
-        endpoint = self.router.pick(name, prefix=prefix)
+        blocks = (
+            await self.cache_blocks(name, body, asked is not None) if kind != "embedding" else None
+        )
+        try:
+            # Every replica at its slots: wait a turn, fair across keys (queue.py).
+            endpoint = await self.queue.admit(
+                name,
+                key.record.id,
+                key.record.priority,
+                lambda: self.router.pick(name, prefix=prefix, blocks=blocks, room=True),
+            )
+        except Refusal as exc:
+            return refused(exc)
         if endpoint is None and model.on_demand and stream:
-            return await self.stream_when_ready(request, path, raw, name, key, trace, strip_usage)
+            return await self.stream_when_ready(
+                request, path, raw, name, key, trace, strip_usage, asked
+            )
         if endpoint is None:
             endpoint = await self.wait_for_replica(name, model.on_demand)
             if endpoint is None:
@@ -253,6 +299,7 @@ class Gateway:
             stream,
             strip_usage,
             self._recorder(key, name),
+            adapter=asked,
         )
 
     async def _read_body(self, request: web.BaseRequest) -> bytes | web.Response:
@@ -299,6 +346,29 @@ class Gateway:
 
         return record
 
+    async def cache_blocks(
+        self, name: str, body: dict[str, Any], adapter: bool = False
+    ) -> dict[int, list[int]] | None:
+        """A prompt's KV-cache block hashes, for a model (or one of its adapters) whose
+        replicas report their cache: its tokens from the least busy such replica's
+        tokenizer, hashed as vLLM does. None (route without them) when none reports,
+        or the tokenizer fails."""
+        sizes = self.router.kv_sizes(name)
+        if not sizes:
+            return None
+        request = kvroute.tokenize_body(body)
+        now = time.monotonic()
+        ready = [e for e in self.router.serving(name) if e.kv and e.open_until <= now]
+        if request is None or not ready:
+            return None
+        teller = min(ready, key=lambda e: e.outstanding)
+        request["model"] = name  # as vLLM serves it: the model's or the adapter's own name
+        tokens = await kvroute.tokenize(self.upstream.session, teller.url, teller.key, request)
+        if tokens is None:
+            self.router.tokenize_failures += 1
+            return None
+        return kvroute.prompt_hashes(tokens, sizes, name if adapter else None)
+
     async def wait_for_replica(self, model: str, on_demand: bool) -> Endpoint | None:
         if not on_demand:
             return None
@@ -317,6 +387,7 @@ class Gateway:
             for name, m in sorted(self.catalog.models.items())
             if key.may_use(name)
         ]
+        data += self.adapters.listing(key.may_use)
         return web.Response(
             body=json.dumps({"object": "list", "data": data}).encode(), content_type=JSON
         )
@@ -330,6 +401,7 @@ class Gateway:
         key: Key,
         trace: Trace,
         strip_usage: bool,
+        adapter: Asked | None = None,
     ) -> web.StreamResponse:
         """A stream asked of an on-demand model at zero: the stream begins at once and a
         comment line every KEEPALIVE seconds keeps the connection (and its proxies)
@@ -366,6 +438,7 @@ class Gateway:
             strip_usage,
             self._recorder(key, model),
             prepared=response,
+            adapter=adapter,
         )
         if answer is not response:
             # No replica's stream began (each failed, or the request was refused): say

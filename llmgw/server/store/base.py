@@ -26,6 +26,9 @@ class ApiKeyRecord:
     expires_at: float | None = None
     created_at: float = 0.0
     revoked_at: float | None = None
+    # Served first when a model's replicas are all busy: higher first (the gateway's
+    # queue); keys of one priority take turns.
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def revoke_api_key(self, key_id: str, at: float, audit: Audit) -> bool:
         """Mark a key revoked; False when there is no such key or it already was."""
+
+    @abc.abstractmethod
+    async def set_api_key_priority(self, key_id: str, priority: int, audit: Audit) -> bool:
+        """Set a key's priority; False when there is no such key."""
 
     # usage: (day, key id, model, replica) -> (requests, prompt, completion tokens)
     @abc.abstractmethod

@@ -604,7 +604,7 @@ class PostgresStore(Store):
     async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None:
         await self._audited(
             "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, "
-            "expires_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            "expires_at, created_at, priority) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (
                 record.id,
                 record.name,
@@ -615,6 +615,7 @@ class PostgresStore(Store):
                 record.budget,
                 record.expires_at,
                 record.created_at,
+                record.priority,
             ),
             audit,
         )
@@ -630,6 +631,10 @@ class PostgresStore(Store):
     async def revoke_api_key(self, key_id: str, at: float, audit: Audit) -> bool:
         sql = "UPDATE api_keys SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL"
         return bool(await self._audited(sql, (at, key_id), audit, if_changed=True))
+
+    async def set_api_key_priority(self, key_id: str, priority: int, audit: Audit) -> bool:
+        sql = "UPDATE api_keys SET priority = %s WHERE id = %s"
+        return bool(await self._audited(sql, (priority, key_id), audit, if_changed=True))
 
     async def add_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
         if not rows:

@@ -56,6 +56,20 @@ def test_llamacpp_command_on_a_card_offloads_every_layer() -> None:
     assert KEY not in " ".join(argv)
 
 
+def test_llamacpp_splits_layers_across_the_cards_it_is_given() -> None:
+    cards = ["GPU-a", "GPU-b", "GPU-c"]
+    s = spec("llama.cpp", cards=cards)
+    argv = adapter("llama.cpp").command("llama-server", s, "/w/m.gguf", "127.0.0.1")
+    assert argv[argv.index("--split-mode") + 1] == "layer"
+    assert argv[argv.index("--tensor-split") + 1] == "1,1,1"
+    assert argv[argv.index("--n-gpu-layers") + 1] == "999"
+    env = adapter("llama.cpp").environment(s)
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-a,GPU-b,GPU-c"  # those three alone
+    adapter("llama.cpp").check(s)  # several cards are no longer refused
+    one = adapter("llama.cpp").command("llama-server", spec("llama.cpp", cards=["GPU-a"]), "m", "h")
+    assert "--split-mode" not in one and "--tensor-split" not in one
+
+
 def test_llamacpp_environment_carries_the_key() -> None:
     env = adapter("llama.cpp").environment(spec("llama.cpp", cards=["0"]))
     assert env == {"LLAMA_API_KEY": KEY, "CUDA_VISIBLE_DEVICES": "0"}

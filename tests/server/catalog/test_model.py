@@ -500,10 +500,29 @@ def test_cards_must_split_the_kv_heads(engine: str) -> None:
         assert kept.profiles[0].cards == cards
 
 
-def test_llama_cpp_with_two_cards_is_refused() -> None:
-    err = refused(model(profile(name="gpu", cards=2)), LLAMA_8B)
-    assert err.field == "profiles.gpu"
-    assert "one card" in str(err)
+def test_llama_cpp_splits_layers_over_any_number_of_cards() -> None:
+    for cards in (2, 3, 8):  # 3 splits no KV heads evenly: layers, not tensors, are cut
+        kept = check_model(model(profile(name="gpu", cards=cards)), LLAMA_8B)
+        assert kept.profiles[0].cards == cards
+    two = check_model(model(profile(name="gpu", cards=2)), LLAMA_8B).profiles[0]
+    one = check_model(model(profile(name="gpu", cards=1)), LLAMA_8B).profiles[0]
+    assert two.card_memory < one.card_memory  # each card holds about half the layers
+
+
+def test_kv_events_are_for_vllm_and_reach_its_shards_alone() -> None:
+    err = refused(model(kv_events=True), LLAMA_8B)
+    assert err.field == "kv_events" and "--engine vllm" in str(err)
+    vllm = profile(name="gpu", engine="vllm", cards=1)
+    both = model(vllm, profile(), engine="vllm", source="hf:org/repo", kv_events=True)
+    kept = check_model(both, LLAMA_8B)
+    on_vllm = shard_spec(kept, kept.profiles[0], "r", 9000, ["GPU-1"], "k")
+    on_llama = shard_spec(kept, kept.profiles[1], "r2", 9001, [], "k")
+    assert on_vllm.kv_events and not on_llama.kv_events
+    # Switching it on restarts vLLM's replicas (new flags), and no other.
+    off = replace(kept, kv_events=False)
+    assert fingerprint(off, vllm) != fingerprint(kept, vllm)
+    assert fingerprint(off, kept.profiles[1]) == fingerprint(kept, kept.profiles[1])
+    assert Model.from_spec(kept.to_spec()).kv_events is True
 
 
 @pytest.mark.parametrize("cards", [0, 2])

@@ -7,6 +7,7 @@ from pathlib import Path
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.store import Audit, SQLiteStore
 from llmgw.wire import Disk, Heartbeat, HostFacts, Register
+from llmgw.wire.messages import KvBlocks
 from llmgw.wire.states import NodeState
 
 
@@ -167,3 +168,19 @@ async def test_a_heartbeats_decoded_map_is_kept_as_mapping_it_back_would_give(
     assert shown[0] == shown[1]
     assert shown[0]["gpus"][0]["throttle"] == [] and "fan" not in shown[0]["gpus"][0]
     assert shown[0]["gpu_health"][0]["xids"] == [{"code": 79, "count": 1, "last": 5.0}]
+
+
+async def test_a_replicas_cache_goes_to_the_router_and_changes_nothing_else(
+    tmp_path: Path,
+) -> None:
+    reg = await _registry(tmp_path)
+    await reg.register(_register(), FakeSession())
+    heard: list[tuple[str, KvBlocks]] = []
+    reg.on_kv_blocks = lambda node, msg: heard.append((node, msg))
+    version = reg.version
+    cache = KvBlocks("m.default.a1", 16, added=[1, 2])
+    reg.report("n1", cache)
+    assert heard == [("n1", cache)]
+    assert reg.version == version  # the routing table is not rebuilt for it
+    assert reg.nodes["n1"].shards == {}
+    await reg.store.close()

@@ -28,6 +28,7 @@ from llmgw.wire.channel import CONTENT_TYPE, STREAM_PATH, WINDOW, header_map
 from llmgw.wire.messages import (
     EngineStatus,
     Heartbeat,
+    KvBlocks,
     Registered,
     Request,
     Response,
@@ -64,11 +65,15 @@ def test_register_is_handed_over_and_reports_follow_it() -> None:
     beat = pair.agent.heartbeat(1.0, memory_available=7)
     pair.agent.send(ShardStatus(replica_id="r1", state="ready"))
     pair.agent.send(EngineStatus(message="hello"))
+    # A vLLM replica's cache: 64-bit hashes (past int64) cross the wire unchanged.
+    cache = KvBlocks("r1", 16, added=[2**64 - 1, 7], removed=[2**63], reset=True)
+    pair.agent.send(cache)
     pair.settle()
     assert pair.to_node[1:] == [
         Reported(beat),
         Reported(ShardStatus(replica_id="r1", state="ready")),
         Reported(EngineStatus(message="hello")),
+        Reported(cache),
     ]
 
 

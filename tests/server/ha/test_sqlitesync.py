@@ -166,6 +166,10 @@ WRITES: list[tuple[str, Write]] = [
             by("ops", "key.add", "k1"),
         ),
     ),
+    (
+        "set_api_key_priority",
+        lambda s: s.set_api_key_priority("k1", 3, by("ops", "key.update", "k1")),
+    ),
     ("revoke_api_key", lambda s: s.revoke_api_key("k1", NOW + 5, by("ops", "key.revoke", "k1"))),
     ("add_usage", lambda s: s.add_usage([(DAY, "k1", "m1", "r1", 1, 10, 20)])),
     (

@@ -325,6 +325,19 @@ async def test_an_api_key_is_revoked_once(store: Store) -> None:
     ]
 
 
+async def test_an_api_key_keeps_its_priority_and_it_may_change(store: Store) -> None:
+    first = ApiKeyRecord("k1", "batch", "sha256:k1", created_at=1.0, priority=-5)
+    await store.add_api_key(first, Audit("admin", "key.add", "k1"))
+    await store.add_api_key(key("k2", 2.0), Audit("admin", "key.add", "k2"))
+    assert [k.priority for k in await store.list_api_keys()] == [-5, 0]
+    audit = Audit("admin", "key.update", "k2", "priority 7")
+    assert await store.set_api_key_priority("k2", 7, audit) is True
+    assert await store.set_api_key_priority("nope", 7, audit) is False
+    assert [k.priority for k in await store.list_api_keys()] == [-5, 7]
+    assert (await audits(store))[0] == ("admin", "key.update", "k2", "priority 7")
+    assert [a[1] for a in await audits(store)].count("key.update") == 1
+
+
 async def test_an_api_key_hash_or_id_is_taken_once(store: Store, backend: Backend) -> None:
     await store.add_api_key(key("k1", 1.0), Audit("admin", "key.add", "k1"))
     same_hash = ApiKeyRecord("k2", "other", "sha256:k1", created_at=2.0)

@@ -1,0 +1,74 @@
+"""``ctl keys``: the priority a key is made with and changed to, as sent to the admin
+API, and its column in the table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+import pytest
+
+from llmgw.client.ctl_keys import add_parsers, keys_table
+
+
+class FakeApi:
+    """The admin API's client: what was asked, and an answer to each."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def post(self, path: str, body: dict[str, Any]) -> Any:
+        self.calls.append(("POST", path, body))
+        return key_json(id="k1", key="sk-llmgw-x", **body)
+
+    def get(self, path: str) -> Any:
+        self.calls.append(("GET", path, None))
+        return [key_json()]
+
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        self.calls.append((method, path, body))
+        return key_json(state="revoked")
+
+
+def key_json(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": "k1",
+        "name": "batch",
+        "state": "active",
+        "models": [],
+        "rpm": None,
+        "tpm": None,
+        "budget": None,
+        "priority": 0,
+        "expires_at": None,
+    }
+    return {**base, **kw}
+
+
+def run(argv: list[str]) -> tuple[FakeApi, int]:
+    api = FakeApi()
+    root = argparse.ArgumentParser(prog="llmgw")
+    roles = root.add_subparsers(dest="command")
+    ctl = roles.add_parser("ctl").add_subparsers(dest="ctl_command")
+    add_parsers(roles, ctl, lambda args: api, lambda parser: None)
+    args = root.parse_args(argv)
+    return api, args.handler(args)
+
+
+def test_create_and_update_send_the_priority(capsys: pytest.CaptureFixture[str]) -> None:
+    api, code = run(["ctl", "keys", "create", "--name", "batch", "--priority", "-2"])
+    assert code == 0 and api.calls == [("POST", "/api/v1/keys", {"name": "batch", "priority": -2})]
+    api, code = run(["ctl", "keys", "create", "--name", "web"])
+    assert api.calls == [("POST", "/api/v1/keys", {"name": "web"})]  # the server's default
+    capsys.readouterr()
+    api, code = run(["ctl", "keys", "update", "k1", "--priority", "5", "--json"])
+    assert code == 0 and api.calls == [("POST", "/api/v1/keys/k1", {"priority": 5})]
+    assert json.loads(capsys.readouterr().out)["priority"] == 5
+
+
+def test_the_table_shows_each_keys_priority() -> None:
+    table = keys_table([key_json(priority=5), key_json(id="k2", name="web", priority=-1)])
+    head, first, second = table.splitlines()[:3]
+    column = head.split().index("PRIORITY")
+    assert first.split()[column] == "5" and second.split()[column] == "-1"
