@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import openai
+import psutil
 import pytest
 
 from tests.e2e.catalog import ctl_json, join, scheduled, serve, wait_ready
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -106,6 +107,24 @@ def stream_and_kill(
         return chunks, before, killed
 
 
+def live_engines(cluster: Cluster) -> dict[str, int]:
+    """Both replicas Ready with their engines alive: after an attempt's kill, the control
+    plane shows the killed one Ready until its agent has seen it exit."""
+
+    def alive(pid: int | None) -> bool:
+        try:
+            return bool(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def check() -> dict[str, int] | None:
+        pids = {r["replica_id"]: r["pid"] for r in wait_ready(cluster, "tiny", 2)}
+        return pids if all(alive(pid) for pid in pids.values()) else None
+
+    found: dict[str, int] = wait_for(check, 60, "two replicas with live engines")
+    return found
+
+
 def test_a_stream_whose_engine_is_killed_goes_on_from_the_other_replica(
     cluster: Cluster, binary: Path, model: Path
 ) -> None:
@@ -130,9 +149,7 @@ def test_a_stream_whose_engine_is_killed_goes_on_from_the_other_replica(
     # a real model reads its own words back as it said them).
     late = "exceeds the available context size"
     for attempt in range(4):
-        rows = wait_ready(cluster, "tiny", 2)
-        pids = {r["replica_id"]: r["pid"] for r in rows}
-        assert all(pids.values())
+        pids = live_engines(cluster)
         already = resumed(cluster)
         key = ctl_json(cluster, "keys", "create", "--name", f"streamer-{attempt}")["key"]
         try:

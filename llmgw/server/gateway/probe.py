@@ -3,10 +3,12 @@
 An agent that dies, hangs or loses its stream leaves its engines running and serving
 (they run in their own sessions, and the next agent adopts them). While its node is
 NotReady the gateway keeps routing to those engines as long as they answer this probe:
-every INTERVAL seconds, each Ready replica on a silent node is asked for its health
-route with the replica's key; one that does not answer is dropped from the routing
-table at once and comes back when it answers again, or when its agent returns and
-reports it. Replicas on nodes whose agent speaks are never probed: the agent watches
+every INTERVAL seconds, each Ready replica on a silent node is asked for its model list
+(``/v1/models``) with the replica's key; one that does not answer 200 is dropped from
+the routing table at once and comes back when it answers again, or when its agent
+returns and reports it. The model list, not the health route: engines answer their
+health route to anyone, so a process that took a dead engine's port would pass for it,
+while the model list answers only to the replica's own key. Replicas on nodes whose agent speaks are never probed: the agent watches
 them.
 """
 
@@ -45,7 +47,7 @@ class EngineProbe:
         return replica_id not in self.dead
 
     def targets(self) -> list[tuple[str, str]]:
-        """(replica id, health URL) of every Ready replica on a node that is not Ready."""
+        """(replica id, model-list URL) of every Ready replica on a node not Ready."""
         out = []
         for view in self.nodes.nodes.values():
             if view.state == NodeState.READY or not view.address:
@@ -53,7 +55,7 @@ class EngineProbe:
             for rid, shard in view.shards.items():
                 # A worker of a replica spanning nodes serves no HTTP: its leader does.
                 if shard.state == ShardState.READY and shard.port and not shard.rank:
-                    out.append((rid, engine_url(view.address, shard.port) + "/health"))
+                    out.append((rid, engine_url(view.address, shard.port) + "/v1/models"))
         return out
 
     async def round(self, session: aiohttp.ClientSession) -> None:
