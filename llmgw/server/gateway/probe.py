@@ -8,8 +8,8 @@ every INTERVAL seconds, each Ready replica on a silent node is asked for its mod
 the routing table at once and comes back when it answers again, or when its agent
 returns and reports it. The model list, not the health route: engines answer their
 health route to anyone, so a process that took a dead engine's port would pass for it,
-while the model list answers only to the replica's own key. Replicas on nodes whose agent speaks are never probed: the agent watches
-them.
+while the model list answers only to the replica's own key. Replicas on nodes whose
+agent speaks are never probed: the agent watches them.
 """
 
 from __future__ import annotations
