@@ -28,7 +28,6 @@ from llmgw.server.gateway import router as gw
 from llmgw.server.gateway.router import Endpoint, Router
 from llmgw.wire.messages import (
     KV_HASH_SEED,
-    EngineInfo,
     KvBlocks,
     Message,
     ShardSpec,
@@ -36,22 +35,13 @@ from llmgw.wire.messages import (
 )
 from llmgw.wire.states import NodeState, ShardState
 from tests.e2e.cluster import free_port
+from tests.support.engines import StandInEngines
 from tests.support.fakevllmserve import block_hashes, tokens_of
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = b"cluster-secret"
 SYSTEM_A = "You answer questions about the cluster's nodes, tersely and exactly. " * 4
 SYSTEM_B = "You write short poems about network cables and nothing else at all. " * 4
-
-
-class Engines:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    async def ensure(
-        self, name: str, report: Callable[[str], None], version: str | None = None
-    ) -> EngineInfo:
-        return EngineInfo(name=name, path=str(self.path), version="0.11.1")
 
 
 class Weights:
@@ -87,7 +77,12 @@ async def test_conversations_go_back_to_the_replica_whose_cache_holds_them(
     sent: list[Message] = []
     cache = CacheWatch(tmp_path / "kv", sent.append)
     sup = Supervisor(
-        tmp_path / "shards", Engines(vllm), Weights(), sent.append, host="127.0.0.1", cache=cache
+        tmp_path / "shards",
+        StandInEngines(vllm, "0.11.1"),
+        Weights(),
+        sent.append,
+        host="127.0.0.1",
+        cache=cache,
     )
     ids = [new_replica_id("m", "default") for _ in range(2)]
     for rid in ids:

@@ -15,9 +15,10 @@ import psutil
 import pytest
 
 from llmgw.agent.supervisor import Supervisor
-from llmgw.wire.messages import EngineInfo, GroupSpec, Message, ShardSpec, ShardStatus
+from llmgw.wire.messages import GroupSpec, Message, ShardSpec, ShardStatus
 from llmgw.wire.states import ShardState
 from tests.e2e.cluster import free_port
+from tests.support.engines import StandInEngines
 
 RPC_SERVER = f"""#!{sys.executable}
 import socket, sys
@@ -47,16 +48,6 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
-
-
-class Engines:
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    async def ensure(
-        self, name: str, report: Callable[[str], None], version: str | None = None
-    ) -> EngineInfo:
-        return EngineInfo(name=name, path=str(self.path), version="b1")
 
 
 class Weights:
@@ -119,7 +110,7 @@ async def test_the_leader_waits_for_its_worker_which_needs_no_weights(
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF")
     weights = Weights(model)
-    sup = Supervisor(tmp_path / "shards", Engines(build), weights, emit, host="127.0.0.1")
+    sup = Supervisor(tmp_path / "shards", StandInEngines(build), weights, emit, host="127.0.0.1")
     leader_port, worker_port = free_port(), free_port()
     leader, worker = spec(0, leader_port, worker_port), spec(1, leader_port, worker_port)
     try:

@@ -11,10 +11,12 @@ import subprocess
 import sys
 import tarfile
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+
+from llmgw.wire.messages import EngineInfo
 
 REPO = Path(__file__).resolve().parents[2]
 ASSET = "llama-{tag}-bin-ubuntu-x64.tar.gz"
@@ -119,3 +121,17 @@ def missing_library_binary(workdir: Path) -> Path:
     )
     (workdir / "libllmgwgone.so").unlink()
     return binary
+
+
+class StandInEngines:
+    """The supervisor's engine provider for a stand-in binary: every engine asked for
+    is ``path`` at ``version``, as if installed."""
+
+    def __init__(self, path: Path, version: str = "b1") -> None:
+        self.path = path
+        self.version = version
+
+    async def ensure(
+        self, name: str, report: Callable[[str], None], version: str | None = None
+    ) -> EngineInfo:
+        return EngineInfo(name=name, path=str(self.path), version=self.version)

@@ -4,50 +4,24 @@ the OpenAPI document naming every name a request may give."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from llmgw.server.app import ControlPlane
-from llmgw.server.datadir import DataDir, init
-from llmgw.server.store import open_store
 from tests.support.tinymodel import write_tiny_model
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> tuple[Path, str]:
-    root = tmp_path / "data"
-    # Nothing listens: the app is called in process.
-    _, token = init(root, listen="127.0.0.1:1", agent_port=2, advertise=["127.0.0.1"])
-    return root, token
-
-
-@pytest.fixture
-async def api(tmp_path: Path, data_dir: tuple[Path, str]) -> AsyncIterator[httpx.AsyncClient]:
-    root, token = data_dir
-    data = DataDir(root)
-    config = data.load_config()
-    store = await open_store(config, root)
-    plane = ControlPlane(data, config, store)
-    await plane.load()
-    transport = httpx.ASGITransport(app=plane.admin_app())
-    headers = {"authorization": f"Bearer {token}"}
-    try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://cp", headers=headers
-        ) as client:
-            tiny = write_tiny_model(tmp_path / "tiny.gguf")
-            served = await client.post(
-                "/api/v1/models", json={"source": str(tiny), "name": "tiny", "context": 256}
-            )
-            assert served.status_code == 201, served.text
-            yield client
-    finally:
-        await plane.gateway.close()
-        await plane.inspector.close()
-        await store.close()
+async def api(tmp_path: Path, plane: tuple[ControlPlane, httpx.AsyncClient]) -> httpx.AsyncClient:
+    _, client = plane
+    tiny = write_tiny_model(tmp_path / "tiny.gguf")
+    served = await client.post(
+        "/api/v1/models", json={"source": str(tiny), "name": "tiny", "context": 256}
+    )
+    assert served.status_code == 201, served.text
+    return client
 
 
 async def test_adapters_are_listed_added_and_removed(api: httpx.AsyncClient) -> None:

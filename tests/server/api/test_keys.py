@@ -4,47 +4,10 @@ app, in process, over the SQLite store."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import httpx
-import pytest
 
 from llmgw.server.app import ControlPlane
-from llmgw.server.datadir import DataDir, init
 from llmgw.server.gateway import key_hash
-from llmgw.server.store import open_store
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> tuple[Path, str]:
-    root = tmp_path / "data"
-    # Nothing listens: the app is called in process.
-    _, token = init(root, listen="127.0.0.1:1", agent_port=2, advertise=["127.0.0.1"])
-    return root, token
-
-
-@pytest.fixture
-async def plane(
-    data_dir: tuple[Path, str],
-) -> AsyncIterator[tuple[ControlPlane, httpx.AsyncClient]]:
-    root, token = data_dir
-    data = DataDir(root)
-    config = data.load_config()
-    store = await open_store(config, root)
-    plane = ControlPlane(data, config, store)
-    await plane.load()
-    transport = httpx.ASGITransport(app=plane.admin_app())
-    headers = {"authorization": f"Bearer {token}"}
-    try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://cp", headers=headers
-        ) as client:
-            yield plane, client
-    finally:
-        await plane.gateway.close()
-        await plane.inspector.close()
-        await store.close()
 
 
 async def test_a_keys_priority_is_set_shown_changed_and_kept(

@@ -5,35 +5,18 @@ field. Called on the real admin app, in process, over the SQLite store."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from llmgw.server.app import ControlPlane
-from llmgw.server.datadir import DataDir, init
-from llmgw.server.store import open_store
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> tuple[Path, str]:
-    root = tmp_path / "data"
-    # Nothing listens: the app is called in process.
-    _, token = init(root, listen="127.0.0.1:1", agent_port=2, advertise=["127.0.0.1"])
-    return root, token
-
-
-@pytest.fixture
-async def api(data_dir: tuple[Path, str]) -> AsyncIterator[httpx.AsyncClient]:
-    root, token = data_dir
-    data = DataDir(root)
-    config = data.load_config()
-    store = await open_store(config, root)
-    plane = ControlPlane(data, config, store)
-    await plane.load()
+async def api(plane: tuple[ControlPlane, httpx.AsyncClient]) -> httpx.AsyncClient:
+    cp, client = plane
     today = time.strftime("%Y-%m-%d", time.gmtime())
-    await store.add_usage(
+    await cp.store.add_usage(
         [
             ("2025-03-01", "k1", "llama", "r1", 1, 10, 20),
             ("2025-03-02", "k1", "llama", "r1", 2, 5, 6),
@@ -41,17 +24,7 @@ async def api(data_dir: tuple[Path, str]) -> AsyncIterator[httpx.AsyncClient]:
             (today, "k1", "llama", "r1", 4, 7, 7),
         ]
     )
-    transport = httpx.ASGITransport(app=plane.admin_app())
-    headers = {"authorization": f"Bearer {token}"}
-    try:
-        async with httpx.AsyncClient(
-            transport=transport, base_url="http://cp", headers=headers
-        ) as client:
-            yield client
-    finally:
-        await plane.gateway.close()
-        await plane.inspector.close()
-        await store.close()
+    return client
 
 
 async def days_of(api: httpx.AsyncClient, query: str) -> list[str]:
