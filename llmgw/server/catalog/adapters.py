@@ -12,9 +12,11 @@ Nothing here does IO.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from llmgw.server.catalog.model import Adapter, Model
+from llmgw.server.refusal import Refusal
 
 # ``MODEL:ADAPTER``: model names hold no ':' (``model.MODEL_NAME``), so one split is exact.
 SEPARATOR = ":"
@@ -78,3 +80,21 @@ def adapter_json(adapter: Adapter) -> dict[str, Any]:
 
 def adapters_json(model: Model) -> list[dict[str, Any]]:
     return [adapter_json(a) for a in model.adapters]
+
+
+def with_adapter(model: Model, adapter: Adapter) -> Model:
+    """The model with ``adapter`` loaded after its others; Refusal when it has one of
+    that name (the rest of the catalog is ``name_taken``'s to judge)."""
+    if _adapter(model, adapter.name) is not None:
+        raise Refusal(
+            409, "exists", f"{model.name} already has an adapter {adapter.name!r}", "name"
+        )
+    return replace(model, adapters=(*model.adapters, adapter))
+
+
+def without_adapter(model: Model, name: str) -> Model:
+    """The model without its adapter ``name``; Refusal naming those it has otherwise."""
+    if _adapter(model, name) is None:
+        known = ", ".join(a.name for a in model.adapters) or "none"
+        raise Refusal(404, "not_found", f"{model.name} has no adapter {name!r} (it has {known})")
+    return replace(model, adapters=tuple(a for a in model.adapters if a.name != name))

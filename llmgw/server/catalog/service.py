@@ -648,23 +648,13 @@ class ModelService:
 
     async def add_adapter(self, model: Model, ask: AdapterRequest, actor: str) -> Model:
         """Every replica loads the new adapter: they are replaced as for any change."""
-        if any(a.name == ask.name for a in model.adapters):
-            raise Refusal(
-                409, "exists", f"{model.name} already has an adapter {ask.name!r}", "name"
-            )
+        changed = adapters.with_adapter(model, Adapter(ask.name, ask.source, ask.scale))
         self.check_name_free(ask.name, adding_to=model.name)
-        adapter = Adapter(ask.name, ask.source, ask.scale)
-        changed = replace(model, adapters=(*model.adapters, adapter))
         detail = f"{ask.name} from {ask.source}, scale {ask.scale:g}"
         return await self.change(model, changed, actor, "model.adapter.add", detail)
 
     async def remove_adapter(self, model: Model, name: str, actor: str) -> Model:
-        if not any(a.name == name for a in model.adapters):
-            known = ", ".join(a.name for a in model.adapters) or "none"
-            raise Refusal(
-                404, "not_found", f"{model.name} has no adapter {name!r} (it has {known})"
-            )
-        changed = replace(model, adapters=tuple(a for a in model.adapters if a.name != name))
+        changed = adapters.without_adapter(model, name)
         return await self.change(model, changed, actor, "model.adapter.remove", name)
 
     async def remove(self, model: Model, with_files: bool, actor: str) -> None:

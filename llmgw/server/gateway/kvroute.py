@@ -44,6 +44,15 @@ class Held:
     blocks: set[int] = field(default_factory=set)
     updates: int = 0
 
+    def leading(self, chain: Sequence[int]) -> int:
+        """How many of ``chain``'s blocks, from its first, this cache holds."""
+        n = 0
+        for h in chain:
+            if h not in self.blocks:
+                break
+            n += 1
+        return n
+
 
 class KvIndex:
     """Every vLLM replica's cached blocks (64-bit hashes), by replica id."""
@@ -80,16 +89,7 @@ class KvIndex:
         """How many of a prompt's leading blocks ``replica_id`` holds (0 if unknown).
         ``hashes``: the prompt's block hashes by block size."""
         held = self.replicas.get(replica_id)
-        if held is None:
-            return 0
-        chain = hashes.get(held.block_size, ())
-        blocks = held.blocks
-        n = 0
-        for h in chain:
-            if h not in blocks:
-                break
-            n += 1
-        return n
+        return held.leading(hashes.get(held.block_size, ())) if held is not None else 0
 
     def block_sizes(self, replica_ids: Iterable[str]) -> set[int]:
         return {

@@ -12,7 +12,7 @@ import asyncio
 import bisect
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,35 +162,35 @@ class Metrics:
     ) -> str:
         out: list[str] = []
 
-        def family(name: str, kind: str, text: str) -> None:
+        def head(name: str, kind: str, text: str) -> None:
             out.append(f"# HELP {name} {text}")
             out.append(f"# TYPE {name} {kind}")
 
-        family("llmgw_requests_total", "counter", "Gateway requests by model and status.")
+        head("llmgw_requests_total", "counter", "Gateway requests by model and status.")
         for (model, status), n in sorted(self.requests.items()):
             out.append(f'llmgw_requests_total{{model="{_esc(model)}",code="{status}"}} {n}')
-        family("llmgw_errors_total", "counter", "Gateway failures by model and error type.")
+        head("llmgw_errors_total", "counter", "Gateway failures by model and error type.")
         for (model, kind), n in sorted(self.errors.items()):
             out.append(f'llmgw_errors_total{{model="{_esc(model)}",type="{kind}"}} {n}')
-        family("llmgw_request_seconds", "histogram", "Whole request time, answered requests.")
+        head("llmgw_request_seconds", "histogram", "Whole request time, answered requests.")
         for model, hist in sorted(self.latency.items()):
             out.extend(hist.lines("llmgw_request_seconds", f'model="{_esc(model)}"'))
-        family(
+        head(
             "llmgw_time_to_first_token_seconds",
             "histogram",
             "Time to the first byte of the answer (a stream's first token).",
         )
         for model, hist in sorted(self.first_byte.items()):
             out.extend(hist.lines("llmgw_time_to_first_token_seconds", f'model="{_esc(model)}"'))
-        family("llmgw_tokens_total", "counter", "Tokens by model and kind (prompt, completion).")
+        head("llmgw_tokens_total", "counter", "Tokens by model and kind (prompt, completion).")
         for (model, kind), n in sorted(self.tokens.items()):
             out.append(f'llmgw_tokens_total{{model="{_esc(model)}",kind="{kind}"}} {n}')
-        family("llmgw_replica_inflight", "gauge", "Requests in flight per replica.")
+        head("llmgw_replica_inflight", "gauge", "Requests in flight per replica.")
         for (model, replica), n in sorted(inflight.items()):
             out.append(
                 f'llmgw_replica_inflight{{model="{_esc(model)}",replica="{_esc(replica)}"}} {n}'
             )
-        family(
+        head(
             "llmgw_router_prefix_hits_total",
             "counter",
             "Requests sent to a replica for its cached prompt prefix rather than the least busy.",
@@ -220,18 +220,18 @@ class Metrics:
             ),
         )
         for name, kind, text, counts in per_replica:
-            family(name, kind, text)
+            head(name, kind, text)
             for (model, replica), n in sorted((counts or {}).items()):
                 out.append(f'{name}{{model="{_esc(model)}",replica="{_esc(replica)}"}} {n}')
-        family(
+        out += family(
             "llmgw_gateway_queue_depth",
             "gauge",
             "Requests waiting in the gateway's queue for a model whose every replica is "
             "at its slots.",
+            queue_depth or {},
+            ("model",),
         )
-        for model, n in sorted((queue_depth or {}).items()):
-            out.append(f'llmgw_gateway_queue_depth{{model="{_esc(model)}"}} {n}')
-        family(
+        head(
             "llmgw_gateway_queue_seconds",
             "histogram",
             "Time requests waited in the gateway's queue, however they left it (served, "
@@ -295,6 +295,23 @@ async def scrape(
     return out
 
 
+def family(
+    name: str,
+    kind: str,
+    text: str,
+    samples: Mapping[Any, int | float],
+    labels: tuple[str, ...],
+) -> list[str]:
+    """One family: HELP, TYPE and a sample for each key of ``samples`` (a label value,
+    or a tuple of them in the order of ``labels``), sorted."""
+    out = [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+    for key, n in sorted(samples.items()):
+        values = key if isinstance(key, tuple) else (key,)
+        pairs = ",".join(f'{k}="{_esc(str(v))}"' for k, v in zip(labels, values, strict=True))
+        out.append(f"{name}{{{pairs}}} {n}" if pairs else f"{name} {n}")
+    return out
+
+
 def routing_lines(
     decisions: dict[tuple[str, str], int],
     kv_hits: dict[str, int],
@@ -302,54 +319,58 @@ def routing_lines(
     tokenize_failures: int,
 ) -> list[str]:
     """The router's own families: why each pick was made, and KV-event routing."""
-    out = [
-        "# HELP llmgw_router_decisions_total Replica picks by model and the reason "
-        "(kv_events, approximate_prefix, least_outstanding, only_replica).",
-        "# TYPE llmgw_router_decisions_total counter",
+    return [
+        *family(
+            "llmgw_router_decisions_total",
+            "counter",
+            "Replica picks by model and the reason "
+            "(kv_events, approximate_prefix, least_outstanding, only_replica).",
+            decisions,
+            ("model", "reason"),
+        ),
+        *family(
+            "llmgw_router_kv_hits_total",
+            "counter",
+            "Requests sent to a replica whose KV cache held the prompt's leading blocks, "
+            "as its engine's events said.",
+            kv_hits,
+            ("model",),
+        ),
+        *family(
+            "llmgw_router_kv_blocks",
+            "gauge",
+            "KV-cache blocks a replica holds, from its events.",
+            kv_blocks,
+            ("model", "replica"),
+        ),
+        *family(
+            "llmgw_router_tokenize_failures_total",
+            "counter",
+            "Prompts routed without KV events because the replica's tokenizer did not answer.",
+            {(): tokenize_failures},
+            (),
+        ),
     ]
-    for (model, reason), n in sorted(decisions.items()):
-        out.append(f'llmgw_router_decisions_total{{model="{_esc(model)}",reason="{reason}"}} {n}')
-    out += [
-        "# HELP llmgw_router_kv_hits_total Requests sent to a replica whose KV cache held "
-        "the prompt's leading blocks, as its engine's events said.",
-        "# TYPE llmgw_router_kv_hits_total counter",
-    ]
-    for model, n in sorted(kv_hits.items()):
-        out.append(f'llmgw_router_kv_hits_total{{model="{_esc(model)}"}} {n}')
-    out += [
-        "# HELP llmgw_router_kv_blocks KV-cache blocks a replica holds, from its events.",
-        "# TYPE llmgw_router_kv_blocks gauge",
-    ]
-    for (model, replica), n in sorted(kv_blocks.items()):
-        out.append(f'llmgw_router_kv_blocks{{model="{_esc(model)}",replica="{_esc(replica)}"}} {n}')
-    out += [
-        "# HELP llmgw_router_tokenize_failures_total Prompts routed without KV events "
-        "because the replica's tokenizer did not answer.",
-        "# TYPE llmgw_router_tokenize_failures_total counter",
-        f"llmgw_router_tokenize_failures_total {tokenize_failures}",
-    ]
-    return out
 
 
 def resume_lines(resumed: dict[str, int], failed: dict[tuple[str, str], int]) -> list[str]:
     """Streams whose replica failed mid-stream: those the gateway still ended normally
     (resume.py), and those it could not, by why."""
-    out = [
-        "# HELP llmgw_gateway_stream_resumed_total Streamed answers whose replica failed "
-        "mid-stream that still ended normally: continued on another replica, or ended "
-        "when nothing was left to say.",
-        "# TYPE llmgw_gateway_stream_resumed_total counter",
+    return [
+        *family(
+            "llmgw_gateway_stream_resumed_total",
+            "counter",
+            "Streamed answers whose replica failed mid-stream that still ended normally: "
+            "continued on another replica, or ended when nothing was left to say.",
+            resumed,
+            ("model",),
+        ),
+        *family(
+            "llmgw_gateway_stream_resume_failures_total",
+            "counter",
+            "Streamed answers whose replica failed mid-stream that ended with an error "
+            "event, by why they were not continued.",
+            failed,
+            ("model", "reason"),
+        ),
     ]
-    for model, n in sorted(resumed.items()):
-        out.append(f'llmgw_gateway_stream_resumed_total{{model="{_esc(model)}"}} {n}')
-    out += [
-        "# HELP llmgw_gateway_stream_resume_failures_total Streamed answers whose replica "
-        "failed mid-stream that ended with an error event, by why they were not continued.",
-        "# TYPE llmgw_gateway_stream_resume_failures_total counter",
-    ]
-    for (model, reason), n in sorted(failed.items()):
-        out.append(
-            f'llmgw_gateway_stream_resume_failures_total{{model="{_esc(model)}",'
-            f'reason="{reason}"}} {n}'
-        )
-    return out

@@ -382,8 +382,8 @@ class Router:
             held, share = 0, 0.0
             record = self.kv.held(endpoint.replica_id) if endpoint.kv else None
             chain = blocks.get(record.block_size, ()) if record else ()
-            if chain:
-                held = self.kv.leading(endpoint.replica_id, blocks)
+            if record is not None and chain:
+                held = record.leading(chain)
                 share = held / len(chain)
             load = endpoint.outstanding / (endpoint.slots or 1)
             score = (share - KV_LOAD_WEIGHT * load, -endpoint.outstanding)
