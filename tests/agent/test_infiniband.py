@@ -1,4 +1,4 @@
-"""InfiniBand and RoCE ports: the real captures in /work/shared/fixtures (skipped where
+"""InfiniBand and RoCE ports: the real captures in ../shared/fixtures (skipped where
 that folder is not there), our own fixtures, and a fake sysfs tree under tmp_path."""
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from llmgw.agent.discovery.infiniband import (
     read_sysfs,
 )
 from llmgw.wire.codec import from_map, to_map
+from tests.support.shared import SHARED_FIXTURES
 
 OURS = Path(__file__).parents[1] / "fixtures" / "infiniband"
-REAL = Path("/work/shared/fixtures")
+REAL = SHARED_FIXTURES
 
 
 def real(name: str) -> str:

@@ -1,4 +1,4 @@
-"""ibnetdiscover text -> fabric: real captures from /work/shared/fixtures and our own."""
+"""ibnetdiscover text -> fabric: real captures from ../shared/fixtures and our own."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from llmgw.server.fleet.ibtopology import (
     rate_gbps,
     same_leaf,
 )
+from tests.support.shared import SHARED_FIXTURES
 
-SHARED = Path("/work/shared/fixtures")
+SHARED = SHARED_FIXTURES
 OWN = Path(__file__).resolve().parents[2] / "fixtures" / "infiniband"
 NDR = SHARED / "ibnetdiscover-format_NDR-QM9700-fabric_from-ibdiagnet2.txt"
 EDR_PORTS = SHARED / "ibnetdiscover-p_EDR-ports-list.txt"
