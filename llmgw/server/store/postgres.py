@@ -22,10 +22,9 @@ control planes starting at once wait for the first, then find nothing left to ru
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -35,18 +34,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import dict_row
 
 from llmgw.server.store.base import (
-    ApiKeyRecord,
     Audit,
-    JoinTokenRecord,
-    ModelRecord,
-    NodeRecord,
-    ServerRecord,
-    Store,
     StoreError,
     StoreTooNew,
     StoreUnavailable,
     Writability,
 )
+from llmgw.server.store.statements import INSERT_AUDIT, PUT_SETTING, SQLStore, pyformat
 
 log = logging.getLogger("llmgw.store")
 T = TypeVar("T")
@@ -113,7 +107,7 @@ class Fenced(StoreUnavailable):
 _NOW = "extract(epoch from clock_timestamp())::double precision"
 
 
-class PostgresStore(Store):
+class PostgresStore(SQLStore):
     def __init__(self, dsn: str) -> None:
         try:
             params = conninfo_to_dict(dsn)
@@ -171,11 +165,7 @@ class PostgresStore(Store):
 
     async def _touch(self, conn: Conn) -> None:
         """A write of no consequence, committed: proof the store takes writes."""
-        await conn.execute(
-            "INSERT INTO settings (key, value) VALUES ('store.checked_at', %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (str(time.time()),),
-        )
+        await conn.execute(pyformat(PUT_SETTING), ("store.checked_at", str(time.time())))
 
     async def _applied(self, conn: Conn) -> set[int]:
         cur = await conn.execute("SELECT to_regclass('schema_migrations') IS NOT NULL AS made")
@@ -293,19 +283,6 @@ class PostgresStore(Store):
         except psycopg.Error as exc:
             raise self._unavailable(exc) from exc
         return self._conn
-
-    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        async with self._turn:
-            for retry in (False, True):
-                conn = await self._connection()
-                try:
-                    cur = await conn.execute(sql, params)
-                    return await cur.fetchall()
-                except psycopg.OperationalError as exc:
-                    # A connection that broke while idle: the read is tried on a new one.
-                    if retry or not conn.broken:
-                        raise self._unavailable(exc) from exc
-        raise AssertionError("unreachable")
 
     async def _write(self, work: Callable[[Conn], Awaitable[T]], *, fenced: bool = True) -> T:
         """One change in one transaction: committed whole, or undone and, when the server
@@ -440,252 +417,47 @@ class PostgresStore(Store):
             if conn is not None:
                 await conn.close()
 
-    # ------------------------------------------------------------------- the interface
+    # ------------------------------------------------ the steps statements.py runs on
+    # Its statements come with ``?`` placeholders: each is put in psycopg's style here.
+
+    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        async with self._turn:
+            for retry in (False, True):
+                conn = await self._connection()
+                try:
+                    cur = await conn.execute(pyformat(sql), params)
+                    return await cur.fetchall()
+                except psycopg.OperationalError as exc:
+                    # A connection that broke while idle: the read is tried on a new one.
+                    if retry or not conn.broken:
+                        raise self._unavailable(exc) from exc
+        raise AssertionError("unreachable")
 
     async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
-        """One statement as one change; the rows it touched."""
-
         async def work(conn: Conn) -> int:
-            cur = await conn.execute(sql, params)
+            cur = await conn.execute(pyformat(sql), params)
             return cur.rowcount
 
         return await self._write(work)
 
-    async def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
+    async def _execute_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
         async def work(conn: Conn) -> None:
             async with conn.cursor() as cur:
-                await cur.executemany(sql, rows)
+                await cur.executemany(pyformat(sql), rows)
 
         await self._write(work)
-
-    async def get_setting(self, key: str) -> str | None:
-        rows = await self._read("SELECT value FROM settings WHERE key = %s", (key,))
-        return str(rows[0]["value"]) if rows else None
-
-    async def put_setting(self, key: str, value: str) -> None:
-        await self._execute(
-            "INSERT INTO settings (key, value) VALUES (%s, %s) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
-
-    async def add_admin_token(self, token_id: str, token_hash: str) -> None:
-        await self._execute(
-            "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES (%s, %s, %s)",
-            (token_id, token_hash, time.time()),
-        )
-
-    async def admin_token_hashes(self) -> list[str]:
-        return [
-            str(r["token_hash"]) for r in await self._read("SELECT token_hash FROM admin_tokens")
-        ]
-
-    async def add_join_token(self, record: JoinTokenRecord) -> None:
-        await self._execute(
-            "INSERT INTO join_tokens (id, secret_sealed, created_at, expires_at, created_by) "
-            "VALUES (%s, %s, %s, %s, %s)",
-            (
-                record.id,
-                record.secret_sealed,
-                record.created_at,
-                record.expires_at,
-                record.created_by,
-            ),
-        )
-
-    async def get_join_token(self, token_id: str) -> JoinTokenRecord | None:
-        rows = await self._read("SELECT * FROM join_tokens WHERE id = %s", (token_id,))
-        return JoinTokenRecord(**rows[0]) if rows else None
-
-    async def use_join_token(self, token_id: str, node_id: str, at: float) -> bool:
-        touched = await self._execute(
-            "UPDATE join_tokens SET used_at = %s, used_by = %s WHERE id = %s AND used_at IS NULL",
-            (at, node_id, token_id),
-        )
-        return touched == 1
-
-    async def enroll_node(self, node_id: str, cert_serial: str, at: float) -> None:
-        await self._execute(
-            "INSERT INTO nodes (id, state, state_reason, cert_serial, enrolled_at) "
-            "VALUES (%s, 'NotReady', 'enrolled, not yet connected', %s, %s) "
-            "ON CONFLICT (id) DO UPDATE SET cert_serial = excluded.cert_serial, "
-            "enrolled_at = excluded.enrolled_at",
-            (node_id, cert_serial, at),
-        )
-
-    @staticmethod
-    def _node(row: dict[str, Any]) -> NodeRecord:
-        data = dict(row)
-        data["facts"] = json.loads(data["facts"] or "{}") or None
-        data["labels"] = json.loads(data.get("labels") or "{}")
-        data["cordoned"] = bool(data.get("cordoned"))
-        data["draining"] = bool(data.get("draining"))
-        return NodeRecord(**data)
-
-    async def list_nodes(self) -> list[NodeRecord]:
-        return [self._node(r) for r in await self._read("SELECT * FROM nodes ORDER BY id")]
-
-    async def get_node(self, node_id: str) -> NodeRecord | None:
-        rows = await self._read("SELECT * FROM nodes WHERE id = %s", (node_id,))
-        return self._node(rows[0]) if rows else None
-
-    async def register_nodes(
-        self, records: list[tuple[str, str | None, str, dict[str, Any], float]]
-    ) -> None:
-        if not records:
-            return
-        await self._execute_many(
-            "UPDATE nodes SET address = %s, version = %s, facts = %s, registered_at = %s, "
-            "last_seen = %s, state = 'Ready', state_reason = '' WHERE id = %s",
-            [
-                (address, version, json.dumps(facts), at, at, node_id)
-                for node_id, address, version, facts, at in records
-            ],
-        )
-
-    async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:
-        if not changes:
-            return
-        await self._execute_many(
-            "UPDATE nodes SET state = %s, state_reason = %s, "
-            "last_seen = COALESCE(%s::double precision, last_seen) WHERE id = %s",
-            [(state, reason, seen, node_id) for node_id, state, reason, seen in changes],
-        )
 
     async def _audited(
         self, sql: str, params: tuple[Any, ...], audit: Audit, *, if_changed: bool = False
     ) -> int:
-        """One change and its audit entry in one transaction; the rows it touched.
-        With ``if_changed`` a change that touched nothing is not audited."""
-
         async def work(conn: Conn) -> int:
-            cur = await conn.execute(sql, params)
+            cur = await conn.execute(pyformat(sql), params)
             touched = cur.rowcount
             if touched or not if_changed:
                 await conn.execute(
-                    "INSERT INTO audit (at, actor, action, target, detail) "
-                    "VALUES (%s, %s, %s, %s, %s)",
+                    pyformat(INSERT_AUDIT),
                     (time.time(), audit.actor, audit.action, audit.target, audit.detail),
                 )
             return touched
 
         return await self._write(work)
-
-    async def set_node_scheduling(
-        self, node_id: str, cordoned: bool, draining: bool, labels: dict[str, str], audit: Audit
-    ) -> None:
-        await self._audited(
-            "UPDATE nodes SET cordoned = %s, draining = %s, labels = %s WHERE id = %s",
-            (int(cordoned), int(draining), json.dumps(labels, sort_keys=True), node_id),
-            audit,
-        )
-
-    async def list_models(self) -> list[ModelRecord]:
-        rows = await self._read("SELECT * FROM models ORDER BY name")
-        return [
-            ModelRecord(r["name"], json.loads(r["spec"]), r["created_at"], r["updated_at"])
-            for r in rows
-        ]
-
-    async def put_model(self, name: str, spec: dict[str, Any], audit: Audit) -> None:
-        now = time.time()
-        await self._audited(
-            "INSERT INTO models (name, spec, created_at, updated_at) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (name) DO UPDATE SET spec = excluded.spec, "
-            "updated_at = excluded.updated_at",
-            (name, json.dumps(spec, sort_keys=True), now, now),
-            audit,
-        )
-
-    async def delete_model(self, name: str, audit: Audit) -> bool:
-        sql = "DELETE FROM models WHERE name = %s"
-        return bool(await self._audited(sql, (name,), audit, if_changed=True))
-
-    async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None:
-        await self._audited(
-            "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, "
-            "expires_at, created_at, priority) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                record.id,
-                record.name,
-                record.key_hash,
-                json.dumps(list(record.models)),
-                record.rpm,
-                record.tpm,
-                record.budget,
-                record.expires_at,
-                record.created_at,
-                record.priority,
-            ),
-            audit,
-        )
-
-    async def list_api_keys(self) -> list[ApiKeyRecord]:
-        out = []
-        for row in await self._read("SELECT * FROM api_keys ORDER BY created_at"):
-            data = dict(row)
-            data["models"] = tuple(json.loads(data["models"] or "[]"))
-            out.append(ApiKeyRecord(**data))
-        return out
-
-    async def revoke_api_key(self, key_id: str, at: float, audit: Audit) -> bool:
-        sql = "UPDATE api_keys SET revoked_at = %s WHERE id = %s AND revoked_at IS NULL"
-        return bool(await self._audited(sql, (at, key_id), audit, if_changed=True))
-
-    async def set_api_key_priority(self, key_id: str, priority: int, audit: Audit) -> bool:
-        sql = "UPDATE api_keys SET priority = %s WHERE id = %s"
-        return bool(await self._audited(sql, (priority, key_id), audit, if_changed=True))
-
-    async def add_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
-        if not rows:
-            return
-        await self._execute_many(
-            "INSERT INTO usage (day, key_id, model, replica, requests, prompt_tokens, "
-            "completion_tokens) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (day, key_id, model, replica) DO UPDATE SET "
-            "requests = usage.requests + excluded.requests, "
-            "prompt_tokens = usage.prompt_tokens + excluded.prompt_tokens, "
-            "completion_tokens = usage.completion_tokens + excluded.completion_tokens",
-            list(rows),
-        )
-
-    async def usage(self, since_day: str) -> list[dict[str, Any]]:
-        return await self._read(
-            "SELECT * FROM usage WHERE day >= %s ORDER BY day, key_id, model, replica",
-            (since_day,),
-        )
-
-    async def put_server(self, record: ServerRecord, audit: Audit) -> None:
-        await self._audited(
-            "INSERT INTO servers (name, cert_serial, api_address, agent_address, peer_address, "
-            "joined_at, removed_at) VALUES (%s, %s, %s, %s, %s, %s, NULL) "
-            "ON CONFLICT (name) DO UPDATE SET cert_serial = excluded.cert_serial, "
-            "api_address = excluded.api_address, agent_address = excluded.agent_address, "
-            "peer_address = excluded.peer_address, joined_at = excluded.joined_at, "
-            "removed_at = NULL",
-            (
-                record.name,
-                record.cert_serial,
-                record.api_address,
-                record.agent_address,
-                record.peer_address,
-                record.joined_at,
-            ),
-            audit,
-        )
-
-    async def list_servers(self) -> list[ServerRecord]:
-        return [ServerRecord(**r) for r in await self._read("SELECT * FROM servers ORDER BY name")]
-
-    async def remove_server(self, name: str, at: float, audit: Audit) -> bool:
-        sql = "UPDATE servers SET removed_at = %s WHERE name = %s AND removed_at IS NULL"
-        return bool(await self._audited(sql, (at, name), audit, if_changed=True))
-
-    async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
-        await self._execute(
-            "INSERT INTO audit (at, actor, action, target, detail) VALUES (%s, %s, %s, %s, %s)",
-            (time.time(), actor, action, target, detail),
-        )
-
-    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self._read("SELECT * FROM audit ORDER BY id DESC LIMIT %s", (limit,))

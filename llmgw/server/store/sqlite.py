@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,18 +24,13 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from llmgw.server.store.base import (
-    ApiKeyRecord,
     Audit,
-    JoinTokenRecord,
-    ModelRecord,
-    NodeRecord,
-    ServerRecord,
-    Store,
     StoreError,
     StoreTooNew,
     StoreUnavailable,
     Writability,
 )
+from llmgw.server.store.statements import INSERT_AUDIT, PUT_SETTING, SQLStore
 
 log = logging.getLogger("llmgw.store")
 T = TypeVar("T")
@@ -50,11 +44,7 @@ _UNWRITABLE = ("SQLITE_READONLY", "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_PER
 
 async def _touch(db: aiosqlite.Connection) -> None:
     """A write of no consequence, committed: proof the store takes writes."""
-    await db.execute(
-        "INSERT INTO settings (key, value) VALUES ('store.checked_at', ?) "
-        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (str(time.time()),),
-    )
+    await db.execute(PUT_SETTING, ("store.checked_at", str(time.time())))
     await db.commit()
 
 
@@ -76,7 +66,7 @@ def migrations() -> list[tuple[int, str]]:
     return sorted(out)
 
 
-class SQLiteStore(Store):
+class SQLiteStore(SQLStore):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db: aiosqlite.Connection | None = None
@@ -278,263 +268,40 @@ class SQLiteStore(Store):
                 await db.rollback()
                 raise StoreError(f"migration {number:04d} failed: {exc}") from exc
 
-    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
-        """One statement as one change; the rows it touched."""
-
-        async def work(db: aiosqlite.Connection) -> int:
-            cur = await db.execute(sql, params)
-            return int(cur.rowcount)
-
-        return await self._write(work)
-
-    async def _execute_many(self, sql: str, rows: list[tuple[Any, ...]]) -> None:
-        async def work(db: aiosqlite.Connection) -> None:
-            await db.executemany(sql, rows)
-
-        await self._write(work)
-
     async def close(self) -> None:
         if self._db is not None:
             await self._db.close()
             self._db = None
 
-    async def get_setting(self, key: str) -> str | None:
-        async with self.db.execute("SELECT value FROM settings WHERE key = ?", (key,)) as cur:
-            row = await cur.fetchone()
-        return None if row is None else str(row[0])
+    # ------------------------------------------------ the steps statements.py runs on
 
-    async def put_setting(self, key: str, value: str) -> None:
-        await self._execute(
-            "INSERT INTO settings (key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
+    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        async with self.db.execute(sql, params) as cur:
+            return [dict(r) for r in await cur.fetchall()]
 
-    async def add_admin_token(self, token_id: str, token_hash: str) -> None:
-        await self._execute(
-            "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES (?, ?, ?)",
-            (token_id, token_hash, time.time()),
-        )
+    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+        async def work(db: aiosqlite.Connection) -> int:
+            cur = await db.execute(sql, params)
+            return int(cur.rowcount)
 
-    async def admin_token_hashes(self) -> list[str]:
-        async with self.db.execute("SELECT token_hash FROM admin_tokens") as cur:
-            return [str(r[0]) for r in await cur.fetchall()]
+        return await self._write(work)
 
-    async def add_join_token(self, record: JoinTokenRecord) -> None:
-        await self._execute(
-            "INSERT INTO join_tokens (id, secret_sealed, created_at, expires_at, created_by) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (
-                record.id,
-                record.secret_sealed,
-                record.created_at,
-                record.expires_at,
-                record.created_by,
-            ),
-        )
+    async def _execute_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+        async def work(db: aiosqlite.Connection) -> None:
+            await db.executemany(sql, rows)
 
-    async def get_join_token(self, token_id: str) -> JoinTokenRecord | None:
-        async with self.db.execute("SELECT * FROM join_tokens WHERE id = ?", (token_id,)) as cur:
-            row = await cur.fetchone()
-        if row is None:
-            return None
-        return JoinTokenRecord(**dict(row))
-
-    async def use_join_token(self, token_id: str, node_id: str, at: float) -> bool:
-        touched = await self._execute(
-            "UPDATE join_tokens SET used_at = ?, used_by = ? WHERE id = ? AND used_at IS NULL",
-            (at, node_id, token_id),
-        )
-        return touched == 1
-
-    async def enroll_node(self, node_id: str, cert_serial: str, at: float) -> None:
-        await self._execute(
-            "INSERT INTO nodes (id, state, state_reason, cert_serial, enrolled_at) "
-            "VALUES (?, 'NotReady', 'enrolled, not yet connected', ?, ?) "
-            "ON CONFLICT(id) DO UPDATE SET cert_serial = excluded.cert_serial, "
-            "enrolled_at = excluded.enrolled_at",
-            (node_id, cert_serial, at),
-        )
-
-    @staticmethod
-    def _node(row: aiosqlite.Row) -> NodeRecord:
-        data = dict(row)
-        data["facts"] = json.loads(data["facts"] or "{}") or None
-        data["labels"] = json.loads(data.get("labels") or "{}")
-        data["cordoned"] = bool(data.get("cordoned"))
-        data["draining"] = bool(data.get("draining"))
-        return NodeRecord(**data)
-
-    async def list_nodes(self) -> list[NodeRecord]:
-        async with self.db.execute("SELECT * FROM nodes ORDER BY id") as cur:
-            return [self._node(r) for r in await cur.fetchall()]
-
-    async def get_node(self, node_id: str) -> NodeRecord | None:
-        async with self.db.execute("SELECT * FROM nodes WHERE id = ?", (node_id,)) as cur:
-            row = await cur.fetchone()
-        return None if row is None else self._node(row)
-
-    async def register_nodes(
-        self, records: list[tuple[str, str | None, str, dict[str, Any], float]]
-    ) -> None:
-        if not records:
-            return
-        await self._execute_many(
-            "UPDATE nodes SET address = ?, version = ?, facts = ?, registered_at = ?, "
-            "last_seen = ?, state = 'Ready', state_reason = '' WHERE id = ?",
-            [
-                (address, version, json.dumps(facts), at, at, node_id)
-                for node_id, address, version, facts, at in records
-            ],
-        )
-
-    async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:
-        if not changes:
-            return
-        await self._execute_many(
-            "UPDATE nodes SET state = ?, state_reason = ?, "
-            "last_seen = COALESCE(?, last_seen) WHERE id = ?",
-            [(state, reason, seen, node_id) for node_id, state, reason, seen in changes],
-        )
+        await self._write(work)
 
     async def _audited(
         self, sql: str, params: tuple[Any, ...], audit: Audit, *, if_changed: bool = False
     ) -> int:
-        """One change and its audit entry in one transaction; the rows it touched.
-        With ``if_changed`` a change that touched nothing is not audited."""
-
         async def work(db: aiosqlite.Connection) -> int:
             cur = await db.execute(sql, params)
             if cur.rowcount or not if_changed:
                 await db.execute(
-                    "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
+                    INSERT_AUDIT,
                     (time.time(), audit.actor, audit.action, audit.target, audit.detail),
                 )
             return int(cur.rowcount)
 
         return await self._write(work)
-
-    async def set_node_scheduling(
-        self, node_id: str, cordoned: bool, draining: bool, labels: dict[str, str], audit: Audit
-    ) -> None:
-        await self._audited(
-            "UPDATE nodes SET cordoned = ?, draining = ?, labels = ? WHERE id = ?",
-            (int(cordoned), int(draining), json.dumps(labels, sort_keys=True), node_id),
-            audit,
-        )
-
-    async def list_models(self) -> list[ModelRecord]:
-        async with self.db.execute("SELECT * FROM models ORDER BY name") as cur:
-            rows = await cur.fetchall()
-        return [
-            ModelRecord(r["name"], json.loads(r["spec"]), r["created_at"], r["updated_at"])
-            for r in rows
-        ]
-
-    async def put_model(self, name: str, spec: dict[str, Any], audit: Audit) -> None:
-        now = time.time()
-        await self._audited(
-            "INSERT INTO models (name, spec, created_at, updated_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET spec = excluded.spec, "
-            "updated_at = excluded.updated_at",
-            (name, json.dumps(spec, sort_keys=True), now, now),
-            audit,
-        )
-
-    async def delete_model(self, name: str, audit: Audit) -> bool:
-        sql = "DELETE FROM models WHERE name = ?"
-        return bool(await self._audited(sql, (name,), audit, if_changed=True))
-
-    async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None:
-        await self._audited(
-            "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, "
-            "expires_at, created_at, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                record.id,
-                record.name,
-                record.key_hash,
-                json.dumps(list(record.models)),
-                record.rpm,
-                record.tpm,
-                record.budget,
-                record.expires_at,
-                record.created_at,
-                record.priority,
-            ),
-            audit,
-        )
-
-    async def list_api_keys(self) -> list[ApiKeyRecord]:
-        async with self.db.execute("SELECT * FROM api_keys ORDER BY created_at") as cur:
-            rows = await cur.fetchall()
-        out = []
-        for row in rows:
-            data = dict(row)
-            data["models"] = tuple(json.loads(data["models"] or "[]"))
-            out.append(ApiKeyRecord(**data))
-        return out
-
-    async def revoke_api_key(self, key_id: str, at: float, audit: Audit) -> bool:
-        sql = "UPDATE api_keys SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL"
-        return bool(await self._audited(sql, (at, key_id), audit, if_changed=True))
-
-    async def set_api_key_priority(self, key_id: str, priority: int, audit: Audit) -> bool:
-        sql = "UPDATE api_keys SET priority = ? WHERE id = ?"
-        return bool(await self._audited(sql, (priority, key_id), audit, if_changed=True))
-
-    async def add_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
-        if not rows:
-            return
-        await self._execute_many(
-            "INSERT INTO usage (day, key_id, model, replica, requests, prompt_tokens, "
-            "completion_tokens) VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT(day, key_id, model, replica) DO UPDATE SET "
-            "requests = requests + excluded.requests, "
-            "prompt_tokens = prompt_tokens + excluded.prompt_tokens, "
-            "completion_tokens = completion_tokens + excluded.completion_tokens",
-            rows,
-        )
-
-    async def usage(self, since_day: str) -> list[dict[str, Any]]:
-        async with self.db.execute(
-            "SELECT * FROM usage WHERE day >= ? ORDER BY day, key_id, model, replica",
-            (since_day,),
-        ) as cur:
-            return [dict(r) for r in await cur.fetchall()]
-
-    async def put_server(self, record: ServerRecord, audit: Audit) -> None:
-        await self._audited(
-            "INSERT INTO servers (name, cert_serial, api_address, agent_address, peer_address, "
-            "joined_at, removed_at) VALUES (?, ?, ?, ?, ?, ?, NULL) "
-            "ON CONFLICT(name) DO UPDATE SET cert_serial = excluded.cert_serial, "
-            "api_address = excluded.api_address, agent_address = excluded.agent_address, "
-            "peer_address = excluded.peer_address, joined_at = excluded.joined_at, "
-            "removed_at = NULL",
-            (
-                record.name,
-                record.cert_serial,
-                record.api_address,
-                record.agent_address,
-                record.peer_address,
-                record.joined_at,
-            ),
-            audit,
-        )
-
-    async def list_servers(self) -> list[ServerRecord]:
-        async with self.db.execute("SELECT * FROM servers ORDER BY name") as cur:
-            return [ServerRecord(**dict(r)) for r in await cur.fetchall()]
-
-    async def remove_server(self, name: str, at: float, audit: Audit) -> bool:
-        sql = "UPDATE servers SET removed_at = ? WHERE name = ? AND removed_at IS NULL"
-        return bool(await self._audited(sql, (at, name), audit, if_changed=True))
-
-    async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
-        await self._execute(
-            "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)",
-            (time.time(), actor, action, target, detail),
-        )
-
-    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
-        async with self.db.execute("SELECT * FROM audit ORDER BY id DESC LIMIT ?", (limit,)) as cur:
-            return [dict(r) for r in await cur.fetchall()]
