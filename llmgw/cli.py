@@ -1,7 +1,9 @@
 """The ``llmgw`` command line: one program, every role, imported lazily per command.
 
 Each command imports only what it needs, so ``llmgw agent run`` never loads the
-control plane's web stack or the console's UI toolkit.
+control plane's web stack or the console's UI toolkit. Here are the roles' own commands
+(server, agent, node, console, doctor), the parser and ``main``; the ``ctl`` commands and
+their parsers are in ``llmgw.client.ctl_*``, one module to each part of the cluster.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import __version__
-from llmgw.client import UsageError, parse_duration
+from llmgw.cliargs import UsageError, parse_duration
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -245,112 +247,6 @@ def cmd_node_add(args: argparse.Namespace) -> int:
     return add_node(args, _client(args))
 
 
-# --- ctl ------------------------------------------------------------------------------
-
-
-def cmd_ctl_nodes(args: argparse.Namespace) -> int:
-    from llmgw.client.tables import nodes_table
-
-    nodes = _client(args).get("/api/v1/nodes")
-    if args.json:
-        _print_json(nodes)
-    else:
-        print(nodes_table(nodes))
-    return 0
-
-
-def cmd_ctl_status(args: argparse.Namespace) -> int:
-    from llmgw.client.tables import status_text
-
-    status = _client(args).get("/api/v1/status")
-    if args.json:
-        _print_json(status)
-    else:
-        print(status_text(status))
-    return 0
-
-
-def cmd_ctl_replicas(args: argparse.Namespace) -> int:
-    from llmgw.client.tables import replicas_table
-
-    rows = _client(args).get("/api/v1/replicas")
-    if args.json:
-        _print_json(rows)
-    else:
-        print(replicas_table(rows))
-    return 0
-
-
-def cmd_ctl_logs(args: argparse.Namespace) -> int:
-    from urllib.parse import urlencode
-
-    client = _client(args)
-    query = {"source": args.source, "n": args.lines}
-    if not args.follow:
-        for line in client.get(f"/api/v1/nodes/{args.node}/logs?{urlencode(query)}"):
-            print(line)
-        return 0
-    query["follow"] = "1"
-    for batch in client.stream(f"/api/v1/nodes/{args.node}/logs?{urlencode(query)}"):
-        if isinstance(batch, dict) and "error" in batch:
-            raise UsageError(str(batch["error"]))
-        for line in batch:
-            print(line, flush=True)
-    return 0
-
-
-def cmd_ctl_shard_start(args: argparse.Namespace) -> int:
-    body: dict[str, Any] = {
-        "replica_id": args.replica,
-        "engine": args.engine,
-        "source": args.source,
-        "port": args.port,
-        "args": args.arg or [],
-        "cards": args.card or [],
-        "allow_pickle": args.allow_pickle,
-    }
-    if args.model:
-        body["model"] = args.model
-    if args.cpu_cores:
-        body["cpu_cores"] = args.cpu_cores
-    answer = _client(args).post(f"/api/v1/nodes/{args.node}/shards", body)
-    if args.json:
-        _print_json(answer)
-    else:
-        print(f"asked {args.node} to start {args.replica}; see `llmgw ctl replicas`")
-    return 0
-
-
-def cmd_ctl_shard_stop(args: argparse.Namespace) -> int:
-    answer = _client(args).request("DELETE", f"/api/v1/nodes/{args.node}/shards/{args.replica}")
-    if args.json:
-        _print_json(answer)
-    else:
-        print(f"asked {args.node} to stop {args.replica}")
-    return 0
-
-
-def cmd_ctl_weights(args: argparse.Namespace) -> int:
-    from llmgw.client.tables import collect_text, weights_table
-
-    client = _client(args)
-    if args.collect:
-        body = {"node": args.node} if args.node else {}
-        result = client.post("/api/v1/weights/collect", body)
-        if args.json:
-            _print_json(result)
-        else:
-            print(collect_text(result))
-        return 0
-    path = "/api/v1/weights" + (f"?node={args.node}" if args.node else "")
-    rows = client.get(path)
-    if args.json:
-        _print_json(rows)
-    else:
-        print(weights_table(rows))
-    return 0
-
-
 # --- console --------------------------------------------------------------------------
 
 
@@ -481,65 +377,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ctl = roles.add_parser("ctl", help="look at and steer the cluster")
     ctl_cmds = ctl.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
-    p = ctl_cmds.add_parser("nodes", help="every node, its state and hardware")
-    p.add_argument("--json", action="store_true")
-    _client_options(p)
-    p.set_defaults(handler=cmd_ctl_nodes)
-    p = ctl_cmds.add_parser("status", help="the control plane and a count of nodes")
-    p.add_argument("--json", action="store_true")
-    _client_options(p)
-    p.set_defaults(handler=cmd_ctl_status)
+    from llmgw.client.ctl_nodes import add_parsers as add_node_parsers
 
-    p = ctl_cmds.add_parser(
-        "replicas", help="every shard the nodes run: state, port, pid, compute, download progress"
-    )
-    p.add_argument("--json", action="store_true")
-    _client_options(p)
-    p.set_defaults(handler=cmd_ctl_replicas)
-    p = ctl_cmds.add_parser("logs", help="a node's agent log, or one of its engines'")
-    p.add_argument("node")
-    p.add_argument("--source", default="agent", help="'agent' (default) or a replica id")
-    p.add_argument("-n", dest="lines", type=int, default=100, help="lines (default 100)")
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing new lines")
-    _client_options(p)
-    p.set_defaults(handler=cmd_ctl_logs)
-    p = ctl_cmds.add_parser(
-        "weights",
-        help="what weights each node holds, and which no shard uses; --collect removes those",
-    )
-    p.add_argument("node", nargs="?")
-    p.add_argument(
-        "--collect", action="store_true", help="ask the nodes to delete weights no shard uses"
-    )
-    p.add_argument("--json", action="store_true")
-    _client_options(p)
-    p.set_defaults(handler=cmd_ctl_weights)
-    shard = ctl_cmds.add_parser("shard", help="start or stop one shard on a node directly")
-    shard_cmds = shard.add_subparsers(dest="shard_command", metavar="ACTION")
-    p = shard_cmds.add_parser("start", help="start a shard on NODE")
-    p.add_argument("node")
-    p.add_argument("replica", help="the replica id")
-    p.add_argument(
-        "--source",
-        required=True,
-        help="weights: hf:ORG/REPO[:QUANT|:FILE], https://..., or a path on the node",
-    )
-    p.add_argument("--engine", default="llama.cpp")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--model", help="the name the engine serves it as")
-    p.add_argument("--cpu-cores", type=int)
-    p.add_argument("--card", action="append", help="a card's UUID (repeat)")
-    p.add_argument("--arg", action="append", help="an engine argument (repeat)")
-    p.add_argument("--allow-pickle", action="store_true")
-    p.add_argument("--json", action="store_true")
-    _client_options(p)
-    p.set_defaults(handler=cmd_ctl_shard_start)
-    p = shard_cmds.add_parser("stop", help="stop a shard on NODE")
-    p.add_argument("node")
-    p.add_argument("replica")
-    p.add_argument("--json", action="store_true")
-    _client_options(p)
-    p.set_defaults(handler=cmd_ctl_shard_stop)
+    add_node_parsers(ctl_cmds, _client, _client_options)
 
     from llmgw.client.ctl_models import add_parsers as add_catalog_parsers
 
@@ -566,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--state-dir", help="agent state dir (default: the usual one, if present)")
     p.set_defaults(handler=cmd_doctor)
-    from llmgw.client.firewall_cmd import add_parsers as add_firewall_parsers
+    from llmgw.agent.firewallcmd import add_parsers as add_firewall_parsers
 
     add_firewall_parsers(roles)
     return parser

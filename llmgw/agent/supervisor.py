@@ -5,6 +5,9 @@ file in the state dir, and has its spec (with its pid) kept beside it. So an age
 is killed leaves its engines serving, and the next agent finds them again: same replica,
 same process, no restart. The engine's key reaches it in its environment, never on its
 command line (SGLang, which takes it only as an argument, excepted).
+
+The shard's record and the probes of its process and port are in ``llmgw.agent.shard``;
+here is the order of a shard's life: install, fetch, launch, wait, watch, stop, adopt.
 """
 
 from __future__ import annotations
@@ -15,10 +18,8 @@ import json
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,12 +29,12 @@ import psutil
 from llmgw.agent.cachewatch import CacheWatch, wants_events
 from llmgw.agent.engines import EngineError, adapter
 from llmgw.agent.engines.base import EngineAdapter
-from llmgw.agent.logbook import ENGINE_LINES, LogRing, follow_file, last_lines_of
-from llmgw.agent.weights import WeightsError, lora, normalise_source, parse_source
+from llmgw.agent.logbook import ENGINE_LINES, follow_file, last_lines_of
+from llmgw.agent.shard import Shard, accepts, port_in_use, split_endpoint, still_ours
+from llmgw.agent.weights import WeightsError, lora, parse_source
 from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
 from llmgw.wire.messages import (
-    Compute,
     DownloadProgress,
     EngineInfo,
     Message,
@@ -52,15 +53,6 @@ HEALTH_POLL = 0.5
 WATCH_POLL = 1.0
 
 
-def _normal(source: str) -> str:
-    """The source in the form the weights cache records, so the control plane can match
-    what a node holds against what its shards use."""
-    try:
-        return normalise_source(source)
-    except WeightsError:
-        return source
-
-
 class EngineProvider(Protocol):
     async def ensure(
         self, name: str, report: Callable[[str], None], version: str | None = None
@@ -77,50 +69,6 @@ class WeightFetcher(Protocol):
         replica_id: str,
         progress: Callable[[DownloadProgress], None],
     ) -> Path: ...
-
-
-@dataclass
-class Shard:
-    spec: ShardSpec
-    state: ShardState = ShardState.STARTING
-    reason: str = ""
-    pid: int | None = None
-    create_time: float | None = None
-    compute: Compute | None = None
-    started_at: float | None = None
-    ring: LogRing = field(default_factory=lambda: LogRing(ENGINE_LINES))
-    task: asyncio.Task[None] | None = None
-    stop_tail: asyncio.Event = field(default_factory=asyncio.Event)
-    stopping: bool = False
-    adopted: bool = False
-    process: psutil.Process | None = None
-    # What it was started from (the engine binary, or its environment's interpreter).
-    binary: str | None = None
-    # The log tail and the child reaper: held here so the loop does not lose them.
-    helpers: list[asyncio.Task[Any]] = field(default_factory=list)
-
-    def status(self, last_lines: list[str] | None = None) -> ShardStatus:
-        return ShardStatus(
-            replica_id=self.spec.replica_id,
-            state=self.state,
-            reason=self.reason,
-            fingerprint=self.spec.fingerprint,
-            engine=self.spec.engine,
-            source=_normal(self.spec.source),
-            port=self.spec.port,
-            pid=self.pid,
-            compute=self.compute,
-            started_at=self.started_at,
-            last_lines=last_lines,
-            cards=list(self.spec.cards),
-            rank=self.spec.group.rank if self.spec.group else None,
-            adapters=lora.reported(self.spec),
-        )
-
-    @property
-    def worker(self) -> bool:
-        """A worker (rank 1..) of a replica spanning nodes: it serves no HTTP of its own."""
-        return self.spec.group is not None and self.spec.group.rank > 0
 
 
 class Supervisor:
@@ -293,29 +241,13 @@ class Supervisor:
         shard.helpers.append(asyncio.create_task(proc.wait()))
         self._set(shard, ShardState.LOADING, f"{spec.engine} started, pid {proc.pid}")
 
-    def _alive(self, shard: Shard) -> bool:
-        proc = shard.process
-        if proc is None:
-            return False
-        try:
-            return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
-
-    def _exit_reason(self, shard: Shard) -> str:
-        code: int | None = None
-        if shard.process is not None:
-            with contextlib.suppress(psutil.Error, Exception):
-                code = shard.process.wait(timeout=0)
-        return f"the engine exited (code {code})" if code is not None else "the engine exited"
-
     async def _until_ready(self, shard: Shard, engine: EngineAdapter) -> None:
         url = f"http://127.0.0.1:{shard.spec.port}{engine.health_path}"
         timeout = aiohttp.ClientTimeout(total=2)
         async with aiohttp.ClientSession(timeout=timeout) as http:
             while True:
-                if not self._alive(shard):
-                    raise RuntimeError(self._exit_reason(shard) + " before it was ready")
+                if not shard.alive():
+                    raise RuntimeError(shard.exit_reason() + " before it was ready")
                 try:
                     async with http.get(url) as resp:
                         body = await resp.read()
@@ -336,7 +268,7 @@ class Supervisor:
         on an RPC server it cannot reach at start-up."""
         said = ""
         while True:
-            up = [w for w in workers if await _accepts(*_split_endpoint(w))]
+            up = [w for w in workers if await accepts(*split_endpoint(w))]
             if len(up) == len(workers):
                 return
             down = ", ".join(w for w in workers if w not in up)
@@ -355,16 +287,16 @@ class Supervisor:
             await self._until_ready(shard, engine)
             return
         while True:
-            if not self._alive(shard):
-                raise RuntimeError(self._exit_reason(shard) + " before it was up")
-            if engine.worker_probe == "process" or await _accepts(
+            if not shard.alive():
+                raise RuntimeError(shard.exit_reason() + " before it was up")
+            if engine.worker_probe == "process" or await accepts(
                 group.bind or "127.0.0.1", shard.spec.port
             ):
                 break
             await asyncio.sleep(HEALTH_POLL)
         await asyncio.sleep(0.3)
-        if not self._alive(shard):
-            raise RuntimeError(self._exit_reason(shard) + " as it started")
+        if not shard.alive():
+            raise RuntimeError(shard.exit_reason() + " as it started")
         self._set(shard, ShardState.READY, f"rank {group.rank} of {group.size}, up")
 
     @staticmethod
@@ -380,15 +312,15 @@ class Supervisor:
         return None
 
     async def _watch(self, shard: Shard) -> None:
-        while self._alive(shard):
+        while shard.alive():
             await asyncio.sleep(WATCH_POLL)
         if not shard.stopping:
-            await self._fail(shard, self._exit_reason(shard))
+            await self._fail(shard, shard.exit_reason())
 
     async def _fail(self, shard: Shard, reason: str) -> None:
         await asyncio.sleep(0.3)  # the tail may still be catching the last words
         last = shard.ring.tail(CRASH_LINES)
-        if self._alive(shard):
+        if shard.alive():
             await self._terminate(shard, grace=5.0, report=False)
         shard.stop_tail.set()
         self._forget(shard.spec.replica_id)
@@ -415,13 +347,13 @@ class Supervisor:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-        if shard.pid is not None and self._alive(shard):
+        if shard.pid is not None and shard.alive():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(shard.pid, signal.SIGTERM)
             deadline = time.monotonic() + grace
-            while self._alive(shard) and time.monotonic() < deadline:
+            while shard.alive() and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
-            if self._alive(shard):
+            if shard.alive():
                 log.warning(
                     "shard %s did not stop in %.0f s; killing it", shard.spec.replica_id, grace
                 )
@@ -455,7 +387,7 @@ class Supervisor:
                 started_at=record.get("started_at"),
                 adopted=True,
             )
-            if await self._still_ours(shard):
+            if await still_ours(shard):
                 shard.state = ShardState.READY
                 engine = adapter(spec.engine)
                 shard.helpers.append(
@@ -478,41 +410,6 @@ class Supervisor:
                 log.info("shard %s from before is gone; forgetting it", spec.replica_id)
                 self._forget(spec.replica_id)
         return adopted
-
-    async def _still_ours(self, shard: Shard) -> bool:
-        """Same process (pid and start time), on its port, answering to its key alone."""
-        if shard.pid is None:
-            return False
-        try:
-            proc = psutil.Process(shard.pid)
-            if shard.create_time is not None and abs(proc.create_time() - shard.create_time) > 1:
-                return False  # the pid was reused by something else
-        except psutil.Error:
-            return False
-        shard.process = proc
-        if not self._alive(shard):
-            return False
-        group = shard.spec.group
-        if shard.worker and group is not None:
-            probe = adapter(shard.spec.engine).worker_probe
-            if probe == "tcp":
-                return await _accepts(group.bind or "127.0.0.1", shard.spec.port)
-            if probe == "process":
-                return True
-            url = f"http://127.0.0.1:{shard.spec.port}/health"
-            return await _answers(url)
-        url = f"http://127.0.0.1:{shard.spec.port}/v1/models"
-        timeout = aiohttp.ClientTimeout(total=3)
-        try:
-            async with aiohttp.ClientSession(timeout=timeout) as http:
-                async with http.get(url) as anon:
-                    refused = anon.status == 401
-                headers = {"authorization": f"Bearer {shard.spec.key}"}
-                async with http.get(url, headers=headers) as keyed:
-                    accepted = keyed.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            return False
-        return refused and accepted
 
     def peers(self) -> dict[int, tuple[str, ...]]:
         """Ports of this node's shards that a replica's other nodes must reach (a
@@ -554,33 +451,6 @@ class Supervisor:
             await asyncio.wait(tasks, timeout=5)
 
 
-async def _accepts(host: str, port: int) -> bool:
-    """Whether ``host:port`` takes a TCP connection now."""
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 2)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
-
-
-async def _answers(url: str) -> bool:
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3)) as http:
-            async with http.get(url) as resp:
-                return resp.status == 200
-    except (aiohttp.ClientError, TimeoutError):
-        return False
-
-
-def _split_endpoint(endpoint: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port``."""
-    host, _, port = endpoint.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 def on_disk(root: Path) -> dict[str, dict[str, Any]]:
     """The shard records in ``root``, for tests and the doctor."""
     out: dict[str, dict[str, Any]] = {}
@@ -588,19 +458,3 @@ def on_disk(root: Path) -> dict[str, dict[str, Any]]:
         with contextlib.suppress(ValueError, OSError):
             out[path.stem] = json.loads(path.read_text())
     return out
-
-
-def port_in_use(host: str, port: int) -> None:
-    """Refuse a port something else listens on: its health answers would pass for our
-    engine's. The message says "address in use", which the control plane reads to
-    pick another port on this host next time."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise EngineError(
-                f"port {port} on this node is taken by another process (address in use: "
-                f"{exc.strerror}); the control plane will pick another"
-            ) from None

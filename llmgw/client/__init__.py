@@ -1,17 +1,6 @@
-"""The commands a person runs against a control plane: the admin API client, tables, the ``ctl``
-commands and ``node add``."""
+"""The commands a person runs against a control plane: the admin API client, tables, the
+``ctl`` commands and ``node add``."""
 
-import argparse
-import re
+from llmgw.cliargs import UsageError, parse_duration
 
-
-class UsageError(RuntimeError):
-    """Bad input on the command line; printed without a traceback."""
-
-
-def parse_duration(text: str) -> int:
-    """'90', '90s', '30m', '1h', '2d' as seconds."""
-    m = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration (like 30m, 1h, 2d)")
-    return int(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+__all__ = ["UsageError", "parse_duration"]

@@ -14,7 +14,7 @@ import shlex
 import zlib
 from dataclasses import dataclass
 
-from llmgw.client.nodeadd import NodeAddError
+from llmgw.client.remote import NodeAddError
 
 KEEPALIVED_DIR = "/etc/keepalived"
 KEEPALIVED_MARK = "# written by `llmgw server add`"

@@ -38,11 +38,9 @@ from llmgw.client.keepalived import (
     keepalived_script,
     parse_vip,
 )
-from llmgw.client.nodeadd import (
-    _PREFIX_RE,
-    LOG_TAIL_LINES,
+from llmgw.client.nodeadd import _PREFIX_RE, LOG_TAIL_LINES, NodeInstaller
+from llmgw.client.remote import (
     NodeAddError,
-    NodeInstaller,
     check_node,
     compiled_for,
     find_zipapp,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from llmgw.agent.supervisor import Shard, Supervisor
+from llmgw.agent.shard import Shard
+from llmgw.agent.supervisor import Supervisor
 from llmgw.wire.messages import Compute, ShardSpec
 
 

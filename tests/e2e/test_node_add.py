@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from llmgw.client import nodeadd
+from llmgw.client import nodeadd, remote
 from tests.e2e.cluster import Cluster, free_port, run
 from tests.support.sshd import SSHD, Sshd, running_sshd
 
@@ -173,8 +173,8 @@ sudo=no
 
 
 def test_probe_output_is_read_into_facts() -> None:
-    facts = nodeadd.parse_probe(PROBE)
-    assert facts == nodeadd.NodeFacts(
+    facts = remote.parse_probe(PROBE)
+    assert facts == remote.NodeFacts(
         hostname="gpu-07",
         uid=0,
         machine="x86_64",
@@ -194,19 +194,19 @@ def test_probe_output_is_read_into_facts() -> None:
     ],
 )
 def test_a_node_without_a_usable_python_is_refused(python_line: str, message: str) -> None:
-    facts = nodeadd.parse_probe(PROBE.replace("python=3.11.2", python_line))
-    with pytest.raises(nodeadd.NodeAddError, match=message):
-        nodeadd.check_node(facts, "gpu-07", None)
+    facts = remote.parse_probe(PROBE.replace("python=3.11.2", python_line))
+    with pytest.raises(remote.NodeAddError, match=message):
+        remote.check_node(facts, "gpu-07", None)
 
 
 def test_a_node_unlike_the_zipapps_compiled_modules_is_refused() -> None:
-    facts = nodeadd.parse_probe(PROBE.replace("python=3.11.2", "python=3.12.1"))
-    with pytest.raises(nodeadd.NodeAddError, match="for CPython 3.11 on x86_64"):
-        nodeadd.check_node(facts, "gpu-07", ((3, 11), "x86_64"))
-    arm = nodeadd.parse_probe(PROBE.replace("machine=x86_64", "machine=aarch64"))
-    with pytest.raises(nodeadd.NodeAddError, match="on aarch64"):
-        nodeadd.check_node(arm, "gpu-07", ((3, 11), "x86_64"))
-    nodeadd.check_node(nodeadd.parse_probe(PROBE), "gpu-07", ((3, 11), "x86_64"))
+    facts = remote.parse_probe(PROBE.replace("python=3.11.2", "python=3.12.1"))
+    with pytest.raises(remote.NodeAddError, match="for CPython 3.11 on x86_64"):
+        remote.check_node(facts, "gpu-07", ((3, 11), "x86_64"))
+    arm = remote.parse_probe(PROBE.replace("machine=x86_64", "machine=aarch64"))
+    with pytest.raises(remote.NodeAddError, match="on aarch64"):
+        remote.check_node(arm, "gpu-07", ((3, 11), "x86_64"))
+    remote.check_node(remote.parse_probe(PROBE), "gpu-07", ((3, 11), "x86_64"))
 
 
 def test_compiled_for_reads_the_zipapps_extension_modules(tmp_path: Path) -> None:
@@ -214,45 +214,45 @@ def test_compiled_for_reads_the_zipapps_extension_modules(tmp_path: Path) -> Non
     with zipfile.ZipFile(pyz, "w") as zf:
         zf.writestr("site-packages/msgpack/_cmsgpack.cpython-311-x86_64-linux-gnu.so", b"")
         zf.writestr("site-packages/llmgw/cli.py", b"")
-    assert nodeadd.compiled_for(pyz) == ((3, 11), "x86_64")
+    assert remote.compiled_for(pyz) == ((3, 11), "x86_64")
 
 
 def test_without_a_zipapp_it_says_to_run_make_zipapp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(nodeadd, "__file__", str(tmp_path / "llmgw" / "client" / "nodeadd.py"))
-    with pytest.raises(nodeadd.NodeAddError, match="run `make zipapp`"):
-        nodeadd.find_zipapp(None, argv0="/usr/bin/llmgw")
+    monkeypatch.setattr(remote, "__file__", str(tmp_path / "llmgw" / "client" / "remote.py"))
+    with pytest.raises(remote.NodeAddError, match="run `make zipapp`"):
+        remote.find_zipapp(None, argv0="/usr/bin/llmgw")
     running = tmp_path / "llmgw.pyz"
     running.write_bytes(b"")
-    assert nodeadd.find_zipapp(None, argv0=str(running)) == running
+    assert remote.find_zipapp(None, argv0=str(running)) == running
     # Installed under another name, it is still recognised by its contents.
     installed = tmp_path / "llmgw"
     with zipfile.ZipFile(installed, "w") as zf:
         zf.writestr("environment.json", "{}")
         zf.writestr("__main__.py", "")
-    assert nodeadd.find_zipapp(None, argv0=str(installed)) == installed
+    assert remote.find_zipapp(None, argv0=str(installed)) == installed
     installed.write_text("#!/bin/sh\n")
-    with pytest.raises(nodeadd.NodeAddError, match="run `make zipapp`"):
-        nodeadd.find_zipapp(None, argv0=str(installed))
-    with pytest.raises(nodeadd.NodeAddError, match="no such file"):
-        nodeadd.find_zipapp(str(tmp_path / "missing.pyz"))
+    with pytest.raises(remote.NodeAddError, match="run `make zipapp`"):
+        remote.find_zipapp(None, argv0=str(installed))
+    with pytest.raises(remote.NodeAddError, match="no such file"):
+        remote.find_zipapp(str(tmp_path / "missing.pyz"))
 
 
 def test_with_systemd_the_python3_on_its_path_is_the_one_checked() -> None:
     # pyenv and the like change only a login's PATH; the unit would find another python3.
-    facts = nodeadd.parse_probe(PROBE + "unit_python=3.9.2\n")
-    nodeadd.check_node(facts, "gpu-07", None, systemd=False)
-    with pytest.raises(nodeadd.NodeAddError, match="on systemd's PATH.*has Python 3.9.2"):
-        nodeadd.check_node(facts, "gpu-07", None, systemd=True)
+    facts = remote.parse_probe(PROBE + "unit_python=3.9.2\n")
+    remote.check_node(facts, "gpu-07", None, systemd=False)
+    with pytest.raises(remote.NodeAddError, match="on systemd's PATH.*has Python 3.9.2"):
+        remote.check_node(facts, "gpu-07", None, systemd=True)
 
 
 @pytest.mark.parametrize(
     "script",
     [
-        nodeadd.PROBE_SCRIPT,
-        nodeadd.copy_script("/opt/llm gw", "ab" * 32),
-        nodeadd.config_script("/opt/llmgw"),
+        remote.PROBE_SCRIPT,
+        remote.copy_script("/opt/llm gw", "ab" * 32),
+        remote.config_script("/opt/llmgw"),
         nodeadd.start_script("/opt/llmgw", systemd=True),
         nodeadd.start_script("/opt/llmgw", systemd=False),
     ],
@@ -296,9 +296,9 @@ def test_doctor_warnings_are_shown_and_a_missing_doctor_is_not_fatal() -> None:
         {"name": "cpu", "status": "ok", "detail": "fine", "fix": None},
         {"name": "clock", "status": "warn", "detail": "unsynced", "fix": "run chrony"},
     ]
-    shown = nodeadd.doctor_report(nodeadd.RemoteResult(0, json.dumps(checks), ""))
+    shown = nodeadd.doctor_report(remote.RemoteResult(0, json.dumps(checks), ""))
     assert shown == ["WARN clock: unsynced (fix: run chrony)"]
-    missing = nodeadd.RemoteResult(1, "", "ModuleNotFoundError: No module named 'x'")
+    missing = remote.RemoteResult(1, "", "ModuleNotFoundError: No module named 'x'")
     assert nodeadd.doctor_report(missing) == [
         "doctor did not run cleanly (ModuleNotFoundError: No module named 'x'); carrying on"
     ]

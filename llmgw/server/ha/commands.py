@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import pki
-from llmgw.client import UsageError
+from llmgw.cliargs import UsageError
 from llmgw.config import format_hostport
 from llmgw.server.datadir import DataDir, InitError
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING, store_term

@@ -10,7 +10,7 @@ import pytest
 from weights_fakehub import FakeHub, Progress, blob
 
 from llmgw.agent.engines import EngineError, adapter
-from llmgw.agent.supervisor import Shard
+from llmgw.agent.shard import Shard
 from llmgw.agent.weights import PickleRefused, WeightStore, cache_name, lora
 from llmgw.wire.messages import AdapterSpec, ShardSpec
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llmgw.client import UsageError
+from llmgw.cliargs import UsageError
 
 
 def state_dir(args: argparse.Namespace) -> Path:
