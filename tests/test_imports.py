@@ -179,20 +179,71 @@ def test_the_cycle_check_finds_a_cycle_through_a_package_and_a_late_import(
     assert cycles(module_graph(root)) == [["llmgw.b", "llmgw.c", "llmgw.core", "llmgw.core.a"]]
 
 
+def imports_under(root: Path, package: str) -> list[tuple[str, str]]:
+    """(module, name) for every module ``name`` each module under ``package`` imports;
+    ``root`` is the folder that holds the ``llmgw`` package."""
+    found = []
+    for path in sorted((root / package.replace(".", "/")).rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
+        is_package = rel.name == "__init__"
+        module = ".".join(rel.parts[:-1] if is_package else rel.parts)
+        found += [
+            (module, n) for n in sorted(imported_modules(path.read_text(), module, is_package))
+        ]
+    return found
+
+
+def forbidden(root: Path, package: str, bad: tuple[str, ...]) -> list[str]:
+    """``module: imports name`` for each import under ``package`` of a ``bad`` module."""
+    return [
+        f"{module}: imports {name}"
+        for module, name in imports_under(root, package)
+        if any(name == b or name.startswith(b + ".") for b in bad)
+    ]
+
+
 # The server's core and its gateway: no web framework, and nothing of the composition
-# root or the admin API, which are built on them and not the other way round.
-CORE = ("store", "fleet", "catalog", "gateway")
-CORE_MUST_NOT_IMPORT = ("starlette", "llmgw.server.app", "llmgw.server.api")
+# root, the admin API or the pages, which are built on them and not the other way round.
+CORE = ("store", "fleet", "catalog", "gateway", "ha")
+CORE_MUST_NOT_IMPORT = (
+    "starlette",
+    "llmgw.server.app",
+    "llmgw.server.api",
+    "llmgw.server.pages",
+    "llmgw.server.access",
+)
 
 
 def test_the_server_core_imports_neither_the_web_stack_nor_the_app() -> None:
     found = []
     for package in CORE:
-        for path in sorted((PACKAGE / "server" / package).rglob("*.py")):
-            rel = path.relative_to(PACKAGE.parent).with_suffix("")
-            is_package = rel.name == "__init__"
-            module = ".".join(rel.parts[:-1] if is_package else rel.parts)
-            for name in sorted(imported_modules(path.read_text(), module, is_package)):
-                if any(name == bad or name.startswith(bad + ".") for bad in CORE_MUST_NOT_IMPORT):
-                    found.append(f"{module}: imports {name}")
+        found += forbidden(PACKAGE.parent, f"llmgw.server.{package}", CORE_MUST_NOT_IMPORT)
     assert found == []
+
+
+def test_the_api_and_the_pages_are_siblings() -> None:
+    # Both call the services; neither goes through the other.
+    assert forbidden(PACKAGE.parent, "llmgw.server.api", ("llmgw.server.pages",)) == []
+    assert forbidden(PACKAGE.parent, "llmgw.server.pages", ("llmgw.server.api",)) == []
+
+
+def test_the_server_never_imports_the_client() -> None:
+    assert forbidden(PACKAGE.parent, "llmgw.server", ("llmgw.client",)) == []
+
+
+def test_the_client_imports_no_role() -> None:
+    bad = ("llmgw.agent", "llmgw.server", "llmgw.tui")
+    assert forbidden(PACKAGE.parent, "llmgw.client", bad) == []
+
+
+def test_the_forbidden_check_sees_late_and_relative_imports(tmp_path: Path) -> None:
+    root = tmp_path / "llmgw"
+    (root / "server" / "api").mkdir(parents=True)
+    (root / "server" / "pages").mkdir(parents=True)
+    (root / "server" / "api" / "a.py").write_text("def f():\n    from ..pages import site\n")
+    (root / "server" / "pages" / "b.py").write_text("from llmgw.server.refusal import R\n")
+    assert forbidden(root.parent, "llmgw.server.api", ("llmgw.server.pages",)) == [
+        "llmgw.server.api.a: imports llmgw.server.pages",
+        "llmgw.server.api.a: imports llmgw.server.pages.site",
+    ]
+    assert forbidden(root.parent, "llmgw.server.pages", ("llmgw.server.api",)) == []

@@ -10,14 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from llmgw import __version__, jointoken, pki
+from llmgw import __version__, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.modelkit.sizing import ModelShape
-from llmgw.server.admission import new_token_record
+from llmgw.server.admission import JoinTokens
 from llmgw.server.api import (
     AdminApp,
     Gate,
-    Op,
+    Ops,
     adapters,
     build_app,
     cluster,
@@ -32,11 +32,12 @@ from llmgw.server.api import (
     servers,
     settings,
 )
-from llmgw.server.api.modelviews import ModelViews
 from llmgw.server.catalog.adapters import request_names
 from llmgw.server.catalog.inspector import make_inspector
-from llmgw.server.catalog.plan import PlanNode, plan_nodes
-from llmgw.server.catalog.service import ModelService
+from llmgw.server.catalog.planner import Planner
+from llmgw.server.catalog.reconciler import Reconciler
+from llmgw.server.catalog.service import CatalogHooks, ModelService
+from llmgw.server.catalog.views import ModelViews
 from llmgw.server.datadir import DataDir
 from llmgw.server.fleet import exposition
 from llmgw.server.fleet.agentport import AgentPort
@@ -44,7 +45,9 @@ from llmgw.server.fleet.agentsettings import AgentSettings
 from llmgw.server.fleet.engines import FleetEngines
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
-from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.fleet.fabricservice import FabricService
+from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
+from llmgw.server.fleet.service import FleetService
 from llmgw.server.front import (
     AsgiBridge,
     Listener,
@@ -52,23 +55,37 @@ from llmgw.server.front import (
     hold_mmap_threshold,
     raise_file_limit,
 )
-from llmgw.server.gateway import Gateway
-from llmgw.server.gateway.service import STOPPED_SETTING, bounds_of
+from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
+from llmgw.server.gateway.kvroute import KvIndex
+from llmgw.server.gateway.service import bounds_of
 from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.peerlink import PeerClient, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
-from llmgw.server.pages.session import Sessions
+from llmgw.server.principal import Principal
+from llmgw.server.sessions import Sessions
 from llmgw.server.store import Store, open_store
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
 from llmgw.wire.messages import Firewall, Message
 
 log = logging.getLogger("llmgw.server")
 
+# The control plane following the fleet's engine versions (ctl engines).
+ENGINES = Principal.system("engines")
+
 
 class ControlPlane:
+    """Every service of the control plane, each handed its collaborators as it is built.
+
+    The order follows who needs whom: the registry first (its reports wake the
+    reconcile loop and feed the router's KV index, both made before it), then the
+    fleet's engines and fabrics, which the reconciler reads, the catalog over them,
+    the gateway over the catalog, and the services the API and pages call. Callbacks
+    into this object (``_write_usage``, ``_settings_changed``...) read what they need
+    when they are called, so no service is finished off after it is built."""
+
     def __init__(self, data: DataDir, config: ServerConfig, store: Store) -> None:
         self.data = data
         self.config = config
@@ -76,7 +93,6 @@ class ControlPlane:
         self.cluster_secret = data.cluster_secret()
         self.ca = data.ca()
         self.ca_fingerprint = pki.fingerprint(self.ca.cert_pem)
-        self.registry = NodeRegistry(store, config.heartbeat_interval, config.missed_heartbeats)
         _, http_port = parse_hostport(config.listen)
         self.api_addresses = [format_hostport(a, http_port) for a in config.advertise]
         self.agent_addresses = [format_hostport(a, config.agent_port) for a in config.advertise]
@@ -85,10 +101,41 @@ class ControlPlane:
         self.stopping = asyncio.Event()
         self.agent_port: AgentPort | None = None
         self.listeners: list[Listener] = []
-        self.inspector = make_inspector(self.registry)
-        self.models = ModelService(
-            store, self.registry, config.scheduling, self.cluster_secret, self.inspect_shape
+        self._background: set[asyncio.Task[None]] = set()
+        # The reconcile loop's wake-up: set by every change of the catalog and every
+        # report of a node that matters.
+        wake = asyncio.Event()
+        # vLLM replicas' KV-cache blocks, as their agents report them, for routing.
+        kv = KvIndex()
+        self.registry = NodeRegistry(
+            store,
+            config.heartbeat_interval,
+            config.missed_heartbeats,
+            RegistryHooks(changed=wake.set, kv_blocks=kv.apply),
         )
+        # The agents' settings the cluster decides (ctl config).
+        self.agent_settings = AgentSettings(store, on_change=self._settings_changed)
+        # The engines the fleet runs (server.yaml's engines:, ctl engines over it).
+        self.engines = FleetEngines(store, config.engines, on_change=self._engines_changed)
+        # The InfiniBand fabrics, from what the nodes' ports see.
+        self.fabric_watch = FabricWatch()
+        self.fabric_maps = FabricMaps(self.registry, self.fabric_watch)
+        self.fleet = FleetService(self.registry, self.cluster_secret)
+        self.fabrics = FabricService(self.fabric_watch, self.fabric_maps, self.registry)
+        self.inspector = make_inspector(self.registry)
+        self.reconciler = Reconciler(
+            config.scheduling, self.engines.version_of, self.fabric_maps.wiring
+        )
+        self.models = ModelService(
+            store,
+            self.registry,
+            self.reconciler,
+            config.scheduling,
+            self.cluster_secret,
+            wake,
+            CatalogHooks(inspect=self.inspect_shape, remove_files=self.fleet.remove_source),
+        )
+        self.planner = Planner(self.inspector, self.models.room, self.registry)
         self.gateway = Gateway(
             store,
             self.registry,
@@ -96,21 +143,33 @@ class ControlPlane:
             self.cluster_secret,
             config.gateway,
             self.models.demand,
+            kv=kv,
+            # Counted on a standby, usage goes to the leader; on the leader, to the store.
+            write_usage=self._write_usage,
         )
-        self.registry.on_change = self.models.wake
-        # vLLM replicas' KV-cache blocks, as their agents report them, for routing.
-        self.registry.on_kv_blocks = self.gateway.router.kv_blocks
-        # The agents' settings the cluster decides (ctl config).
-        self.agent_settings = AgentSettings(store)
-        # The engines the fleet runs (server.yaml's engines:, ctl engines over it).
-        self.engines = FleetEngines(store, config.engines)
-        self.models.reconciler.engine_version = self.engines.version_of
-        # The InfiniBand fabrics, from what the nodes' ports see.
-        self.fabrics = FabricWatch()
-        self.fabric_maps = FabricMaps(self.registry, self.fabrics)
-        self.models.reconciler.wiring = self.fabric_maps.wiring
-        self._background: set[asyncio.Task[None]] = set()
-        self.views = ModelViews(self.models, self.registry, self.gateway.endpoints_of)
+        self.views = ModelViews(
+            self.models.models,
+            self.reconciler,
+            lambda: self.models.passes,
+            self.registry,
+            self.gateway.endpoints_of,
+        )
+        self.keys = KeyService(
+            store,
+            self.gateway.keys,
+            self.gateway.flush,
+            self.gateway.metrics.replica_tokens,
+            lambda replica: self.registry.energy.joules.get(replica, 0.0),
+        )
+        self.serving = ServingSwitch(store, self._apply_stopped)
+        self.tokens = JoinTokens(
+            store,
+            self.cluster_secret,
+            self.ca,
+            self.api_addresses,
+            self.agent_addresses,
+            self.registry.enrolled,
+        )
         self.leader = LeaderWork(
             [
                 Duty("reconciler", self.models.run),
@@ -120,8 +179,6 @@ class ControlPlane:
             ]
         )
         self.ha = self._leadership()
-        # Counted on a standby, usage goes to the leader; on the leader, to the store.
-        self.gateway.usage.write = self._write_usage
         self.peer_listener: PeerListener | None = None
 
     def _leadership(self) -> Leadership:
@@ -214,7 +271,7 @@ class ControlPlane:
             self._spawn(self._follow_engine(engine, detail))
 
     async def _follow_engine(self, engine: str, detail: str) -> None:
-        moved = await self.models.follow_engine(engine, detail, "engines")
+        moved = await self.models.follow_engine(engine, detail, ENGINES)
         if moved:
             log.info("replacing the replicas of %s for %s", ", ".join(moved), detail)
 
@@ -249,9 +306,7 @@ class ControlPlane:
         if every or "models" in tables:
             await self.models.reload()
         if every or "settings" in tables:
-            stopped = (await self.store.get_setting(STOPPED_SETTING)) == "true"
-            if stopped != self.gateway.stopped:
-                self.set_stopped(stopped)
+            await self.serving.load()
             await self.agent_settings.load()
             await self.engines.load()
         if every or "nodes" in tables:
@@ -266,9 +321,9 @@ class ControlPlane:
         await self.gateway.load()
         await self.agent_settings.load()
         await self.engines.load()
-        self.set_stopped(self.gateway.stopped)
+        await self.serving.load()
 
-    def set_stopped(self, stopped: bool) -> None:
+    def _apply_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
         self.gateway.stopped = stopped
         self.models.halt(stopped)
@@ -280,28 +335,6 @@ class ControlPlane:
     def admin_token_ok(self, token: str) -> bool:
         return pki.token_hash(token) in self._admin_hashes
 
-    async def mint_join_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
-        return await self._mint(ttl, actor, server=False)
-
-    async def mint_server_token(self, ttl: int, actor: str = "admin") -> jointoken.JoinToken:
-        return await self._mint(ttl, actor, server=True)
-
-    async def _mint(self, ttl: int, actor: str, server: bool) -> jointoken.JoinToken:
-        """A token for a node or (``server``) a new control plane: its secret sealed in
-        the store, its use audited."""
-        secret = pki.new_secret()
-        record = new_token_record(self.cluster_secret, ttl, secret, actor, server=server)
-        await self.store.add_join_token(record)
-        action = "server.token" if server else "token.create"
-        await self.store.audit(actor, action, record.id, f"ttl {ttl}s")
-        return jointoken.JoinToken(
-            id=record.id,
-            secret=secret,
-            addresses=self.api_addresses,
-            ca_fingerprint=self.ca_fingerprint,
-            expires_at=record.expires_at,
-        )
-
     async def admission(self) -> Admission:
         return Admission(
             self.store,
@@ -311,10 +344,6 @@ class ControlPlane:
             self.ha.term,
             {"backend": self.config.store.backend, "dsn": self.config.store.dsn},
         )
-
-    def planning_fleet(self) -> list[PlanNode]:
-        """The nodes as placement sees them now, for the planner: one judge of fit."""
-        return plan_nodes(self.registry.nodes, self.models.fleet(at_rest=False))
 
     def health(self) -> dict[str, Any]:
         """``/healthz``: 200 while this process answers; ``ok`` false, with each problem
@@ -370,7 +399,7 @@ class ControlPlane:
         ]
         joules = self.registry.energy.joules_per_token(self.gateway.metrics.replica_tokens)
         snapshots = [exposition.NodeSnapshot.of(v) for v in self.registry.nodes.values()]
-        found = self.fabrics.fabrics(self.registry.nodes.values())
+        found = self.fabric_watch.fabrics(self.registry.nodes.values())
 
         def fleet() -> str:
             # Thousands of cards make megabytes of text: written in a worker thread, so
@@ -384,36 +413,27 @@ class ControlPlane:
 
         return gateway.rstrip("\n") + "\n" + await asyncio.to_thread(fleet) + "\n"
 
-    def routes(self) -> list[Op]:
+    def routes(self) -> Ops:
         """Every admin route, each with who may call it."""
-        ops: list[Op] = []
-        enrollment = cluster.Enrollment(
-            self.store, self.cluster_secret, self.ca, self.registry, self.agent_addresses
-        )
+        ops: Ops = []
         ops += cluster.routes(
             self.health,
             self.status,
             self.metrics_text,
-            self.mint_join_token,
-            enrollment,
+            self.tokens,
             lambda: openapi.document(
                 ops, bounds_of(self.config.gateway), request_names(self.models.models)
             ),
         )
-        ops += replicas.routes(self.registry, self.models, self.store, self.cluster_secret)
-        ops += models.routes(self.models, self.views, self.registry)
+        ops += replicas.routes(self.fleet, self.views)
+        ops += models.routes(self.models, self.views, self.fleet)
         ops += adapters.routes(self.models)
-        ops += plan.routes(self.inspector, self.planning_fleet)
-        ops += keys.routes(
-            self.gateway,
-            self.store,
-            self.set_stopped,
-            lambda replica: self.registry.energy.joules.get(replica, 0.0),
-        )
-        ops += servers.routes(self.ha, self.mint_server_token, self.admission)
+        ops += plan.routes(self.planner)
+        ops += keys.routes(self.keys, self.serving)
+        ops += servers.routes(self.ha, self.tokens, self.admission)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
-        ops += fabrics.routes(self.fabrics, self.fabric_maps, self.registry)
+        ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         return ops
 
@@ -421,22 +441,23 @@ class ControlPlane:
         """The admin API and pages as an ASGI app: every route behind the one gate."""
         sessions = Sessions(self.cluster_secret, lambda: self._admin_hashes)
         gate = Gate(self.admin_token_ok, self._standby, sessions)
-        ops = self.routes()
         services = Services(
             registry=self.registry,
             gateway=self.gateway,
             store=self.store,
-            models=lambda: [
-                self.views.model_json(m) for _, m in sorted(self.models.models.items())
-            ],
+            keys=self.keys,
+            serving=self.serving,
+            models=self.models,
+            views=self.views,
+            fleet=self.fleet,
+            planner=self.planner,
+            fabrics=self.fabrics,
             admin_token_ok=self.admin_token_ok,
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,
-            fabrics=self.fabrics,
-            fabric_maps=self.fabric_maps,
         )
-        pages = site.routes(services, ops, gate, self._standby)
-        return build_app(ops, gate, self.config.gateway.body_timeout, pages)
+        pages = site.routes(services, gate, self._standby)
+        return build_app(self.routes(), gate, self.config.gateway.body_timeout, pages)
 
     def _standby(self) -> dict[str, Any] | None:
         """The leader, while this control plane is a standby (writes go there)."""
@@ -452,11 +473,9 @@ class ControlPlane:
             agent_host,
             self.config.agent_port,
             self.ha.agent_addresses,
+            self.ha.redirect,
+            self._pushed_for,
         )
-        self.agent_port.redirect = self.ha.redirect
-        self.agent_port.pushed_for = self._pushed_for
-        self.agent_settings.on_change = self._settings_changed
-        self.engines.on_change = self._engines_changed
         await self.agent_port.start()
         self.peer_listener = PeerListener(
             self.ha,

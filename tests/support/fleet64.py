@@ -128,6 +128,7 @@ from llmgw.wire.messages import (
     to_map,
 )
 from llmgw.wire.states import NodeState
+from tests.support import wiring
 
 MiB = 2**20
 GiB = 2**30
@@ -635,7 +636,7 @@ def registry(fleet: Mapping[str, NodeView] | None = None, *, problems: bool = Tr
     """A ``NodeRegistry`` holding ``fleet`` (the same view objects), or by default a
     fresh fleet. It has no store: the routes, pages and FabricMaps read ``.nodes``
     only; ``flush``, ``enrolled`` and ``monitor`` would fail."""
-    reg = NodeRegistry(cast(Store, None), heartbeat_interval=5.0, missed_heartbeats=3)
+    reg = wiring.registry(cast(Store, None))
     if fleet is None:
         for serial, node in enumerate(NODES, 1):
             _node(reg, node, serial, problems)

@@ -9,10 +9,10 @@ from typing import Any
 
 from starlette.requests import Request
 
-from llmgw.server.api.routing import Gate
+from llmgw.server.access import Gate
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.pages.frame import Frame
-from llmgw.server.pages.session import Sessions
+from llmgw.server.sessions import Sessions
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
@@ -81,7 +81,7 @@ def fleet(n: int, seed: int = 1) -> list[NodeView]:
 
 
 def frame() -> Frame:
-    gate = Gate(lambda token: False, sessions=Sessions(b"s" * 32, lambda: ["h"]))
+    gate = Gate(lambda token: False, lambda: None, Sessions(b"s" * 32, lambda: ["h"]))
     return Frame(gate, lambda: None)
 
 

@@ -1,6 +1,6 @@
 """The console's Fabrics and NVLink racks screens over the recorded 64-node fleet
 (``tests/support/fleet64.py``): the answers are what the control plane's own code makes
-of the fleet (``api.fabrics.listing``, ``FabricMaps.topology``, ``nvlink.domains``),
+of the fleet (``FabricService.listing``, ``FabricMaps.topology``, ``nvlink.domains``),
 through JSON. Fabric A (30 nodes, its port in INIT, its standby SM, its degraded cable,
 two sets of rail leaves under four spines), fabric B (16 nodes, no standby) and the
 NVL72 rack of 18 trays with one card not joined; and the two screens' pictures."""
@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import DataTable, Static
 
-from llmgw.server.api.fabrics import listing
+from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.nvlink import domains
 from llmgw.tui.api import Snapshot
 from llmgw.tui.app import ConsoleApp
@@ -60,7 +60,7 @@ def recorded() -> tuple[Snapshot, dict[str, Any], dict[str, Any], dict[str, Any]
     topologies = {fid: maps.topology(fid) for fid in (FABRIC_A, FABRIC_B)}
     return (
         snapshot,
-        through_json(listing(maps.watch, maps, nodes)),
+        through_json(FabricService(maps.watch, maps, maps.registry).listing()),
         through_json(topologies),
         through_json(domains(nodes)),
     )

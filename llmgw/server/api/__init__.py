@@ -16,10 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
+from llmgw.server.access import Gate
 from llmgw.server.api.responses import error
-from llmgw.server.api.routing import Gate, Op, endpoint
+from llmgw.server.api.routing import Op, Ops, endpoint
 
-__all__ = ["AdminApp", "Gate", "Op", "build_app"]
+__all__ = ["AdminApp", "Gate", "Op", "Ops", "build_app"]
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -41,7 +42,7 @@ AdminApp = Starlette
 
 
 def build_app(
-    ops: list[Op], gate: Gate, body_timeout: float, pages: Sequence[BaseRoute] = ()
+    ops: Ops, gate: Gate, body_timeout: float, pages: Sequence[BaseRoute] = ()
 ) -> AdminApp:
     """The admin API's routes, and the admin pages' (``llmgw.server.pages.site``)."""
     routes: list[BaseRoute] = [

@@ -7,9 +7,7 @@ fingerprint, so the replicas are replaced one by one as for any other change.
 
 from __future__ import annotations
 
-from typing import Any
-
-from llmgw.server.api.routing import Call, Op
+from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.catalog.adapters import adapters_json
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.requests import AdapterRequest
@@ -18,18 +16,18 @@ ADAPTER = {"type": "object", "required": ["name", "source", "scale"]}
 ADAPTERS = {"type": "array", "items": ADAPTER}
 
 
-def routes(service: ModelService) -> list[Op]:
-    async def list_adapters(call: Call) -> Any:
+def routes(service: ModelService) -> Ops:
+    async def list_adapters(call: Call[None, None]) -> object:
         return adapters_json(service.find(call.params["name"]))
 
-    async def add(call: Call) -> Any:
+    async def add(call: Call[AdapterRequest, None]) -> object:
         model = service.served(call.params["name"])
-        return adapters_json(await service.add_adapter(model, call.body, call.actor))
+        return adapters_json(await service.add_adapter(model, call.body, call.principal))
 
-    async def remove(call: Call) -> Any:
+    async def remove(call: Call[None, None]) -> object:
         model = service.served(call.params["name"])
         name = call.params["adapter"]
-        return adapters_json(await service.remove_adapter(model, name, call.actor))
+        return adapters_json(await service.remove_adapter(model, name, call.principal))
 
     path = "/api/v1/models/{name}/adapters"
     return [

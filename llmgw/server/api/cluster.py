@@ -7,55 +7,37 @@ wants the admin token (the gate in ``routing.py`` decides, from each route's acc
 from __future__ import annotations
 
 import asyncio
-import time
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
 
 from starlette.responses import Response
 
-from llmgw import __version__, jointoken, pki
-from llmgw.server.admission import NODE_ID, check_token
-from llmgw.server.api.routing import Call, Op
-from llmgw.server.fleet.registry import NodeRegistry
-from llmgw.server.refusal import Refusal
+from llmgw import __version__, jointoken
+from llmgw.server.admission import JoinTokens
+from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.requests import Enroll, MintToken
-from llmgw.server.store import Store
 
 # An enrollment is a token id, a node id, a CSR and a MAC: a few KiB at most.
 ENROLL_BODY = 16 * 1024
 
 
-@dataclass(frozen=True)
-class Enrollment:
-    """What signing a node's certificate needs."""
-
-    store: Store
-    secret: bytes
-    ca: pki.KeyPair
-    registry: NodeRegistry
-    addresses: list[str]
-
-
 def routes(
-    health: Callable[[], dict[str, Any]],
-    status: Callable[[], dict[str, Any]],
+    health: Callable[[], object],
+    status: Callable[[], object],
     metrics_text: Callable[[], Awaitable[str]],
-    mint: Callable[[int, str], Awaitable[jointoken.JoinToken]],
-    enrollment: Enrollment,
-    openapi: Callable[[], dict[str, Any]],
-) -> list[Op]:
-    async def version(call: Call) -> Any:
+    tokens: JoinTokens,
+    openapi: Callable[[], object],
+) -> Ops:
+    async def version(call: Call[None, None]) -> object:
         return {"version": __version__}
 
-    async def healthz(call: Call) -> Any:
+    async def healthz(call: Call[None, None]) -> object:
         return health()
 
-    async def show_status(call: Call) -> Any:
+    async def show_status(call: Call[None, None]) -> object:
         return status()
 
-    async def metrics(call: Call) -> Any:
+    async def metrics(call: Call[None, None]) -> object:
         text = await metrics_text()
         media = "text/plain; version=0.0.4; charset=utf-8"
         if not takes_gzip(call.request.headers.get("accept-encoding", "")):
@@ -66,15 +48,13 @@ def routes(
         headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
         return Response(body, media_type=media, headers=headers)
 
-    async def tokens(call: Call) -> Any:
-        ask: MintToken = call.body
-        return minted(await mint(ask.ttl_seconds, call.actor))
+    async def mint(call: Call[MintToken, None]) -> object:
+        return minted(await tokens.mint(call.body.ttl_seconds, call.principal))
 
-    async def enroll(call: Call) -> Any:
-        ask: Enroll = call.body
-        return await enroll_node(enrollment, ask.token_id, ask.node_id, ask.csr, ask.mac)
+    async def enroll(call: Call[Enroll, None]) -> object:
+        return await tokens.enroll(call.body)
 
-    async def document(call: Call) -> Any:
+    async def document(call: Call[None, None]) -> object:
         return openapi()
 
     token_answer = {"type": "object", "required": ["token", "id", "expires_at", "addresses"]}
@@ -113,7 +93,7 @@ def routes(
         Op(
             "POST",
             "/api/v1/tokens",
-            tokens,
+            mint,
             "Mint a join token for a node",
             body=MintToken,
             body_optional=True,
@@ -134,46 +114,13 @@ def routes(
     ]
 
 
-def minted(token: jointoken.JoinToken) -> dict[str, Any]:
+def minted(token: jointoken.JoinToken) -> dict[str, object]:
     """A new token as its route answers it (a node's or a control plane's)."""
     return {
         "token": token.encode(),
         "id": token.id,
         "expires_at": token.expires_at,
         "addresses": token.addresses,
-    }
-
-
-async def enroll_node(
-    cp: Enrollment, token_id: str, node_id: str, csr: str, mac: str
-) -> dict[str, Any]:
-    """Check the token, sign the node's CSR, and answer with proof we hold the token."""
-    if not NODE_ID.fullmatch(node_id):
-        raise Refusal(
-            400,
-            "bad_node_id",
-            f"node id {node_id!r} is not valid: use letters, digits, '.', '_' or '-', "
-            "up to 63 characters, starting with a letter or digit",
-        )
-    secret = await check_token(
-        cp.store, cp.secret, token_id, jointoken.enroll_mac, node_id, csr.encode(), mac
-    )
-    now = time.time()
-    try:
-        cert_pem, serial = pki.sign_csr(cp.ca, csr.encode(), node_id)
-    except pki.PKIError as exc:
-        raise Refusal(400, "bad_csr", str(exc)) from None
-    if not await cp.store.use_join_token(token_id, node_id, now):
-        raise Refusal(403, "token_used", "this join token was used by another node just now")
-    await cp.registry.enrolled(node_id, serial)
-    await cp.store.audit(f"join token {token_id}", "node.enroll", node_id, f"serial {serial}")
-    ca_pem = cp.ca.cert_pem
-    return {
-        "node_id": node_id,
-        "cert": cert_pem.decode(),
-        "ca": ca_pem.decode(),
-        "control_planes": cp.addresses,
-        "mac": jointoken.answer_mac(secret, cert_pem, ca_pem),
     }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.server.api.routing import Call, Op
+from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.fleet.engines import FleetEngines, PinError
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
@@ -14,15 +14,15 @@ from llmgw.server.requests import EngineBuild, EngineSet
 DOC = {"type": "object", "required": ["version", "engines", "builds", "nodes"]}
 
 
-def routes(engines: FleetEngines, registry: NodeRegistry) -> list[Op]:
+def routes(engines: FleetEngines, registry: NodeRegistry) -> Ops:
     def shown() -> dict[str, Any]:
         return {**engines.document(), "nodes": engines.nodes(registry.nodes.values())}
 
-    async def get(call: Call) -> Any:
+    async def get(call: Call[None, None]) -> object:
         return shown()
 
-    async def put(call: Call) -> Any:
-        ask: EngineSet = call.body
+    async def put(call: Call[EngineSet, None]) -> object:
+        ask = call.body
         if ask.unset == (ask.version is not None):
             raise Refusal(400, "bad_request", "version: give a version, or unset, not both")
         value: dict[str, Any] | None = None
@@ -36,18 +36,18 @@ def routes(engines: FleetEngines, registry: NodeRegistry) -> list[Op]:
             raise Refusal(400, "bad_request", str(exc)) from None
         return shown()
 
-    async def build(call: Call) -> Any:
+    async def build(call: Call[EngineBuild, None]) -> object:
         node = call.params["node_id"]
         if node not in registry.nodes:
             raise Refusal(404, "not_found", f"no node {node!r}; `llmgw ctl nodes` lists them")
-        ask: EngineBuild = call.body
+        ask = call.body
         try:
             await engines.set_build(node, ask.build, call.actor)
         except PinError as exc:
             raise Refusal(400, "bad_request", str(exc), "build") from None
         return shown()
 
-    async def history(call: Call) -> Any:
+    async def history(call: Call[None, None]) -> object:
         return await engines.history()
 
     return [

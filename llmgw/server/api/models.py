@@ -1,15 +1,12 @@
-"""``/api/v1/models``: the catalog's routes, and the scheduling of nodes."""
+"""``/api/v1/models``: the catalog's routes over ``ModelService``, and the marks of
+nodes (cordon, drain, labels) over ``FleetService``."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from llmgw.server.api.modelviews import ModelViews
-from llmgw.server.api.routing import Call, Empty, Op
+from llmgw.server.api.routing import Call, Empty, Op, Ops
 from llmgw.server.catalog.service import ModelService
-from llmgw.server.fleet.registry import NodeRegistry
-from llmgw.server.refusal import Refusal
+from llmgw.server.catalog.views import ModelViews
+from llmgw.server.fleet.service import MARKS, FleetService, Mark
 from llmgw.server.requests import (
     ContextRequest,
     ExternalRequest,
@@ -20,91 +17,82 @@ from llmgw.server.requests import (
     RestartRequest,
     ServeRequest,
 )
-from llmgw.server.store import Audit
 
 MODEL = {"type": "object", "required": ["name", "state", "profiles"]}
 MODELS = {"type": "array", "items": MODEL}
 NODE = {"type": "object", "required": ["id", "state"]}
 
 
-def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry) -> list[Op]:
-    async def list_models(call: Call) -> Any:
-        return [views.model_json(m) for _, m in sorted(service.models.items())]
+def routes(service: ModelService, views: ModelViews, fleet: FleetService) -> Ops:
+    async def list_models(call: Call[None, None]) -> object:
+        return views.catalog()
 
-    async def serve(call: Call) -> Any:
-        return views.model_json(await service.serve(call.body, call.actor))
+    async def serve(call: Call[ServeRequest, None]) -> object:
+        return views.model_json(await service.serve(call.body, call.principal))
 
-    async def external(call: Call) -> Any:
-        return views.model_json(await service.add_external(call.body, call.actor))
+    async def external(call: Call[ExternalRequest, None]) -> object:
+        return views.model_json(await service.add_external(call.body, call.principal))
 
-    async def show(call: Call) -> Any:
+    async def show(call: Call[None, None]) -> object:
         return views.model_json(service.find(call.params["name"]))
 
-    async def remove(call: Call) -> Any:
+    async def remove(call: Call[None, RemoveQuery]) -> object:
         model = service.find(call.params["name"])
         with_files = call.query.with_files
-        await service.remove(model, with_files, call.actor)
+        await service.remove(model, with_files, call.principal)
         return {"name": model.name, "removed": True, "with_files": with_files}
 
-    async def stop(call: Call) -> Any:
-        return views.model_json(await service.stop(service.find(call.params["name"]), call.actor))
-
-    async def start(call: Call) -> Any:
+    async def stop(call: Call[Empty, None]) -> object:
         model = service.find(call.params["name"])
-        return views.model_json(await service.start(model, call.actor))
+        return views.model_json(await service.stop(model, call.principal))
 
-    async def restart(call: Call) -> Any:
+    async def start(call: Call[Empty, None]) -> object:
         model = service.find(call.params["name"])
-        return views.model_json(await service.restart(model, call.body, call.actor))
+        return views.model_json(await service.start(model, call.principal))
 
-    async def context(call: Call) -> Any:
+    async def restart(call: Call[RestartRequest, None]) -> object:
         model = service.find(call.params["name"])
-        return views.model_json(await service.set_context(model, call.body, call.actor))
+        return views.model_json(await service.restart(model, call.body, call.principal))
 
-    async def gpus(call: Call) -> Any:
+    async def context(call: Call[ContextRequest, None]) -> object:
+        model = service.find(call.params["name"])
+        return views.model_json(await service.set_context(model, call.body, call.principal))
+
+    async def gpus(call: Call[GpusRequest, None]) -> object:
         model = service.served(call.params["name"])
-        return views.model_json(await service.set_gpus(model, call.body, call.actor))
+        return views.model_json(await service.set_gpus(model, call.body, call.principal))
 
-    async def replicas(call: Call) -> Any:
+    async def replicas(call: Call[ReplicasRequest, None]) -> object:
         model = service.served(call.params["name"])
-        return views.model_json(await service.set_replicas(model, call.body, call.actor))
+        return views.model_json(await service.set_replicas(model, call.body, call.principal))
 
-    async def explain(call: Call) -> Any:
+    async def explain(call: Call[None, None]) -> object:
         return service.explain(service.find(call.params["name"]))
 
-    async def demand(call: Call) -> Any:
+    async def demand(call: Call[Empty, None]) -> object:
         model = service.find(call.params["name"])
         service.demand(model.name, True)
         return {"name": model.name, "on_demand": model.on_demand}
 
-    def scheduler(action: str) -> Callable[[Call], Awaitable[Any]]:
-        """The handler of one of a node's marks (the pages call it in-process too)."""
+    def marking(action: Mark) -> Op[Empty, None]:
+        async def mark(call: Call[Empty, None]) -> object:
+            view = await fleet.mark(call.params["node_id"], action, call.principal)
+            return view.as_json()
 
-        async def schedule(call: Call) -> Any:
-            return await mark(call, action)
+        mark.__name__ = action
+        return Op(
+            "POST",
+            f"/api/v1/nodes/{{node_id}}/{action}",
+            mark,
+            f"{action.capitalize()} a node",
+            body=Empty,
+            body_optional=True,
+            answer=NODE,
+            errors=(404,),
+        )
 
-        return schedule
-
-    async def mark(call: Call, action: str) -> Any:
-        node_id = call.params["node_id"]
-        view = nodes.nodes.get(node_id)
-        if view is None:
-            raise Refusal(404, "not_found", f"no node {node_id!r}; see `llmgw ctl nodes`")
-        labels = dict(view.labels)
-        cordoned, draining = view.cordoned, view.draining
-        if action == "cordon":
-            cordoned = True
-        elif action == "uncordon":
-            cordoned, draining = False, False
-        elif action == "drain":
-            cordoned, draining = True, True
-        else:
-            ask: LabelsRequest = call.body
-            labels.update(ask.set or {})
-            for key in ask.remove:
-                labels.pop(key, None)
-        audit = Audit(call.actor, f"node.{action}", node_id)
-        await nodes.set_scheduling(view, cordoned, draining, labels, audit)
+    async def labels(call: Call[LabelsRequest, None]) -> object:
+        view = await fleet.mark(call.params["node_id"], "labels", call.principal, call.body)
         return view.as_json()
 
     named = "/api/v1/models/{name}"
@@ -214,17 +202,14 @@ def routes(service: ModelService, views: ModelViews, nodes: NodeRegistry) -> lis
             body_optional=True,
             errors=(404,),
         ),
-        *(
-            Op(
-                "POST",
-                f"/api/v1/nodes/{{node_id}}/{action}",
-                scheduler(action),
-                f"{action.capitalize()} a node",
-                body=LabelsRequest if action == "labels" else Empty,
-                body_optional=action != "labels",
-                answer=NODE,
-                errors=(404,),
-            )
-            for action in ("cordon", "uncordon", "drain", "labels")
+        *(marking(action) for action in MARKS if action != "labels"),
+        Op(
+            "POST",
+            "/api/v1/nodes/{node_id}/labels",
+            labels,
+            "Labels a node",
+            body=LabelsRequest,
+            answer=NODE,
+            errors=(404,),
         ),
     ]

@@ -3,17 +3,15 @@ racks of trays, whether each tray's cards joined and IMEX runs, and their proble
 
 from __future__ import annotations
 
-from typing import Any
-
-from llmgw.server.api.routing import Call, Op
+from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.fleet.nvlink import domains
 from llmgw.server.fleet.registry import NodeRegistry
 
 DOC = {"type": "object", "required": ["domains", "unjoined"]}
 
 
-def routes(registry: NodeRegistry) -> list[Op]:
-    async def get(call: Call) -> Any:
+def routes(registry: NodeRegistry) -> Ops:
+    async def get(call: Call[None, None]) -> object:
         return domains(registry.nodes.values())
 
     return [

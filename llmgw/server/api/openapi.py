@@ -14,7 +14,7 @@ from typing import Any
 
 from llmgw import __version__
 from llmgw.server import schema
-from llmgw.server.api.routing import Op
+from llmgw.server.api.routing import Op, Ops
 from llmgw.server.gateway.checks import LENGTH_FIELDS, MAX_N, MAX_STOP, MAX_TOOLS, ROLES, Bounds
 
 _PARAM = re.compile(r"\{(\w+)(?::\w+)?\}")
@@ -64,7 +64,7 @@ WHY = {
 }
 
 
-def document(ops: list[Op], bounds: Bounds, models: list[str] | None = None) -> dict[str, Any]:
+def document(ops: Ops, bounds: Bounds, models: list[str] | None = None) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in ops:
         if "{rest:path}" in op.path or op.path == "/admin":
@@ -92,7 +92,7 @@ def document(ops: list[Op], bounds: Bounds, models: list[str] | None = None) -> 
     }
 
 
-def _operation(op: Op, path: str) -> dict[str, Any]:
+def _operation(op: Op[Any, Any], path: str) -> dict[str, Any]:
     out: dict[str, Any] = {"summary": op.summary, "operationId": _operation_id(op, path)}
     params = [
         {"name": n, "in": "path", "required": True, "schema": {"type": "string", "maxLength": 256}}
@@ -127,12 +127,12 @@ def _operation(op: Op, path: str) -> dict[str, Any]:
     return out
 
 
-def _operation_id(op: Op, path: str) -> str:
+def _operation_id(op: Op[Any, Any], path: str) -> str:
     words = [w for w in re.split(r"[^A-Za-z0-9]+", path) if w and w not in ("api", "v1")]
     return "_".join([op.method.lower(), *words])
 
 
-def _answer(op: Op) -> dict[str, Any]:
+def _answer(op: Op[Any, Any]) -> dict[str, Any]:
     if op.media == "application/json":
         return {"description": "OK", "content": {op.media: {"schema": op.answer}}}
     return {"description": "OK", "content": {op.media: {"schema": {"type": "string"}}}}

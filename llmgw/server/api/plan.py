@@ -1,33 +1,15 @@
-"""``GET /api/v1/plan``: the planner's figures for a source, per node."""
+"""``GET /api/v1/plan``: the planner's figures for a source, per node (``Planner``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from llmgw.server.api.routing import Call, Op
-from llmgw.server.catalog.inspector import Inspector, PlanError
-from llmgw.server.catalog.plan import PlanNode, plan
-from llmgw.server.refusal import Refusal
+from llmgw.server.api.routing import Call, Op, Ops
+from llmgw.server.catalog.planner import Planner
 from llmgw.server.requests import PlanQuery
 
 
-def routes(inspector: Inspector, fleet: Callable[[], list[PlanNode]]) -> list[Op]:
-    async def get_plan(call: Call) -> Any:
-        ask: PlanQuery = call.query
-        try:
-            inspection = await inspector.inspect(ask.source, allow_pickle=ask.allow_pickle)
-            return plan(
-                inspection,
-                fleet(),
-                context=ask.context,
-                slots=1 if ask.slots is None else ask.slots,
-                cards=ask.gpus,
-                cpu_cores=ask.cpu_cores,
-                engine=ask.engine,
-            )
-        except PlanError as exc:
-            raise Refusal(400, "plan_refused", str(exc)) from None
+def routes(planner: Planner) -> Ops:
+    async def get_plan(call: Call[None, PlanQuery]) -> object:
+        return await planner.plan(call.query)
 
     return [
         Op(

@@ -5,8 +5,9 @@ roles slot in here later), the typed body and query it takes (``schema.py``
 dataclasses) and what it answers. ``endpoint`` wraps each one in the same steps, in
 this order, so no route can skip one:
 
-1. authorise, from the headers alone: a request without the right token is refused
-   before a byte of its body is read;
+1. authorise at the one gate (``server/access.py``), from the headers alone: a request
+   without the right token is refused before a byte of its body is read, and the
+   handler is handed the caller as a ``Principal``;
 2. refuse a body past the route's limit, from its Content-Length or as it arrives, and
    one that does not arrive within the body timeout;
 3. read the body and query into their types, or 400 naming the field;
@@ -20,22 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmgw.server import schema
+from llmgw.server.access import Access, Gate
 from llmgw.server.api.responses import error
-from llmgw.server.pages.session import COOKIE, Session, Sessions
+from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import StoreUnavailable
 
 log = logging.getLogger("llmgw.api")
 
-Access = Literal["public", "admin"]
 # The largest body any admin route takes; enrollment takes far less.
 MAX_BODY = 1 << 20
 
@@ -45,31 +46,40 @@ class Empty:
     """No fields: the route takes an empty object, or no body at all."""
 
 
+B = TypeVar("B")
+Q = TypeVar("Q")
+
+
 @dataclass(frozen=True)
-class Call:
-    """One request as a handler sees it: who called, and what they sent, typed."""
+class Call(Generic[B, Q]):
+    """One request as a handler sees it: who called, and what they sent, typed: ``body``
+    is the route's body type (``None`` where it takes none), ``query`` its query's."""
 
     request: Request
-    actor: str
+    principal: Principal
     params: dict[str, str]
-    body: Any = None
-    query: Any = None
+    body: B
+    query: Q
 
-
-Handler = Callable[[Call], Awaitable[Any]]
+    @property
+    def actor(self) -> str:
+        return self.principal.name
 
 
 @dataclass(frozen=True)
-class Op:
+class Op(Generic[B, Q]):
+    """A route: its handler takes a ``Call`` of the body and query types named here, so
+    mypy checks each handler against the request it declares."""
+
     method: str
     path: str
-    handler: Handler
+    handler: Callable[[Call[B, Q]], Awaitable[object]]
     summary: str
     access: Access = "admin"
-    body: type | None = None
+    body: type[B] | None = None
     # The body may be left out (read as an empty object).
     body_optional: bool = False
-    query: type | None = None
+    query: type[Q] | None = None
     max_body: int = MAX_BODY
     status: int = 200
     # JSON Schema of the success answer, for the docs; a handler returning a Response
@@ -85,37 +95,16 @@ class Op:
     def writes(self) -> bool:
         return self.method != "GET" and not self.reads
 
+    def typed(self, body: object, query: Mapping[str, str]) -> tuple[B, Q]:
+        """The body (decoded JSON) and query read into this route's types."""
+        typed_body = schema.read(self.body, body) if self.body is not None else None
+        typed_query = schema.read_query(self.query, query) if self.query is not None else None
+        # A route without a body or query declares its handler's B or Q as None.
+        return typed_body, typed_query  # type: ignore[return-value]
 
-class Gate:
-    """The one authorisation point: who the caller is, or None when they may not call."""
 
-    def __init__(
-        self,
-        admin_token_ok: Callable[[str], bool],
-        standby: Callable[[], dict[str, Any] | None] = lambda: None,
-        sessions: Sessions | None = None,
-    ) -> None:
-        self.admin_token_ok = admin_token_ok
-        # On a standby: the leader, where writes go; None while this one leads.
-        self.standby = standby
-        # The admin pages' signed sessions (pages/session.py); None: no pages.
-        self.sessions = sessions
-
-    def session(self, request: Request) -> Session | None:
-        """The admin pages' caller: a valid session cookie, or None. Only pages read
-        it; the API takes its bearer token alone, so no cookie can send an API call."""
-        if self.sessions is None:
-            return None
-        return self.sessions.read(request.cookies.get(COOKIE))
-
-    def actor(self, request: Request, access: Access) -> str | None:
-        host = request.client.host if request.client else "?"
-        if access == "public":
-            return f"anonymous@{host}"
-        header = request.headers.get("authorization", "")
-        if header[:7].lower() == "bearer " and self.admin_token_ok(header[7:].strip()):
-            return f"admin@{host}"
-        return None
+# The routes of every resource, whatever their types (a list holds them all).
+Ops = list[Op[Any, Any]]
 
 
 def unauthorised() -> JSONResponse:
@@ -127,8 +116,8 @@ def unauthorised() -> JSONResponse:
     )
 
 
-def not_leader(leader: dict[str, Any]) -> JSONResponse:
-    where = leader.get("api_address") or "unknown (it does not answer)"
+def not_leader(leader: Mapping[str, object]) -> JSONResponse:
+    where = str(leader.get("api_address") or "unknown (it does not answer)")
     return error(
         409,
         "not_leader",
@@ -138,7 +127,7 @@ def not_leader(leader: dict[str, Any]) -> JSONResponse:
     )
 
 
-async def read_json(request: Request, limit: int, timeout: float) -> Any:
+async def read_json(request: Request, limit: int, timeout: float) -> object:
     """The body as JSON (None when empty), refused past ``limit`` bytes before it is
     read when it says its length, else as soon as it passes it."""
     length = request.headers.get("content-length")
@@ -176,30 +165,29 @@ def too_large(limit: int) -> Refusal:
     return Refusal(413, "body_too_large", f"the request body is over {size}; this route takes less")
 
 
-def endpoint(op: Op, gate: Gate, body_timeout: float) -> Callable[[Request], Awaitable[Response]]:
+def endpoint(
+    op: Op[Any, Any], gate: Gate, body_timeout: float
+) -> Callable[[Request], Awaitable[Response]]:
     """``op`` wrapped in the steps every route takes (the module's docstring)."""
 
     async def run(request: Request) -> Response:
-        actor = gate.actor(request, op.access)
-        if actor is None:
+        principal = gate.principal(request, op.access)
+        if principal is None:
             return unauthorised()
         if op.writes:
             leader = gate.standby()
             if leader is not None:
                 return not_leader(leader)
         try:
-            body: Any = None
-            query: Any = None
+            data: object = None
             if op.body is not None:
                 data = await read_json(request, op.max_body, body_timeout)
                 if data is None:
                     if not op.body_optional:
                         raise Refusal(400, "bad_request", "the request needs a JSON body")
                     data = {}
-                body = schema.read(op.body, data)
-            if op.query is not None:
-                query = schema.read_query(op.query, request.query_params)
-            call = Call(request, actor, dict(request.path_params), body, query)
+            body, query = op.typed(data, request.query_params)
+            call = Call(request, principal, dict(request.path_params), body, query)
             result = await op.handler(call)
         except Refusal as exc:
             return JSONResponse(exc.as_json(), status_code=exc.status)

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from starlette.responses import JSONResponse
 
-from llmgw import jointoken
+from llmgw.server.admission import JoinTokens
 from llmgw.server.api.cluster import minted
-from llmgw.server.api.routing import Call, Op
+from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.ha.joining import Admission, admit
 from llmgw.server.ha.leadership import Leadership
 from llmgw.server.refusal import Refusal
@@ -24,26 +23,25 @@ JOIN_BODY = 32 * 1024
 
 def routes(
     ha: Leadership,
-    mint: Callable[[int, str], Awaitable[jointoken.JoinToken]],
+    tokens: JoinTokens,
     admission: Callable[[], Awaitable[Admission]],
-) -> list[Op]:
-    async def leader(call: Call) -> Any:
+) -> Ops:
+    async def leader(call: Call[None, None]) -> object:
         state = ha.state()
         return JSONResponse(state, status_code=200 if state["role"] == "leader" else 503)
 
-    async def servers(call: Call) -> Any:
+    async def servers(call: Call[None, None]) -> object:
         return ha.listing()
 
-    async def token(call: Call) -> Any:
-        ask: MintToken = call.body
-        return minted(await mint(ask.ttl_seconds, call.actor))
+    async def token(call: Call[MintToken, None]) -> object:
+        return minted(await tokens.mint(call.body.ttl_seconds, call.principal, server=True))
 
-    async def join(call: Call) -> Any:
+    async def join(call: Call[JoinServer, None]) -> object:
         answer = await admit(await admission(), call.body)
         await ha.reload_servers()  # its certificate opens the link from now on
         return answer
 
-    async def remove(call: Call) -> Any:
+    async def remove(call: Call[None, None]) -> object:
         name = call.params["name"]
         if name == ha.name:
             raise Refusal(

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-from llmgw.server.api.routing import Call, Op
+from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.fleet.agentsettings import AgentSettings, SettingsError
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ConfigQuery, ConfigSet
@@ -14,12 +14,12 @@ from llmgw.server.requests import ConfigQuery, ConfigSet
 DOC = {"type": "object", "required": ["default", "nodes", "version"]}
 
 
-def routes(settings: AgentSettings) -> list[Op]:
+def routes(settings: AgentSettings) -> Ops:
     def shown() -> dict[str, Any]:
         return {**settings.document(), "version": settings.version}
 
-    async def get(call: Call) -> Any:
-        ask: ConfigQuery = call.query
+    async def get(call: Call[None, ConfigQuery]) -> object:
+        ask = call.query
         try:
             if ask.key is not None:
                 return {"key": ask.key, "node": ask.node, "value": settings.get(ask.key, ask.node)}
@@ -29,8 +29,8 @@ def routes(settings: AgentSettings) -> list[Op]:
             return {"node": ask.node, "settings": settings.for_node(ask.node)}
         return shown()
 
-    async def put(call: Call) -> Any:
-        ask: ConfigSet = call.body
+    async def put(call: Call[ConfigSet, None]) -> object:
+        ask = call.body
         if ask.unset == (ask.value is not None):
             raise Refusal(400, "bad_request", "value: give a value, or unset, not both", "value")
         value = None
@@ -49,7 +49,7 @@ def routes(settings: AgentSettings) -> list[Op]:
             raise Refusal(400, "bad_request", str(exc), "key") from None
         return shown()
 
-    async def history(call: Call) -> Any:
+    async def history(call: Call[None, None]) -> object:
         return await settings.history()
 
     return [

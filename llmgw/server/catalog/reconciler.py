@@ -31,11 +31,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from llmgw.config import SchedulingConfig
-from llmgw.server.catalog import scheduler
+from llmgw.server.catalog import holdings, scheduler
 from llmgw.server.catalog.model import (
     Model,
     Profile,
@@ -77,9 +76,16 @@ class Reconciler:
     def __init__(
         self,
         config: SchedulingConfig,
+        engine_version: Callable[[str], str | None],
+        wiring: Callable[[Mapping[str, NodeView]], Mapping[str, Wiring]],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``engine_version``: the version the fleet runs an engine at (``engines:``;
+        None: no version asked). ``wiring``: how the nodes are wired (NVLink domains,
+        fabrics, leaves), for replicas spanning nodes."""
         self.config = config
+        self.engine_version = engine_version
+        self.wiring = wiring
         self.clock = clock
         self.started = clock()
         self.ports = EnginePorts(config.engine_ports)
@@ -93,11 +99,6 @@ class Reconciler:
         # `llmgw stop`: every model at zero, the catalog untouched.
         self.halted = False
         self.passes = 0
-        # The version the fleet runs each engine at (``engines:``); None: no version asked.
-        self.engine_version: Callable[[str], str | None] = lambda engine: None
-        # How the nodes are wired (NVLink domains, fabrics, leaves), for replicas
-        # spanning nodes; none known unless the service says.
-        self.wiring: Callable[[Mapping[str, NodeView]], Mapping[str, Wiring]] = lambda v: {}
         # Workers whose replica is gone (shard id -> node), and when each was told to stop.
         self.orphans: dict[str, str] = {}
         self._orphan_stops: dict[str, float] = {}
@@ -201,6 +202,45 @@ class Reconciler:
         """The operator started the model again: try at once, anywhere."""
         for key in [k for k in self.health if k[0] == model]:
             del self.health[key]
+
+    def halt(self, halted: bool) -> None:
+        """`llmgw stop` (True): every model's desired count is zero; False undoes it."""
+        self.halted = halted
+
+    def abandon(self, replica_id: str, reason: str) -> None:
+        """A start that could not be sent (its node went away meanwhile): forgotten, and
+        counted as a failure of its profile."""
+        track = self.tracks.pop(replica_id, None)
+        if track is not None:
+            self.failed(track, self.clock(), reason)
+
+    # ----------------------------------------------------------------- what it knows
+
+    def now(self) -> float:
+        return self.clock()
+
+    def status_of(self, model: str, profile: str) -> ProfileStatus | None:
+        """The profile's counts and note after the last pass; None before one."""
+        return self.status.get((model, profile))
+
+    def running_nodes(self, model: str, profile: str) -> list[str]:
+        """Every node a replica of the profile runs on (each node of one spanning nodes)."""
+        return sorted(
+            {
+                node
+                for t in self.tracks.values()
+                if t.model == model and t.profile == profile
+                for node in t.nodes
+            }
+        )
+
+    def running_fingerprints(self, model: str) -> set[str]:
+        """The fingerprints the model's replicas run now."""
+        return {t.fingerprint for t in self.tracks.values() if t.model == model and t.fingerprint}
+
+    def cards_of(self, replica_id: str) -> list[str]:
+        track = self.tracks.get(replica_id)
+        return list(track.cards) if track else []
 
     # ------------------------------------------------------------------------ a pass
 
@@ -391,70 +431,8 @@ class Reconciler:
     # -------------------------------------------------------------------- placing
 
     def capacities(self, nodes: Mapping[str, NodeView]) -> list[scheduler.NodeCapacity]:
-        """Each node's facts with what its replicas hold.
-
-        A replica not yet loaded takes its whole figure from what the node reports
-        free. A loaded one is already in that figure, as far as it has touched its
-        memory; the catalog's promise to it still stands, so the reserve is the larger
-        of the two readings: what loads next, or everything promised less what the
-        node reports in use. CPU cores stay reserved while a replica runs."""
-        cpu: dict[str, float] = {}
-        memory: dict[str, int] = {}
-        memory_all: dict[str, int] = {}
-        cards: dict[str, dict[str, int]] = {}
-        cards_all: dict[str, dict[str, int]] = {}
-        weights: dict[str, set[str]] = {}
-        profiles = self._profiles
-        for track in self.tracks.values():
-            if track.stop_sent is not None or track.state not in LIVE:
-                continue
-            profile = profiles.get((track.model, track.profile))
-            if profile is None:
-                continue
-            shares = [(track.node, track.cards), *((w.node, w.cards) for w in track.workers)]
-            for node, held in shares:
-                cpu[node] = cpu.get(node, 0.0) + profile.cpu_cores
-                memory_all[node] = memory_all.get(node, 0) + profile.memory
-                every_card = cards_all.setdefault(node, {})
-                for uuid in held:
-                    every_card[uuid] = every_card.get(uuid, 0) + profile.card_memory
-                if track.state != ShardState.READY:
-                    memory[node] = memory.get(node, 0) + profile.memory
-                    per_card = cards.setdefault(node, {})
-                    for uuid in held:
-                        per_card[uuid] = per_card.get(uuid, 0) + profile.card_memory
-        for view in nodes.values():
-            holds = weights.setdefault(view.id, set())
-            holds.update(s.source for s in view.shards.values() if s.source)
-            holds.update(view.downloads)
-        out = []
-        wired = self.wiring(nodes)
-        for nid, view in sorted(nodes.items()):
-            figures = view.figures()
-            used = (figures.memory_total or 0) - (figures.memory_available or 0)
-            memory[nid] = max(memory.get(nid, 0), memory_all.get(nid, 0) - used)
-            card_used = {g.uuid: g.memory_used or 0 for g in figures.gpus}
-            for uuid, promised in cards_all.get(nid, {}).items():
-                loading = cards.setdefault(nid, {}).get(uuid, 0)
-                cards[nid][uuid] = max(loading, promised - card_used.get(uuid, 0))
-            cap = scheduler.NodeCapacity.from_view(
-                view,
-                cpu_reserved=cpu.get(nid, 0.0),
-                memory_reserved=memory.get(nid, 0),
-                card_reserved=cards.get(nid),
-                weights=weights.get(nid, ()),
-                figures=figures,
-            )
-            wiring = wired.get(nid)
-            if wiring is not None:
-                cap = replace(
-                    cap,
-                    nvlink_domain=wiring.nvlink_domain,
-                    fabric=wiring.fabric,
-                    leaves=wiring.leaves,
-                )
-            out.append(cap)
-        return out
+        """Each node's facts with what the replicas placed there hold (``holdings``)."""
+        return holdings.capacities(self.tracks.values(), self._profiles, nodes, self.wiring(nodes))
 
     def request(self, model: Model, profile: Profile, now: float) -> scheduler.Request:
         health = self.health.get((model.name, profile.name))

@@ -246,21 +246,24 @@ class AgentPort:
         host: str,
         port: int,
         control_planes: Callable[[], list[str]],
+        redirect: Callable[[], str | None],
+        pushed_for: Callable[[str, str | None], list[Message]],
     ) -> None:
+        """``control_planes``: every control plane's agents' port, the leader's first
+        (sent in Registered); ``redirect``: on a standby, the leader's agents' port,
+        where each agent is sent (None while this one leads); ``pushed_for``: what the
+        cluster decides for a node (its settings, engines, firewall), sent after
+        Registered and whenever any of it changes (``push_settings``)."""
         self.registry = registry
         self.tls = tls
         self.host = host
         self.port = port
-        # Every control plane's agents' port, the leader's first (sent in Registered).
         self.control_planes = control_planes
-        # On a standby: the leader's agents' port, where each agent is sent.
-        self.redirect: Callable[[], str | None] = lambda: None
+        self.redirect = redirect
         self.server: asyncio.Server | None = None
         self.connections: set[AgentConnection] = set()
         self.refused = 0
-        # What the cluster decides for a node (its settings, engines, firewall), sent
-        # after Registered and whenever any of it changes (``push_settings``).
-        self.pushed_for: Callable[[str, str | None], list[Message]] = lambda node, local: []
+        self.pushed_for = pushed_for
 
     async def start(self) -> None:
         shrink_tls_buffers()

@@ -57,13 +57,14 @@ def check_key(key: str) -> list[str]:
 
 
 class AgentSettings:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, on_change: Callable[[], None]) -> None:
+        """``on_change``: after every change (every agent is told)."""
         self.store = store
         self.default: dict[str, Any] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         # Bumped by every change: an agent reports the version it applied.
         self.version = 0
-        self.on_change: Callable[[], None] = lambda: None
+        self.on_change = on_change
 
     async def load(self) -> None:
         raw = await self.store.get_setting(SETTING)

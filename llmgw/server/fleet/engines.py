@@ -36,7 +36,14 @@ HISTORY_ACTIONS = ("engines.set", "engines.unset", "engines.build")
 
 
 class FleetEngines:
-    def __init__(self, store: Store, configured: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        configured: Mapping[str, Any] | None,
+        on_change: Callable[[str | None, str | None, str | None], None],
+    ) -> None:
+        """``on_change(engine, old, new)``: after every change, the engine whose
+        version moved and its versions (None for a change of no one engine's version)."""
         self.store = store
         # server.yaml's (checked when it was read), or this release's pin.
         self.base = parse_wanted(configured) if configured is not None else pinned()
@@ -44,9 +51,7 @@ class FleetEngines:
         self.overrides: dict[str, dict[str, Any] | None] = {}
         self.builds: dict[str, str] = {}
         self.version = 0
-        self.on_change: Callable[[str | None, str | None, str | None], None] = (
-            lambda engine, old, new: None
-        )
+        self.on_change = on_change
 
     async def load(self) -> None:
         raw = await self.store.get_setting(SETTING)

@@ -207,9 +207,27 @@ class NodeView:
         }
 
 
+@dataclass(frozen=True)
+class RegistryHooks:
+    """What the registry tells the rest of the control plane."""
+
+    # What a node runs may have changed: the reconciler's wake-up.
+    changed: Callable[[], None]
+    # A replica's KV-cache blocks changed (vLLM's events), and whether the node that
+    # told runs that replica (only then is it believed): the gateway's KV index.
+    kv_blocks: Callable[[str, KvBlocks, bool], None]
+
+
 class NodeRegistry:
-    def __init__(self, store: Store, heartbeat_interval: float, missed_heartbeats: int) -> None:
+    def __init__(
+        self,
+        store: Store,
+        heartbeat_interval: float,
+        missed_heartbeats: int,
+        hooks: RegistryHooks,
+    ) -> None:
         self.store = store
+        self.hooks = hooks
         self.interval = heartbeat_interval
         self.missed = missed_heartbeats
         self.nodes: dict[str, NodeView] = {}
@@ -221,10 +239,6 @@ class NodeRegistry:
         # Each replica's cards' energy, for joules per token.
         self.energy = EnergyMeter()
         self.heartbeats = 0
-        # Called when what a node runs may have changed (the reconciler's wake-up).
-        self.on_change: Callable[[], None] = lambda: None
-        # A replica's KV-cache blocks changed (vLLM's events): the gateway's router.
-        self.on_kv_blocks: Callable[[str, KvBlocks], None] = lambda node_id, msg: None
         # Bumped on every change of what runs where: the gateway rebuilds its routes.
         self.version = 0
 
@@ -277,7 +291,7 @@ class NodeRegistry:
         await self.store.set_node_scheduling(view.id, cordoned, draining, labels, audit)
         view.cordoned, view.draining, view.labels = cordoned, draining, labels
         self.version += 1
-        self.on_change()
+        self.hooks.changed()
 
     def certificate_ok(self, node_id: str, serial: int) -> bool:
         """Only a node's newest certificate is honoured: re-enrolling retires the old one."""
@@ -323,7 +337,7 @@ class NodeRegistry:
         # registered meanwhile: a reconnect storm makes one commit a second, not thousands.
         self._registered[view.id] = view
         self.version += 1
-        self.on_change()
+        self.hooks.changed()
 
     def heartbeat(
         self, node_id: str, msg: Heartbeat, payload: dict[str, Any] | None = None
@@ -393,12 +407,13 @@ class NodeRegistry:
         """Keep the latest word of a shard, a download or the node's engines; hand a
         replica's cache blocks on to the router (they change nothing else)."""
         if isinstance(msg, KvBlocks):
-            self.on_kv_blocks(node_id, msg)
+            view = self.nodes.get(node_id)
+            self.hooks.kv_blocks(node_id, msg, view is not None and msg.replica_id in view.shards)
             return
         view = self.nodes[node_id]
         if not isinstance(msg, DownloadProgress):
             self.version += 1
-            self.on_change()
+            self.hooks.changed()
         if isinstance(msg, ShardStatus):
             if msg.state == ShardState.STOPPED:
                 view.shards.pop(msg.replica_id, None)

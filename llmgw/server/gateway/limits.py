@@ -97,10 +97,20 @@ def seconds_to_next_month(now: float) -> int:
     return max(1, int(start - now))
 
 
+# Usage rows (day, key id, key name, model, replica, requests, prompt, completion...)
+# written somewhere.
+UsageRows = list[tuple[str, str, str, str, int, int, int]]
+UsageWriter = Callable[[UsageRows], Awaitable[None]]
+
+
 class Usage:
     """Requests and tokens not yet written, and each key's tokens this month."""
 
-    def __init__(self, store: Store, clock: Clock = time.time) -> None:
+    def __init__(
+        self, store: Store, clock: Clock = time.time, write: UsageWriter | None = None
+    ) -> None:
+        """``write``: where counted rows go, the store on the leader, the leader on a
+        standby (the control plane decides at each write); the store when not given."""
         self.store = store
         self.clock = clock
         # (key id, model, replica) -> [requests, prompt, completion], not yet written.
@@ -108,10 +118,7 @@ class Usage:
         # Tokens each key has used this month (the store's and what is pending).
         self.month: dict[str, int] = {}
         self.month_of = month_of(clock())
-        # Where counted rows go: the store on the leader, the leader on a standby.
-        self.write: Callable[[list[tuple[str, str, str, str, int, int, int]]], Awaitable[None]] = (
-            store.add_usage
-        )
+        self.write: UsageWriter = write or store.add_usage
 
     async def load_month(self) -> None:
         now = self.clock()

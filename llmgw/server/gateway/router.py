@@ -189,6 +189,7 @@ class Router:
         probe: Verdicts,
         secret: bytes,
         unseal: Callable[[str], str] | None = None,
+        kv: KvIndex | None = None,
     ) -> None:
         self.nodes = nodes
         self.catalog = catalog
@@ -203,7 +204,7 @@ class Router:
         self.prefix_hits: dict[str, int] = {}
         # Replicas' cached blocks from vLLM's KV events; picks by (model, reason); picks
         # sent to a replica that held at least one leading block, by model.
-        self.kv = KvIndex()
+        self.kv = kv if kv is not None else KvIndex()
         self.decisions: dict[tuple[str, str], int] = {}
         self.kv_hits: dict[str, int] = {}
         self.tokenize_failures = 0

@@ -29,7 +29,8 @@ from llmgw.server.gateway import checks, kvroute
 from llmgw.server.gateway.adapters import AdapterBook, Asked, refuse_client_lora
 from llmgw.server.gateway.checks import Bounds, Kind, Rejected
 from llmgw.server.gateway.errors import JSON, bad_request, fail, refused, stream_error
-from llmgw.server.gateway.limits import Key, KeyBook, Usage
+from llmgw.server.gateway.kvroute import KvIndex
+from llmgw.server.gateway.limits import Key, KeyBook, Usage, UsageWriter
 from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines, scrape
 from llmgw.server.gateway.probe import EngineProbe
 from llmgw.server.gateway.proxy import Trace, Upstream
@@ -40,7 +41,6 @@ from llmgw.server.store import Store, StoreUnavailable
 
 log = logging.getLogger("llmgw.gateway")
 
-STOPPED_SETTING = "serving.stopped"
 # How often each key's tokens this month are read again from the store.
 BUDGETS_EVERY = 30.0
 # A stream waiting for an on-demand model's first replica gets a comment this often.
@@ -73,7 +73,11 @@ class Gateway:
         config: GatewayConfig,
         demand: Demand,
         clock: Callable[[], float] = time.time,
+        kv: KvIndex | None = None,
+        write_usage: UsageWriter | None = None,
     ) -> None:
+        """``kv``: the replicas' cached blocks (the registry feeds it from the agents'
+        reports); ``write_usage``: where counted usage goes (the store when not given)."""
         self.store = store
         self.catalog = catalog
         self.config = config
@@ -81,10 +85,10 @@ class Gateway:
         self.adapters = AdapterBook(catalog)
         # A request for an adapter wants its model up.
         self.demand = self.adapters.demand_of(demand)
-        self.usage = Usage(store, clock)
+        self.usage = Usage(store, clock, write_usage)
         self.keys = KeyBook(self.usage, clock)
         self.probe = EngineProbe(nodes, secret)
-        self.router = Router(nodes, catalog, self.probe, secret)
+        self.router = Router(nodes, catalog, self.probe, secret, kv=kv)
         self.metrics = Metrics()
         self.queue = FairQueue(
             self.router.room, config.queue_wait, config.queue_depth, self.metrics.queued
@@ -92,6 +96,7 @@ class Gateway:
         # A slot a request frees is its model's adapters' as much (the same replicas).
         released = self.adapters.released_to(self.queue.released)
         self.upstream = Upstream(self.router, config.request_timeout, released)
+        # `llmgw stop` (the ServingSwitch, keyservice.py, sets it): /v1 refuses.
         self.stopped = False
         self.requests = 0
 
@@ -99,7 +104,6 @@ class Gateway:
 
     async def load(self) -> None:
         self.keys.load(await self.store.list_api_keys())
-        self.stopped = (await self.store.get_setting(STOPPED_SETTING)) == "true"
         await self.usage.load_month()
 
     async def flush(self) -> None:

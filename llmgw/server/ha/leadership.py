@@ -69,12 +69,12 @@ class Hooks:
     # Duties a standby runs besides following (shipping its usage to the leader).
     standby_duties: Callable[[Leadership], list[Duty]]
     # The control planes changed: tell the agents (a leader's).
-    announce: Callable[[], Awaitable[None]] | None = None
+    announce: Callable[[], Awaitable[None]]
     # Leading ended here: agents' streams go, so they come back to the leader.
-    stepped_down: Callable[[str], None] = lambda why: None
+    stepped_down: Callable[[str], None]
     # Each limited key's last minute here; and the others' sums, for the limiter.
-    key_counts: Callable[[], dict[str, list[int]]] = dict
-    elsewhere: Callable[[dict[str, tuple[int, int]]], None] = lambda counts: None
+    key_counts: Callable[[], dict[str, list[int]]]
+    elsewhere: Callable[[dict[str, tuple[int, int]]], None]
 
 
 class Leadership:
@@ -88,8 +88,13 @@ class Leadership:
         work: LeaderWork,
         hooks: Hooks,
         lease_seconds: float = 10.0,
+        *,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        # The wall clock: when the others last answered, and this one's row. Handed in,
+        # so tests move it instead of sleeping.
+        self.clock = clock
         self.seat = seat
         self.name = seat.name
         self.term = 0
@@ -184,12 +189,16 @@ class Leadership:
                 seat.api_address,
                 seat.agent_address,
                 seat.peer_address,
-                time.time(),
+                self.clock(),
             )
             await self.store.put_server(record, Audit("llmgw", "server.seat", self.name))
             await self._load_servers()
 
     def _follow(self) -> None:
+        if self.standby_work is not None:
+            # Following already (a step down at start begins it before start would): a
+            # second follower would apply every change twice, and outlive stop().
+            return
         self.standby_work = LeaderWork(
             [Duty("follow", self.follower.run), *self.hooks.standby_duties(self)],
             label="standby",
@@ -254,6 +263,17 @@ class Leadership:
         assert self.lease is not None
         lease = await self.lease.round()
         if lease is not None and lease.held_by(self.name):
+            if self.leading and lease.term != self.term:
+                # Ours again, in a new term: it lapsed while this process stalled, and
+                # another may have led and written meanwhile. The old term's fence would
+                # refuse every write, so lead anew, from the store as it is now.
+                log.warning(
+                    "the leader's lease lapsed and was taken again (term %d, was %d)",
+                    lease.term,
+                    self.term,
+                )
+                self.role = "standby"
+                await self.work.step_down()
             if not self.leading:
                 await self._take_lease(lease)
             return
@@ -363,7 +383,7 @@ class Leadership:
         self._loading = None
         loading.result()
         planes = self.agent_addresses()
-        if self.leading and planes != self._announced and self.hooks.announce:
+        if self.leading and planes != self._announced:
             await self.hooks.announce()
         self._announced = planes
 
@@ -373,7 +393,7 @@ class Leadership:
             *(self.client.json("GET", s.peer_address, "/peer/state", timeout=2) for s in others),
             return_exceptions=True,
         )
-        now = time.time()
+        now = self.clock()
         elsewhere: dict[str, tuple[int, int]] = {}
         for server, answer in zip(others, answers, strict=True):
             if isinstance(answer, dict):
@@ -474,11 +494,11 @@ class Leadership:
         for s in sorted(self.servers.values(), key=lambda r: r.name):
             if s.name == self.name:
                 state: dict[str, Any] | None = self.state()
-                contact: float | None = time.time()
+                contact: float | None = self.clock()
             else:
                 seen = self.seen.get(s.name)
                 contact, state = seen if seen else (None, None)
-                if contact is not None and time.time() - contact > 3 * WATCH:
+                if contact is not None and self.clock() - contact > 3 * WATCH:
                     state = None  # not answering now
             out.append(
                 {

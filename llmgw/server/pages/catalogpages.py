@@ -1,7 +1,7 @@
 """The catalog's and the gateway's pages: models, a model's card, keys and the audit log.
 
-Reads are in-process over the catalog service, the gateway's keys and the store; every
-change is the admin API's own handler, called through ``Actions``.
+Reads and changes are in-process over the services the admin API calls too: the
+catalog (``ModelService`` and its views), the planner, and the gateway's keys.
 """
 
 from __future__ import annotations
@@ -11,69 +11,64 @@ from typing import Any
 
 from starlette.responses import RedirectResponse, Response
 
-from llmgw.server.api.keys import key_json
-from llmgw.server.gateway import Gateway
-from llmgw.server.pages.frame import Actions, Frame, Page, PageCall, form_body
+from llmgw.server import schema
+from llmgw.server.catalog.model import Model
+from llmgw.server.gateway.keyservice import key_json
+from llmgw.server.pages.frame import Frame, Page, PageCall, Services, form_body
 from llmgw.server.refusal import Refusal
-from llmgw.server.store import Store
+from llmgw.server.requests import (
+    CreateKey,
+    PlanQuery,
+    ReplicasRequest,
+    RestartRequest,
+    ServeRequest,
+)
 
 MODEL_ACTIONS = ("stop", "start", "restart")
-NAMED = "/api/v1/models/{name}"
 
 
-def pages(
-    frame: Frame,
-    actions: Actions,
-    models: Callable[[], list[dict[str, Any]]],
-    gateway: Gateway,
-    store: Store,
-) -> list[Page]:
-    """``models`` gives the catalog as the API shows it."""
+def pages(frame: Frame, services: Services) -> list[Page]:
+    models, views, keys = services.models, services.views, services.keys
 
     async def catalog(call: PageCall) -> Response:
         template = "models_body.html" if call.htmx else "models.html"
-        return frame.render(call.request, template, call.session, models=models())
+        return frame.render(call.request, template, call.session, models=views.catalog())
 
-    def find(call: PageCall) -> dict[str, Any]:
+    def find(call: PageCall) -> Model:
         name = str(call.params["name"])
-        for model in models():
-            if model["name"] == name:
-                return model
-        raise Refusal(404, "not_found", f"no model {name!r}")
+        model = models.models.get(name)
+        if model is None:
+            raise Refusal(404, "not_found", f"no model {name!r}")
+        return model
 
     async def model(call: PageCall) -> Response:
-        shown = find(call)
-        explained = None
-        if not shown.get("external"):
-            explained = await actions.run(
-                call.request, call.actor, "GET", f"{NAMED}/explain", params={"name": shown["name"]}
-            )
+        found = find(call)
+        explained = None if found.external else models.explain(found)
         template = "model_body.html" if call.htmx else "model.html"
+        shown = views.model_json(found)
         return frame.render(call.request, template, call.session, model=shown, explained=explained)
 
     def changer(action: str) -> Callable[[PageCall], Any]:
         async def change(call: PageCall) -> Response:
-            shown = find(call)
-            await actions.run(
-                call.request,
-                call.actor,
-                "POST",
-                f"{NAMED}/{action}",
-                params={"name": shown["name"]},
-            )
-            return RedirectResponse(f"/admin/models/{shown['name']}", status_code=303)
+            found = find(call)
+            if action == "stop":
+                await models.stop(found, call.principal)
+            elif action == "start":
+                await models.start(found, call.principal)
+            else:
+                await models.restart(found, schema.read(RestartRequest, {}), call.principal)
+            return RedirectResponse(f"/admin/models/{found.name}", status_code=303)
 
         change.__name__ = f"model_{action}"
         return change
 
     def key_rows() -> list[dict[str, Any]]:
-        month = gateway.keys.usage.month
         return [
-            {**key_json(r), "month_tokens": month.get(r.id)}
-            for r in sorted(gateway.keys.records(), key=lambda r: -r.created_at)
+            {**key_json(r), "month_tokens": keys.month_tokens(r.id)}
+            for r in sorted(keys.records(), key=lambda r: -r.created_at)
         ]
 
-    async def keys(call: PageCall) -> Response:
+    async def keys_page(call: PageCall) -> Response:
         template = "keys_table.html" if call.htmx else "keys.html"
         return frame.render(call.request, template, call.session, keys=key_rows(), made=None)
 
@@ -82,23 +77,18 @@ def pages(
         body = form_body(form, texts=("expires",), numbers=("rpm", "tpm", "budget"))
         body["name"] = form.get("name", "")
         body["models"] = [p.strip() for p in form.get("models", "").split(",") if p.strip()]
-        made = await actions.run(call.request, call.actor, "POST", "/api/v1/keys", body=body)
+        record, key = await keys.create(schema.read(CreateKey, body), call.principal)
         # The key itself is in this one answer and nowhere else: never in a redirect.
+        made = {**key_json(record), "key": key}
         return frame.render(call.request, "keys.html", call.session, keys=key_rows(), made=made)
 
     async def revoke_key(call: PageCall) -> Response:
-        await actions.run(
-            call.request,
-            call.actor,
-            "DELETE",
-            "/api/v1/keys/{key_id}",
-            params={"key_id": str(call.params["key_id"])},
-        )
+        await keys.revoke(str(call.params["key_id"]), call.principal)
         return RedirectResponse("/admin/keys", status_code=303)
 
     async def audit(call: PageCall) -> Response:
         query = call.request.query_params.get("q", "")[:200]
-        rows = await store.audit_log(limit=500)
+        rows = await services.store.audit_log(limit=500)
         words = query.lower().split()
         if words:
             rows = [
@@ -126,7 +116,7 @@ def pages(
             raise Refusal(
                 400, "bad_request", "source: say what to serve (a path, hf:ORG/REPO or a URL)"
             )
-        planned = await actions.run(call.request, call.actor, "GET", "/api/v1/plan", query=asked)
+        planned = await services.planner.plan(schema.read_query(PlanQuery, asked))
         return frame.render(call.request, "plan.html", call.session, plan=planned)
 
     async def serve(call: PageCall) -> Response:
@@ -136,43 +126,29 @@ def pages(
             numbers=("context", "gpus", "replicas", "max_output"),
         )
         body["source"] = call.form.get("source", "").strip()
-        made = await actions.run(call.request, call.actor, "POST", "/api/v1/models", body=body)
-        return RedirectResponse(f"/admin/models/{made['name']}", status_code=303)
+        made = await models.serve(schema.read(ServeRequest, body), call.principal)
+        return RedirectResponse(f"/admin/models/{made.name}", status_code=303)
 
     async def scale(call: PageCall) -> Response:
-        shown = find(call)
+        found = find(call)
         body = form_body(call.form, texts=("profile",), numbers=("replicas",))
         if "replicas" not in body:
             raise Refusal(400, "bad_request", "replicas: say how many (a whole number)")
-        await actions.run(
-            call.request,
-            call.actor,
-            "POST",
-            f"{NAMED}/replicas",
-            params={"name": shown["name"]},
-            body=body,
-        )
-        return RedirectResponse(f"/admin/models/{shown['name']}", status_code=303)
+        ask = schema.read(ReplicasRequest, body)
+        await models.set_replicas(models.served(found.name), ask, call.principal)
+        return RedirectResponse(f"/admin/models/{found.name}", status_code=303)
 
     async def remove(call: PageCall) -> Response:
-        shown = find(call)
-        if call.form.get("confirm") != shown["name"]:
+        found = find(call)
+        if call.form.get("confirm") != found.name:
             raise Refusal(
-                400, "bad_request", f"confirm: type the model's name, {shown['name']}, to remove it"
+                400, "bad_request", f"confirm: type the model's name, {found.name}, to remove it"
             )
-        with_files = "true" if call.form.get("with_files") == "on" else "false"
-        await actions.run(
-            call.request,
-            call.actor,
-            "DELETE",
-            NAMED,
-            params={"name": shown["name"]},
-            query={"with_files": with_files},
-        )
+        await models.remove(found, call.form.get("with_files") == "on", call.principal)
         return RedirectResponse("/admin/models", status_code=303)
 
     async def replicas(call: PageCall) -> Response:
-        rows = await actions.run(call.request, call.actor, "GET", "/api/v1/replicas")
+        rows = views.replicas()
         template = "replicas_body.html" if call.htmx else "replicas.html"
         return frame.render(call.request, template, call.session, rows=rows)
 
@@ -189,7 +165,7 @@ def pages(
             Page("POST", f"/admin/models/{{name}}/{a}", changer(a), role="operator")
             for a in MODEL_ACTIONS
         ),
-        Page("GET", "/admin/keys", keys),
+        Page("GET", "/admin/keys", keys_page),
         Page("POST", "/admin/keys", create_key, role="admin"),
         Page("POST", "/admin/keys/{key_id}/revoke", revoke_key, role="admin"),
         Page("GET", "/admin/audit", audit),

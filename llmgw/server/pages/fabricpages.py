@@ -1,7 +1,7 @@
 """The fabric pages: the InfiniBand fabrics (with each one's map drawn as tiers of
 switches) and the RoCE networks, and the multi-node NVLink domains as racks of trays.
 
-Both read in-process what the admin API shows: ``api.fabrics.listing`` (the fabrics the
+Both read in-process what the admin API shows: ``FabricService.listing`` (the fabrics the
 ports see, joined with their maps' problems and SM records) with ``FabricMaps.topology``,
 and ``fleet.nvlink.domains``. They change nothing.
 """
@@ -13,9 +13,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from llmgw.server.api.fabrics import listing
 from llmgw.server.fleet.fabricmap import FabricMaps
-from llmgw.server.fleet.fabrics import FabricWatch
+from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.nvlink import domains
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.pages.frame import Frame, Page, PageCall, ago
@@ -167,8 +166,9 @@ def fabric_view(fabric: dict[str, Any], maps: FabricMaps) -> dict[str, Any]:
     }
 
 
-def fabrics_view(watch: FabricWatch, maps: FabricMaps, registry: NodeRegistry) -> dict[str, Any]:
-    found = listing(watch, maps, registry.nodes.values())
+def fabrics_view(fabrics: FabricService) -> dict[str, Any]:
+    found = fabrics.listing()
+    maps = fabrics.maps
 
     def rated(ports: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return [{**p, "rate": _rate(p.get("rate_gbps"))} for p in ports]
@@ -244,10 +244,10 @@ def nvlink_view(registry: NodeRegistry) -> dict[str, Any]:
     return {"racks": racks, "unjoined": unjoined}
 
 
-def pages(frame: Frame, watch: FabricWatch, maps: FabricMaps, registry: NodeRegistry) -> list[Page]:
+def pages(frame: Frame, fabrics_of: FabricService, registry: NodeRegistry) -> list[Page]:
     async def fabrics(call: PageCall) -> Response:
         template = "fabrics_body.html" if call.htmx else "fabrics.html"
-        context = fabrics_view(watch, maps, registry)
+        context = fabrics_view(fabrics_of)
         return frame.render(call.request, template, call.session, **context)
 
     async def nvlink(call: PageCall) -> Response:

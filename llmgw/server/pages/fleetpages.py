@@ -1,7 +1,8 @@
 """The fleet's pages: the overview, the nodes table, a node's page and its marks.
 
 Each reads the registry and the catalog in-process; each change (serving switch, cordon,
-drain, labels) is the admin API's own handler, called through ``Actions``.
+drain, labels) is a call of the service that owns it (``ServingSwitch``,
+``FleetService``), with the signed-in caller as its ``Principal``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,15 @@ from typing import Any
 
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
+from llmgw.server import schema
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
-from llmgw.server.pages.frame import Actions, Frame, Page, PageCall
+from llmgw.server.fleet.service import Mark
+from llmgw.server.pages.frame import Frame, Page, PageCall, Services
 from llmgw.server.refusal import Refusal
+from llmgw.server.requests import LabelsRequest, LogsQuery
 from llmgw.wire.warnings import split_fix
 
-NODE_ACTIONS = ("cordon", "uncordon", "drain")
+NODE_ACTIONS: tuple[Mark, ...] = ("cordon", "uncordon", "drain")
 
 
 def _share(used: Any, total: Any) -> float | None:
@@ -173,24 +177,23 @@ def gpu_map(views: Iterable[NodeView], by: str) -> list[dict[str, Any]]:
 
 def pages(
     frame: Frame,
-    actions: Actions,
-    registry: NodeRegistry,
-    stopped: Callable[[], bool],
-    models: Callable[[], list[dict[str, Any]]],
+    services: Services,
     gateway_totals: Callable[[], dict[str, Any]],
     recent: Callable[[], dict[str, Any]],
 ) -> list[Page]:
-    """``models`` gives the catalog as the API shows it; ``gateway_totals`` the gateway's
-    requests, errors and time to first token so far; ``recent`` its last hour."""
+    """``gateway_totals`` gives the gateway's requests, errors and time to first token so
+    far; ``recent`` its last hour."""
+    registry = services.registry
+    fleet = services.fleet
 
     async def overview(call: PageCall) -> Response:
-        shown = models()
+        shown = services.views.catalog()
         replicas: Counter[str] = Counter()
         for view in registry.nodes.values():
             for shard in view.shards.values():
                 replicas[str(shard.state)] += 1
         context = {
-            "stopped": stopped(),
+            "stopped": services.serving.stopped,
             "models": shown,
             "replicas": sorted(replicas.items()),
             "gateway": gateway_totals(),
@@ -204,9 +207,7 @@ def pages(
 
     async def serving(call: PageCall) -> Response:
         stop = call.form.get("stopped") == "true"
-        await actions.run(
-            call.request, call.actor, "POST", "/api/v1/serving", body={"stopped": stop}
-        )
+        await services.serving.set(stop, call.principal)
         return RedirectResponse("/admin", status_code=303)
 
     async def nodes(call: PageCall) -> Response:
@@ -223,10 +224,7 @@ def pages(
         return frame.render(call.request, template, call.session, **context)
 
     def find(call: PageCall) -> NodeView:
-        view = registry.nodes.get(str(call.params["node_id"]))
-        if view is None:
-            raise Refusal(404, "not_found", f"no node {call.params['node_id']!r}")
-        return view
+        return fleet.node(str(call.params["node_id"]))
 
     async def node(call: PageCall) -> Response:
         view = find(call)
@@ -252,26 +250,11 @@ def pages(
 
     async def history(call: PageCall) -> Response:
         view = find(call)
-        found = await actions.run(
-            call.request,
-            call.actor,
-            "GET",
-            "/api/v1/nodes/{node_id}/history",
-            params={"node_id": view.id},
-            query={"minutes": "60"},
-        )
-        return JSONResponse(found)
+        return JSONResponse(fleet.history(view.id, 60))
 
-    def marker(action: str) -> Callable[[PageCall], Any]:
+    def marker(action: Mark) -> Callable[[PageCall], Any]:
         async def mark(call: PageCall) -> Response:
-            view = find(call)
-            await actions.run(
-                call.request,
-                call.actor,
-                "POST",
-                f"/api/v1/nodes/{{node_id}}/{action}",
-                params={"node_id": view.id},
-            )
+            view = await fleet.mark(str(call.params["node_id"]), action, call.principal)
             return RedirectResponse(f"/admin/nodes/{view.id}", status_code=303)
 
         mark.__name__ = f"node_{action}"
@@ -288,14 +271,8 @@ def pages(
                 raise Refusal(400, "bad_request", f"labels: {line.strip()!r} is not key=value")
             wanted[key.strip()] = value.strip()
         remove = [k for k in view.labels if k not in wanted]
-        await actions.run(
-            call.request,
-            call.actor,
-            "POST",
-            "/api/v1/nodes/{node_id}/labels",
-            params={"node_id": view.id},
-            body={"set": wanted, "remove": remove},
-        )
+        ask = schema.read(LabelsRequest, {"set": wanted, "remove": remove})
+        await fleet.mark(view.id, "labels", call.principal, ask)
         return RedirectResponse(f"/admin/nodes/{view.id}", status_code=303)
 
     async def gpus(call: PageCall) -> Response:
@@ -311,14 +288,7 @@ def pages(
     async def log(call: PageCall) -> Response:
         view = find(call)
         source = call.request.query_params.get("source", "agent")[:128] or "agent"
-        lines = await actions.run(
-            call.request,
-            call.actor,
-            "GET",
-            "/api/v1/nodes/{node_id}/logs",
-            params={"node_id": view.id},
-            query={"source": source, "n": "300"},
-        )
+        lines = await fleet.logs(view.id, LogsQuery(source=source, n=300))
         sources = ["agent", *sorted(view.shards)]
         template = "log_body.html" if call.htmx else "log.html"
         return frame.render(

@@ -4,7 +4,7 @@ its templates and assets.
 A ``Page`` names its method, path, handler and the least role it needs; ``endpoint``
 wraps each in the same steps, so no page can skip one:
 
-1. read the session (``session.py``, through the API's one ``Gate``); none: a GET is
+1. read the session (``sessions.py``, through the API's one ``Gate``); none: a GET is
    sent to ``/admin/login?next=...`` (htmx is told with ``HX-Redirect``), anything else
    is sent there too and changes nothing;
 2. a role short of the page's: 403, saying which role it needs;
@@ -14,8 +14,9 @@ wraps each in the same steps, so no page can skip one:
    styles from this origin only, no inline ones), ``X-Frame-Options: DENY``, no
    sniffing, no referrer across origins and no caching.
 
-Changes go through the admin API's own handlers (``Actions``), called in-process with the
-signed-in actor: the same checks, audit entries and errors as ``/api/v1``, no HTTP.
+Pages read and change through the same services as the admin API (``Services``),
+called in-process with the signed-in caller as their ``Principal``: the same checks,
+audit entries and errors as ``/api/v1``, no HTTP and no handler in between.
 """
 
 from __future__ import annotations
@@ -35,14 +36,18 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from llmgw.server import schema
-from llmgw.server.api.routing import Call, Gate, Op
-from llmgw.server.fleet.fabricmap import FabricMaps
-from llmgw.server.fleet.fabrics import FabricWatch
+from llmgw.server.access import Gate
+from llmgw.server.catalog.planner import Planner
+from llmgw.server.catalog.service import ModelService
+from llmgw.server.catalog.views import ModelViews
+from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.registry import NodeRegistry
-from llmgw.server.gateway import Gateway
+from llmgw.server.fleet.service import FleetService
+from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.pages import i18n
-from llmgw.server.pages.session import CSRF_FIELD, CSRF_HEADER, Session
+from llmgw.server.principal import Principal, Role
 from llmgw.server.refusal import Refusal
+from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Session
 from llmgw.server.store import Store
 
 log = logging.getLogger("llmgw.pages")
@@ -113,45 +118,25 @@ def _walk(root: Any) -> list[Any]:
     return out
 
 
-class Actions:
-    """The admin API's handlers, called in-process: ``run("POST", "/api/v1/keys", ...)``
-    reads the body into the route's type and runs its handler as the given actor."""
-
-    def __init__(self, ops: list[Op]) -> None:
-        self.ops = {(op.method, op.path): op for op in ops}
-
-    async def run(
-        self,
-        request: Request,
-        actor: str,
-        method: str,
-        path: str,
-        params: Mapping[str, str] | None = None,
-        body: Mapping[str, Any] | None = None,
-        query: Mapping[str, str] | None = None,
-    ) -> Any:
-        op = self.ops[(method, path)]
-        typed = schema.read(op.body, dict(body or {})) if op.body is not None else None
-        asked = schema.read_query(op.query, dict(query or {})) if op.query is not None else None
-        return await op.handler(Call(request, actor, dict(params or {}), typed, asked))
-
-
-@dataclass
+@dataclass(frozen=True)
 class Services:
-    """What the pages read and change, handed in by the control plane."""
+    """What the pages read and change, handed in by the control plane: the services the
+    admin API calls too."""
 
     registry: NodeRegistry
     gateway: Gateway
     store: Store
-    models: Callable[[], list[dict[str, Any]]]
+    keys: KeyService
+    serving: ServingSwitch
+    models: ModelService
+    views: ModelViews
+    fleet: FleetService
+    planner: Planner
+    fabrics: FabricService
     admin_token_ok: Callable[[str], bool]
     # server.yaml's pages_behind_tls: the session cookie is Secure.
     behind_tls: bool = False
     body_timeout: float = 30.0
-    # The InfiniBand fabrics the ports see and their maps (the Fabrics page); None: the
-    # page keeps its own watch, and shows no map.
-    fabrics: FabricWatch | None = None
-    fabric_maps: FabricMaps | None = None
 
 
 @dataclass(frozen=True)
@@ -163,8 +148,8 @@ class PageCall:
     form: dict[str, str] = field(default_factory=dict)
 
     @property
-    def actor(self) -> str:
-        return self.session.actor
+    def principal(self) -> Principal:
+        return self.session.principal
 
     @property
     def params(self) -> Mapping[str, Any]:
@@ -184,7 +169,7 @@ class Page:
     method: str
     path: str
     handler: PageHandler
-    role: str = "viewer"
+    role: Role = "viewer"
 
 
 class Frame:
@@ -193,7 +178,7 @@ class Frame:
     def __init__(
         self,
         gate: Gate,
-        standby: Callable[[], dict[str, Any] | None],
+        standby: Callable[[], Mapping[str, object] | None],
         body_timeout: float = 30.0,
     ) -> None:
         if gate.sessions is None:
@@ -269,7 +254,7 @@ class Frame:
                         return secured(self.refuse(request, session, 403, text))
                     leader = self.standby()
                     if leader is not None:
-                        where = leader.get("api_address") or leader.get("name") or "?"
+                        where = str(leader.get("api_address") or leader.get("name") or "?")
                         text = _(STANDBY, leader=where)
                         return secured(self.refuse(request, session, 409, text))
                 answer = await page.handler(PageCall(request, session, form))

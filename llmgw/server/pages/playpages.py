@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from llmgw.server.pages.frame import Actions, Frame, Page, PageCall, Services
+from llmgw.server.pages.frame import Frame, Page, PageCall
 
 MAX_TOKENS = 256
 
 
-def pages(frame: Frame, actions: Actions, services: Services) -> list[Page]:
+def pages(frame: Frame) -> list[Page]:
     async def playground(call: PageCall) -> Response:
         return frame.render(call.request, "playground.html", call.session, max_tokens=MAX_TOKENS)
 

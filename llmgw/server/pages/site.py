@@ -3,13 +3,13 @@ static files, and every page of ``fleetpages``, ``catalogpages``, ``fabricpages`
 rest behind ``Frame``.
 
 Built over the same services as the admin API (``Services``), in the same process and
-app: a page never calls the API over HTTP.
+app: a page never calls the API, over HTTP or in-process.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -17,9 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from llmgw import pki
-from llmgw.server.api.routing import Gate, Op
-from llmgw.server.fleet.fabricmap import FabricMaps
-from llmgw.server.fleet.fabrics import FabricWatch
+from llmgw.server.access import Gate
 from llmgw.server.gateway import Gateway
 from llmgw.server.pages import (
     catalogpages,
@@ -30,7 +28,6 @@ from llmgw.server.pages import (
     usagepages,
 )
 from llmgw.server.pages.frame import (
-    Actions,
     Frame,
     Page,
     Services,
@@ -38,8 +35,8 @@ from llmgw.server.pages.frame import (
     safe_next,
     secured,
 )
-from llmgw.server.pages.session import COOKIE, CSRF_FIELD, SignInLimiter
 from llmgw.server.refusal import Refusal
+from llmgw.server.sessions import COOKIE, CSRF_FIELD, SignInLimiter
 
 
 def gateway_totals(gateway: Gateway) -> dict[str, Any]:
@@ -53,14 +50,11 @@ def gateway_totals(gateway: Gateway) -> dict[str, Any]:
 
 
 def routes(
-    services: Services, ops: list[Op], gate: Gate, standby: Callable[[], Any]
+    services: Services, gate: Gate, standby: Callable[[], Mapping[str, object] | None]
 ) -> list[BaseRoute]:
     frame = Frame(gate, standby, services.body_timeout)
     sessions = frame.sessions
     limiter = SignInLimiter()
-    actions = Actions(ops)
-    watch = services.fabrics or FabricWatch()
-    fabric_maps = services.fabric_maps or FabricMaps(services.registry, watch)
 
     async def sign_in_form(request: Request) -> Response:
         if gate.session(request) is not None:
@@ -158,17 +152,14 @@ def routes(
     pages: list[Page] = [
         *fleetpages.pages(
             frame,
-            actions,
-            services.registry,
-            lambda: services.gateway.stopped,
-            services.models,
+            services,
             lambda: gateway_totals(services.gateway),
             lambda: services.gateway.metrics.recent.series(time.time()),
         ),
-        *catalogpages.pages(frame, actions, services.models, services.gateway, services.store),
-        *usagepages.pages(frame, actions, services),
-        *playpages.pages(frame, actions, services),
-        *fabricpages.pages(frame, watch, fabric_maps, services.registry),
+        *catalogpages.pages(frame, services),
+        *usagepages.pages(frame, services),
+        *playpages.pages(frame),
+        *fabricpages.pages(frame, services.fabrics, services.registry),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

@@ -2,7 +2,8 @@
 days, as a table, a chart of tokens per day (``/admin/usage.json``, drawn by
 ``static/usage.js``) and a CSV file (``/admin/usage.csv``).
 
-The rows are the admin API's own (``GET /api/v1/usage?since=&until=``, run in-process);
+The rows are those ``GET /api/v1/usage?since=&until=`` answers, read from the same
+service (``KeyService.usage``);
 everything else here is a pure function of them, tested without a server.
 """
 
@@ -16,8 +17,9 @@ from typing import Any
 
 from starlette.responses import JSONResponse, Response
 
-from llmgw.server.pages.frame import Actions, Frame, Page, PageCall, Services
+from llmgw.server.pages.frame import Frame, Page, PageCall, Services
 from llmgw.server.refusal import Refusal
+from llmgw.server.requests import UsageQuery
 
 DIMENSIONS = ("day", "key", "model", "replica")
 DEFAULT_DAYS = 30
@@ -165,18 +167,13 @@ def csv_text(rows: Iterable[Mapping[str, Any]], by: str = "day") -> str:
     return out.getvalue()
 
 
-def pages(frame: Frame, actions: Actions, services: Services) -> list[Page]:
+def pages(frame: Frame, services: Services) -> list[Page]:
     async def read(call: PageCall) -> tuple[dt.date, dt.date, list[dict[str, Any]]]:
         asked = call.request.query_params
         today = dt.datetime.now(dt.UTC).date()
         first, last = day_range(asked.get("from"), asked.get("to"), today)
-        rows = await actions.run(
-            call.request,
-            call.actor,
-            "GET",
-            "/api/v1/usage",
-            query={"since": first.isoformat(), "until": last.isoformat()},
-        )
+        ask = UsageQuery(since=first.isoformat(), until=last.isoformat())
+        rows = await services.keys.usage(ask)
         return first, last, list(rows)
 
     async def usage(call: PageCall) -> Response:

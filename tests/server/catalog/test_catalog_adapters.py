@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from llmgw.config import SchedulingConfig
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog import adapters
 from llmgw.server.catalog.model import (
@@ -23,13 +22,14 @@ from llmgw.server.catalog.model import (
     shard_spec,
 )
 from llmgw.server.catalog.service import ModelService
-from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import AdapterRequest, ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.messages import ShardSpec, from_map, to_map
 from tests.server.catalog.test_service import SHAPE, ready_node
+from tests.support import wiring
+from tests.support.wiring import ADMIN
 
 GIB = 1024**3
 
@@ -42,22 +42,22 @@ async def service(tmp_path: Path) -> AsyncIterator[ModelService]:
     async def inspect(source: str, allow_pickle: bool) -> ModelShape:
         return SHAPE
 
-    registry = NodeRegistry(store, 1.0, 3)
+    registry = wiring.registry(store, 1.0, 3)
     registry.nodes["a"] = ready_node("a", 64 * GIB)
     try:
-        yield ModelService(store, registry, SchedulingConfig(), b"secret", inspect)
+        yield wiring.model_service(store, registry, inspect)
     finally:
         await store.close()
 
 
 async def serve(service: ModelService, name: str, **body: Any) -> Model:
     ask = read(ServeRequest, {"source": f"hf:org/{name}:Q4_K_M", "name": name, **body})
-    return await service.serve(ask, "admin@test")
+    return await service.serve(ask, ADMIN)
 
 
 async def add(service: ModelService, model: str, name: str, source: str, **kw: Any) -> Model:
     ask = read(AdapterRequest, {"name": name, "source": source, **kw})
-    return await service.add_adapter(service.find(model), ask, "admin@test")
+    return await service.add_adapter(service.find(model), ask, ADMIN)
 
 
 async def refused(service: ModelService, model: str, name: str, source: str) -> Refusal:
@@ -91,12 +91,12 @@ async def test_an_adapter_is_kept_with_its_model_and_changes_its_replicas(
     ]
     assert from_map(ShardSpec, to_map(spec)) == spec
     # Removing one moves the replicas on again; its audit says what changed.
-    removed = await service.remove_adapter(service.find("qwen"), "sql", "admin@test")
+    removed = await service.remove_adapter(service.find("qwen"), "sql", ADMIN)
     assert [a.name for a in removed.adapters] == ["chat"]
     assert fingerprint(second, second.profiles[0]) in removed.replaced
     # Back to no adapter at all: the first fingerprint is wanted again, so it is no
     # longer one to move away from (its new replicas would be replaced without end).
-    bare = await service.remove_adapter(service.find("qwen"), "chat", "admin@test")
+    bare = await service.remove_adapter(service.find("qwen"), "chat", ADMIN)
     assert fingerprint(bare, bare.profiles[0]) == old
     assert old not in bare.replaced and new in bare.replaced
     actions = [(e["action"], e["detail"]) for e in await service.store.audit_log()]
@@ -152,11 +152,11 @@ async def test_sources_pickles_and_engines_are_judged_as_the_models(
         await service.add_adapter(
             replace(service.find("qwen"), external={"base_url": "https://x"}),
             read(AdapterRequest, {"name": "e", "source": "hf:org/e:e.gguf"}),
-            "admin@test",
+            ADMIN,
         )
     assert caught.value.status == 400
     with pytest.raises(Refusal) as caught:
-        await service.remove_adapter(service.find("qwen"), "nope", "admin@test")
+        await service.remove_adapter(service.find("qwen"), "nope", ADMIN)
     assert caught.value.status == 404
 
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from llmgw.config import SchedulingConfig
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog.placement import GIB, NodeCapacity
@@ -26,12 +25,15 @@ from llmgw.server.catalog.scheduler import (
     static_reasons,
 )
 from llmgw.server.catalog.service import ModelService
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.registry import NodeView
+from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal as Refused
 from llmgw.server.requests import ExternalRequest, ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.states import NodeState, ShardState
+from tests.support import wiring
+from tests.support.wiring import ADMIN
 
 
 def node(nid: str, versions: tuple[str, ...] = (), **kw: Any) -> NodeCapacity:
@@ -199,11 +201,10 @@ async def service(tmp_path: Path) -> AsyncIterator[ModelService]:
     async def inspect(source: str, allow_pickle: bool) -> ModelShape:
         return SHAPE
 
-    registry = NodeRegistry(store, 1.0, 3)
+    registry = wiring.registry(store, 1.0, 3)
     registry.nodes["a"] = installing_node("a", 16 * GIB)
-    svc = ModelService(store, registry, SchedulingConfig(), b"secret", inspect)
     versions = {"llama.cpp": "b6000", "vllm": "0.11.0"}
-    svc.reconciler.engine_version = versions.get
+    svc = wiring.model_service(store, registry, inspect, engine_version=versions.get)
     try:
         yield svc
     finally:
@@ -211,7 +212,7 @@ async def service(tmp_path: Path) -> AsyncIterator[ModelService]:
 
 
 async def serve(service: ModelService, body: dict[str, Any]) -> catalog.Model:
-    return await service.serve(read(ServeRequest, body), "admin@test")
+    return await service.serve(read(ServeRequest, body), ADMIN)
 
 
 async def test_a_model_is_not_refused_while_its_engine_version_installs(
@@ -244,7 +245,7 @@ async def test_follow_engine_restarts_only_that_engines_models(service: ModelSer
             ExternalRequest,
             {"name": "ext", "base_url": "https://api.example.com/v1", "keys": [{"key": "k"}]},
         ),
-        "admin@test",
+        ADMIN,
     )
     assert (a.engine, b.engine, v.engine) == ("llama.cpp", "llama.cpp", "vllm")
     # a runs now: its replica is replaced, and the room beside it is judged without the
@@ -260,7 +261,9 @@ async def test_follow_engine_restarts_only_that_engines_models(service: ModelSer
         state=ShardState.READY,
         moved_at=0.0,
     )
-    moved = await service.follow_engine("llama.cpp", "llama.cpp b5000 -> b6000", "engines")
+    moved = await service.follow_engine(
+        "llama.cpp", "llama.cpp b5000 -> b6000", Principal.system("engines")
+    )
     assert sorted(moved) == sorted([a.name, b.name])
     assert service.find(a.name).restart == a.restart + 1
     assert running in service.find(a.name).replaced
@@ -273,9 +276,11 @@ async def test_follow_engine_restarts_only_that_engines_models(service: ModelSer
         ("engines", "model.restart", b.name, "llama.cpp b5000 -> b6000"),
     }
 
-    assert await service.follow_engine("vllm", "vllm 0.10.0 -> 0.11.0", "engines") == [v.name]
+    assert await service.follow_engine(
+        "vllm", "vllm 0.10.0 -> 0.11.0", Principal.system("engines")
+    ) == [v.name]
     assert service.find(v.name).restart == v.restart + 1
-    assert await service.follow_engine("sglang", "sglang 0.5", "engines") == []
+    assert await service.follow_engine("sglang", "sglang 0.5", Principal.system("engines")) == []
 
 
 async def test_follow_engine_skips_a_model_whose_change_is_refused(
@@ -290,7 +295,7 @@ async def test_follow_engine_skips_a_model_whose_change_is_refused(
     # The node shrank since: big fits it no more, so it keeps what it runs.
     service.registry.nodes["a"] = installing_node("a", 4 * GIB)
     assert small.engine == big.engine == "llama.cpp"
-    moved = await service.follow_engine("llama.cpp", "b6000", "engines")
+    moved = await service.follow_engine("llama.cpp", "b6000", Principal.system("engines"))
     assert moved == ["small"]
     assert service.find("small").restart == small.restart + 1
     assert service.find("big") == big

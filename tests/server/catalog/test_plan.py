@@ -11,17 +11,20 @@ from typing import Any, cast
 import httpx
 import pytest
 
+from llmgw.config import SchedulingConfig
 from llmgw.modelkit.files import NeedMore, gguf_header_length, shape_from_gguf_prefix
 from llmgw.modelkit.sizing import GiB, cpu_tokens_per_second, read_gguf_header
 from llmgw.server.api import Gate, build_app
 from llmgw.server.api.plan import routes as plan_routes
 from llmgw.server.catalog.inspector import Inspector, PickledWeights, PlanError
-from llmgw.server.catalog.plan import PlanNode, plan, plan_nodes
-from llmgw.server.catalog.scheduler import NodeCapacity
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.catalog.plan import plan
+from llmgw.server.catalog.planner import Planner
+from llmgw.server.catalog.room import Room
+from llmgw.server.fleet.registry import NodeView
 from llmgw.wire.messages import Heartbeat
 from llmgw.wire.states import NodeState
 from tests.agent.weights.weights_fakehub import FakeHub, Served, start_hub
+from tests.support import wiring
 from tests.support.plannodes import MODEL, SHAPE
 from tests.support.plannodes import plan_node as node
 from tests.support.tinymodel import write_tiny_model
@@ -313,7 +316,7 @@ def test_tensor_split_over_cards() -> None:
 
 
 def test_heartbeat_keeps_memory_read_rates() -> None:
-    registry = NodeRegistry(cast(Any, None), 5.0, 3)
+    registry = wiring.registry(cast(Any, None))
     registry.nodes["n1"] = NodeView(id="n1", cert_serial=1)
     assert registry.nodes["n1"].as_json()["memory_read_gbs"] is None
     registry.heartbeat("n1", Heartbeat(seq=1, memory_read_gbs=21.5, memory_read_one_core_gbs=9.0))
@@ -331,16 +334,13 @@ async def test_plan_route(tiny: Path) -> None:
     view.live = {"memory_read_gbs": 10.0, "memory_read_one_core_gbs": 5.0}
     view.engines, view.engines_probed = [{"name": "llama.cpp", "path": "/x"}], True
     view.session = cast(Any, object())  # connected
-    registry = NodeRegistry(cast(Any, None), 5.0, 3)
+    registry = wiring.registry(cast(Any, None))
     registry.nodes["n1"] = view
 
-    def fleet() -> list[PlanNode]:
-        return plan_nodes(
-            registry.nodes, [NodeCapacity.from_view(v) for v in registry.nodes.values()]
-        )
-
     inspector = Inspector(environ={})
-    app = build_app(plan_routes(inspector, fleet), Gate("secret".__eq__), body_timeout=10)
+    room = Room(wiring.reconciler(), registry, SchedulingConfig())
+    gate = Gate("secret".__eq__, lambda: None)
+    app = build_app(plan_routes(Planner(inspector, room, registry)), gate, body_timeout=10)
     transport = httpx.ASGITransport(app=app)
     auth = {"authorization": "Bearer secret"}
     async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:

@@ -3,6 +3,7 @@ and the agents' reports are written into the node views as the registry would.""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -12,8 +13,10 @@ from llmgw.config import SchedulingConfig
 from llmgw.server.catalog.model import Model, Profile, fingerprint, with_change
 from llmgw.server.catalog.reconciler import Plan, Reconciler
 from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.wiring import Wiring
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
+from tests.support import wiring
 
 GIB = 1024**3
 
@@ -64,9 +67,15 @@ def clock() -> Clock:
     return Clock()
 
 
-def reconciler(clock: Clock, **config: Any) -> Reconciler:
+def reconciler(
+    clock: Clock,
+    wired: Callable[[Mapping[str, NodeView]], Mapping[str, Wiring]] = lambda views: {},
+    **config: Any,
+) -> Reconciler:
+    """A reconciler on ``clock``; ``wired`` says how the nodes are wired (none known)."""
     defaults: dict[str, Any] = {"node_lost_grace": 30.0, "backoff_base": 10.0}
-    return Reconciler(SchedulingConfig(**{**defaults, **config}), clock=clock)
+    config = SchedulingConfig(**{**defaults, **config})
+    return wiring.reconciler(config, clock=clock, wiring=wired)
 
 
 def apply(plan: Plan, nodes: dict[str, NodeView], rec: Reconciler, state: str = "loading") -> None:

@@ -8,17 +8,18 @@ from typing import Any
 
 import pytest
 
-from llmgw.config import SchedulingConfig
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog.inspector import Inspection, PickledWeights
 from llmgw.server.catalog.plan import plan, plan_nodes
 from llmgw.server.catalog.service import ModelService
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.registry import NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ContextRequest, ReplicasRequest, ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.states import NodeState
+from tests.support import wiring
+from tests.support.wiring import ADMIN
 
 GIB = 1024**3
 SHAPE = ModelShape(
@@ -59,17 +60,17 @@ async def service(tmp_path: Path) -> AsyncIterator[ModelService]:
             raise OSError("the hub did not answer")
         return SHAPE
 
-    registry = NodeRegistry(store, 1.0, 3)
+    registry = wiring.registry(store, 1.0, 3)
     registry.nodes["a"] = ready_node("a", 16 * GIB)
     try:
-        yield ModelService(store, registry, SchedulingConfig(), b"secret", inspect)
+        yield wiring.model_service(store, registry, inspect)
     finally:
         await store.close()
 
 
 def serve(service: ModelService, body: dict[str, Any]) -> Any:
     """``serve`` as the admin API calls it: the body read into its type first."""
-    return service.serve(read(ServeRequest, body), "admin@test")
+    return service.serve(read(ServeRequest, body), ADMIN)
 
 
 async def refusal(service: ModelService, body: dict[str, Any]) -> dict[str, Any]:
@@ -187,7 +188,7 @@ async def test_plan_and_explain_agree_node_by_node(service: ModelService, gpus: 
     inspection = Inspection(model.source, "gguf", SHAPE, model.weight_bytes, ("m.gguf",))
     planned = plan(
         inspection,
-        plan_nodes(service.registry.nodes, service.fleet(at_rest=False)),
+        plan_nodes(service.registry.nodes, service.room.fleet(at_rest=False)),
         context=model.context,
         slots=model.slots,
         cards=gpus,
@@ -213,20 +214,18 @@ async def test_the_operators_changes_are_the_services_own(service: ModelService)
     """Routes hand typed requests to the service; it refuses, changes and audits."""
     model = await serve(service, {"source": "hf:org/repo:Q4_K_M", "context": 4096})
     with pytest.raises(Refusal, match="give context, slots or max_output"):
-        await service.set_context(model, read(ContextRequest, {}), "admin@test")
+        await service.set_context(model, read(ContextRequest, {}), ADMIN)
     # A longest answer past a shorter context is cut to it, unless asked for.
-    model = await service.set_context(
-        model, read(ContextRequest, {"max_output": 4096}), "admin@test"
-    )
-    model = await service.set_context(model, read(ContextRequest, {"context": 2048}), "admin@t")
+    model = await service.set_context(model, read(ContextRequest, {"max_output": 4096}), ADMIN)
+    model = await service.set_context(model, read(ContextRequest, {"context": 2048}), ADMIN)
     assert (model.context, model.max_output) == (2048, 2048)
     model = await service.set_replicas(
-        model, read(ReplicasRequest, {"replicas": 3, "profile": "spare"}), "admin@test"
+        model, read(ReplicasRequest, {"replicas": 3, "profile": "spare"}), ADMIN
     )
     assert [(p.name, p.replicas) for p in model.profiles] == [("default", 1), ("spare", 3)]
-    stopped = await service.stop(model, "admin@test")
+    stopped = await service.stop(model, ADMIN)
     assert stopped.stopped and service.find(model.name).stopped
-    started = await service.start(stopped, "admin@test")
+    started = await service.start(stopped, ADMIN)
     assert not started.stopped and started.parked is None
     actions = [a["action"] for a in await service.store.audit_log()][:5]
     assert actions == [

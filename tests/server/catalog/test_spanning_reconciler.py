@@ -176,20 +176,17 @@ def test_a_worker_whose_leader_is_gone_is_stopped_once_the_nodes_reported(clock:
 
 def test_the_wiring_decides_the_set_and_an_nvlink_domain_comes_first(clock: Clock) -> None:
     nodes = {n: node(n) for n in ("f1", "f2", "f3", "v1", "v2")}
-    rec = reconciler(clock)
-    rec.wiring = lambda views: {
+    wired = {
         "f1": Wiring(fabric="0xa", leaves=("leaf1",)),
         "f2": Wiring(fabric="0xa", leaves=("leaf2",)),
         "f3": Wiring(fabric="0xa", leaves=("leaf1",)),
         "v1": Wiring(nvlink_domain="uuid/1"),
         "v2": Wiring(nvlink_domain="uuid/1"),
     }
+    rec = reconciler(clock, lambda views: wired)
     (start,) = rec.plan([wide()], nodes).starts
     assert {start.node, start.workers[0].node} == {"v1", "v2"} and start.nvlink
     # With the domain full, one fabric's two nodes under the same leaf.
-    rec2 = reconciler(clock)
-    rec2.wiring = lambda views: {
-        k: v for k, v in rec.wiring(views).items() if not k.startswith("v")
-    }
+    rec2 = reconciler(clock, lambda views: {k: v for k, v in wired.items() if k[0] == "f"})
     (start,) = rec2.plan([wide()], {k: v for k, v in nodes.items() if k[0] == "f"}).starts
     assert {start.node, start.workers[0].node} == {"f1", "f3"} and not start.nvlink

@@ -23,9 +23,8 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 
 
 async def test_a_nodes_own_value_wins_on_it_and_sections_merge(store: SQLiteStore) -> None:
-    settings = AgentSettings(store)
     changes: list[int] = []
-    settings.on_change = lambda: changes.append(settings.version)
+    settings = AgentSettings(store, on_change=lambda: changes.append(settings.version))
     await settings.set("heartbeat_interval", 2.0, None, "admin@x")
     await settings.set("discovery.slow_interval", 30, None, "admin@x")
     await settings.set("heartbeat_interval", 1.0, "gpu01", "admin@x")
@@ -43,7 +42,7 @@ async def test_a_nodes_own_value_wins_on_it_and_sections_merge(store: SQLiteStor
     assert settings.get("engine_user") is None
 
     # Kept in the store: a control plane started again has them, at the same version.
-    again = AgentSettings(store)
+    again = AgentSettings(store, on_change=lambda: None)
     await again.load()
     assert again.document() == settings.document() and again.version == 4
 
@@ -64,7 +63,7 @@ async def test_a_nodes_own_value_wins_on_it_and_sections_merge(store: SQLiteStor
 async def test_a_bad_key_or_value_is_refused_naming_it_and_nothing_changes(
     store: SQLiteStore,
 ) -> None:
-    settings = AgentSettings(store)
+    settings = AgentSettings(store, on_change=lambda: None)
     await settings.set("release_source", "https://mirror.example/llama.cpp", None, "admin@x")
     before = (settings.document(), settings.version, len(await settings.history()))
     refusals = [

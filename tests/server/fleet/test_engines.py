@@ -29,12 +29,16 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
         await s.close()
 
 
+def QUIET(engine: str | None, old: str | None, new: str | None) -> None:
+    """Where a test does not look at what changed."""
+
+
 def want(version: str, sha256: dict[str, str] | None = None, index_url: str | None = None) -> Any:
     return {"version": version, "sha256": sha256 or {}, "index_url": index_url}
 
 
 async def test_the_base_is_server_yaml_or_this_releases_pin(store: SQLiteStore) -> None:
-    pin = FleetEngines(store, None)
+    pin = FleetEngines(store, None, QUIET)
     assert pin.wanted == PINNED
     assert pin.version_of("llama.cpp") == LLAMACPP_PIN and pin.version_of("vllm") is None
     assert pin.source_of("llama.cpp") == "server.yaml"
@@ -42,20 +46,21 @@ async def test_the_base_is_server_yaml_or_this_releases_pin(store: SQLiteStore) 
     pin.base["llama.cpp"]["sha256"]["x"] = HEX
     assert "x" not in PINNED["llama.cpp"]["sha256"]
 
-    yaml = FleetEngines(store, {"llama.cpp": 6000, "vllm": "0.11.0", "sglang": None})
+    yaml = FleetEngines(store, {"llama.cpp": 6000, "vllm": "0.11.0", "sglang": None}, QUIET)
     assert yaml.wanted == {"llama.cpp": want("b6000"), "vllm": want("0.11.0")}
     assert list(yaml.wanted) == ["llama.cpp", "vllm"]
     assert yaml.version_of("sglang") is None
     # An empty map names nothing: not the pin.
-    assert FleetEngines(store, {}).wanted == {}
+    assert FleetEngines(store, {}, QUIET).wanted == {}
     with pytest.raises(PinError, match="tgi"):
-        FleetEngines(store, {"tgi": "1"})
+        FleetEngines(store, {"tgi": "1"}, QUIET)
 
 
 async def test_set_unset_and_build_change_the_wish_and_are_audited(store: SQLiteStore) -> None:
-    fleet = FleetEngines(store, {"llama.cpp": "b5000"})
     calls: list[tuple[str | None, str | None, str | None]] = []
-    fleet.on_change = lambda engine, old, new: calls.append((engine, old, new))
+    fleet = FleetEngines(
+        store, {"llama.cpp": "b5000"}, lambda engine, old, new: calls.append((engine, old, new))
+    )
     assert fleet.message("gpu01") == WantedEngines(
         version=0, engines={"llama.cpp": want("b5000")}, build="auto"
     )
@@ -116,7 +121,7 @@ async def test_set_unset_and_build_change_the_wish_and_are_audited(store: SQLite
 
 
 async def test_other_audit_entries_are_not_engine_history(store: SQLiteStore) -> None:
-    fleet = FleetEngines(store, None)
+    fleet = FleetEngines(store, None, QUIET)
     await store.audit("admin@x", "model.serve", "m", "")
     await fleet.set("llama.cpp", "b1", "admin@x")
     await store.audit("admin@x", "agents.set", "agents.default", "")
@@ -124,9 +129,8 @@ async def test_other_audit_entries_are_not_engine_history(store: SQLiteStore) ->
 
 
 async def test_a_refused_change_changes_nothing(store: SQLiteStore) -> None:
-    fleet = FleetEngines(store, {"llama.cpp": "b5000"})
     calls: list[Any] = []
-    fleet.on_change = lambda *args: calls.append(args)
+    fleet = FleetEngines(store, {"llama.cpp": "b5000"}, lambda *args: calls.append(args))
     await fleet.set("llama.cpp", "b6000", "admin@x")
     await fleet.set_build("gpu01", "cpu", "admin@x")
     calls.clear()
@@ -167,12 +171,12 @@ async def test_a_refused_change_changes_nothing(store: SQLiteStore) -> None:
 
 
 async def test_load_restores_the_changes_from_the_store(store: SQLiteStore) -> None:
-    fleet = FleetEngines(store, {"llama.cpp": "b5000", "sglang": "0.5.0"})
+    fleet = FleetEngines(store, {"llama.cpp": "b5000", "sglang": "0.5.0"}, QUIET)
     await fleet.set("llama.cpp", {"version": "b6000", "sha256": {ASSET: HEX}}, "admin@x")
     await fleet.set("sglang", None, "admin@x")
     await fleet.set_build("gpu01", "none", "admin@x")
 
-    again = FleetEngines(store, {"llama.cpp": "b5000", "sglang": "0.5.0"})
+    again = FleetEngines(store, {"llama.cpp": "b5000", "sglang": "0.5.0"}, QUIET)
     assert again.version == 0 and again.version_of("llama.cpp") == "b5000"
     await again.load()
     assert again.document() == fleet.document()
@@ -181,7 +185,7 @@ async def test_load_restores_the_changes_from_the_store(store: SQLiteStore) -> N
     assert again.source_of("llama.cpp") == "ctl"
 
     # Nothing stored yet: the base stands at version 0.
-    empty = FleetEngines(store, None)
+    empty = FleetEngines(store, None, QUIET)
     await store.put_setting(SETTING, "")
     await empty.load()
     assert empty.wanted == PINNED and empty.version == 0
@@ -247,7 +251,7 @@ def test_node_row_lists_the_versions_there() -> None:
 
 
 async def test_nodes_is_a_row_per_node_and_wanted_engine(store: SQLiteStore) -> None:
-    fleet = FleetEngines(store, {"llama.cpp": "b6000", "vllm": "0.11.0"})
+    fleet = FleetEngines(store, {"llama.cpp": "b6000", "vllm": "0.11.0"}, QUIET)
     await fleet.set_build("b", "none", "admin@x")
     views = [
         view([installed("b6000")], nid="b"),

@@ -11,6 +11,7 @@ from typing import Any, cast
 from llmgw.server.api.fabrics import routes
 from llmgw.server.fleet.fabricmap import EVERY, FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
+from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.wire.messages import Response
 from tests.server.fleet.test_fabrics import SM_A, port
@@ -46,7 +47,7 @@ def view(node_id: str, session: Session | None, features: list[str]) -> NodeView
 
 def listing(watch: FabricWatch, maps: FabricMaps, registry: Registry) -> Any:
     """GET /api/v1/fabrics's handler."""
-    ops = routes(watch, maps, cast(NodeRegistry, registry))
+    ops = routes(FabricService(watch, maps, cast(NodeRegistry, registry)))
     return next(op.handler for op in ops if op.method == "GET" and op.path == "/api/v1/fabrics")
 
 

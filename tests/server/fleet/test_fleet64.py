@@ -16,6 +16,7 @@ from llmgw.server.api import nvlink as nvlink_api
 from llmgw.server.api.routing import Call
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
+from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.ibtopology import hops, hosts, rails, same_leaf
 from llmgw.server.fleet.nvlink import domains
 from llmgw.server.refusal import Refusal
@@ -38,6 +39,7 @@ from tests.support.fleet64 import (
     TRAYS,
     AgentSession,
 )
+from tests.support.wiring import ADMIN
 
 MiB = 2**20
 
@@ -46,8 +48,8 @@ def handler(ops: list[Any], path: str) -> Any:
     return next(op.handler for op in ops if op.method == "GET" and op.path == path)
 
 
-def call(**params: str) -> Call:
-    return Call(request=cast(Any, None), actor="admin", params=params)
+def call(**params: str) -> Call[None, None]:
+    return Call(request=cast(Any, None), principal=ADMIN, params=params, body=None, query=None)
 
 
 # --- the nodes ------------------------------------------------------------------------
@@ -230,7 +232,7 @@ async def test_a_pass_of_fabric_maps_asks_a_01_and_b_01_and_keeps_the_same_maps(
 
 async def test_the_fabrics_api_shows_both_fabrics_their_sms_maps_and_problems() -> None:
     maps = fleet64.fabric_maps()
-    ops = fabrics_api.routes(maps.watch, maps, maps.registry)
+    ops = fabrics_api.routes(FabricService(maps.watch, maps, maps.registry))
     found = await handler(ops, "/api/v1/fabrics")(call())
     a, b = found["fabrics"]
     assert (a["id"], b["id"]) == (FABRIC_A, FABRIC_B)
@@ -267,7 +269,7 @@ async def test_the_fabrics_api_shows_both_fabrics_their_sms_maps_and_problems() 
 
 async def test_without_problems_the_api_says_none() -> None:
     maps = fleet64.fabric_maps(problems=False)
-    found = fabrics_api.listing(maps.watch, maps, maps.registry.nodes.values())
+    found = FabricService(maps.watch, maps, maps.registry).listing()
     assert [(f["id"], f["problems"]) for f in found["fabrics"]] == [(FABRIC_A, []), (FABRIC_B, [])]
     assert found["fabrics"][1]["subnet_managers"] == [FABRIC_B, FABRIC_B_STANDBY]
 

@@ -9,13 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.model import GIB, Model, Profile
 from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.registry import NodeRegistry
-from tests.support import fleet64
+from tests.support import fleet64, wiring
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +42,7 @@ def test_each_node_is_wired_as_the_fleet_says(registry: NodeRegistry, maps: Fabr
 
 
 def reconciler(registry: NodeRegistry, maps: FabricMaps) -> Reconciler:
-    rec = Reconciler(SchedulingConfig())
-    rec.wiring = maps.wiring
-    return rec
+    return wiring.reconciler(wiring=maps.wiring)
 
 
 def wide(nodes: int, cards: int, replicas: int = 1) -> Model:

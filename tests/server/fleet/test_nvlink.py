@@ -19,6 +19,8 @@ from llmgw.server.store import SQLiteStore
 from llmgw.wire import GPU, Heartbeat, HostFacts, Register
 from llmgw.wire.framing import FrameDecoder
 from llmgw.wire.messages import GpuHealth, NodeVitals, decode_message, encode_message
+from tests.support import wiring
+from tests.support.wiring import ADMIN
 
 CLUSTER = "7e3c0a52-18f4-4d2b-b6a9-3f0d8c21e945"
 OTHER = "c41d9e07-5a2b-4f3c-8e61-0b7a2d9f13c8"
@@ -87,7 +89,7 @@ async def record(
     store: SQLiteStore, fleet: dict[str, tuple[list[GpuHealth], NodeVitals | None]]
 ) -> NodeRegistry:
     """The fleet through the registry, each heartbeat as a frame on the wire."""
-    reg = NodeRegistry(store, heartbeat_interval=5.0, missed_heartbeats=3)
+    reg = wiring.registry(store)
     for n, (node, (health, vitals)) in enumerate(sorted(fleet.items())):
         await reg.enrolled(node, n + 1)
         gpus = [GPU(index=h.index, uuid=h.uuid, name="NVIDIA GB200") for h in health]
@@ -180,7 +182,8 @@ async def test_the_route_answers_the_same(store: SQLiteStore) -> None:
     reg = await record(store, nvl72())
     (op,) = routes(reg)
     assert (op.method, op.path, op.access) == ("GET", "/api/v1/nvlink", "admin")
-    answer = await op.handler(Call(request=cast(Any, None), actor="admin", params={}))
+    asked = Call(request=cast(Any, None), principal=ADMIN, params={}, body=None, query=None)
+    answer = await op.handler(asked)
     assert answer == domains(reg.nodes.values())
     assert set(answer) == set(op.answer["required"])
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
-from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
 from llmgw.server.store import Audit, SQLiteStore
 from llmgw.wire import Disk, Heartbeat, HostFacts, Register
 from llmgw.wire.messages import KvBlocks
 from llmgw.wire.states import NodeState
+from tests.support import wiring
 
 
 class FakeSession:
@@ -19,10 +21,10 @@ class FakeSession:
         self.closed = reason
 
 
-async def _registry(tmp_path: Path) -> NodeRegistry:
+async def _registry(tmp_path: Path, hooks: RegistryHooks = wiring.QUIET) -> NodeRegistry:
     store = SQLiteStore(tmp_path / "s.db")
     await store.open()
-    reg = NodeRegistry(store, heartbeat_interval=5.0, missed_heartbeats=3)
+    reg = NodeRegistry(store, heartbeat_interval=5.0, missed_heartbeats=3, hooks=hooks)
     await reg.enrolled("n1", 42)
     return reg
 
@@ -103,7 +105,7 @@ async def test_restart_loads_nodes_not_ready(tmp_path: Path) -> None:
     await reg.store.close()
     store = SQLiteStore(tmp_path / "s.db")
     await store.open()
-    again = NodeRegistry(store, 5.0, 3)
+    again = wiring.registry(store)
     await again.load()
     view = again.nodes["n1"]
     assert view.state == NodeState.NOT_READY and "waiting for its agent" in view.reason
@@ -118,9 +120,10 @@ async def test_restart_loads_nodes_not_ready(tmp_path: Path) -> None:
 async def test_an_operators_marks_are_written_with_their_audit_then_taken(
     tmp_path: Path,
 ) -> None:
-    reg = await _registry(tmp_path)
     woken: list[int] = []
-    reg.on_change = lambda: woken.append(reg.version)
+    reg = await _registry(
+        tmp_path, replace(wiring.QUIET, changed=lambda: woken.append(reg.version))
+    )
     view = reg.nodes["n1"]
     before = reg.version
     await reg.set_scheduling(view, True, True, {"zone": "a"}, Audit("admin@t", "node.drain", "n1"))
@@ -173,14 +176,15 @@ async def test_a_heartbeats_decoded_map_is_kept_as_mapping_it_back_would_give(
 async def test_a_replicas_cache_goes_to_the_router_and_changes_nothing_else(
     tmp_path: Path,
 ) -> None:
-    reg = await _registry(tmp_path)
+    heard: list[tuple[str, KvBlocks, bool]] = []
+    hooks = replace(wiring.QUIET, kv_blocks=lambda node, msg, runs: heard.append((node, msg, runs)))
+    reg = await _registry(tmp_path, hooks)
     await reg.register(_register(), FakeSession())
-    heard: list[tuple[str, KvBlocks]] = []
-    reg.on_kv_blocks = lambda node, msg: heard.append((node, msg))
     version = reg.version
     cache = KvBlocks("m.default.a1", 16, added=[1, 2])
     reg.report("n1", cache)
-    assert heard == [("n1", cache)]
+    # Heard, and said not to be believed: n1 runs no such replica.
+    assert heard == [("n1", cache, False)]
     assert reg.version == version  # the routing table is not rebuilt for it
     assert reg.nodes["n1"].shards == {}
     await reg.store.close()

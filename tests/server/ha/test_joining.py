@@ -18,7 +18,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from llmgw import jointoken, pki
 from llmgw.server.app import ControlPlane
 from llmgw.server.datadir import DataDir, init
+from llmgw.server.principal import Principal
 from llmgw.server.store import open_store
+
+ADMIN = Principal("admin@test", "admin", "token")
 
 
 @pytest.fixture
@@ -71,7 +74,7 @@ async def join(cp: ControlPlane, body: dict[str, Any]) -> httpx.Response:
 async def test_a_server_token_lets_one_control_plane_in_with_the_clusters_secrets(
     cp: ControlPlane,
 ) -> None:
-    token = await cp.mint_server_token(600)
+    token = await cp.tokens.mint(600, ADMIN, server=True)
     assert token.encode().startswith(jointoken.SERVER_PREFIX)
     body, key_pem = ask(token)
     answer = await join(cp, body)
@@ -109,20 +112,20 @@ async def test_a_server_token_lets_one_control_plane_in_with_the_clusters_secret
 
 @pytest.mark.parametrize("fault", ["forged", "altered", "expired", "node_token", "name_taken"])
 async def test_a_bad_server_token_is_refused_saying_which(cp: ControlPlane, fault: str) -> None:
-    token = await cp.mint_server_token(600)
+    token = await cp.tokens.mint(600, ADMIN, server=True)
     name = "cp-b"
     if fault == "forged":
         token = dataclasses.replace(token, id="s-0000000000000000")
     elif fault == "altered":
         token = dataclasses.replace(token, secret=b"x" * 32)
     elif fault == "expired":
-        token = await cp.mint_server_token(1)
+        token = await cp.tokens.mint(1, ADMIN, server=True)
         record = await cp.store.get_join_token(token.id)
         assert record is not None
         await cp.store.db.execute("UPDATE join_tokens SET expires_at = 1 WHERE id = ?", (token.id,))
         await cp.store.db.commit()
     elif fault == "node_token":
-        token = await cp.mint_join_token(600)
+        token = await cp.tokens.mint(600, ADMIN)
     elif fault == "name_taken":
         name = "cp-a"  # the leader's own
         await cp.ha._enter()
@@ -141,7 +144,7 @@ async def test_a_bad_server_token_is_refused_saying_which(cp: ControlPlane, faul
 
 
 async def test_a_server_token_does_not_enroll_a_node(cp: ControlPlane) -> None:
-    token = await cp.mint_server_token(600)
+    token = await cp.tokens.mint(600, ADMIN, server=True)
     _, csr = pki.make_csr("n1")
     body = {
         "token_id": token.id,

@@ -16,13 +16,14 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from llmgw.server.api.routing import Gate
+from llmgw.server.access import Gate
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
+from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.pages import fabricpages, i18n
 from llmgw.server.pages.frame import Frame
-from llmgw.server.pages.session import COOKIE, Sessions
+from llmgw.server.sessions import COOKIE, Sessions
 from llmgw.wire.messages import Response
 from tests.server.fleet.test_fabricmap import MAP, Registry, Session
 from tests.server.fleet.test_fabrics import SM_A, SM_C, port
@@ -117,8 +118,9 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
     watch = FabricWatch(lambda: 5000.0)
     maps = FabricMaps(cast(NodeRegistry, registry), watch, clock=lambda: 5000.0)
     await maps.poll()
-    frame = Frame(Gate(lambda token: False, sessions=SESSIONS), lambda: None)
-    pages = fabricpages.pages(frame, watch, maps, cast(NodeRegistry, registry))
+    frame = Frame(Gate(lambda token: False, lambda: None, SESSIONS), lambda: None)
+    nodes = cast(NodeRegistry, registry)
+    pages = fabricpages.pages(frame, FabricService(watch, maps, nodes), nodes)
     app = Starlette(routes=[Route(p.path, frame.endpoint(p), methods=[p.method]) for p in pages])
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://cp") as c:

@@ -14,10 +14,11 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from llmgw.server.api.routing import Gate
+from llmgw.server.access import Gate
+from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.pages import fabricpages
 from llmgw.server.pages.frame import Frame
-from llmgw.server.pages.session import COOKIE, Sessions
+from llmgw.server.sessions import COOKIE, Sessions
 from tests.server.pages.test_fabric_pages import text
 from tests.support import fleet64
 from tests.support.fleet64 import (
@@ -34,8 +35,9 @@ SESSIONS = Sessions(b"f" * 32, lambda: ["h"])
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     maps = fleet64.fabric_maps()
-    frame = Frame(Gate(lambda token: False, sessions=SESSIONS), lambda: None)
-    pages = fabricpages.pages(frame, maps.watch, maps, maps.registry)
+    frame = Frame(Gate(lambda token: False, lambda: None, SESSIONS), lambda: None)
+    fabrics = FabricService(maps.watch, maps, maps.registry)
+    pages = fabricpages.pages(frame, fabrics, maps.registry)
     app = Starlette(routes=[Route(p.path, frame.endpoint(p), methods=[p.method]) for p in pages])
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(

@@ -9,7 +9,7 @@ import time
 
 from llmgw.server.pages import i18n
 from llmgw.server.pages.fleetpages import gpu_map, node_rows, overview_figures
-from llmgw.server.pages.session import Session
+from llmgw.server.sessions import Session
 from tests.support.pagesfleet import fleet, frame, request
 
 SESSION = Session("admin@test", "admin", "sid", time.time() + 60, "b")

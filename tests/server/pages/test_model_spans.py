@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmgw.server.api.routing import Gate
+from llmgw.server.access import Gate
 from llmgw.server.pages import i18n
 from llmgw.server.pages.frame import Frame
-from llmgw.server.pages.session import Sessions
+from llmgw.server.sessions import Sessions
 from tests.server.pages.test_fabric_pages import text
 
 
 def page(explained: list[dict[str, Any]], lang: str = "en") -> str:
-    frame = Frame(Gate(lambda token: False, sessions=Sessions(b"f" * 32, lambda: ["h"])), dict)
+    frame = Frame(Gate(lambda token: False, lambda: None, Sessions(b"f" * 32, lambda: ["h"])), dict)
     model = {
         "name": "big",
         "state": "serving",

@@ -6,7 +6,7 @@ import base64
 import json
 
 from llmgw.server.pages.frame import safe_next
-from llmgw.server.pages.session import Sessions, SignInLimiter
+from llmgw.server.sessions import Sessions, SignInLimiter
 
 SECRET = b"k" * 32
 

@@ -1,37 +1,76 @@
-"""What the admin API shows of a model: its state, profiles and speed, or an external
-provider's endpoints. Read-only views over the catalog service, the nodes and the
-gateway's live endpoints; they change nothing."""
+"""What the admin API and pages show of a model: its state, profiles and speed, or an
+external provider's endpoints; and of each replica the nodes report, the catalog's
+view of it. Read-only views over the catalog, the reconciler, the nodes and the
+gateway's live endpoints (handed in as a function); they change nothing."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 from llmgw.modelkit import sizing
 from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog.model import Model, Profile
-from llmgw.server.catalog.service import ModelService
+from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.fleet.registry import NodeRegistry
-from llmgw.server.gateway.router import Endpoint
+from llmgw.server.fleet.service import shard_rows
 from llmgw.wire.states import NodeState
 
-EndpointsOf = Callable[[str], Sequence[Endpoint]]
+
+class Routed(Protocol):
+    """What a view reads of a replica the gateway routes to now."""
+
+    @property
+    def replica_id(self) -> str: ...
+
+    @property
+    def problem(self) -> str: ...
+
+    @property
+    def open_until(self) -> float: ...
+
+
+EndpointsOf = Callable[[str], Sequence[Routed]]
 
 
 class ModelViews:
     def __init__(
-        self, service: ModelService, registry: NodeRegistry, endpoints_of: EndpointsOf
+        self,
+        models: Mapping[str, Model],
+        reconciler: Reconciler,
+        passes: Callable[[], int],
+        registry: NodeRegistry,
+        endpoints_of: EndpointsOf,
     ) -> None:
-        self.service = service
+        """``models`` is the catalog as it stands; ``passes`` the reconcile passes made
+        here (none on a standby); ``endpoints_of`` the replicas the gateway routes a
+        model to now."""
+        self.models = models
+        self.reconciler = reconciler
+        self.passes = passes
         self.registry = registry
         self.endpoints_of = endpoints_of
+
+    def catalog(self) -> list[dict[str, Any]]:
+        """Every model of the catalog, by name."""
+        return [self.model_json(m) for _, m in sorted(self.models.items())]
+
+    def replicas(self) -> list[dict[str, Any]]:
+        """Every shard every node reports, with the catalog's view of it (its model and
+        profile, whether it is stale and why) and the cards it holds."""
+        rows = shard_rows([v for _, v in sorted(self.registry.nodes.items())])
+        for row in rows:
+            rid = row["replica_id"]
+            row.update(self.reconciler.describe(rid, self.models, row["fingerprint"]))
+            row["cards"] = self.reconciler.cards_of(rid)
+        return rows
 
     def model_json(self, model: Model) -> dict[str, Any]:
         profiles = []
         ready = starting = stale = 0
         for p in model.profiles:
-            status = self.service.reconciler.status.get((model.name, p.name))
+            status = self.reconciler.status_of(model.name, p.name)
             shown = status.as_json() if status else None
             if status:
                 ready += status.ready
@@ -47,11 +86,11 @@ class ModelViews:
             )
         if model.external:
             return self.external_json(model)
-        if self.service.passes == 0:
+        if self.passes() == 0:
             # No reconcile pass here (a standby): what routes now is what is Ready.
             ready = len(self.endpoints_of(model.name))
-        now = self.service.reconciler.clock()
-        desired = sum(self.service.reconciler.desired(model, p, now) for p in model.profiles)
+        now = self.reconciler.now()
+        desired = sum(self.reconciler.desired(model, p, now) for p in model.profiles)
         if model.parked:
             state = "parked"
         elif model.stopped:

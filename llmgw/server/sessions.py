@@ -27,11 +27,11 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from llmgw.server.principal import ROLES, Principal, Role, is_role
+
 COOKIE = "llmgw_session"
 CSRF_FIELD = "csrf"
 CSRF_HEADER = "x-csrf-token"
-# Roles in rising order; a page or form names the least it needs.
-ROLES = ("viewer", "operator", "admin")
 DEFAULT_TTL = 12 * 3600.0
 
 
@@ -54,14 +54,18 @@ class Session:
     """Who is signed in: their name, role, the session's id and when it ends."""
 
     actor: str
-    role: str
+    role: Role
     sid: str
     expires: float
     binding: str
 
-    def may(self, role: str) -> bool:
+    def may(self, role: Role) -> bool:
         """Whether this session's role reaches ``role``."""
-        return ROLES.index(self.role) >= ROLES.index(role)
+        return self.principal.may(role)
+
+    @property
+    def principal(self) -> Principal:
+        return Principal(self.actor, self.role, "session")
 
 
 class Sessions:
@@ -87,7 +91,7 @@ class Sessions:
             :22
         ]
 
-    def open(self, actor: str, role: str, token_hash: str, now: float | None = None) -> str:
+    def open(self, actor: str, role: Role, token_hash: str, now: float | None = None) -> str:
         """A new session's cookie value."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
@@ -115,9 +119,12 @@ class Sessions:
             return None
         try:
             claims = json.loads(body)
+            role = str(claims["r"])
+            if not is_role(role):
+                return None
             session = Session(
                 actor=str(claims["a"]),
-                role=str(claims["r"]),
+                role=role,
                 sid=str(claims["s"]),
                 expires=float(claims["e"]),
                 binding=str(claims["b"]),
@@ -125,7 +132,7 @@ class Sessions:
         except (ValueError, KeyError, TypeError):
             return None
         now = time.time() if now is None else now
-        if session.role not in ROLES or now >= session.expires or session.sid in self._ended:
+        if now >= session.expires or session.sid in self._ended:
             return None
         if not any(_same(self._bind(h), session.binding) for h in self._admin_hashes()):
             return None
