@@ -34,15 +34,19 @@ import platform
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.model import Model, Profile, fingerprint
-from llmgw.server.catalog.reconciler import Plan, Reconciler, port_range
-from llmgw.server.fleet.registry import READY, NodeView
+from llmgw.server.catalog.ports import port_range
+from llmgw.server.catalog.reconciler import Plan, Reconciler
+from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.wiring import Wiring
+from llmgw.wire.messages import ShardStatus
+from llmgw.wire.states import NodeState, ShardState
 
 GIB = 1024**3
 GB = 1000**3
@@ -97,7 +101,7 @@ def fleet(n: int, seed: int) -> dict[str, NodeView]:
         nodes[nid] = NodeView(
             id=nid,
             cert_serial=i + 1,
-            state=READY,
+            state=NodeState.READY,
             address=f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
             facts={
                 "hostname": nid,
@@ -223,12 +227,13 @@ def report_ready(
     for start in plan.starts:
         model, profile = profiles[(start.model, start.profile)]
         view = nodes[start.node]
-        view.shards[start.replica_id] = {
-            "state": "ready",
-            "fingerprint": rec.tracks[start.replica_id].fingerprint,
-            "port": start.port,
-            "source": model.source,
-        }
+        view.shards[start.replica_id] = ShardStatus(
+            replica_id=start.replica_id,
+            state=ShardState.READY,
+            fingerprint=rec.tracks[start.replica_id].fingerprint,
+            port=start.port,
+            source=model.source,
+        )
         view.facts["memory_available"] -= profile.memory
         for g in view.facts["gpus"]:
             if g["uuid"] in start.cards:
@@ -247,13 +252,23 @@ def requests_of(rec: Reconciler, models: Sequence[Model]) -> list[scheduler.Requ
     return out
 
 
+def UNPINNED(engine: str) -> str | None:
+    """No engine version asked: every node's engines will do."""
+    return None
+
+
+def UNWIRED(views: Mapping[str, NodeView]) -> dict[str, Wiring]:
+    """No NVLink domain or fabric known: each node on its own."""
+    return {}
+
+
 def run_once(n: int, models: Sequence[Model], seed: int) -> dict[str, Any]:
     config = SchedulingConfig()
     fps = {(m.name, p.name): fingerprint(m, p) for m in models for p in m.profiles}
 
     nodes = fleet(n, seed)
     now = [T0]
-    rec = Reconciler(config, clock=lambda: now[0])
+    rec = Reconciler(config, UNPINNED, UNWIRED, clock=lambda: now[0])
     t = time.perf_counter()
     plan = rec.plan(models, nodes, T0)
     first = time.perf_counter() - t
@@ -274,7 +289,7 @@ def run_once(n: int, models: Sequence[Model], seed: int) -> dict[str, Any]:
     assert ready == len(plan.starts), (ready, len(plan.starts))
 
     fresh = fleet(n, seed)
-    alone = Reconciler(config, clock=lambda: T0)
+    alone = Reconciler(config, UNPINNED, UNWIRED, clock=lambda: T0)
     t = time.perf_counter()
     caps = alone.capacities(fresh)
     caps_s = time.perf_counter() - t
