@@ -19,14 +19,23 @@ BIN := $(VENV)/bin
 # tests (tests/support/browser.py); no `playwright install` browser download.
 APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux \
 	postgresql-15 etcd-server etcd-client patroni keepalived nftables prometheus chromium
+# What building llama-server from source needs: the tests always, the demo only when the
+# llama.cpp release it names cannot be fetched.
+BUILD_PACKAGES := cmake ninja-build g++
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all demo test check apt venv zipapp bench clean llama-server
+.PHONY: all demo test check apt apt-build venv runtime zipapp bench clean llama-server
 
 all: test
 
+# Every Debian package the tests use (APT_PACKAGES), or those named: make apt PACKAGES=...
+PACKAGES ?= $(APT_PACKAGES)
+
+apt-build:
+	@$(MAKE) -s apt PACKAGES="$(BUILD_PACKAGES)"
+
 apt:
-	@missing=""; for p in $(APT_PACKAGES); do \
+	@missing=""; for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -44,11 +53,17 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# Reinstalled when pyproject.toml changes.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+# Reinstalled when pyproject.toml changes: llmgw and what it runs on (the demo's), and
+# with the test extra (checks, tests, benchmarks).
+$(VENV)/.runtime: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
 	touch $@
 
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(VENV)/.runtime $@
+
+runtime: $(VENV)/.runtime
 venv: $(VENV)/.installed
 
 # llama.cpp's server, built once from the llama-cpp-python sdist and cached outside the
@@ -75,8 +90,12 @@ zipapp: venv
 	  -o $(ZIPAPP) .
 	@echo $(ZIPAPP)
 
-demo: apt venv
-	$(BIN)/python packaging/demo.py --build-command "packaging/build-llama-server.sh $(BIN)/pip"
+# Only what the demo runs: llmgw in the venv, and llama.cpp's release (the agent fetches
+# it); the compiler and cmake come only if the release cannot be reached and the demo
+# builds llama-server instead.
+demo: runtime
+	$(BIN)/python packaging/demo.py \
+	  --build-command "make -s -C $(CURDIR) apt-build >&2 && packaging/build-llama-server.sh $(BIN)/pip"
 
 LITELLM_VENV := $(HOME)/.cache/llmgw/bench-litellm
 
