@@ -71,8 +71,13 @@ venv: $(VENV)/.installed
 llama-server: apt venv
 	@packaging/build-llama-server.sh $(BIN)/pip
 
+# The suite on TEST_WORKERS processes (pytest-xdist): most end-to-end tests wait on the
+# processes they start, so more workers than cores pays; tests that share one resource
+# run in one worker (tests/conftest.py, GROUPS). The 15 slowest are listed at the end.
+TEST_WORKERS ?= 4
+
 test: apt venv llama-server
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
 
 check: venv
 	$(BIN)/ruff check llmgw llmgw.py tests bench packaging

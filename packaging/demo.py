@@ -76,6 +76,15 @@ def wait(check: Any, seconds: float, proc: subprocess.Popen[bytes] | None = None
     return None
 
 
+def tail(log: Path, lines: int = 20) -> str:
+    """The last lines of a log, indented, to say why something did not start."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError as exc:
+        return f"  (cannot read it: {exc})"
+    return "\n".join(f"  {line}" for line in text.splitlines()[-lines:])
+
+
 def fetched_or_built(api: Api, node: str, args: argparse.Namespace, root: Path) -> str | None:
     """``installed`` once the agent has the llama.cpp release the fleet names, else the
     path of one built from source (None when neither worked)."""
@@ -149,6 +158,9 @@ def main() -> int:
                 f"127.0.0.1:{pick_port(8080)}",
                 "--agent-port",
                 str(pick_port(8443)),
+                # The control planes' link: the demo has one, but its port must be free.
+                "--peer-port",
+                str(pick_port(8444)),
                 "--yes",
             ],
             check=True,
@@ -202,8 +214,11 @@ def main() -> int:
                     stderr=subprocess.STDOUT,
                 )
             )
-        if not wait(lambda: api.call("/healthz"), 30, procs[0]):
-            print(f"the control plane did not start; see {root / 'server.log'}")
+        if not wait(lambda: api.call("/healthz"), 60, procs[0]):
+            code = procs[0].poll()
+            why = f"it exited with code {code}" if code is not None else "no answer in 60 s"
+            print(f"the control plane did not start ({why}); see {root / 'server.log'}:")
+            print(tail(root / "server.log"))
             return 1
 
         agent_cmd = [

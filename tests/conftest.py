@@ -1,5 +1,14 @@
 """Fixtures shared across the test tree: the zipapp and llama-server, built once a
-session."""
+run; and how the run is shared out among pytest-xdist's workers.
+
+`make test` runs the suite on several workers (``-n``, ``--dist loadgroup``). Tests
+that share something only one of them may hold at a time run in one worker, in order,
+by their ``xdist_group`` (``GROUPS``, set here at collection): the one Patroni cluster
+and the one PostgreSQL server of a run, the admin pages' cluster and browser, and this
+machine's own nftables table. An end-to-end module keeps its tests together too (its
+namespaces, ports and fixtures are made for one test at a time); everything else is
+shared out test by test.
+"""
 
 from __future__ import annotations
 
@@ -10,26 +19,78 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Test files (from the repository root) that run in one worker, in one group each.
+GROUPS = {
+    # The run's one Patroni cluster (tests/support/patroni.py shared_cluster).
+    "tests/e2e/test_ha_patroni.py": "patroni",
+    "tests/support/test_patroni_harness.py": "patroni",
+    # One PostgreSQL server for the store's tests (tests/server/store/conftest.py).
+    "tests/server/store/": "postgres",
+    # One cluster serving the admin pages and one browser at a time.
+    "tests/e2e/test_pages.py": "pages",
+    "tests/e2e/test_pages_playground.py": "pages",
+    "tests/e2e/test_pages_usage.py": "pages",
+    # Agents started as `server init` writes them keep llmgw's table in this machine's
+    # own namespace (no_firewall_table_left).
+    "tests/e2e/test_demo.py": "host-firewall",
+    "tests/e2e/test_node_add.py": "host-firewall",
+}
+
+
+def group_of(path: str) -> str | None:
+    """The xdist group of a test file, by its path from the repository root."""
+    for prefix, group in GROUPS.items():
+        if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
+            return group
+    if path.startswith("tests/e2e/"):
+        return path  # a module's own namespaces, ports and fixtures: one worker
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = group_of(Path(item.path).relative_to(REPO).as_posix())
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        if group == "host-firewall":
+            item.add_marker(pytest.mark.usefixtures("no_firewall_table_left"))
+
+
+def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every worker of this run shares (pytest's base temp of the run)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
 @pytest.fixture(scope="session")
 def zipapp(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """dist/llmgw.pyz as `make zipapp` builds it, written to a temp dir, not to dist/."""
+    """dist/llmgw.pyz as `make zipapp` builds it, written to a temp dir, not to dist/:
+    once a run, by the first worker that needs it (the others wait for it)."""
     if shutil.which("make") is None:
         pytest.fail("`make` is not installed; the zipapp is built by `make zipapp`")
-    target = tmp_path_factory.mktemp("zipapp") / "llmgw.pyz"
-    # Through make, so a broken Makefile target fails here and not first in a release.
-    proc = subprocess.run(
-        ["make", "-s", "zipapp", f"ZIPAPP={target}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode != 0 or not target.is_file():
-        pytest.fail(f"`make zipapp` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    root = run_root(tmp_path_factory)
+    target = root / "zipapp" / "llmgw.pyz"
+    with FileLock(str(root / "zipapp.lock")):
+        if target.is_file():
+            return target
+        target.parent.mkdir(exist_ok=True)
+        # Through make, so a broken Makefile target fails here and not first in a release.
+        # Built beside the target and moved into place, so no worker sees half of it.
+        building = target.with_name("building.pyz")
+        proc = subprocess.run(
+            ["make", "-s", "zipapp", f"ZIPAPP={building}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0 or not building.is_file():
+            pytest.fail(f"`make zipapp` failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        building.rename(target)
     return target
 
 
@@ -41,12 +102,13 @@ def binary() -> Path:
     return llama_server_binary()
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture
 def no_firewall_table_left() -> Iterator[None]:
     """Agents of tests that run a cluster as `server init` writes it (the demo, `node add`)
     keep llmgw's nftables table in this machine's own namespace, as root agents do: one
-    that was not there when the session began is taken out when it ends, so the machine
-    is left as it was found (a real agent's table on this machine is left alone)."""
+    that was not there when such a test began is taken out when it ends, so the machine
+    is left as it was found (a real agent's table on this machine is left alone). Those
+    tests are the ``host-firewall`` group, so no other worker's test is running one."""
     able = os.geteuid() == 0 and shutil.which("nft") is not None
 
     def present() -> bool:

@@ -9,17 +9,18 @@ from pathlib import Path
 from typing import Any
 
 from llmgw import pki
-from tests.e2e.cluster import Cluster, run, wait_for
+from tests.e2e.cluster import Cluster, engine_ports, run, wait_for
 from tests.support.tinymodel import write_tiny_model
 
-# Short periods so a lost node, a failure's backoff and a pass take seconds.
-SCHEDULING = """
+# Short periods so a lost node, a failure's backoff and a pass take seconds; engine
+# ports of this worker's own (cluster.engine_ports).
+SCHEDULING = f"""
 scheduling:
   interval: 0.5
   node_lost_grace: 3
   backoff_base: 1
   backoff_max: 4
-  engine_ports: 42100-42199
+  engine_ports: {engine_ports(1)}
 """
 
 

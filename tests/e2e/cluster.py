@@ -21,6 +21,21 @@ from tests.support.procs import stop_process
 LLMGW = [sys.executable, "-m", "llmgw"]
 
 
+def worker() -> int:
+    """This pytest-xdist worker's number (0 when the tests run in one process)."""
+    name = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return int(name[2:]) if name[2:].isdigit() else 0
+
+
+def engine_ports(use: int = 0) -> str:
+    """A hundred engine ports for this worker's control planes, apart from every other
+    worker's, so two tests running at once never hand their engines the same port: ``use``
+    0 for a cluster as `server init` writes it, 1 for the catalog's tests, 2 for the admin
+    pages' cluster (which lives through the other tests of its worker)."""
+    first = 42000 + (worker() * 3 + use) * 100
+    return f"{first}-{first + 99}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -142,12 +157,14 @@ class Cluster:
         return out.stdout
 
     def _settle_config(self) -> None:
-        """The test's heartbeat; and no firewall table: every agent of every test runs
-        as root on this one machine (tests/agent/test_firewall_netns.py tests it)."""
+        """The test's heartbeat; engine ports of this worker's own; and no firewall
+        table: every agent of every test runs as root on this one machine
+        (tests/agent/test_firewall_netns.py tests it)."""
         cfg = self.data_dir / "server.yaml"
         text = cfg.read_text().replace(
             "heartbeat_interval: 5.0", f"heartbeat_interval: {self.heartbeat_interval}"
         )
+        text = text.replace("engine_ports: 41000-41999", f"engine_ports: {engine_ports()}")
         cfg.write_text(text.replace("firewall:\n  enabled: true", "firewall:\n  enabled: false"))
 
     def join_as_standby(self, leader: Cluster) -> None:

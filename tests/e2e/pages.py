@@ -22,7 +22,7 @@ from typing import Any
 from playwright.sync_api import Page
 
 from tests.e2e.catalog import SCHEDULING, serve_tiny
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, engine_ports
 
 SIZES = {"desktop": (1440, 900), "phone": (390, 844)}
 
@@ -40,11 +40,10 @@ def running_site(root: Path, binary: Path) -> Iterator[Site]:
     cluster = Cluster(root)
     cluster.init()
     config = cluster.data_dir / "server.yaml"
-    # Engine ports of its own (apart from the other e2e tests' 42100-42199, and from
-    # another pytest process's page cluster): no other test's engine holds them.
-    first = 42600 + (os.getpid() % 40) * 25
-    ports = f"{first}-{first + 24}"
-    config.write_text(config.read_text() + SCHEDULING.replace("42100-42199", ports))
+    # Engine ports of its own, apart from the other tests' of this worker and every
+    # other worker's: no other test's engine holds them.
+    scheduling = SCHEDULING.replace(engine_ports(1), engine_ports(2))
+    config.write_text(config.read_text() + scheduling)
     cluster.start_server()
     try:
         serve_tiny(cluster, binary, "page-node")

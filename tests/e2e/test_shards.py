@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -280,21 +282,36 @@ def test_crash_is_reported_with_last_lines_and_weights_are_collected(
     assert node["still_listed"] == []
 
 
+@pytest.fixture
+def open_cluster() -> Iterator[Cluster]:
+    """A cluster in a folder of its own under /tmp, open to every user down to the
+    agent's dirs, as an operator's /var/lib is. Not in pytest's temporary tree: pytest
+    keeps its folders 0700, and a worker of the same run that makes its own first folder
+    then closes them again under this test."""
+    root = Path(tempfile.mkdtemp(prefix="llmgw-asuser-"))
+    root.chmod(0o755)
+    c = Cluster(root)
+    c.init()
+    c.start_server()
+    try:
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="running engines as another user needs root")
-def test_engine_runs_as_the_engines_user(cluster: Cluster, mirror: Mirror, model: Path) -> None:
+def test_engine_runs_as_the_engines_user(
+    open_cluster: Cluster, mirror: Mirror, model: Path
+) -> None:
     import pwd
 
+    cluster = open_cluster
     nobody = pwd.getpwnam("nobody")
     shared = cluster.root / "shared-model"
     shared.mkdir(mode=0o755)
     readable = shared / "tiny.gguf"
     readable.write_bytes(model.read_bytes())
-    # pytest's temporary directories are 0700: open the path down to the agent's dirs,
-    # as an operator's /var/lib is.
-    for folder in (cluster.root, *cluster.root.parents):
-        if str(folder) in ("/", "/tmp"):
-            break
-        folder.chmod(0o755)
     config = cluster.root / "u1.yaml"
     config.write_text(f"release_source: {mirror.url}\nllamacpp_version: b1\nengine_user: nobody\n")
     cluster.start_agent("u1", cluster.token(), ["--config", str(config)])

@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import http.server
 import io
+import os
 import subprocess
 import sys
 import tarfile
@@ -15,6 +16,8 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+
+from filelock import FileLock
 
 from llmgw.wire.messages import EngineInfo
 
@@ -25,14 +28,20 @@ _T = TypeVar("_T")
 
 
 def llama_server_binary() -> Path:
-    """The llama-server `make llama-server` builds (from cache when it is there)."""
+    """The llama-server `make llama-server` builds (from cache when it is there): built by
+    one worker of a run at a time, the others find it in the cache."""
     pip = str(Path(sys.executable).parent / "pip")
-    out = subprocess.run(
-        [str(REPO / "packaging" / "build-llama-server.sh"), pip],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
+    # Where build-llama-server.sh keeps its builds.
+    xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    cache = Path(os.environ.get("LLMGW_CACHE") or xdg / "llmgw")
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(cache / "llama-server.lock")):
+        out = subprocess.run(
+            [str(REPO / "packaging" / "build-llama-server.sh"), pip],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
     if out.returncode != 0:
         raise RuntimeError(f"building llama-server failed:\n{out.stderr[-3000:]}")
     return Path(out.stdout.strip().splitlines()[-1])
