@@ -1,0 +1,14 @@
+"""JSON as ``json.loads`` gives it: the type of a value whose shape is not ours to know.
+
+Where a document's shape is ours (a settings file, a message, an engine's answer we
+rely on), a TypedDict or a dataclass says it. ``JSON`` is for the rest: what another
+program printed (``nft -j``), a document we pass along unread. A reader narrows it
+with ``isinstance`` before it uses a part, and so says what it expects to find.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+JSON: TypeAlias = "None | bool | int | float | str | list[JSON] | dict[str, JSON]"
+JSONObject: TypeAlias = "dict[str, JSON]"
