@@ -12,3 +12,24 @@ from typing import TypeAlias
 
 JSON: TypeAlias = "None | bool | int | float | str | list[JSON] | dict[str, JSON]"
 JSONObject: TypeAlias = "dict[str, JSON]"
+
+
+def as_object(value: JSON) -> JSONObject:
+    """``value`` as a JSON object; TypeError (as indexing it would raise) when it is not."""
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def as_list(value: JSON) -> list[JSON]:
+    """``value`` as a JSON array; TypeError when it is not."""
+    if not isinstance(value, list):
+        raise TypeError(f"expected a JSON array, got {type(value).__name__}")
+    return value
+
+
+def as_str(value: JSON) -> str:
+    """``value`` as a JSON string; TypeError when it is not."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a JSON string, got {type(value).__name__}")
+    return value

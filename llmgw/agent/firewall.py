@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
-from llmgw.jsonvalue import JSON
+from llmgw.jsonvalue import JSON, as_list, as_object, as_str
 
 TABLE = "llmgw"
 STATE_FILE = "firewall.json"
@@ -252,28 +252,9 @@ def render(plan: FirewallPlan) -> str:
 # --- reading a loaded table back ------------------------------------------------------
 
 
-def _object(value: JSON) -> dict[str, JSON]:
-    """``value`` as a JSON object; TypeError when nft wrote something else there."""
-    if not isinstance(value, dict):
-        raise TypeError(f"expected an object, got {json.dumps(value)}")
-    return value
-
-
-def _text(value: JSON) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {json.dumps(value)}")
-    return value
-
-
 def _port(value: JSON) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"expected a port, got {json.dumps(value)}")
-    return value
-
-
-def _list(value: JSON) -> list[JSON]:
-    if not isinstance(value, list):
-        raise TypeError(f"expected a list, got {json.dumps(value)}")
     return value
 
 
@@ -283,14 +264,14 @@ def _interval(value: JSON) -> tuple[Address, Address]:
         address = ipaddress.ip_address(value)
         return address, address
     if isinstance(value, dict) and "prefix" in value:
-        prefix = _object(value["prefix"])
+        prefix = as_object(value["prefix"])
         net = ipaddress.ip_network(f"{prefix['addr']}/{prefix['len']}")
         return net.network_address, net.broadcast_address
     if isinstance(value, dict) and "range" in value:
-        first, last = _list(value["range"])
-        return ipaddress.ip_address(_text(first)), ipaddress.ip_address(_text(last))
+        first, last = as_list(value["range"])
+        return ipaddress.ip_address(as_str(first)), ipaddress.ip_address(as_str(last))
     if isinstance(value, dict) and "elem" in value:
-        return _interval(_object(value["elem"])["val"])
+        return _interval(as_object(value["elem"])["val"])
     raise ValueError(f"element {json.dumps(value)}")
 
 
@@ -319,39 +300,41 @@ def _rule_of(exprs: JSON) -> _Rule:
     match, a counter, a second port) lands in ``other`` whole."""
     got: _RuleParts = {}
 
-    def put(key: str, value: object) -> None:
-        if key in got:
-            raise ValueError(key)
-        got[key] = value  # type: ignore[literal-required]
+    def put(part: _RuleParts) -> None:
+        if part.keys() & got.keys():
+            raise ValueError(f"a second {', '.join(part)}")
+        got.update(part)
 
     try:
-        for expr in _list(exprs):
-            expr = _object(expr)
+        for expr in as_list(exprs):
+            expr = as_object(expr)
             if "accept" in expr:
-                put("verdict", "accept")
+                put({"verdict": "accept"})
                 continue
             if expr.get("reject") == {"type": "tcp reset"}:
-                put("verdict", REJECT)
+                put({"verdict": REJECT})
                 continue
-            match = _object(expr["match"]) if "match" in expr else None
+            match = as_object(expr["match"]) if "match" in expr else None
             if match is None or match.get("op") not in ("==", "in"):
                 raise ValueError
-            left, right = _object(match["left"]), match["right"]
+            left, right = as_object(match["left"]), match["right"]
             if left == {"meta": {"key": "iif"}} and right == "lo":
-                put("head", 'iif "lo"')
+                put({"head": 'iif "lo"'})
             elif left == {"ct": {"key": "state"}}:
                 states = right if isinstance(right, list) else [right]
-                put("head", "ct state " + ",".join(sorted(_text(s) for s in states)))
+                put({"head": "ct state " + ",".join(sorted(as_str(s) for s in states))})
             elif left == {"payload": {"protocol": "tcp", "field": "dport"}}:
                 if isinstance(right, dict):
-                    lo, hi = _list(right["range"])
-                    put("ports", (_port(lo), _port(hi)))
+                    lo, hi = as_list(right["range"])
+                    put({"ports": (_port(lo), _port(hi))})
                 else:
-                    put("ports", (_port(right), _port(right)))
-            elif _object(left.get("payload", {})).get("field") == "saddr":
-                put("family", _object(left["payload"])["protocol"])
-                is_ref = isinstance(right, str) and right.startswith("@")
-                put("source", right if is_ref else _nets_of(right))
+                    put({"ports": (_port(right), _port(right))})
+            elif as_object(left.get("payload", {})).get("field") == "saddr":
+                put({"family": as_str(as_object(left["payload"])["protocol"])})
+                if isinstance(right, str) and right.startswith("@"):
+                    put({"source": right})
+                else:
+                    put({"source": _nets_of(right)})
             else:
                 raise ValueError
         return _Rule(**got)
@@ -364,18 +347,18 @@ def _loaded(listing: JSON) -> _Table:
     sets: list[tuple[str, tuple[str, tuple[Net, ...]]]] = []
     chains: list[tuple[str, tuple[JSON, ...]]] = []
     rules: list[_Rule] = []
-    for item in _list(_object(listing).get("nftables", [])):
-        item = _object(item)
+    for item in as_list(as_object(listing).get("nftables", [])):
+        item = as_object(item)
         if "set" in item:
-            s = _object(item["set"])
-            sets.append((_text(s["name"]), (_text(s["type"]), _nets_of(s.get("elem", [])))))
+            s = as_object(item["set"])
+            sets.append((as_str(s["name"]), (as_str(s["type"]), _nets_of(s.get("elem", [])))))
         elif "chain" in item:
-            c = _object(item["chain"])
+            c = as_object(item["chain"])
             chains.append(
-                (_text(c["name"]), tuple(c.get(k) for k in ("type", "hook", "prio", "policy")))
+                (as_str(c["name"]), tuple(c.get(k) for k in ("type", "hook", "prio", "policy")))
             )
         elif "rule" in item:
-            rules.append(_rule_of(_object(item["rule"]).get("expr", [])))
+            rules.append(_rule_of(as_object(item["rule"]).get("expr", [])))
     return _Table(tuple(sets), tuple(chains), tuple(rules))
 
 
