@@ -171,7 +171,7 @@ def join(
             "--listen address (HOST:PORT)"
         ) from exc
     if status != 200:
-        message = answer.get("error", {}).get("message") or f"HTTP {status}"
+        message = jointoken.refusal(status, answer)
         raise JoinError(f"the leader at {server} refused: {message}")
     cert_pem = str(answer.get("cert", "")).encode()
     ca_pem = str(answer.get("ca", "")).encode()
@@ -196,7 +196,8 @@ def join(
         store = {str(k): str(v) for k, v in dict(bundle.get("store") or {}).items()}
     except (pki.PKIError, KeyError, TypeError, ValueError) as exc:
         raise JoinError(f"the cluster's secrets from {server} do not open: {exc}") from exc
-    leader = answer.get("leader") or {}
+    found = answer.get("leader")
+    leader = found if isinstance(found, dict) else {}
     config = build(
         ServerConfig,
         {
