@@ -16,7 +16,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from llmgw.agent.cachewatch import CacheWatch
 from llmgw.agent.clustersettings import ClusterSettings
@@ -365,7 +364,7 @@ class NodeRuntime:
             return
         self.emit(Response(id=req.id, result=result))
 
-    def _inspect_held(self, source: str) -> dict[str, Any]:
+    def _inspect_held(self, source: str) -> dict[str, object]:
         src = parse_source(source, allow_http=True)
         path: Path | None = None
         if src.kind == "local":
