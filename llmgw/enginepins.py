@@ -72,7 +72,7 @@ def check_build(build: str) -> str:
     return build
 
 
-def parse_want(name: str, value: Any) -> dict[str, Any]:
+def parse_want(name: str, value: object) -> dict[str, Any]:
     """One engine's entry (a version, or a map of version, sha256 and index_url) as the
     map every reader takes; PinError naming the engine and what is wrong."""
     check_engine(name)
@@ -111,7 +111,7 @@ def parse_want(name: str, value: Any) -> dict[str, Any]:
     }
 
 
-def parse_wanted(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def parse_wanted(data: Mapping[str, object]) -> dict[str, dict[str, Any]]:
     """A whole ``engines:`` map; an entry set to null names no version of that engine."""
     return {
         str(name): parse_want(str(name), value) for name, value in data.items() if value is not None
