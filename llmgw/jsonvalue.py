@@ -33,3 +33,11 @@ def as_str(value: JSON) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a JSON string, got {type(value).__name__}")
     return value
+
+
+def as_int(value: JSON) -> int:
+    """``int(value)`` for a number, numeric text or a bool, as a reader of JSON would
+    take it; TypeError, as ``int()`` raises, for null, an array or an object."""
+    if value is None or isinstance(value, list | dict):
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return int(value)
