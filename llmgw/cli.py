@@ -16,10 +16,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from llmgw import __version__
 from llmgw.cliargs import UsageError, parse_duration
+
+if TYPE_CHECKING:  # imported lazily where used: each command loads only its role
+    from llmgw.client.admin import AdminClient
+    from llmgw.tui.setup import InitHooks
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -38,21 +42,21 @@ def _data_dir(args: argparse.Namespace) -> Path:
     return Path(args.data_dir) if args.data_dir else default_data_dir()
 
 
-def _client(args: argparse.Namespace) -> Any:
+def _client(args: argparse.Namespace) -> AdminClient:
     from llmgw.client.admin import resolve
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     return resolve(args.server, args.token, data_dir)
 
 
-def _print_json(value: Any) -> None:
+def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
 
 
 # --- server ---------------------------------------------------------------------------
 
 
-def init_hooks() -> Any:
+def init_hooks() -> InitHooks:
     """The data dir code the setup form runs: handed in, as the console never imports
     the control plane."""
     from llmgw.server.datadir import DataDir, InitError, default_advertise, init
@@ -65,6 +69,18 @@ def init_hooks() -> Any:
         token_path=lambda root: DataDir(root).admin_token,
         errors=(InitError,),
     )
+
+
+class _InitOptions(TypedDict, total=False):
+    """The flags ``server init`` was given, as ``datadir.init`` takes them."""
+
+    listen: str
+    agent_port: int
+    advertise: list[str] | None
+    name: str
+    peer_port: int
+    store: str
+    dsn: str
 
 
 def cmd_server_init(args: argparse.Namespace) -> int:
@@ -91,7 +107,7 @@ def cmd_server_init(args: argparse.Namespace) -> int:
                 print("Nothing was changed.")
                 return 1
     # Only the flags given: init's own defaults are the flag form's.
-    given: dict[str, Any] = {"advertise": args.advertise or None}
+    given: _InitOptions = {"advertise": args.advertise or None}
     if args.listen is not None:
         given["listen"] = args.listen
     if args.agent_port is not None:

@@ -11,7 +11,7 @@ import dataclasses
 import os
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +19,11 @@ from typing import Any, TypeVar
 import yaml
 
 _T = TypeVar("_T")
+_V = TypeVar("_V")
+
+# A settings document as YAML or JSON gives it (a file, a layer of ``ctl config``):
+# nothing in it is trusted until ``build`` has checked it against the dataclass.
+Settings = Mapping[str, object]
 
 
 class ConfigError(ValueError):
@@ -50,7 +55,7 @@ def format_hostport(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _check_hostport(value: Any) -> str | None:
+def _check_hostport(value: str) -> str | None:
     try:
         parse_hostport(value)
     except ConfigError as exc:
@@ -58,11 +63,11 @@ def _check_hostport(value: Any) -> str | None:
     return None
 
 
-def _check_port(value: Any) -> str | None:
+def _check_port(value: int) -> str | None:
     return None if 0 < value < 65536 else "a port must be from 1 to 65535"
 
 
-def _check_http_url(value: Any) -> str | None:
+def _check_http_url(value: str | None) -> str | None:
     if value is None or (isinstance(value, str) and value.startswith(("http://", "https://"))):
         return None
     return (
@@ -70,20 +75,24 @@ def _check_http_url(value: Any) -> str | None:
     )
 
 
-def _check_positive(value: Any) -> str | None:
+def _check_positive(value: float) -> str | None:
     return None if value > 0 else "must be greater than 0"
 
 
-def _check_one_of(*allowed: str) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
+def _check_one_of(*allowed: str) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
         return None if value in allowed else f"must be one of: {', '.join(allowed)}"
 
     return check
 
 
-def _checked(check: Callable[[Any], str | None], default: Any = dataclasses.MISSING) -> Any:
-    if default is dataclasses.MISSING:
-        return field(metadata={"check": check})
+@typing.overload
+def _checked(check: Callable[[_V], str | None], default: None) -> _V | None: ...
+@typing.overload
+def _checked(check: Callable[[_V], str | None], default: _V) -> _V: ...
+def _checked(check: Callable[[_V], str | None], default: _V | None) -> _V | None:
+    """A field with a default whose value, once converted and when not None, ``check``
+    judges (a problem in words, None when good)."""
     return field(default=default, metadata={"check": check})
 
 
@@ -94,7 +103,7 @@ class StoreConfig:
     dsn: str = "store.db"
 
 
-def _check_port_range(value: Any) -> str | None:
+def _check_port_range(value: str) -> str | None:
     m = re.fullmatch(r"(\d+)-(\d+)", str(value))
     if not m or not 1024 <= int(m[1]) <= int(m[2]) <= 65535:
         return "must be FIRST-LAST, ports 1024 to 65535 (like 41000-41999)"
@@ -126,12 +135,12 @@ class SchedulingConfig:
     engine_ports: str = _checked(_check_port_range, "41000-41999")
 
 
-def _check_not_negative(value: Any) -> str | None:
+def _check_not_negative(value: float) -> str | None:
     return None if value >= 0 else "must be 0 or more"
 
 
-def _check_between(low: int, high: int) -> Callable[[Any], str | None]:
-    def check(value: Any) -> str | None:
+def _check_between(low: int, high: int) -> Callable[[int], str | None]:
+    def check(value: int) -> str | None:
         return None if low <= value <= high else f"must be from {low:,} to {high:,}"
 
     return check
@@ -187,7 +196,7 @@ class HaConfig:
     lease_seconds: float = _checked(_check_positive, 10.0)
 
 
-def _check_engines(value: Any) -> str | None:
+def _check_engines(value: dict[str, object]) -> str | None:
     from llmgw.enginepins import PinError, parse_wanted
 
     if not isinstance(value, dict):
@@ -199,7 +208,7 @@ def _check_engines(value: Any) -> str | None:
     return None
 
 
-def _check_networks(value: Any) -> str | None:
+def _check_networks(value: list[str]) -> str | None:
     import ipaddress
 
     for item in value:
@@ -308,18 +317,19 @@ def agent_setting_keys() -> list[str]:
     return out
 
 
-def merge_agent_layers(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge_agent_layers(base: Settings, over: Settings) -> dict[str, object]:
     """Agent settings ``over`` ``base``: key by key, a nested section merged key by key."""
-    out = copy.deepcopy(base)
+    out = dict(copy.deepcopy(base))
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key == "discovery":
-            out[key] = {**out[key], **value}
+        current = out.get(key)
+        if isinstance(value, dict) and isinstance(current, dict) and key == "discovery":
+            out[key] = {**current, **value}
         else:
             out[key] = copy.deepcopy(value)
     return out
 
 
-def _describe(tp: Any) -> str:
+def _describe(tp: object) -> str:
     origin = typing.get_origin(tp)
     if origin is list:
         (inner,) = typing.get_args(tp)
@@ -332,9 +342,13 @@ def _describe(tp: Any) -> str:
         return " or ".join(_describe(a) for a in args if a is not type(None)) + " (or null)"
     if dataclasses.is_dataclass(tp):
         return "a map"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(
-        tp, str(tp)
-    )
+    names: dict[object, str] = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        bool: "true or false",
+    }
+    return names.get(tp, str(tp))
 
 
 class _Problems:
@@ -358,7 +372,7 @@ class _Bad(Exception):
     """A value that cannot be used; the problem is already noted."""
 
 
-def _convert(value: Any, tp: Any, where: str, problems: _Problems) -> Any:
+def _convert(value: object, tp: object, where: str, problems: _Problems) -> object:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if args and type(None) in args:
@@ -374,7 +388,7 @@ def _convert(value: Any, tp: Any, where: str, problems: _Problems) -> Any:
     if origin is dict:
         if not isinstance(value, dict):
             raise bad()
-        out = {}
+        out: dict[object, object] = {}
         for k, v in value.items():
             try:
                 out[_convert(k, args[0], f"{where} key", problems)] = _convert(
@@ -386,7 +400,7 @@ def _convert(value: Any, tp: Any, where: str, problems: _Problems) -> Any:
     if origin is list:
         if not isinstance(value, list):
             raise bad()
-        items = []
+        items: list[object] = []
         for i, v in enumerate(value):
             try:
                 items.append(_convert(v, args[0], f"{where}[{i}]", problems))
@@ -420,10 +434,10 @@ def _convert(value: Any, tp: Any, where: str, problems: _Problems) -> Any:
     raise bad()
 
 
-def _build(cls: type[_T], data: dict[str, Any], where: str, problems: _Problems) -> _T:
+def _build(cls: type[_T], data: Settings, where: str, problems: _Problems) -> _T:
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for key, value in data.items():
         f = fields.get(str(key))
         if f is None:
@@ -445,7 +459,7 @@ def _build(cls: type[_T], data: dict[str, Any], where: str, problems: _Problems)
     return cls(**kwargs)
 
 
-def build(cls: type[_T], data: dict[str, Any], where: str) -> _T:
+def build(cls: type[_T], data: Settings, where: str) -> _T:
     """Make ``cls`` from a map, refusing unknown keys and values of the wrong kind: every
     problem in the map is named in one ConfigError, not only the first."""
     problems = _Problems()
@@ -465,7 +479,7 @@ def load(cls: type[_T], path: Path) -> _T:
     return build(cls, data, str(path))
 
 
-def dump(obj: Any) -> str:
+def dump(obj: ServerConfig | AgentConfig) -> str:
     """A config dataclass as YAML, None values left out."""
     data = {k: v for k, v in dataclasses.asdict(obj).items() if v is not None}
     return yaml.safe_dump(data, sort_keys=False)

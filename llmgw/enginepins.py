@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 ENGINES = ("llama.cpp", "vllm", "sglang")
 # Per node: which build of an engine to install. ``none`` installs nothing there.
@@ -37,6 +37,30 @@ PINNED: dict[str, dict[str, Any]] = {"llama.cpp": {"version": LLAMACPP_PIN, "sha
 _VERSION = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}\Z")
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}\Z")
 _ASSET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}\Z")
+
+
+class EngineWant(TypedDict, total=False):
+    """One engine as the fleet names it to a node (``WantedEngines.engines``), as the
+    agent reads it: each part is left out when absent or not of its kind."""
+
+    version: str
+    sha256: dict[str, str]  # release archive's file name -> hex digest
+    index_url: str | None
+
+
+def want_of(value: Mapping[str, object]) -> EngineWant:
+    """What an agent takes of one engine's entry in the fleet's message."""
+    out: EngineWant = {}
+    version = value.get("version")
+    if isinstance(version, str):
+        out["version"] = version
+    digests = value.get("sha256")
+    if isinstance(digests, dict):
+        out["sha256"] = {str(k): str(v) for k, v in digests.items()}
+    if "index_url" in value:
+        index = value["index_url"]
+        out["index_url"] = index if isinstance(index, str) else None
+    return out
 
 
 class PinError(ValueError):
@@ -72,7 +96,7 @@ def check_build(build: str) -> str:
     return build
 
 
-def parse_want(name: str, value: Any) -> dict[str, Any]:
+def parse_want(name: str, value: object) -> dict[str, Any]:
     """One engine's entry (a version, or a map of version, sha256 and index_url) as the
     map every reader takes; PinError naming the engine and what is wrong."""
     check_engine(name)
@@ -111,7 +135,7 @@ def parse_want(name: str, value: Any) -> dict[str, Any]:
     }
 
 
-def parse_wanted(data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def parse_wanted(data: Mapping[str, object]) -> dict[str, dict[str, Any]]:
     """A whole ``engines:`` map; an entry set to null names no version of that engine."""
     return {
         str(name): parse_want(str(name), value) for name, value in data.items() if value is not None

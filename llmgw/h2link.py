@@ -10,7 +10,6 @@ wants sent, and sending DATA no faster than the peer's window allows.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from h2.events import (
     DataReceived,
@@ -83,7 +82,7 @@ class H2Link:
 
     def send_headers(
         self, stream_id: int, headers: list[tuple[str, str]], end: bool = False
-    ) -> Any:
+    ) -> None:
         self.conn.send_headers(stream_id, headers, end_stream=end)
         self.flush()
 

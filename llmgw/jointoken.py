@@ -15,10 +15,12 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import msgpack
+
+from llmgw.jsonvalue import JSON, JSONObject
 
 PREFIX = "llmgw-join-1."
 # A token for a new control plane (`server token`): the same shape, its own prefix, and an
@@ -126,17 +128,29 @@ def check(expected: str, given: str) -> bool:
     return hmac.compare_digest(expected.encode(), given.encode())
 
 
-def post(url: str, body: dict[str, Any], timeout: float) -> tuple[int, dict[str, Any]]:
+def post(url: str, body: Mapping[str, object], timeout: float) -> tuple[int, JSONObject]:
     """A joiner's POST to the control plane's HTTP listener (it holds no certificate
-    yet; the MACs prove both sides): the status and the JSON answer ({} when none)."""
+    yet; the MACs prove both sides): the status and the JSON answer ({} when none, or
+    when it is not a JSON object)."""
     req = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"content-type": "application/json"}
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"{}")
+            return resp.status, _object(json.loads(resp.read() or b"{}"))
     except urllib.error.HTTPError as exc:
         try:
-            return exc.code, json.loads(exc.read() or b"{}")
+            return exc.code, _object(json.loads(exc.read() or b"{}"))
         except ValueError:
             return exc.code, {}
+
+
+def _object(answer: JSON) -> JSONObject:
+    return answer if isinstance(answer, dict) else {}
+
+
+def refusal(status: int, answer: JSONObject) -> str:
+    """Why the control plane said no: its error's message, else the HTTP status."""
+    error = answer.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message) if message else f"HTTP {status}"

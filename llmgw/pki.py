@@ -15,9 +15,9 @@ import ipaddress
 import os
 import secrets
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -242,17 +242,19 @@ def peer_name(cert_pem_or_cn: str) -> str | None:
     return cn[len(PEER_PREFIX) :] if cn.startswith(PEER_PREFIX) else None
 
 
-def identity(cert: dict[str, Any] | None) -> tuple[str, int] | None:
-    """(common name, serial) of a TLS peer's certificate as ``getpeercert()`` gives it."""
+def identity(cert: Mapping[str, object] | None) -> tuple[str, int] | None:
+    """(common name, serial) of a TLS peer's certificate as ``getpeercert()`` gives it:
+    ``subject`` a tuple of RDNs, each a tuple of (key, value) pairs."""
     if not cert:
         return None
     cn = ""
-    for rdn in cert.get("subject", ()):
+    subject = cert.get("subject", ())
+    for rdn in subject if isinstance(subject, tuple | list) else ():
         for key, value in rdn:
             if key == "commonName":
                 cn = value
     serial = cert.get("serialNumber")
-    if not cn or not serial:
+    if not cn or not isinstance(serial, str) or not serial:
         return None
     return cn, int(serial, 16)
 

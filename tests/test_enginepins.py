@@ -176,3 +176,12 @@ def test_pinned_is_a_copy_each_caller_may_change() -> None:
 def test_the_release_pin_is_itself_a_valid_wish() -> None:
     for name, want in PINNED.items():
         assert parse_want(name, want)["version"] == want["version"]
+
+
+def test_an_agent_takes_of_a_want_what_is_of_its_kind() -> None:
+    from llmgw.enginepins import want_of
+
+    full = {"version": "b1", "sha256": {"a.zip": "f" * 64}, "index_url": None}
+    assert want_of(full) == full
+    assert want_of({"version": 7, "sha256": "x", "index_url": 3}) == {"index_url": None}
+    assert want_of({}) == {}

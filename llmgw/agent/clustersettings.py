@@ -18,7 +18,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Literal, TypedDict
 
 import yaml
 
@@ -26,6 +26,7 @@ from llmgw.config import (
     AGENT_IDENTITY,
     AgentConfig,
     ConfigError,
+    Settings,
     agent_setting_keys,
     build,
     merge_agent_layers,
@@ -35,10 +36,26 @@ log = logging.getLogger("llmgw.agent.settings")
 
 FILE = "cluster-settings.json"
 
+# Where a setting an agent runs with came from, the first of these that names it.
+Source = Literal["file", "node", "cluster", "default"]
 
-def _flat(layer: dict[str, Any]) -> dict[str, Any]:
+
+class SettingValue(TypedDict):
+    value: object  # as the setting's field holds it (a number, a string, a list...)
+    source: Source
+
+
+class SettingsReport(TypedDict):
+    """What an agent runs with, for Register and ``llmgw doctor``."""
+
+    version: int  # of the cluster's settings it holds
+    values: dict[str, SettingValue]  # by dotted key, ``discovery.slow_interval``
+    problem: str | None  # why the cluster's last settings were refused
+
+
+def _flat(layer: Settings) -> dict[str, object]:
     """``{"discovery": {"x": 1}}`` as ``{"discovery.x": 1}``."""
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     for key, value in layer.items():
         if key == "discovery" and isinstance(value, dict):
             out.update({f"discovery.{k}": v for k, v in value.items()})
@@ -47,8 +64,8 @@ def _flat(layer: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _value(config: AgentConfig, key: str) -> Any:
-    found: Any = config
+def _value(config: AgentConfig, key: str) -> object:
+    found: object = config
     for part in key.split("."):
         found = getattr(found, part)
     return copy.deepcopy(found)
@@ -57,12 +74,12 @@ def _value(config: AgentConfig, key: str) -> Any:
 class ClusterSettings:
     """The cluster's two layers as last accepted, and the file's, for one agent."""
 
-    def __init__(self, state_dir: Path, file_layer: dict[str, Any]) -> None:
+    def __init__(self, state_dir: Path, file_layer: Settings) -> None:
         self.path = state_dir / FILE
         self.file = {k: v for k, v in file_layer.items() if k not in AGENT_IDENTITY}
         self.version = 0
-        self.default: dict[str, Any] = {}
-        self.node: dict[str, Any] = {}
+        self.default: dict[str, object] = {}
+        self.node: dict[str, object] = {}
         self.problem: str | None = None
         try:
             saved = json.loads(self.path.read_text())
@@ -77,14 +94,14 @@ class ClusterSettings:
             )
 
     @classmethod
-    def read_file(cls, path: Path | None) -> dict[str, Any]:
+    def read_file(cls, path: Path | None) -> dict[str, object]:
         """agent.yaml as written (only what it says), for where each setting came from."""
         if path is None:
             return {}
         data = yaml.safe_load(path.read_text()) or {}
         return dict(data) if isinstance(data, dict) else {}
 
-    def _merged(self, default: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    def _merged(self, default: Settings, node: Settings) -> dict[str, object]:
         return merge_agent_layers(merge_agent_layers(default, node), self.file)
 
     def config(self, identity: AgentConfig) -> AgentConfig:
@@ -93,7 +110,7 @@ class ClusterSettings:
         built = build(AgentConfig, self._merged(self.default, self.node), "agent settings")
         return dataclasses.replace(built, **{k: getattr(identity, k) for k in AGENT_IDENTITY})
 
-    def accept(self, version: int, default: dict[str, Any], node: dict[str, Any]) -> bool:
+    def accept(self, version: int, default: dict[str, object], node: dict[str, object]) -> bool:
         """Take the cluster's layers; True when what the agent runs with changes (it
         should start again). Layers that do not build are refused, the last kept."""
         if version == self.version and default == self.default and node == self.node:
@@ -111,12 +128,12 @@ class ClusterSettings:
         os.replace(tmp, self.path)
         return before != after
 
-    def report(self, running: AgentConfig) -> dict[str, Any]:
+    def report(self, running: AgentConfig) -> SettingsReport:
         """For Register: each setting's value and where it came from, and the version."""
         default, node, file = _flat(self.default), _flat(self.node), _flat(self.file)
-        values = {}
+        values: dict[str, SettingValue] = {}
         for key in agent_setting_keys():
-            source = (
+            source: Source = (
                 "file"
                 if key in file
                 else "node"

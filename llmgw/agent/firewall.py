@@ -24,7 +24,9 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
+
+from llmgw.jsonvalue import JSON, as_list, as_object, as_str
 
 TABLE = "llmgw"
 STATE_FILE = "firewall.json"
@@ -32,8 +34,31 @@ HOOK = "type filter hook input priority filter - 5; policy accept;"
 REJECT = "reject with tcp reset"
 
 Net = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (type, hook, priority, policy) of the one chain, as `nft -j` says them.
 _CHAIN = ("filter", "input", -5, "accept")
+
+
+class PlanMap(TypedDict):
+    """A plan's JSON form: what the control plane sends and ``firewall.json`` holds."""
+
+    enabled: bool
+    networks: list[str]
+    control_planes: list[str]
+    engine_ports: str
+    agent_port: int | None
+    peers: dict[str, list[str]]  # engine port (as JSON's key, a string) -> addresses
+
+
+class FirewallStatus(TypedDict):
+    """``Nft.status``'s answer (``llmgw firewall status --json`` adds the plan)."""
+
+    present: bool
+    in_sync: bool | None
+    rules: list[str]
+    problem: str | None
+    nft: bool
+    plan: NotRequired[PlanMap | None]
 
 
 class FirewallError(RuntimeError):
@@ -106,19 +131,19 @@ class FirewallPlan:
             _nets(f"peers[{port}]", addresses)
 
     @classmethod
-    def from_map(cls, data: Mapping[str, Any]) -> FirewallPlan:
+    def from_map(cls, data: Mapping[str, object]) -> FirewallPlan:
         """A plan from its JSON form. Keys this agent does not know are left out, so a
         newer control plane's plan still applies what an older agent understands."""
 
-        def strings(name: str, value: Any) -> tuple[str, ...]:
+        def strings(name: str, value: object) -> tuple[str, ...]:
             if isinstance(value, str) or not isinstance(value, list | tuple):
                 raise FirewallError(f"{name}: expected a list of addresses, got {value!r}")
             return tuple(value)
 
-        def port(name: str, value: Any) -> int:
+        def port(name: str, value: object) -> int:
             if isinstance(value, bool) or not str(value).isdigit():
                 raise FirewallError(f"{name}: {value!r} is not a TCP port")
-            return int(value)
+            return int(str(value))
 
         enabled = data.get("enabled", True)
         if not isinstance(enabled, bool):
@@ -136,7 +161,7 @@ class FirewallPlan:
             peers={port("peers", p): strings(f"peers[{p}]", a) for p, a in peers.items()},
         )
 
-    def to_map(self) -> dict[str, Any]:
+    def to_map(self) -> PlanMap:
         return {
             "enabled": self.enabled,
             "networks": list(self.networks),
@@ -174,7 +199,7 @@ class _Rule:
 @dataclass(frozen=True)
 class _Table:
     sets: tuple[tuple[str, tuple[str, tuple[Net, ...]]], ...]  # (name, (type, elements))
-    chains: tuple[tuple[str, tuple[Any, ...]], ...]  # (name, (type, hook, prio, policy))
+    chains: tuple[tuple[str, tuple[JSON, ...]], ...]  # (name, (type, hook, prio, policy))
     rules: tuple[_Rule, ...]
 
 
@@ -227,23 +252,30 @@ def render(plan: FirewallPlan) -> str:
 # --- reading a loaded table back ------------------------------------------------------
 
 
-def _interval(value: Any) -> tuple[Any, Any]:
+def _port(value: JSON) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected a port, got {json.dumps(value)}")
+    return value
+
+
+def _interval(value: JSON) -> tuple[Address, Address]:
     """An element of `nft -j` (address, prefix or range) as its first and last address."""
     if isinstance(value, str):
         address = ipaddress.ip_address(value)
         return address, address
     if isinstance(value, dict) and "prefix" in value:
-        net = ipaddress.ip_network(f"{value['prefix']['addr']}/{value['prefix']['len']}")
+        prefix = as_object(value["prefix"])
+        net = ipaddress.ip_network(f"{prefix['addr']}/{prefix['len']}")
         return net.network_address, net.broadcast_address
     if isinstance(value, dict) and "range" in value:
-        first, last = value["range"]
-        return ipaddress.ip_address(first), ipaddress.ip_address(last)
+        first, last = as_list(value["range"])
+        return ipaddress.ip_address(as_str(first)), ipaddress.ip_address(as_str(last))
     if isinstance(value, dict) and "elem" in value:
-        return _interval(value["elem"]["val"])
+        return _interval(as_object(value["elem"])["val"])
     raise ValueError(f"element {json.dumps(value)}")
 
 
-def _nets_of(values: Any) -> tuple[Net, ...]:
+def _nets_of(values: JSON) -> tuple[Net, ...]:
     if isinstance(values, dict) and "set" in values:
         values = values["set"]
     if not isinstance(values, list):
@@ -255,38 +287,54 @@ def _nets_of(values: Any) -> tuple[Net, ...]:
     return _canonical(found, 4) + _canonical(found, 6)
 
 
-def _rule_of(exprs: list[dict[str, Any]]) -> _Rule:
+class _RuleParts(TypedDict, total=False):
+    verdict: str
+    head: str
+    ports: tuple[int, int]
+    family: str
+    source: str | tuple[Net, ...]
+
+
+def _rule_of(exprs: JSON) -> _Rule:
     """A loaded rule back in _Rule's form; whatever llmgw does not write (another
     match, a counter, a second port) lands in ``other`` whole."""
-    got: dict[str, Any] = {}
+    got: _RuleParts = {}
 
-    def put(key: str, value: Any) -> None:
-        if key in got:
-            raise ValueError(key)
-        got[key] = value
+    def put(part: _RuleParts) -> None:
+        if part.keys() & got.keys():
+            raise ValueError(f"a second {', '.join(part)}")
+        got.update(part)
 
     try:
-        for expr in exprs:
-            match = expr.get("match")
+        for expr in as_list(exprs):
+            expr = as_object(expr)
             if "accept" in expr:
-                put("verdict", "accept")
-            elif expr.get("reject") == {"type": "tcp reset"}:
-                put("verdict", REJECT)
-            elif match is None or match.get("op") not in ("==", "in"):
+                put({"verdict": "accept"})
+                continue
+            if expr.get("reject") == {"type": "tcp reset"}:
+                put({"verdict": REJECT})
+                continue
+            match = as_object(expr["match"]) if "match" in expr else None
+            if match is None or match.get("op") not in ("==", "in"):
                 raise ValueError
-            elif match["left"] == {"meta": {"key": "iif"}} and match["right"] == "lo":
-                put("head", 'iif "lo"')
-            elif match["left"] == {"ct": {"key": "state"}}:
-                states = match["right"] if isinstance(match["right"], list) else [match["right"]]
-                put("head", "ct state " + ",".join(sorted(states)))
-            elif match["left"] == {"payload": {"protocol": "tcp", "field": "dport"}}:
-                right = match["right"]
-                put("ports", tuple(right["range"]) if isinstance(right, dict) else (right, right))
-            elif match["left"].get("payload", {}).get("field") == "saddr":
-                put("family", match["left"]["payload"]["protocol"])
-                right = match["right"]
-                is_ref = isinstance(right, str) and right.startswith("@")
-                put("source", right if is_ref else _nets_of(right))
+            left, right = as_object(match["left"]), match["right"]
+            if left == {"meta": {"key": "iif"}} and right == "lo":
+                put({"head": 'iif "lo"'})
+            elif left == {"ct": {"key": "state"}}:
+                states = right if isinstance(right, list) else [right]
+                put({"head": "ct state " + ",".join(sorted(as_str(s) for s in states))})
+            elif left == {"payload": {"protocol": "tcp", "field": "dport"}}:
+                if isinstance(right, dict):
+                    lo, hi = as_list(right["range"])
+                    put({"ports": (_port(lo), _port(hi))})
+                else:
+                    put({"ports": (_port(right), _port(right))})
+            elif as_object(left.get("payload", {})).get("field") == "saddr":
+                put({"family": as_str(as_object(left["payload"])["protocol"])})
+                if isinstance(right, str) and right.startswith("@"):
+                    put({"source": right})
+                else:
+                    put({"source": _nets_of(right)})
             else:
                 raise ValueError
         return _Rule(**got)
@@ -294,22 +342,27 @@ def _rule_of(exprs: list[dict[str, Any]]) -> _Rule:
         return _Rule("?", other=json.dumps(exprs, sort_keys=True))
 
 
-def _loaded(listing: Mapping[str, Any]) -> _Table:
+def _loaded(listing: JSON) -> _Table:
     """The table in ``nft -j list table inet llmgw``'s answer, in _model's form."""
-    sets, chains, rules = [], [], []
-    for item in listing.get("nftables", []):
+    sets: list[tuple[str, tuple[str, tuple[Net, ...]]]] = []
+    chains: list[tuple[str, tuple[JSON, ...]]] = []
+    rules: list[_Rule] = []
+    for item in as_list(as_object(listing).get("nftables", [])):
+        item = as_object(item)
         if "set" in item:
-            s = item["set"]
-            sets.append((s["name"], (s["type"], _nets_of(s.get("elem", [])))))
+            s = as_object(item["set"])
+            sets.append((as_str(s["name"]), (as_str(s["type"]), _nets_of(s.get("elem", [])))))
         elif "chain" in item:
-            c = item["chain"]
-            chains.append((c["name"], tuple(c.get(k) for k in ("type", "hook", "prio", "policy"))))
+            c = as_object(item["chain"])
+            chains.append(
+                (as_str(c["name"]), tuple(c.get(k) for k in ("type", "hook", "prio", "policy")))
+            )
         elif "rule" in item:
-            rules.append(_rule_of(item["rule"].get("expr", [])))
+            rules.append(_rule_of(as_object(item["rule"]).get("expr", [])))
     return _Table(tuple(sets), tuple(chains), tuple(rules))
 
 
-def difference(plan: FirewallPlan, listing: Mapping[str, Any]) -> str | None:
+def difference(plan: FirewallPlan, listing: JSON) -> str | None:
     """What the loaded table (``nft -j``'s answer) does that ``plan`` does not; None when
     the two agree.
 
@@ -421,17 +474,17 @@ class Nft:
         hint = f" ({ROOT_NOTE})" if _NOT_ROOT in done.stderr else ""
         raise FirewallError(f"nft could not delete table inet {TABLE}{hint}: {done.stderr.strip()}")
 
-    def status(self, plan: FirewallPlan | None) -> dict[str, Any]:
+    def status(self, plan: FirewallPlan | None) -> FirewallStatus:
         """What is loaded and whether it is what ``plan`` asks for (see ``difference``).
 
         ``in_sync`` is None when there is no plan to compare with or nft cannot tell;
         ``problem`` says what is wrong in words, None when nothing is.
         """
-        out: dict[str, Any] = dict(present=False, in_sync=None, rules=[], problem=None, nft=True)
+        out = FirewallStatus(present=False, in_sync=None, rules=[], problem=None, nft=True)
         try:
             done = self._run("-j", "list", "table", "inet", TABLE)
         except FirewallError as exc:
-            out.update(nft=False, problem=str(exc))
+            out["nft"], out["problem"] = False, str(exc)
             return out
         wanted = plan is not None and plan.enabled
         if done.returncode != 0:
@@ -453,11 +506,12 @@ class Nft:
         if plan is None:
             return out
         if not plan.enabled:
-            out.update(in_sync=False, problem="the table is loaded; the plan says it is off")
+            out["in_sync"] = False
+            out["problem"] = "the table is loaded; the plan says it is off"
             return out
         try:
             problem = difference(plan, json.loads(done.stdout))
         except (ValueError, KeyError, TypeError) as exc:
             problem = f"nft's listing could not be read ({exc})"
-        out.update(in_sync=problem is None, problem=problem)
+        out["in_sync"], out["problem"] = problem is None, problem
         return out

@@ -10,9 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from llmgw.cliargs import UsageError
+
+if TYPE_CHECKING:
+    from llmgw.agent.firewall import FirewallStatus
 
 
 def state_dir(args: argparse.Namespace) -> Path:
@@ -45,7 +48,7 @@ def _why_not() -> str | None:
     return None
 
 
-def status_text(status: dict[str, Any], plan_path: Path) -> str:
+def status_text(status: FirewallStatus, plan_path: Path) -> str:
     """For a person: is the table there, does it match the plan, and what it holds."""
     if status["in_sync"] is None and status["problem"]:  # nft missing, or not root
         return f"llmgw's table cannot be read: {status['problem']}"
@@ -110,7 +113,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(roles: Any) -> None:
+def add_parsers(roles: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``firewall status`` and ``firewall sync``, under the top-level subparsers."""
     firewall = roles.add_parser("firewall", help="this node's llmgw nftables table")
     sub = firewall.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")

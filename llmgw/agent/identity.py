@@ -15,12 +15,12 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from llmgw import jointoken, pki
 from llmgw.config import format_hostport, parse_hostport
+from llmgw.jsonvalue import JSONObject
 
 
 class EnrollError(RuntimeError):
@@ -117,7 +117,7 @@ async def enroll(
             failures.append(f"{address}: {exc}")
             continue
         if status != 200:
-            message = answer.get("error", {}).get("message") or f"HTTP {status}"
+            message = jointoken.refusal(status, answer)
             raise EnrollError(f"the control plane at {address} refused to enroll: {message}")
         return _accept(state_dir, token, node_id, key_pem, answer, address)
     raise EnrollError(
@@ -133,7 +133,7 @@ def _accept(
     token: jointoken.JoinToken,
     node_id: str,
     key_pem: bytes,
-    answer: dict[str, Any],
+    answer: JSONObject,
     address: str,
 ) -> AgentState:
     cert_pem = str(answer.get("cert", "")).encode()
@@ -164,7 +164,8 @@ def _accept(
     pki.write_private(state.key_path, key_pem)
     state.cert_path.write_bytes(cert_pem)
     state.ca_path.write_bytes(ca_pem)
-    state.control_planes = [str(a) for a in answer.get("control_planes", [])]
+    planes = answer.get("control_planes", [])
+    state.control_planes = [str(a) for a in planes] if isinstance(planes, list) else []
     if not state.control_planes:
         raise EnrollError(f"the control plane at {address} named no agent address")
     state.save()

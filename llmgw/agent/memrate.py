@@ -22,9 +22,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from llmgw.agent.session import HeartbeatFields
 
 log = logging.getLogger("llmgw.agent.memrate")
 
@@ -45,7 +48,7 @@ class MemoryRate:
     cpu_model: str | None
     measured_at: float
 
-    def heartbeat_fields(self) -> dict[str, float]:
+    def heartbeat_fields(self) -> HeartbeatFields:
         return {
             "memory_read_gbs": self.all_cores_gbs,
             "memory_read_one_core_gbs": self.one_core_gbs,
@@ -177,7 +180,7 @@ def load_cached(path: Path, model: str | None, threads: int) -> MemoryRate | Non
 
 
 def save(path: Path, rate: MemoryRate) -> None:
-    data: dict[str, Any] = {"version": _VERSION, **asdict(rate)}
+    data: dict[str, object] = {"version": _VERSION, **asdict(rate)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
@@ -233,7 +236,8 @@ class MemoryRateProbe:
             log.warning("could not keep the memory read rate in %s: %s", self.path, exc)
         return rate
 
-    def heartbeat_fields(self) -> dict[str, float]:
+    def heartbeat_fields(self) -> HeartbeatFields:
+        """The memory read rates; none until measured."""
         return self.rate.heartbeat_fields() if self.rate is not None else {}
 
     async def close(self) -> None:

@@ -16,7 +16,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from llmgw.agent.cachewatch import CacheWatch
 from llmgw.agent.clustersettings import ClusterSettings
@@ -29,6 +28,7 @@ from llmgw.agent.fabricprobe import BandwidthServers, run_client
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
 from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.nodewall import NodeFirewall
+from llmgw.agent.session import HeartbeatFields, RegisterFields
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import HubClient, WeightStore
 from llmgw.agent.weights.cache import manifest_holds, read_manifest
@@ -214,10 +214,11 @@ class NodeRuntime:
         if send is not None:
             self.cache.attach()  # a control plane new to this stream knows no cache
 
-    def register_fields(self) -> dict[str, Any]:
+    def register_fields(self) -> RegisterFields:
         settings, running = self.opts.settings, self.opts.running
         return {
-            "settings": settings.report(running) if settings and running else None,
+            # The wire's field is a plain map of the report.
+            "settings": dict(settings.report(running)) if settings and running else None,
             "engines": self.engine_list,
             "engines_probed": self.engines.probed,
             "installable_engines": self.engines.installable,
@@ -228,12 +229,13 @@ class NodeRuntime:
         """The process groups of the engines this node runs (each engine leads its own)."""
         return {s.pid for s in self.supervisor.shards.values() if s.pid is not None}
 
-    def heartbeat_fields(self) -> dict[str, Any]:
-        fields = {"shards": self.supervisor.usage(), **self.memrate.heartbeat_fields()}
+    def heartbeat_fields(self) -> HeartbeatFields:
+        fields: HeartbeatFields = {"shards": self.supervisor.usage()}
+        fields.update(self.memrate.heartbeat_fields())
         settings, running = self.opts.settings, self.opts.running
         if self._settings_changed and settings and running:
             self._settings_changed = False
-            fields["settings"] = settings.report(running)
+            fields["settings"] = dict(settings.report(running))
         return fields
 
     async def handle(self, msg: Message) -> None:
@@ -362,7 +364,7 @@ class NodeRuntime:
             return
         self.emit(Response(id=req.id, result=result))
 
-    def _inspect_held(self, source: str) -> dict[str, Any]:
+    def _inspect_held(self, source: str) -> dict[str, object]:
         src = parse_source(source, allow_http=True)
         path: Path | None = None
         if src.kind == "local":

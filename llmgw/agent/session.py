@@ -19,13 +19,23 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 from llmgw import __version__
 from llmgw.agent.stream import Accepted, AgentStream, Deliver
 from llmgw.config import parse_hostport
 from llmgw.wire import HostFacts, Register
-from llmgw.wire.messages import GPU, Disk, GpuHealth, IbPort, Message, NodeVitals
+from llmgw.wire.messages import (
+    GPU,
+    Disk,
+    EngineInfo,
+    GpuHealth,
+    IbPort,
+    Message,
+    NodeVitals,
+    ShardStatus,
+    ShardUsage,
+)
 
 log = logging.getLogger("llmgw.agent.session")
 
@@ -69,13 +79,32 @@ class FactSource(Protocol):
     async def live(self) -> LiveFigures: ...
 
 
+class RegisterFields(TypedDict, total=False):
+    """What the node's hooks add to Register."""
+
+    engines: list[EngineInfo]
+    engines_probed: bool
+    installable_engines: list[str]
+    settings: dict[str, object] | None
+    shards: list[ShardStatus]
+
+
+class HeartbeatFields(TypedDict, total=False):
+    """What the node's hooks add to a Heartbeat (the session reads the rest)."""
+
+    shards: list[ShardUsage]
+    memory_read_gbs: float
+    memory_read_one_core_gbs: float
+    settings: dict[str, object] | None
+
+
 class NodeHooks(Protocol):
     """What the rest of the agent adds to the stream: shards, engines, requests."""
 
-    def register_fields(self) -> dict[str, Any]:
+    def register_fields(self) -> RegisterFields:
         """Extra Register fields (engines, shards to adopt)."""
 
-    def heartbeat_fields(self) -> dict[str, Any]:
+    def heartbeat_fields(self) -> HeartbeatFields:
         """Extra Heartbeat fields (per-shard usage)."""
 
     def attach(self, send: Callable[[Message], None] | None) -> None:

@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import socket
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 import psutil
@@ -52,7 +51,7 @@ class Shard:
     # What it was started from (the engine binary, or its environment's interpreter).
     binary: str | None = None
     # The log tail and the child reaper: held here so the loop does not lose them.
-    helpers: list[asyncio.Task[Any]] = field(default_factory=list)
+    helpers: list[asyncio.Task[object]] = field(default_factory=list)
 
     def status(self, last_lines: list[str] | None = None) -> ShardStatus:
         return ShardStatus(

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict, Unpack
 
 from h2.events import (
     ConnectionTerminated,
@@ -40,14 +40,38 @@ from llmgw.wire.channel import FrameChannel, header_map
 from llmgw.wire.codec import MessageError
 from llmgw.wire.framing import FrameError
 from llmgw.wire.messages import (
+    GPU,
+    Disk,
     Goodbye,
+    GpuHealth,
     Heartbeat,
+    IbPort,
     Message,
+    NodeVitals,
     Register,
     Registered,
+    ShardUsage,
     decode_message,
 )
 from llmgw.wire.outbox import Outbox, OutboxFull
+
+
+class HeartbeatFigures(TypedDict, total=False):
+    """``Heartbeat``'s fields but its sequence number (a test keeps the two alike)."""
+
+    memory_available: int | None
+    cpu_percent: float | None
+    load: list[float] | None
+    disks: list[Disk] | None
+    gpus: list[GPU] | None
+    shards: list[ShardUsage] | None
+    memory_read_gbs: float | None
+    memory_read_one_core_gbs: float | None
+    gpu_health: list[GpuHealth] | None
+    vitals: NodeVitals | None
+    health_warnings: list[str] | None
+    settings: dict[str, object] | None
+    ib_ports: list[IbPort] | None
 
 
 @dataclass(frozen=True)
@@ -113,7 +137,7 @@ class AgentStream:
         except OutboxFull as exc:
             self._end(f"the control plane is not reading the stream: {exc}")
 
-    def heartbeat(self, now: float, **fields: Any) -> Heartbeat:
+    def heartbeat(self, now: float, **fields: Unpack[HeartbeatFigures]) -> Heartbeat:
         """Queue the next heartbeat with these figures, a PING riding in the same write:
         one wake-up of the control plane for both, instead of one each."""
         self.seq += 1

@@ -21,7 +21,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
 import aiohttp
 import psutil
@@ -51,6 +51,15 @@ log = logging.getLogger("llmgw.agent.supervisor")
 CRASH_LINES = 30
 HEALTH_POLL = 0.5
 WATCH_POLL = 1.0
+
+
+class ShardRecord(TypedDict):
+    """A shard's file in the state dir, so a new agent adopts the engine left running."""
+
+    spec: dict[str, object]  # the ShardSpec as its wire map
+    pid: int | None
+    create_time: float | None
+    started_at: float | None
 
 
 class EngineProvider(Protocol):
@@ -102,7 +111,7 @@ class Supervisor:
         return self.root / f"{replica_id}.log"
 
     def _save(self, shard: Shard) -> None:
-        record = {
+        record: ShardRecord = {
             "spec": to_map(shard.spec),
             "pid": shard.pid,
             "create_time": shard.create_time,
@@ -117,10 +126,16 @@ class Supervisor:
 
     # --- reporting --------------------------------------------------------------------
 
-    def _set(self, shard: Shard, state: ShardState, reason: str = "", **extra: Any) -> None:
+    def _set(
+        self,
+        shard: Shard,
+        state: ShardState,
+        reason: str = "",
+        last_lines: list[str] | None = None,
+    ) -> None:
         shard.state, shard.reason = state, reason
         log.info("shard %s: %s%s", shard.spec.replica_id, state, f" ({reason})" if reason else "")
-        self.emit(shard.status(**extra))
+        self.emit(shard.status(last_lines))
 
     def statuses(self) -> list[ShardStatus]:
         return [s.status() for s in self.shards.values() if s.state != ShardState.STOPPED]
@@ -375,7 +390,7 @@ class Supervisor:
             return adopted
         for path in sorted(self.root.glob("*.json")):
             try:
-                record = json.loads(path.read_text())
+                record: ShardRecord = json.loads(path.read_text())
                 spec = message_from_map(ShardSpec, record["spec"])
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring unreadable shard file %s: %s", path, exc)
@@ -441,7 +456,7 @@ class Supervisor:
 
     async def close(self) -> None:
         """The agent is going: stop watching, leave every engine running."""
-        tasks: list[asyncio.Task[Any]] = []
+        tasks: list[asyncio.Task[object]] = []
         for shard in self.shards.values():
             shard.stop_tail.set()
             tasks += [t for t in (shard.task, *shard.helpers) if t is not None]
@@ -451,9 +466,9 @@ class Supervisor:
             await asyncio.wait(tasks, timeout=5)
 
 
-def on_disk(root: Path) -> dict[str, dict[str, Any]]:
+def on_disk(root: Path) -> dict[str, ShardRecord]:
     """The shard records in ``root``, for tests and the doctor."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, ShardRecord] = {}
     for path in root.glob("*.json"):
         with contextlib.suppress(ValueError, OSError):
             out[path.stem] = json.loads(path.read_text())

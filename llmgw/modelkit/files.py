@@ -139,7 +139,7 @@ def combine_parts(parts: list[ModelShape], sizes: list[int]) -> ModelShape:
     )
 
 
-def shape_to_json(shape: ModelShape) -> dict[str, Any]:
+def shape_to_json(shape: ModelShape) -> dict[str, object]:
     return asdict(shape)
 
 
@@ -177,7 +177,7 @@ def inspect_gguf_file(path: Path) -> tuple[ModelShape, list[Path]]:
     return combine_parts(shapes, [p.stat().st_size for p in parts]), parts
 
 
-def inspect_local(path: Path, *, allow_pickle: bool = False) -> dict[str, Any]:
+def inspect_local(path: Path, *, allow_pickle: bool = False) -> dict[str, object]:
     """The shape of a model file or directory on this machine, as plain fields:
     ModelShape's, ``weight_bytes``, ``format`` (gguf, safetensors, pickle) and ``files``.
 
@@ -231,7 +231,7 @@ def _hidden(p: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in p.relative_to(root).parts)
 
 
-def _answer(shape: ModelShape, fmt: str, files: list[str]) -> dict[str, Any]:
+def _answer(shape: ModelShape, fmt: str, files: list[str]) -> dict[str, object]:
     return {
         **shape_to_json(shape),
         "weight_bytes": shape.file_bytes,

@@ -36,7 +36,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -381,7 +380,7 @@ class HubClient:
         return HubError(f"{what}: the server answered {status}{said}")
 
 
-def _entries(data: Any, repo: str) -> list[HubFile]:
+def _entries(data: object, repo: str) -> list[HubFile]:
     if not isinstance(data, list):
         raise HubError(f"hf:{repo}: the listing is not a list of files")
     files: list[HubFile] = []

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 import gguf
 
@@ -92,21 +93,21 @@ class ModelShape:
 # ---------------------------------------------------------------------------- GGUF
 
 
-def _field(reader: gguf.GGUFReader, key: str) -> Any:
+def _field(reader: gguf.GGUFReader, key: str) -> object:
     field = reader.get_field(key)
     if field is None:
         return None
     return field.contents()
 
 
-def _positive_int(value: Any) -> int | None:
+def _positive_int(value: object) -> int | None:
     """An int > 0 from a scalar, or None: 0 in a header means 'not set'."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return int(value) if value > 0 else None
 
 
-def _per_layer(value: Any) -> tuple[int | None, int | None]:
+def _per_layer(value: object) -> tuple[int | None, int | None]:
     """(largest, sum) of a per-layer figure that may be a scalar or an array per layer."""
     if isinstance(value, list):
         ints = [int(v) for v in value if isinstance(v, int | float)]
@@ -117,7 +118,7 @@ def _per_layer(value: Any) -> tuple[int | None, int | None]:
     return scalar, None
 
 
-def _quantisation(file_type: Any) -> str | None:
+def _quantisation(file_type: object) -> str | None:
     if not isinstance(file_type, int):
         return None
     try:
@@ -135,7 +136,7 @@ def read_gguf_header(path: str | os.PathLike[str]) -> ModelShape:
     arch = arch_value if isinstance(arch_value, str) else None
     prefix = arch or "llama"
 
-    def key(name: str) -> Any:
+    def key(name: str) -> object:
         return _field(reader, f"{prefix}.{name}")
 
     parameters = 0
@@ -182,7 +183,7 @@ def read_gguf_header(path: str | os.PathLike[str]) -> ModelShape:
 # ----------------------------------------------------------------------- config.json
 
 
-def _config_int(config: dict[str, Any], *names: str) -> int | None:
+def _config_int(config: Mapping[str, object], *names: str) -> int | None:
     for name in names:
         value = _positive_int(config.get(name))
         if value is not None:
@@ -190,7 +191,7 @@ def _config_int(config: dict[str, Any], *names: str) -> int | None:
     return None
 
 
-def shape_from_config(config_json: dict[str, Any], weight_bytes: int) -> ModelShape:
+def shape_from_config(config_json: Mapping[str, object], weight_bytes: int) -> ModelShape:
     """A safetensors repository's shape from its config.json and the weights' size."""
     # A model that also reads pictures keeps its language model in text_config; that is
     # what holds the KV cache, so it is what is sized.

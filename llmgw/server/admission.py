@@ -12,7 +12,6 @@ import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from llmgw import jointoken, pki
 from llmgw.server.principal import Principal
@@ -132,7 +131,7 @@ class JoinTokens:
             expires_at=record.expires_at,
         )
 
-    async def enroll(self, ask: Enroll) -> dict[str, Any]:
+    async def enroll(self, ask: Enroll) -> dict[str, object]:
         """Check the token, sign the node's CSR, and answer with proof we hold the
         token."""
         node_id = ask.node_id

@@ -31,8 +31,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_parser import RawRequestMessage
+from aiohttp.streams import StreamReader
 from aiohttp.web_protocol import RequestHandler
+from starlette.types import ASGIApp, Message, Scope
 
 from llmgw.config import parse_hostport
 
@@ -63,7 +67,6 @@ RESERVED_FILES = 256
 LINGER = 2.0
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
-Asgi = Callable[..., Awaitable[None]]
 
 
 def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -131,7 +134,7 @@ class AsgiBridge:
     """Run an ASGI app for one aiohttp request; the body reaches the app as it reads
     it, the answer is written as the app sends it (so a followed log streams)."""
 
-    def __init__(self, app: Asgi) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
@@ -144,7 +147,7 @@ class AsgiBridge:
     async def _call(self, request: web.BaseRequest) -> web.StreamResponse:
         peer = request.transport.get_extra_info("peername") if request.transport else None
         sock = request.transport.get_extra_info("sockname") if request.transport else None
-        scope: dict[str, Any] = {
+        scope: Scope = {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
             "http_version": f"{request.version.major}.{request.version.minor}",
@@ -163,7 +166,7 @@ class AsgiBridge:
         finished = asyncio.Event()
         response: web.StreamResponse | None = None
 
-        async def receive() -> dict[str, Any]:
+        async def receive() -> Message:
             nonlocal body_done
             if not body_done:
                 chunk = await request.content.readany()
@@ -172,7 +175,7 @@ class AsgiBridge:
             await finished.wait()
             return {"type": "http.disconnect"}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: Message) -> None:
             nonlocal response
             if message["type"] == "http.response.start":
                 response = web.StreamResponse(status=message["status"])
@@ -385,7 +388,11 @@ class Listener:
         loop = asyncio.get_running_loop()
 
         def request(
-            message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+            message: RawRequestMessage,
+            payload: StreamReader,
+            protocol: RequestHandler,
+            writer: AbstractStreamWriter,
+            task: asyncio.Task[None],
         ) -> web.BaseRequest:
             # Each route judges a body's size itself, before and while reading it.
             return web.BaseRequest(

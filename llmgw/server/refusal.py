@@ -8,12 +8,10 @@ JSON, a console dialog); the services never build an answer themselves.
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class Refusal(Exception):
     def __init__(
-        self, status: int, code: str, message: str, field: str | None = None, **details: Any
+        self, status: int, code: str, message: str, field: str | None = None, **details: object
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -23,8 +21,8 @@ class Refusal(Exception):
         # Beside the message for scripts (per-node verdicts, say), which it says in words.
         self.details = details
 
-    def as_json(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
+    def as_json(self) -> dict[str, dict[str, object]]:
+        body: dict[str, object] = {
             "type": self.code,
             "message": self.message,
             "code": self.code,

@@ -25,11 +25,14 @@ import math
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import MISSING, dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypedDict, TypeVar, Unpack, overload
+
+from llmgw.jsonvalue import JSON, JSONObject
 
 T = TypeVar("T")
+_V = TypeVar("_V")
 
 # The largest whole number any field takes: what a double (and so a JavaScript client)
 # holds exactly, and far inside SQLite's 64-bit integers.
@@ -65,26 +68,53 @@ class Spec:
     min_items: int = 0
     items: Spec | None = None
     keys: Spec | None = None
-    example: Any = None
+    example: JSON = None
 
 
-def spec(default: Any = MISSING, **rules: Any) -> Any:
+class Rules(TypedDict, total=False):
+    """``Spec``'s fields, as ``spec`` takes them (a test keeps the two alike)."""
+
+    doc: str
+    minimum: float | None
+    maximum: float | None
+    max_length: int | None
+    min_length: int
+    pattern: re.Pattern[str] | None
+    pattern_doc: str
+    max_items: int | None
+    min_items: int
+    items: Spec | None
+    keys: Spec | None
+    example: JSON
+
+
+@overload
+def spec(**rules: Unpack[Rules]) -> Any: ...  # required: fits any field, as field() does
+@overload
+def spec(default: _V, **rules: Unpack[Rules]) -> _V: ...
+def spec(default: object = MISSING, **rules: Unpack[Rules]) -> object:
     """A dataclass field with its rules (see ``Spec``); no default means required."""
     if isinstance(default, list | dict):
         raise TypeError("use a tuple or None as a default, never a mutable value")
     return dataclasses.field(default=default, metadata={"spec": Spec(**rules)})
 
 
-def _spec_of(f: dataclasses.Field[Any]) -> Spec:
+def _spec_of(f: dataclasses.Field[object]) -> Spec:
     found = f.metadata.get("spec")
     return found if isinstance(found, Spec) else Spec()
 
 
-def _hints(cls: type) -> dict[str, Any]:
+# A field's type as ``typing.get_type_hints`` gives it: a class, or a form such as
+# ``int | None``, ``tuple[str, ...]`` or ``Literal["a", "b"]``, taken apart with
+# ``typing.get_origin`` and ``typing.get_args``.
+TypeForm = object
+
+
+def _hints(cls: type) -> dict[str, TypeForm]:
     return typing.get_type_hints(cls)
 
 
-def _is_optional(tp: Any) -> tuple[bool, Any]:
+def _is_optional(tp: TypeForm) -> tuple[bool, TypeForm]:
     args = typing.get_args(tp)
     if _is_union(tp) and type(None) in args:
         rest = [a for a in args if a is not type(None)]
@@ -92,11 +122,11 @@ def _is_optional(tp: Any) -> tuple[bool, Any]:
     return False, tp
 
 
-def _is_union(tp: Any) -> bool:
+def _is_union(tp: TypeForm) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     """A JSON value's kind, as an error message says it."""
     if value is None:
         return "null"
@@ -120,7 +150,7 @@ def _join(where: str, name: str) -> str:
 # ------------------------------------------------------------------------- reading
 
 
-def _no_constant(name: str) -> Any:
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not a JSON number")
 
 
@@ -135,14 +165,15 @@ def _finite(text: str) -> float:
 _STRICT = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite)
 
 
-def decode_json(raw: bytes) -> Any:
+def decode_json(raw: bytes) -> JSON:
     """JSON as every reader reads it: NaN, Infinity and numbers past a double's range
     refused (``ValueError``, as for text that is not JSON, or not UTF-8). Nesting deeper
     than Python's recursion limit raises ``RecursionError``."""
-    return _STRICT.decode(raw.decode("utf-8"))
+    found: JSON = _STRICT.decode(raw.decode("utf-8"))
+    return found
 
 
-def read(cls: type[T], data: Any, where: str = "") -> T:
+def read(cls: type[T], data: object, where: str = "") -> T:
     """``cls`` from a JSON object, or ``Invalid`` naming the first value that does not fit."""
     if not isinstance(data, dict):
         raise Invalid(where, f"must be a JSON object, not {_kind(data)}")
@@ -152,7 +183,7 @@ def read(cls: type[T], data: Any, where: str = "") -> T:
             allowed = ", ".join(sorted(fields)) or "none"
             raise Invalid(_join(where, str(key)), f"unknown field (the fields are: {allowed})")
     hints = _hints(cls)
-    values: dict[str, Any] = {}
+    values: dict[str, object] = {}
     for name, f in fields.items():
         path = _join(where, name)
         if name not in data:
@@ -167,7 +198,7 @@ def read_query(cls: type[T], params: Mapping[str, str]) -> T:
     """``cls`` from a URL's query: each value's text read as the field's type."""
     hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     for key, text in params.items():
         if key not in fields:
             allowed = ", ".join(sorted(fields)) or "none"
@@ -177,7 +208,7 @@ def read_query(cls: type[T], params: Mapping[str, str]) -> T:
     return read(cls, data)
 
 
-def _from_text(text: str, tp: Any, path: str) -> Any:
+def _from_text(text: str, tp: TypeForm, path: str) -> bool | int | float | str:
     if tp is bool:
         lowered = text.lower()
         if lowered in ("1", "true", "yes"):
@@ -197,7 +228,7 @@ def _from_text(text: str, tp: Any, path: str) -> Any:
     return text
 
 
-def _value(value: Any, tp: Any, rules: Spec, path: str) -> Any:
+def _value(value: object, tp: TypeForm, rules: Spec, path: str) -> object:
     optional, tp = _is_optional(tp)
     if value is None:
         if optional:
@@ -246,7 +277,7 @@ def _value(value: Any, tp: Any, rules: Spec, path: str) -> Any:
             raise Invalid(path, f"must be an object, not {_kind(value)}")
         _count(value, rules, path)
         key_tp, value_tp = typing.get_args(tp)
-        out = {}
+        out: dict[object, object] = {}
         for k, v in value.items():
             key = _value(k, key_tp, rules.keys or Spec(), f"{path} key {k!r}")
             out[key] = _value(v, value_tp, rules.items or Spec(), f"{path}.{k}")
@@ -261,7 +292,7 @@ def _value(value: Any, tp: Any, rules: Spec, path: str) -> Any:
     raise TypeError(f"{path}: the type {tp!r} cannot be read from JSON")
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return repr(value) if len(repr(value)) <= 40 else "a number out of range"
     return _kind(value)
@@ -308,7 +339,7 @@ def _text(value: str, rules: Spec, path: str) -> str:
     return value
 
 
-def _count(value: list[Any] | dict[Any, Any], rules: Spec, path: str) -> None:
+def _count(value: Sized, rules: Spec, path: str) -> None:
     limit = rules.max_items if rules.max_items is not None else MAX_ITEMS
     if len(value) > limit:
         raise Invalid(path, f"must hold at most {limit:,} items (got {len(value):,})")
@@ -316,7 +347,7 @@ def _count(value: list[Any] | dict[Any, Any], rules: Spec, path: str) -> None:
         raise Invalid(path, f"must hold at least {rules.min_items} item(s)")
 
 
-def _describe(tp: Any, rules: Spec) -> str:
+def _describe(tp: TypeForm, rules: Spec) -> str:
     if tp is bool:
         return "true or false"
     if tp is int:
@@ -341,16 +372,17 @@ PLAIN_TEXT = r"^[^\u0000\ud800-\udfff]*$"
 
 
 def json_schema(cls: type) -> dict[str, Any]:
-    """The dataclass as a JSON Schema object, with the same rules ``read`` applies."""
+    """The dataclass as a JSON Schema object, with the same rules ``read`` applies.
+    (Its readers index into it as a schema: ``body["properties"][name]``.)"""
     hints = _hints(cls)
-    properties: dict[str, Any] = {}
-    required: list[str] = []
+    properties: JSONObject = {}
+    required: list[JSON] = []
     for f in dataclasses.fields(cls):
         rules = _spec_of(f)
         properties[f.name] = _schema(hints[f.name], rules)
         if f.default is MISSING and f.default_factory is MISSING:
             required.append(f.name)
-    out: dict[str, Any] = {
+    out: JSONObject = {
         "type": "object",
         "properties": properties,
         "additionalProperties": False,
@@ -362,7 +394,7 @@ def json_schema(cls: type) -> dict[str, Any]:
     return out
 
 
-def _schema(tp: Any, rules: Spec) -> dict[str, Any]:
+def _schema(tp: TypeForm, rules: Spec) -> JSONObject:
     optional, tp = _is_optional(tp)
     out = _schema_of(tp, rules)
     if rules.doc:
@@ -377,7 +409,7 @@ def _schema(tp: Any, rules: Spec) -> dict[str, Any]:
     return out
 
 
-def _schema_of(tp: Any, rules: Spec) -> dict[str, Any]:
+def _schema_of(tp: TypeForm, rules: Spec) -> JSONObject:
     origin = typing.get_origin(tp)
     if origin is typing.Literal:
         return {"type": "string", "enum": list(typing.get_args(tp))}
@@ -387,7 +419,7 @@ def _schema_of(tp: Any, rules: Spec) -> dict[str, Any]:
         return {"type": "boolean"}
     if tp is int or tp is float:
         whole = tp is int
-        out: dict[str, Any] = {"type": "integer" if whole else "number"}
+        out: JSONObject = {"type": "integer" if whole else "number"}
         low = rules.minimum if rules.minimum is not None else (-MAX_INT if whole else None)
         high = rules.maximum if rules.maximum is not None else (MAX_INT if whole else None)
         if low is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 
 from llmgw.agent.discovery.cardread import (
     LOST_CARD_FIX,
+    CardWide,
     from_smi_xml,
     read_nvml,
     read_nvml_health,
@@ -555,3 +557,9 @@ def test_from_smi_xml_mig_card_with_instances_given() -> None:
     assert wide["bus_id"] == "00000000:01:00.0" and wide["temperature"] == 31
     assert gpus == [dataclasses.replace(inst, driver="535.54.03", **wide)]
     assert health.uuid == PARENT  # the slow figures stay the card's
+
+
+def test_card_wide_types_the_fields_the_wire_names() -> None:
+    wide = typing.get_type_hints(CardWide)
+    assert tuple(wide) == CARD_WIDE_FIGURES
+    assert wide == {k: v for k, v in typing.get_type_hints(GPU).items() if k in wide}

@@ -264,3 +264,13 @@ def test_a_control_plane_that_stops_reading_costs_the_agent_a_fixed_amount() -> 
             seen += count is None
             told += count or 0
     assert seen + told == 200_000 and seen >= 4096
+
+
+def test_heartbeat_figures_name_every_heartbeat_field_but_its_seq() -> None:
+    import dataclasses
+
+    from llmgw.agent.stream import HeartbeatFigures
+    from llmgw.wire.messages import Heartbeat
+
+    fields = [f.name for f in dataclasses.fields(Heartbeat) if f.name != "seq"]
+    assert list(HeartbeatFigures.__annotations__) == fields

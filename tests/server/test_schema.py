@@ -202,3 +202,11 @@ def test_the_schema_of_a_request_says_its_rules() -> None:
         "description": "requests a minute",
     }
     assert schema["properties"]["name"]["pattern"].startswith("^(?:")
+
+
+def test_spec_takes_every_rule_spec_holds() -> None:
+    import typing
+
+    from llmgw.server.schema import Rules
+
+    assert typing.get_type_hints(Rules) == typing.get_type_hints(Spec)

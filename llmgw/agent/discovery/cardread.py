@@ -11,9 +11,9 @@ reported as itself with ``mig_mode`` set, which placement reads as "not usable".
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import TypedDict, TypeVar, cast
 
 from llmgw.agent.discovery.mig import MigInstance
 from llmgw.agent.discovery.nvml import FABRIC_STATES, NvmlError, NvmlSource, decode_throttle
@@ -27,45 +27,49 @@ LOST_CARD_FIX = (
 )
 
 
-def _maybe(call: Callable[..., _T], *args: Any) -> _T | None:
+def _maybe(call: Callable[..., _T], *args: object) -> _T | None:
     try:
         return call(*args)
     except NvmlError:
         return None
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _float(value: Any) -> float | None:
+def _float(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _bool(value: Any) -> bool | None:
+def _bool(value: object) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _processes(found: Any) -> list[GpuProcess] | None:
+def _str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _processes(found: object) -> list[GpuProcess] | None:
     if not isinstance(found, list):
         return None
     return [GpuProcess(pid=int(pid), memory=_int(used)) for pid, used in found]
 
 
-def _pstate(value: Any) -> str | None:
+def _pstate(value: object) -> str | None:
     number = _int(value)
     return f"P{number}" if number is not None and 0 <= number <= 15 else None
 
 
 def _card_nvml(source: NvmlSource, i: int, driver: str | None) -> GPU:
-    def fig(name: str) -> Any:
+    def fig(name: str) -> object:
         return _maybe(source.figure, i, name)
 
     memory = _maybe(source.memory, i)
     cc = _maybe(source.compute_capability, i)
     throttle = _int(fig("throttle"))
-    gpm = fig("gpm")
-    gpm = gpm if isinstance(gpm, dict) else {}
+    found_gpm = fig("gpm")
+    gpm: Mapping[str, object] = found_gpm if isinstance(found_gpm, dict) else {}
     return GPU(
         index=i,
         uuid=source.uuid(i),
@@ -75,7 +79,7 @@ def _card_nvml(source: NvmlSource, i: int, driver: str | None) -> GPU:
         utilization=_maybe(source.utilization, i),
         compute_capability=f"{cc[0]}.{cc[1]}" if cc else None,
         driver=driver,
-        bus_id=fig("bus_id"),
+        bus_id=_str(fig("bus_id")),
         memory_utilization=_int(fig("memory_utilization")),
         temperature=_int(fig("temperature")),
         memory_temperature=_int(fig("memory_temperature")),
@@ -101,12 +105,34 @@ def _card_nvml(source: NvmlSource, i: int, driver: str | None) -> GPU:
     )
 
 
-def card_wide(card: GPU) -> dict[str, Any]:
+class CardWide(TypedDict):
+    """``GPU``'s fields named in ``CARD_WIDE_FIGURES`` (a test keeps the two alike)."""
+
+    bus_id: str | None
+    temperature: int | None
+    memory_temperature: int | None
+    power: float | None
+    power_limit: float | None
+    energy: float | None
+    sm_clock: int | None
+    memory_clock: int | None
+    fan: int | None
+    pstate: str | None
+    throttle: list[str] | None
+    pcie_gen: int | None
+    pcie_width: int | None
+    pcie_gen_max: int | None
+    pcie_width_max: int | None
+    pcie_gen_device_max: int | None
+    pcie_gen_host_max: int | None
+
+
+def card_wide(card: GPU) -> CardWide:
     """The card-wide figures of ``card``, to give its MIG instances."""
-    return {name: getattr(card, name) for name in CARD_WIDE_FIGURES}
+    return cast(CardWide, {name: getattr(card, name) for name in CARD_WIDE_FIGURES})
 
 
-def _instances(card: GPU, found: Any) -> list[GPU]:
+def _instances(card: GPU, found: object) -> list[GPU]:
     """A MIG-mode card as its instances; the card itself when none is carved."""
     if not isinstance(found, list) or not found:
         return [card]
@@ -198,7 +224,17 @@ def fabric_health(mask: int | None, summary: int | None) -> dict[str, str] | Non
     return found or None
 
 
-def _fabric(found: Any) -> dict[str, Any]:
+class _FabricFields(TypedDict, total=False):
+    """GpuHealth's fabric fields, as ``_fabric`` reads them from NVML."""
+
+    fabric_state: str
+    fabric_status: str | None
+    fabric_cluster_uuid: str | None
+    fabric_clique_id: int | None
+    fabric_health: dict[str, str] | None
+
+
+def _fabric(found: object) -> _FabricFields:
     """NVML's ``fabric`` figure as GpuHealth's fields; none for a card without a fabric
     (state 0, "not supported"). The status and the ids mean something once Completed."""
     if not isinstance(found, dict):
@@ -206,9 +242,9 @@ def _fabric(found: Any) -> dict[str, Any]:
     state = FABRIC_STATES.get(_int(found.get("state")) or 0)
     if state is None:
         return {}
-    out: dict[str, Any] = {"fabric_state": state}
+    out: _FabricFields = {"fabric_state": state}
     if state == "Completed":
-        out["fabric_status"] = found.get("status") if isinstance(found.get("status"), str) else None
+        out["fabric_status"] = _str(found.get("status"))
         out["fabric_cluster_uuid"] = found.get("cluster_uuid")
         out["fabric_clique_id"] = _int(found.get("clique_id"))
     out["fabric_health"] = fabric_health(
@@ -227,7 +263,7 @@ def read_nvml_health(source: NvmlSource, count: int) -> list[GpuHealth]:
         except NvmlError:
             continue
 
-        def fig(name: str, i: int = i) -> Any:
+        def fig(name: str, i: int = i) -> object:
             return _maybe(source.figure, i, name)
 
         remap = fig("remapped_rows")

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from llmgw.agent.discovery.infiniband import SmInfo, normalise_guid, read_ports, read_sminfo
 from llmgw.wire.messages import IbPort
@@ -25,11 +25,21 @@ SM_STATES = {0: "NOTACTIVE", 1: "DISCOVERING", 2: "STANDBY", 3: "MASTER"}
 _SMIR_FIELD = re.compile(r"^\s*(?P<key>LID|GUID|ActCount|Priority|SMState)\.+\s*(?P<value>\S+)")
 
 
-def parse_smir(text: str) -> list[dict[str, Any]]:
+class SubnetManager(TypedDict):
+    """One record of ``saquery SMIR``."""
+
+    guid: str | None  # None when zero or not hex
+    lid: int | None
+    priority: int | None
+    state: str  # MASTER, STANDBY, DISCOVERING, NOTACTIVE, or the number when unknown
+    activity: int | None
+
+
+def parse_smir(text: str) -> list[SubnetManager]:
     """``saquery SMIR``: every subnet manager the fabric's SA knows, as
     ``{"guid", "lid", "priority", "state", "activity"}`` (state as a word: MASTER,
     STANDBY, ...). Records missing their GUID or state are left out."""
-    found: list[dict[str, Any]] = []
+    found: list[SubnetManager] = []
     record: dict[str, str] = {}
 
     def close() -> None:

@@ -15,11 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from ctypes import byref
-from typing import Any, Protocol, TypeVar
+from types import ModuleType
+from typing import NotRequired, Protocol, TypeAlias, TypedDict, TypeVar
 
 from llmgw.wire.warnings import THROTTLE_REASONS
 
 _T = TypeVar("_T")
+
+# pynvml's device, GPM sample and event set handles: ctypes pointers we only hand back.
+Handle: TypeAlias = object
 
 # Figure name -> what it answers (units as returned; cardread converts).
 FIGURES: dict[str, str] = {
@@ -73,6 +77,28 @@ _NVLINK_MAX_LINKS = 18
 _XID_CRITICAL = 0x8  # nvmlEventTypeXidCriticalError
 
 
+class MigFigure(TypedDict):
+    """One MIG instance of the ``mig_instances`` figure."""
+
+    uuid: str
+    memory_total: int
+    memory_used: int
+    gi_id: int
+    ci_id: int
+    profile: str | None
+
+
+class FabricFigure(TypedDict):
+    """The ``fabric`` figure: NVML's GPU fabric info."""
+
+    state: int
+    status: str
+    cluster_uuid: str
+    clique_id: int
+    health_mask: NotRequired[int]
+    health_summary: NotRequired[int]
+
+
 def decode_throttle(mask: int) -> list[str]:
     """The active reasons in an NVML clock event mask; bits we do not know are left out."""
     return [name for bit, name in THROTTLE_BITS.items() if mask & bit]
@@ -113,14 +139,15 @@ class NvmlSource(Protocol):
 
     def compute_capability(self, index: int) -> tuple[int, int]: ...
 
-    def figure(self, index: int, name: str) -> Any:
-        """One health figure of ``FIGURES``; NvmlError when not read."""
+    def figure(self, index: int, name: str) -> object:
+        """One health figure of ``FIGURES``; NvmlError when not read. Its type is the
+        name's (an int, a list of ``MigFigure``...); a reader checks what it got."""
 
     def xid_events(self) -> list[tuple[int, int]]:
         """(card index, Xid code) of each critical Xid since the last call, not waiting."""
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     # Older nvidia-ml-py releases returned bytes; newer ones decode.
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
@@ -129,15 +156,16 @@ class PynvmlSource:
     """NVML through nvidia-ml-py's ``pynvml`` module."""
 
     def __init__(self) -> None:
-        self._nvml: Any = None
-        self._handles: dict[int, Any] = {}
-        self._events: Any = None
-        self._gpm: dict[int, Any] = {}  # index -> the previous GPM sample
+        self._nvml: ModuleType | None = None
+        self._handles: dict[int, Handle] = {}
+        self._events: Handle | None = None
+        self._gpm: dict[int, Handle] = {}  # index -> the previous GPM sample
 
-    def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+    def _call(self, fn: Callable[..., _T], *args: object) -> _T:
+        nvml = self._started()
         try:
             return fn(*args)
-        except self._nvml.NVMLError as exc:
+        except nvml.NVMLError as exc:
             raise NvmlError(str(exc)) from exc
         except AttributeError as exc:  # a call this nvidia-ml-py does not have
             raise NvmlError(f"not in this nvidia-ml-py: {exc}") from exc
@@ -173,12 +201,12 @@ class PynvmlSource:
                 pass  # shutting down a library that is already gone is no fault
             self._gpm, self._events = {}, None
 
-    def _started(self) -> Any:
+    def _started(self) -> ModuleType:
         if self._nvml is None:
             raise NvmlError("NVML is not started")
         return self._nvml
 
-    def _handle(self, index: int) -> Any:
+    def _handle(self, index: int) -> Handle:
         nvml = self._started()
         handle = self._handles.get(index)
         if handle is None:
@@ -216,72 +244,72 @@ class PynvmlSource:
         )
         return int(major), int(minor)
 
-    def figure(self, index: int, name: str) -> Any:
-        read = getattr(self, "_fig_" + name, None)
+    def figure(self, index: int, name: str) -> object:
+        read: Callable[[ModuleType, Handle], object] | None = getattr(self, "_fig_" + name, None)
         if read is None:
             raise NvmlError(f"no figure {name!r}")
         return read(self._started(), self._handle(index))
 
     # --- one reader per figure; each makes the NVML calls for its figure only -------
 
-    def _fig_bus_id(self, nv: Any, h: Any) -> str:
+    def _fig_bus_id(self, nv: ModuleType, h: Handle) -> str:
         return _text(self._call(nv.nvmlDeviceGetPciInfo, h).busId).lower()
 
-    def _fig_memory_utilization(self, nv: Any, h: Any) -> int:
+    def _fig_memory_utilization(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetUtilizationRates, h).memory)
 
-    def _fig_temperature(self, nv: Any, h: Any) -> int:
+    def _fig_temperature(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetTemperature, h, nv.NVML_TEMPERATURE_GPU))
 
-    def _fig_memory_temperature(self, nv: Any, h: Any) -> int:
+    def _fig_memory_temperature(self, nv: ModuleType, h: Handle) -> int:
         (value,) = self._call(nv.nvmlDeviceGetFieldValues, h, [nv.NVML_FI_DEV_MEMORY_TEMP])
         if value.nvmlReturn != nv.NVML_SUCCESS:
             raise NvmlError("memory temperature not supported")
         return int(value.value.uiVal)
 
-    def _fig_power(self, nv: Any, h: Any) -> float:
+    def _fig_power(self, nv: ModuleType, h: Handle) -> float:
         return int(self._call(nv.nvmlDeviceGetPowerUsage, h)) / 1000
 
-    def _fig_power_limit(self, nv: Any, h: Any) -> float:
+    def _fig_power_limit(self, nv: ModuleType, h: Handle) -> float:
         return int(self._call(nv.nvmlDeviceGetEnforcedPowerLimit, h)) / 1000
 
-    def _fig_energy(self, nv: Any, h: Any) -> float:
+    def _fig_energy(self, nv: ModuleType, h: Handle) -> float:
         return int(self._call(nv.nvmlDeviceGetTotalEnergyConsumption, h)) / 1000
 
-    def _fig_sm_clock(self, nv: Any, h: Any) -> int:
+    def _fig_sm_clock(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_SM))
 
-    def _fig_memory_clock(self, nv: Any, h: Any) -> int:
+    def _fig_memory_clock(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetClockInfo, h, nv.NVML_CLOCK_MEM))
 
-    def _fig_fan(self, nv: Any, h: Any) -> int:
+    def _fig_fan(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetFanSpeed, h))
 
-    def _fig_pstate(self, nv: Any, h: Any) -> int:
+    def _fig_pstate(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetPerformanceState, h))
 
-    def _fig_throttle(self, nv: Any, h: Any) -> int:
+    def _fig_throttle(self, nv: ModuleType, h: Handle) -> int:
         reasons = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None)
         if reasons is None:
             reasons = nv.nvmlDeviceGetCurrentClocksThrottleReasons
         return int(self._call(reasons, h))
 
-    def _fig_pcie_gen(self, nv: Any, h: Any) -> int:
+    def _fig_pcie_gen(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetCurrPcieLinkGeneration, h))
 
-    def _fig_pcie_width(self, nv: Any, h: Any) -> int:
+    def _fig_pcie_width(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetCurrPcieLinkWidth, h))
 
-    def _fig_pcie_gen_max(self, nv: Any, h: Any) -> int:
+    def _fig_pcie_gen_max(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetMaxPcieLinkGeneration, h))
 
-    def _fig_pcie_width_max(self, nv: Any, h: Any) -> int:
+    def _fig_pcie_width_max(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetMaxPcieLinkWidth, h))
 
-    def _fig_pcie_gen_device_max(self, nv: Any, h: Any) -> int:
+    def _fig_pcie_gen_device_max(self, nv: ModuleType, h: Handle) -> int:
         return int(self._call(nv.nvmlDeviceGetGpuMaxPcieLinkGeneration, h))
 
-    def _fig_processes(self, nv: Any, h: Any) -> list[tuple[int, int | None]]:
+    def _fig_processes(self, nv: ModuleType, h: Handle) -> list[tuple[int, int | None]]:
         found = self._call(nv.nvmlDeviceGetComputeRunningProcesses, h)
         out: list[tuple[int, int | None]] = []
         for p in found:
@@ -289,7 +317,7 @@ class PynvmlSource:
             out.append((int(p.pid), int(used) if isinstance(used, int) else None))
         return out
 
-    def _fig_gpm(self, nv: Any, h: Any) -> dict[str, float]:
+    def _fig_gpm(self, nv: ModuleType, h: Handle) -> dict[str, float]:
         index = next(i for i, known in self._handles.items() if known is h)
         if not self._call(nv.nvmlGpmQueryDeviceSupport, h).isSupportedDevice:
             raise NvmlError("GPM not supported on this card")
@@ -320,12 +348,12 @@ class PynvmlSource:
             if got.metrics[n].nvmlReturn == nv.NVML_SUCCESS
         }
 
-    def _fig_mig_mode(self, nv: Any, h: Any) -> bool:
+    def _fig_mig_mode(self, nv: ModuleType, h: Handle) -> bool:
         current, _pending = self._call(nv.nvmlDeviceGetMigMode, h)
         return bool(current == nv.NVML_DEVICE_MIG_ENABLE)
 
-    def _fig_mig_instances(self, nv: Any, h: Any) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def _fig_mig_instances(self, nv: ModuleType, h: Handle) -> list[MigFigure]:
+        out: list[MigFigure] = []
         for slot in range(int(self._call(nv.nvmlDeviceGetMaxMigDeviceCount, h))):
             try:
                 mig = self._call(nv.nvmlDeviceGetMigDeviceHandleByIndex, h, slot)
@@ -353,14 +381,14 @@ class PynvmlSource:
             )
         return out
 
-    def _fig_persistence_mode(self, nv: Any, h: Any) -> bool:
+    def _fig_persistence_mode(self, nv: ModuleType, h: Handle) -> bool:
         return bool(self._call(nv.nvmlDeviceGetPersistenceMode, h) == nv.NVML_FEATURE_ENABLED)
 
-    def _fig_ecc_mode(self, nv: Any, h: Any) -> bool:
+    def _fig_ecc_mode(self, nv: ModuleType, h: Handle) -> bool:
         current, _pending = self._call(nv.nvmlDeviceGetEccMode, h)
         return bool(current == nv.NVML_FEATURE_ENABLED)
 
-    def _ecc(self, nv: Any, h: Any, uncorrected: bool, aggregate: bool) -> int:
+    def _ecc(self, nv: ModuleType, h: Handle, uncorrected: bool, aggregate: bool) -> int:
         kind = (
             nv.NVML_MEMORY_ERROR_TYPE_UNCORRECTED
             if uncorrected
@@ -369,33 +397,33 @@ class PynvmlSource:
         counter = nv.NVML_AGGREGATE_ECC if aggregate else nv.NVML_VOLATILE_ECC
         return int(self._call(nv.nvmlDeviceGetTotalEccErrors, h, kind, counter))
 
-    def _fig_ecc_volatile_corrected(self, nv: Any, h: Any) -> int:
+    def _fig_ecc_volatile_corrected(self, nv: ModuleType, h: Handle) -> int:
         return self._ecc(nv, h, False, False)
 
-    def _fig_ecc_volatile_uncorrected(self, nv: Any, h: Any) -> int:
+    def _fig_ecc_volatile_uncorrected(self, nv: ModuleType, h: Handle) -> int:
         return self._ecc(nv, h, True, False)
 
-    def _fig_ecc_aggregate_corrected(self, nv: Any, h: Any) -> int:
+    def _fig_ecc_aggregate_corrected(self, nv: ModuleType, h: Handle) -> int:
         return self._ecc(nv, h, False, True)
 
-    def _fig_ecc_aggregate_uncorrected(self, nv: Any, h: Any) -> int:
+    def _fig_ecc_aggregate_uncorrected(self, nv: ModuleType, h: Handle) -> int:
         return self._ecc(nv, h, True, True)
 
-    def _fig_retired_pages(self, nv: Any, h: Any) -> int:
+    def _fig_retired_pages(self, nv: ModuleType, h: Handle) -> int:
         causes = (
             nv.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS,
             nv.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR,
         )
         return sum(len(self._call(nv.nvmlDeviceGetRetiredPages, h, c)) for c in causes)
 
-    def _fig_retired_pending(self, nv: Any, h: Any) -> bool:
+    def _fig_retired_pending(self, nv: ModuleType, h: Handle) -> bool:
         return bool(self._call(nv.nvmlDeviceGetRetiredPagesPendingStatus, h))
 
-    def _fig_remapped_rows(self, nv: Any, h: Any) -> tuple[int, int, bool, bool]:
+    def _fig_remapped_rows(self, nv: ModuleType, h: Handle) -> tuple[int, int, bool, bool]:
         corr, unc, pending, failed = self._call(nv.nvmlDeviceGetRemappedRows, h)
         return int(corr), int(unc), bool(pending), bool(failed)
 
-    def _fig_nvlink(self, nv: Any, h: Any) -> list[tuple[bool, dict[str, int]]]:
+    def _fig_nvlink(self, nv: ModuleType, h: Handle) -> list[tuple[bool, dict[str, int]]]:
         links: list[tuple[bool, dict[str, int]]] = []
         for link in range(_NVLINK_MAX_LINKS):
             try:
@@ -415,10 +443,10 @@ class PynvmlSource:
             raise NvmlError("no NVLink on this card")
         return links
 
-    def _fig_fabric(self, nv: Any, h: Any) -> dict[str, Any]:
+    def _fig_fabric(self, nv: ModuleType, h: Handle) -> FabricFigure:
         # The versioned call (v3 has the health summary, v2 the health mask) where the
         # driver and nvidia-ml-py have it, else the first one (535 on).
-        info: Any = None
+        info = None
         for kind in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfo_v2_t"):
             struct = getattr(nv, kind, None)
             if struct is None or not hasattr(nv, "nvmlDeviceGetGpuFabricInfoV"):
@@ -433,7 +461,7 @@ class PynvmlSource:
             info = nv.c_nvmlGpuFabricInfo_t()
             self._call(nv.nvmlDeviceGetGpuFabricInfo, h, byref(info))
         status = int(info.status)
-        found: dict[str, Any] = {
+        found: FabricFigure = {
             "state": int(info.state),
             "status": "Success" if status == 0 else _text(nv.nvmlErrorString(status)),
             "cluster_uuid": fabric_uuid(bytes(info.clusterUuid)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from llmgw.agent.discovery.nvml import FIGURES, NvmlError, NvmlUnavailable
 
@@ -31,7 +31,7 @@ class FakeCard:
     utilization: int | None = None
     compute_capability: tuple[int, int] | None = None
     lost: bool = False
-    figures: Mapping[str, Any] = field(default_factory=dict)
+    figures: Mapping[str, object] = field(default_factory=dict)
 
 
 class FakeNvml:
@@ -66,7 +66,7 @@ class FakeNvml:
     def shutdown(self) -> None:
         self.started = False
 
-    def set(self, index: int, **figures: Any) -> None:
+    def set(self, index: int, **figures: object) -> None:
         """Change card ``index``'s health figures (None removes one)."""
         card = self.cards[index]
         merged = {**card.figures, **figures}
@@ -123,7 +123,7 @@ class FakeNvml:
     def compute_capability(self, index: int) -> tuple[int, int]:
         return self._need(self._card(index).compute_capability)
 
-    def figure(self, index: int, name: str) -> Any:
+    def figure(self, index: int, name: str) -> object:
         if name not in FIGURES:
             raise NvmlError(f"no figure {name!r}")
         self.figure_calls += 1

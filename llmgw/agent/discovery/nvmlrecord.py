@@ -12,12 +12,35 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from llmgw.agent.discovery.nvml import FIGURES, NvmlError, NvmlSource, PynvmlSource
 
 
-def _answer(call: Callable[..., Any], *args: Any) -> dict[str, Any]:
+class Answer(TypedDict, total=False):
+    """One call's answer, or the error it raised."""
+
+    value: object
+    error: str
+
+
+class CardRecord(TypedDict):
+    uuid: Answer
+    name: Answer
+    memory: Answer
+    utilization: Answer
+    compute_capability: Answer
+    figures: dict[str, Answer]
+
+
+class Recording(TypedDict):
+    driver_version: Answer
+    cuda_version: Answer
+    cards: list[CardRecord]
+    xid_events: NotRequired[Answer]
+
+
+def _answer(call: Callable[..., object], *args: object) -> Answer:
     try:
         value = call(*args)
     except NvmlError as exc:
@@ -27,15 +50,15 @@ def _answer(call: Callable[..., Any], *args: Any) -> dict[str, Any]:
     return {"value": value}
 
 
-def record(source: NvmlSource) -> dict[str, Any]:
+def record(source: NvmlSource) -> Recording:
     """Every answer of a started source: system calls, then per card each call."""
-    out: dict[str, Any] = {
+    out: Recording = {
         "driver_version": _answer(source.driver_version),
         "cuda_version": _answer(source.cuda_version),
         "cards": [],
     }
     for i in range(source.device_count()):
-        card: dict[str, Any] = {
+        card: CardRecord = {
             "uuid": _answer(source.uuid, i),
             "name": _answer(source.name, i),
             "memory": _answer(source.memory, i),

@@ -22,11 +22,13 @@ import json
 import logging
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from llmgw.agent.engines.base import EngineError
 from llmgw.agent.engines.install import InstallError, release_tag
 from llmgw.agent.engines.provision import NodeEngines, llamacpp_build, python_build
+from llmgw.enginepins import EngineWant, want_of
+from llmgw.jsonvalue import JSON
 from llmgw.wire.messages import EngineInfo, WantedEngines
 
 log = logging.getLogger("llmgw.agent.engines")
@@ -36,13 +38,32 @@ RETRY_FIRST = 30.0
 RETRY_MAX = 600.0
 
 
-def load_wanted(state_dir: Path) -> dict[str, Any] | None:
+class KeptWish(TypedDict):
+    """``engines-wanted.json``: the fleet's last ``WantedEngines`` as this node kept it."""
+
+    version: int
+    engines: dict[str, EngineWant]
+    build: str
+
+
+def load_wanted(state_dir: Path) -> KeptWish | None:
     """The fleet's last wish as this node kept it; None when it has heard none."""
     try:
-        doc = json.loads((state_dir / STATE_FILE).read_text())
+        doc: JSON = json.loads((state_dir / STATE_FILE).read_text())
     except (OSError, ValueError):
         return None
-    return doc if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return None
+    version, engines, build = doc.get("version"), doc.get("engines"), doc.get("build")
+    return {
+        "version": version if isinstance(version, int) else 0,
+        "engines": {
+            name: want_of(want)
+            for name, want in (engines.items() if isinstance(engines, dict) else ())
+            if isinstance(want, dict)
+        },
+        "build": build if isinstance(build, str) else "auto",
+    }
 
 
 class EngineConvergence:
@@ -79,7 +100,7 @@ class EngineConvergence:
             self.wish = msg
             return
         self.wish = msg
-        self.engines.wanted = {k: dict(v) for k, v in msg.engines.items()}
+        self.engines.wanted = {k: want_of(v) for k, v in msg.engines.items()}
         self.engines.build = msg.build
         with contextlib.suppress(OSError):
             doc = {"version": msg.version, "engines": msg.engines, "build": msg.build}
@@ -128,7 +149,8 @@ class EngineConvergence:
         if wish is None:
             return True
         complete = True
-        for name, want in sorted(wish.engines.items()):
+        for name, asked in sorted(wish.engines.items()):
+            want = want_of(asked)
             version = str(want.get("version"))
             apart = self._apart(name, version, wish.build)
             if apart is not None:
@@ -167,7 +189,7 @@ class EngineConvergence:
             return f"this agent does not install {name}"
         return None
 
-    async def _install(self, name: str, want: dict[str, Any], build: str) -> EngineInfo:
+    async def _install(self, name: str, want: EngineWant, build: str) -> EngineInfo:
         report = self._reporter(name)
         version = str(want["version"])
         if name == "llama.cpp":

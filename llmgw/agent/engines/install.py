@@ -38,7 +38,7 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -51,6 +51,23 @@ from llmgw.wire.messages import EngineInfo
 ENGINE = "llama.cpp"
 BINARY = "llama-server"
 MARKER = "installed.json"
+
+
+class InstallMarker(TypedDict):
+    """``installed.json``, written last into an install: what it is and where from."""
+
+    engine: str
+    version: str  # the release tag, b6000
+    build: str
+    path: str
+    binary: str  # the binary's path inside the install
+    sha256: str
+    asset: str
+    source: str
+    reported_version: str | None  # what the binary said of itself
+    installed_at: float
+
+
 GITHUB_RELEASES = "https://github.com/ggml-org/llama.cpp/releases"
 GITHUB_API = "https://api.github.com"
 DRIVER_VERSION = Path("/proc/driver/nvidia/version")
@@ -177,7 +194,7 @@ class LlamaCppInstaller:
 
     async def _recheck(self, directory: Path) -> EngineInfo | None:
         try:
-            marker = json.loads((directory / MARKER).read_text())
+            marker: InstallMarker = json.loads((directory / MARKER).read_text())
             binary = (directory / marker["binary"]).resolve()
             if not binary.is_relative_to(directory.resolve()):
                 raise InstallError(f"its marker names {binary}, outside {directory}")
@@ -294,7 +311,7 @@ class LlamaCppInstaller:
         await check_libraries(binary, self.ldd)
         report(f"installing: running {BINARY} --version")
         reported, output = await seen_to_run(self.adapter, str(binary))
-        marker: dict[str, Any] = {
+        marker: InstallMarker = {
             "engine": ENGINE,
             "version": tag,
             "build": build,
@@ -408,7 +425,7 @@ class LlamaCppInstaller:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def marked(root: Path, order: Callable[[str], Any]) -> list[Path]:
+def marked(root: Path, order: Callable[[str], tuple[object, ...]]) -> list[Path]:
     """The install directories under ``root`` that hold their marker, newest first by
     ``order`` of their names; staging trees (dot-named) and unmarked ones are never read."""
     if not root.is_dir():
@@ -429,7 +446,7 @@ def _find_binary(directory: Path) -> Path:
     return binary
 
 
-def _write_marker(directory: Path, marker: dict[str, Any]) -> None:
+def _write_marker(directory: Path, marker: Mapping[str, object]) -> None:
     tmp = directory / f".{MARKER}.tmp"
     tmp.write_text(json.dumps(marker, indent=2) + "\n")
     tmp.rename(directory / MARKER)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from llmgw.agent.engines import adapter
 from llmgw.agent.engines.base import EngineError
 from llmgw.agent.engines.install import InstallError, LlamaCppInstaller
 from llmgw.agent.engines.pyinstall import BUILDS, PythonEngineInstaller
 from llmgw.agent.engines.verify import EngineCheckError, seen_to_run
+from llmgw.enginepins import EngineWant
 from llmgw.wire.messages import EngineInfo
 
 
@@ -62,7 +62,7 @@ class NodeEngines:
         self.python = dict(python or {})
         # What the fleet wants ({engine: {"version", "sha256", "index_url"}}) and this
         # node's build choice: a shard asking no version runs the fleet's.
-        self.wanted: dict[str, dict[str, Any]] = {}
+        self.wanted: dict[str, EngineWant] = {}
         self.build = "auto"
         # False until probe() has run: until then an empty list says nothing.
         self.probed = False
@@ -101,7 +101,7 @@ class NodeEngines:
         fleet's, then any install there."""
         if name in self.named:
             return await configured(self.named[name], name)
-        want = self.wanted.get(name) or {}
+        want = self.wanted.get(name) or EngineWant()
         if name == "llama.cpp" and self.llamacpp is not None:
             version = version or self.llamacpp.version or want.get("version")
             pins = want.get("sha256") if want.get("version") == version else None

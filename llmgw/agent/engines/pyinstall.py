@@ -34,9 +34,9 @@ import shutil
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from llmgw.agent.engines import adapter
 from llmgw.agent.engines.base import EngineError
@@ -61,6 +61,20 @@ CUDA_TIMEOUT = 300.0  # importing PyTorch and starting CUDA on a busy node is sl
 # uv's lines saying where it works, not what it does: neither progress nor a reason.
 _UV_CHATTER = ("Using ", "Creating virtual environment at", "Activate with")
 _VERSION = re.compile(r"^[0-9][0-9A-Za-z.+!-]*\Z")
+
+
+class PythonInstallMarker(TypedDict):
+    """``installed.json``, written last into an environment: what it holds, from where."""
+
+    engine: str
+    version: str
+    build: str
+    path: str  # the entry point
+    package: str
+    index_url: str | None
+    torch_backend: str
+    reported_version: str | None
+    installed_at: float
 
 
 def find_uv() -> str | None:
@@ -157,7 +171,7 @@ class PythonEngineInstaller:
 
     async def _recheck(self, directory: Path) -> EngineInfo | None:
         try:
-            marker = json.loads((directory / MARKER).read_text())
+            marker: PythonInstallMarker = json.loads((directory / MARKER).read_text())
             version, build = str(marker["version"]), str(marker["build"])
             if marker["engine"] != self.engine or directory.name != f"{version}-{build}":
                 raise InstallError(f"its marker is for {marker['engine']} {version}-{build}")
@@ -258,7 +272,7 @@ class PythonEngineInstaller:
         await asyncio.to_thread(_move_into_place, staging, directory)
         entry = self.entry_point(directory)
         reported = await self._check_version(entry, version)  # still runs where it lies
-        marker: dict[str, Any] = {
+        marker: PythonInstallMarker = {
             "engine": self.engine,
             "version": version,
             "build": build,
@@ -387,7 +401,7 @@ def _move_into_place(staging: Path, directory: Path) -> None:
     staging.rename(directory)
 
 
-def _write_marker(directory: Path, marker: dict[str, Any]) -> None:
+def _write_marker(directory: Path, marker: Mapping[str, object]) -> None:
     tmp = directory / f".{MARKER}.tmp"
     tmp.write_text(json.dumps(marker, indent=2) + "\n")
     tmp.rename(directory / MARKER)

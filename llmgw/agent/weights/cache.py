@@ -23,9 +23,12 @@ import json
 import os
 import stat
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
+
+from llmgw.jsonvalue import JSON, JSONObject, as_list, as_object
 
 SOURCE_MARKER = ".llmgw-source.json"
 COMPLETE_MARKER = ".llmgw-complete.json"
@@ -53,7 +56,7 @@ class Manifest:
     files: list[FileRecord]
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+def write_json_atomic(path: Path, data: Mapping[str, object]) -> None:
     """Write a file that is either absent or whole, even across a crash."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
     try:
@@ -67,13 +70,24 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
         raise
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> JSONObject | None:
     try:
         with path.open() as fh:
             data = json.load(fh)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _number(value: JSON) -> int | float | str:
+    """What ``int()`` takes; TypeError, as ``int()`` raises, for the rest."""
+    if not isinstance(value, int | float | str):
+        raise TypeError(f"expected a size, got {type(value).__name__}")
+    return value
+
+
+def _text(value: JSON) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def read_source_marker(directory: Path) -> str | None:
@@ -95,11 +109,11 @@ def read_manifest(directory: Path) -> Manifest | None:
         files = [
             FileRecord(
                 path=str(f["path"]),
-                size=int(f["size"]),
-                sha256=f.get("sha256"),
+                size=int(_number(f["size"])),
+                sha256=_text(f.get("sha256")),
                 verified=bool(f.get("verified", False)),
             )
-            for f in data["files"]
+            for f in map(as_object, as_list(data["files"]))
         ]
         return Manifest(
             source=str(data["source"]),

@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from llmgw.jsonvalue import JSONObject
 from llmgw.server.catalog.adapters import SEPARATOR
 from llmgw.server.catalog.model import Adapter, Model
 from llmgw.server.gateway.checks import Rejected
@@ -121,7 +121,7 @@ class AdapterBook:
         adapter's name belongs to."""
         return lambda name, start: demand(self.base(name), start)
 
-    def listing(self, may_use: Callable[[str], bool]) -> list[dict[str, Any]]:
+    def listing(self, may_use: Callable[[str], bool]) -> list[JSONObject]:
         """``/v1/models``' entries for the adapters a key may use, by name: each its own
         id, its model as ``parent`` and ``root``."""
         self._read()
@@ -139,7 +139,7 @@ class AdapterBook:
         ]
 
 
-def refuse_client_lora(body: dict[str, Any]) -> None:
+def refuse_client_lora(body: JSONObject) -> None:
     """A client may not pick adapters by index: ``Rejected`` naming the way it may."""
     if LORA_FIELD in body:
         raise Rejected(

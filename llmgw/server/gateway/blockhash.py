@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any
 
 
 def _head(major: int, n: int) -> bytes:
@@ -42,14 +41,14 @@ def _head(major: int, n: int) -> bytes:
     raise ValueError(f"an integer past 64 bits ({n}) has no CBOR head")
 
 
-def cbor(obj: Any) -> bytes:
+def cbor(obj: object) -> bytes:
     """``obj`` as canonical CBOR; a type outside the subset vLLM's keys use is refused."""
     out = bytearray()
     _write(obj, out)
     return bytes(out)
 
 
-def _write(obj: Any, out: bytearray) -> None:
+def _write(obj: object, out: bytearray) -> None:
     if obj is None:
         out.append(0xF6)
     elif obj is True:
@@ -76,7 +75,7 @@ def _write(obj: Any, out: bytearray) -> None:
         raise TypeError(f"no canonical CBOR for {type(obj).__name__} here")
 
 
-def sha256_cbor(obj: Any) -> bytes:
+def sha256_cbor(obj: object) -> bytes:
     return hashlib.sha256(cbor(obj)).digest()
 
 
@@ -114,7 +113,7 @@ def block_digests(
     tokens: Sequence[int],
     block_size: int,
     seed: str,
-    extra_keys: tuple[Any, ...] | None = None,
+    extra_keys: tuple[object, ...] | None = None,
 ) -> list[bytes]:
     """The full digests of each full block of ``tokens``, first block first."""
     if block_size <= 0:
@@ -132,7 +131,7 @@ def block_hashes(
     tokens: Sequence[int],
     block_size: int,
     seed: str,
-    extra_keys: tuple[Any, ...] | None = None,
+    extra_keys: tuple[object, ...] | None = None,
 ) -> list[int]:
     """Each full block's hash as vLLM's KV events name it (the digest's low 64 bits)."""
     return [

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
+from llmgw.jsonvalue import JSON, JSONObject
 from llmgw.server.schema import decode_json
 
 Kind = Literal["chat", "completion", "embedding"]
@@ -53,7 +54,7 @@ class Rejected(Exception):
         self.param = param
 
 
-def parse(raw: bytes, bounds: Bounds) -> dict[str, Any]:
+def parse(raw: bytes, bounds: Bounds) -> JSONObject:
     """The body as a JSON object within ``bounds``' depth, or ``Rejected``."""
     try:
         body = decode_json(raw)
@@ -74,8 +75,8 @@ def parse(raw: bytes, bounds: Bounds) -> dict[str, Any]:
     return body
 
 
-def _check_depth(body: Any, limit: int) -> None:
-    stack: list[tuple[Any, int]] = [(body, 1)]
+def _check_depth(body: JSON, limit: int) -> None:
+    stack: list[tuple[JSON, int]] = [(body, 1)]
     while stack:
         value, depth = stack.pop()
         if depth > limit:
@@ -90,9 +91,9 @@ def _check_depth(body: Any, limit: int) -> None:
             stack.extend((v, depth + 1) for v in value if isinstance(v, dict | list))
 
 
-def _check_text(body: Any) -> None:
+def _check_text(body: JSON) -> None:
     """No lone surrogate (``"\\ud800"``) anywhere: no engine can read one."""
-    stack = [body]
+    stack: list[JSON] = [body]
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
@@ -114,8 +115,9 @@ def _check_text(body: Any) -> None:
 # ---------------------------------------------------------------------- fields
 
 
-def check(kind: Kind, body: dict[str, Any], bounds: Bounds) -> None:
-    """Every field the gateway reads or caps, or ``Rejected`` naming the first bad one."""
+def check(kind: Kind, body: JSONObject, bounds: Bounds) -> str:
+    """Every field the gateway reads or caps, or ``Rejected`` naming the first bad one;
+    returns the model the request names."""
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise Rejected("the request names no model ('model' is required)", "missing_model", "model")
@@ -148,15 +150,16 @@ def check(kind: Kind, body: dict[str, Any], bounds: Bounds) -> None:
         )
     _tools(body.get("tools"))
     _stop(body.get("stop"))
+    return model
 
 
-def _bool(body: dict[str, Any], name: str, param: str | None = None) -> None:
+def _bool(body: JSONObject, name: str, param: str | None = None) -> None:
     value = body.get(name)
     if value is not None and not isinstance(value, bool):
         raise Rejected(f"'{param or name}' must be true or false", "invalid_type", param or name)
 
 
-def _whole(body: dict[str, Any], name: str, low: int, high: int) -> None:
+def _whole(body: JSONObject, name: str, low: int, high: int) -> None:
     value = body.get(name)
     if value is None:
         return
@@ -168,7 +171,7 @@ def _whole(body: dict[str, Any], name: str, low: int, high: int) -> None:
         )
 
 
-def _number(body: dict[str, Any], name: str, low: float, high: float) -> None:
+def _number(body: JSONObject, name: str, low: float, high: float) -> None:
     value = body.get(name)
     if value is None:
         return
@@ -180,7 +183,7 @@ def _number(body: dict[str, Any], name: str, low: float, high: float) -> None:
         )
 
 
-def _chars(value: Any) -> int:
+def _chars(value: JSON) -> int:
     """Characters of text in a value (the parts of a message, say)."""
     if isinstance(value, str):
         return len(value)
@@ -191,7 +194,7 @@ def _chars(value: Any) -> int:
     return 0
 
 
-def _messages(messages: Any, bounds: Bounds) -> int:
+def _messages(messages: JSON, bounds: Bounds) -> int:
     if not isinstance(messages, list) or not messages:
         raise Rejected(
             "'messages' must be a list of one or more messages", "invalid_type", "messages"
@@ -246,7 +249,7 @@ def _messages(messages: Any, bounds: Bounds) -> int:
     return size
 
 
-def _prompt(prompt: Any, name: str, bounds: Bounds) -> int:
+def _prompt(prompt: JSON, name: str, bounds: Bounds) -> int:
     """Text, a list of texts, a list of token ids, or a list of lists of token ids."""
     if isinstance(prompt, str):
         return len(prompt)
@@ -261,12 +264,14 @@ def _prompt(prompt: Any, name: str, bounds: Bounds) -> int:
             "too_many_messages",
             name,
         )
-    if all(isinstance(p, str) for p in prompt):
-        return sum(len(p) for p in prompt)
+    texts = [p for p in prompt if isinstance(p, str)]
+    if len(texts) == len(prompt):
+        return sum(len(p) for p in texts)
     if all(_token_id(p) for p in prompt):
         return len(prompt)
-    if all(isinstance(p, list) and p and all(_token_id(t) for t in p) for p in prompt):
-        return sum(len(p) for p in prompt)
+    lists = [p for p in prompt if isinstance(p, list) and p and all(_token_id(t) for t in p)]
+    if len(lists) == len(prompt):
+        return sum(len(p) for p in lists)
     raise Rejected(
         f"'{name}' must be text, a list of texts, a list of token ids or a list of lists of "
         "token ids",
@@ -275,11 +280,11 @@ def _prompt(prompt: Any, name: str, bounds: Bounds) -> int:
     )
 
 
-def _token_id(value: Any) -> bool:
+def _token_id(value: JSON) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
 
 
-def _tools(tools: Any) -> None:
+def _tools(tools: JSON) -> None:
     if tools is None:
         return
     if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
@@ -307,7 +312,7 @@ def _tools(tools: Any) -> None:
                 )
 
 
-def _stop(stop: Any) -> None:
+def _stop(stop: JSON) -> None:
     if stop is None or isinstance(stop, str):
         return
     if (
@@ -323,23 +328,28 @@ def _stop(stop: Any) -> None:
 # ------------------------------------------------------------------- changing
 
 
-def hold_to(body: dict[str, Any], max_output: int | None) -> None:
-    """The model's longest answer, whatever the request calls it; set when absent."""
+def hold_to(body: JSONObject, max_output: int | None) -> None:
+    """The model's longest answer, whatever the request calls it; set when absent.
+    (``check`` has made each a whole number or absent.)"""
     if max_output is None:
         return
     for name in LENGTH_FIELDS:
         asked = body.get(name)
-        if asked is not None and asked > max_output:
+        if isinstance(asked, int) and asked > max_output:
             body[name] = max_output
     if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
         body["max_tokens"] = max_output
 
 
-def ask_for_usage(body: dict[str, Any]) -> bool:
+def ask_for_usage(body: JSONObject) -> bool:
     """A stream is asked to end with its usage, so it can be counted; returns whether
-    the client asked for it itself (if not, it is kept from the client)."""
+    the client asked for it itself (if not, it is kept from the client). (``check``
+    has made ``stream_options`` an object or absent.)"""
     options = body.get("stream_options")
     if isinstance(options, dict) and options.get("include_usage") is True:
         return True
-    body["stream_options"] = {**(options or {}), "include_usage": True}
+    body["stream_options"] = {
+        **(options if isinstance(options, dict) else {}),
+        "include_usage": True,
+    }
     return False

@@ -20,10 +20,10 @@ import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 
+from llmgw.jsonvalue import JSONObject
 from llmgw.server.gateway import blockhash
 from llmgw.wire.messages import KV_HASH_SEED, KvBlocks
 
@@ -107,29 +107,30 @@ def prompt_hashes(
     return {size: blockhash.block_hashes(tokens, size, KV_HASH_SEED, extra) for size in block_sizes}
 
 
-def tokenize_body(body: Mapping[str, Any]) -> dict[str, Any] | None:
+def tokenize_body(body: JSONObject) -> JSONObject | None:
     """What vLLM's ``/tokenize`` takes for this request: its messages with the chat
     template applied as for an answer, or its prompt; None when there is nothing to
     tokenize cheaply."""
     model = body.get("model")
     messages = body.get("messages")
     if isinstance(messages, list):
-        out: dict[str, Any] = {"model": model, "messages": messages}
+        out: JSONObject = {"model": model, "messages": messages}
         out["add_generation_prompt"] = body.get("add_generation_prompt", True)
         for passed in ("chat_template_kwargs", "tools", "continue_final_message"):
             if passed in body:
                 out[passed] = body[passed]
         size = len(json.dumps(messages))
-    elif isinstance(body.get("prompt"), str):
-        out = {"model": model, "prompt": body["prompt"]}
-        size = len(body["prompt"])
     else:
-        return None
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return None
+        out = {"model": model, "prompt": prompt}
+        size = len(prompt)
     return out if size <= TOKENIZE_MAX_CHARS else None
 
 
 async def tokenize(
-    session: aiohttp.ClientSession, url: str, key: str, request: Mapping[str, Any]
+    session: aiohttp.ClientSession, url: str, key: str, request: Mapping[str, object]
 ) -> list[int] | None:
     """The prompt's token ids from the replica at ``url`` (its ``/v1`` base), or None."""
     base = url[:-3] if url.endswith("/v1") else url

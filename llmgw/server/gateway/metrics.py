@@ -12,11 +12,14 @@ import asyncio
 import bisect
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
 import aiohttp
+
+# A sample's key: its one label's value, or a tuple of them in the order of the labels.
+_Key = TypeVar("_Key", bound=str | tuple[str, ...])
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 ERROR_TYPES = {
@@ -93,12 +96,15 @@ class Recent:
             self.first_sum[p] += first
             self.first_n[p] += 1
 
-    def series(self, now: float) -> dict[str, list[Any]]:
+    def series(self, now: float) -> dict[str, Sequence[float | None]]:
         """Oldest slot first: ``t`` (each slot's start), ``requests``, ``errors`` and
         ``ttft_ms`` (None where no answer began in the slot)."""
         end = int(now // self.step)
         self._at(now)
-        t, requests, errors, ttft = [], [], [], []
+        t: list[float] = []
+        requests: list[int] = []
+        errors: list[int] = []
+        ttft: list[float | None] = []
         for s in range(end - self.slots + 1, end + 1):
             p = s % self.slots
             t.append(s * self.step)
@@ -299,7 +305,7 @@ def family(
     name: str,
     kind: str,
     text: str,
-    samples: Mapping[Any, int | float],
+    samples: Mapping[_Key, int | float],
     labels: tuple[str, ...],
 ) -> list[str]:
     """One family: HELP, TYPE and a sample for each key of ``samples`` (a label value,

@@ -39,11 +39,11 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from llmgw import jsonvalue
 from llmgw.server.gateway.adapters import Asked
 from llmgw.server.gateway.engineclient import (
     CONNECT_TIMEOUT,
@@ -123,7 +123,7 @@ class Stale(Exception):
     """The pooled connection was closed by the engine before any byte came back."""
 
 
-def read_usage(usage: Any) -> tuple[int, int]:
+def read_usage(usage: object) -> tuple[int, int]:
     if not isinstance(usage, dict):
         return 0, 0
     prompt, completion, total = (
@@ -521,14 +521,12 @@ def _passed_on(conn: EngineConnection, body: bytes) -> web.Response:
 def _refused_by_engine(status: int, body: bytes) -> web.Response:
     """An engine's refusal in OpenAI's error shape whatever the engine wrote (llama.cpp
     gives ``code`` as a number): its message, type and param kept."""
-    error: Any = None
     try:
-        parsed = json.loads(body)
-        error = parsed.get("error") if isinstance(parsed, dict) else None
+        parsed: jsonvalue.JSON = json.loads(body)
     except ValueError:
-        pass
-    if not isinstance(error, dict):
-        error = {}
+        parsed = None
+    found = parsed.get("error") if isinstance(parsed, dict) else None
+    error = found if isinstance(found, dict) else {}
     kind = error.get("type")
     param = error.get("param")
     code = error.get("code")

@@ -47,11 +47,12 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from llmgw import jsonvalue
+from llmgw.jsonvalue import JSONObject
 from llmgw.server.gateway import kvroute
 from llmgw.server.gateway.checks import LENGTH_FIELDS
 from llmgw.server.gateway.errors import JSON, stream_error
@@ -181,7 +182,7 @@ def read_sent(data: bytes) -> Sent:
     return sent
 
 
-def not_resumable(body: dict[str, Any], sent: Sent, endpoint: Endpoint) -> str | None:
+def not_resumable(body: JSONObject, sent: Sent, endpoint: Endpoint) -> str | None:
     """Why this request's stream cannot be continued (a key of REASONS), or None."""
     if endpoint.external:
         return "external"
@@ -201,9 +202,9 @@ def not_resumable(body: dict[str, Any], sent: Sent, endpoint: Endpoint) -> str |
     return None
 
 
-def _lengths(body: dict[str, Any]) -> dict[str, int]:
+def _lengths(body: JSONObject) -> dict[str, int]:
     """The answer's lengths the request sets (llama.cpp's ``n_predict`` -1: none)."""
-    out = {}
+    out: dict[str, int] = {}
     for name in LENGTH_FIELDS:
         asked = body.get(name)
         if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
@@ -211,14 +212,12 @@ def _lengths(body: dict[str, Any]) -> dict[str, int]:
     return out
 
 
-def used_up(body: dict[str, Any], tokens: int) -> bool:
+def used_up(body: JSONObject, tokens: int) -> bool:
     """``tokens`` sent are all the answer may have."""
     return any(asked <= tokens for asked in _lengths(body).values())
 
 
-def continuation(
-    body: dict[str, Any], text: str, tokens: int, engine: str
-) -> dict[str, Any] | None:
+def continuation(body: JSONObject, text: str, tokens: int, engine: str) -> JSONObject | None:
     """The request that continues an answer of which ``text`` (about ``tokens``
     tokens) was sent, for ``engine``; None when its length is used up."""
     if used_up(body, tokens):
@@ -228,15 +227,13 @@ def continuation(
         out[name] = asked - tokens
     if not text:
         return out  # nothing of the answer was sent: the same request again
-    messages = list(out.get("messages") or ())
+    found = out.get("messages")
+    messages = list(found) if isinstance(found, list) else []
     last = messages[-1] if messages else None
-    if (
-        isinstance(last, dict)
-        and last.get("role") == "assistant"
-        and isinstance(last.get("content"), str)
-    ):
+    begun = last.get("content") if isinstance(last, dict) else None
+    if isinstance(last, dict) and last.get("role") == "assistant" and isinstance(begun, str):
         # The client had begun the answer itself: the engine was continuing it already.
-        messages[-1] = {**last, "content": last["content"] + text}
+        messages[-1] = {**last, "content": begun + text}
     else:
         messages.append({"role": "assistant", "content": text})
     out["messages"] = messages
@@ -246,14 +243,14 @@ def continuation(
     return out
 
 
-def tokenize_request(engine: str, model: str, text: str) -> dict[str, Any]:
+def tokenize_request(engine: str, model: str, text: str) -> JSONObject:
     """What an engine's ``/tokenize`` takes to count ``text`` alone."""
     if engine == "llama.cpp":
         return {"content": text}
     return {"model": model, "prompt": text, "add_special_tokens": False}
 
 
-def _role_only(body: dict[str, Any]) -> bool:
+def _role_only(body: JSONObject) -> bool:
     """A chunk that only says the answer is the assistant's (a stream's first; vLLM's
     usage in every chunk, when asked, is the answer's so far: nothing is lost)."""
     choices = body.get("choices")
@@ -271,7 +268,7 @@ def _role_only(body: dict[str, Any]) -> bool:
     )
 
 
-def _event(body: dict[str, Any]) -> bytes:
+def _event(body: JSONObject) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
@@ -337,7 +334,7 @@ class Resume:
         rest = events.pop()  # b"" after whole events
         kept: list[bytes] = []
         for event in events:
-            body: Any = None
+            body: jsonvalue.JSON = None
             if event.startswith(b"data:") and event[5:].strip() != b"[DONE]":
                 try:
                     body = json.loads(event[5:])
@@ -405,8 +402,9 @@ class Resume:
         if sent.finished or sent.done:
             await self._end(sent, None)  # the answer was whole: only its end was lost
             return None
-        body: Any = json.loads(self.raw) if self.chat else None
-        if not self.chat or not isinstance(body, dict):
+        found: jsonvalue.JSON = json.loads(self.raw) if self.chat else None
+        body = found if isinstance(found, dict) else None
+        if body is None:
             reason: str | None = "not_chat"
         elif self.kept > KEEP_MAX:
             reason = "too_long"
@@ -414,8 +412,8 @@ class Resume:
             reason = "limit"
         else:
             reason = not_resumable(body, sent, endpoint)
-        if reason is not None:
-            await self.fail(reason)
+        if reason is not None or body is None:
+            await self.fail(reason or "not_chat")
             return None
         if used_up(body, sent.tokens):
             await self._end(sent, "length")
@@ -471,7 +469,7 @@ class Resume:
         """End the client's stream as its engine would have: the finish reason (when
         not sent yet), the usage to a client that asked, then [DONE]."""
         first = self.first
-        head: dict[str, Any] = {
+        head: JSONObject = {
             "id": first.id,
             "object": "chat.completion.chunk",
             "created": first.created,
@@ -482,7 +480,7 @@ class Resume:
             out += _event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if not self.strip and not sent.usage:
             # The prompt's tokens are not known here: an engine says them at the end.
-            usage = {"prompt_tokens": 0, "completion_tokens": self.carried}
+            usage: JSONObject = {"prompt_tokens": 0, "completion_tokens": self.carried}
             usage["total_tokens"] = self.carried
             out += _event({**head, "choices": [], "usage": usage})
         if not sent.done:

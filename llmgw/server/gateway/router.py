@@ -22,9 +22,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from llmgw import pki
+from llmgw.jsonvalue import JSONObject
 from llmgw.server.catalog.model import Model, parse_replica_id
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.gateway.kvroute import KvIndex
@@ -153,7 +154,7 @@ def engine_url(host: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def prompt_prefix(body: dict[str, Any]) -> list[int]:
+def prompt_prefix(body: JSONObject) -> list[int]:
     """Hashes of a prompt's leading blocks (each hash covers every block before it);
     empty for a prompt too short to be worth routing by."""
     messages = body.get("messages")
@@ -167,10 +168,11 @@ def prompt_prefix(body: dict[str, Any]) -> list[int]:
                 content = "".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
             parts.append(f"{m.get('role')}\x00{content}")
         text = "\x01".join(parts)
-    elif isinstance(body.get("prompt"), str):
-        text = body["prompt"]
     else:
-        return []
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str):
+            return []
+        text = prompt
     blocks = len(text) // PREFIX_BLOCK
     if blocks < PREFIX_MIN_BLOCKS:
         return []

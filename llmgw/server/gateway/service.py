@@ -20,11 +20,11 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from aiohttp import web
 
 from llmgw.config import GatewayConfig
+from llmgw.jsonvalue import JSONObject
 from llmgw.server.gateway import checks, kvroute
 from llmgw.server.gateway.adapters import AdapterBook, Asked, refuse_client_lora
 from llmgw.server.gateway.checks import Bounds, Kind, Rejected
@@ -226,11 +226,10 @@ class Gateway:
             return raw
         try:
             body = checks.parse(raw, self.bounds)
-            checks.check(kind, body, self.bounds)
+            name = checks.check(kind, body, self.bounds)
             refuse_client_lora(body)
         except Rejected as exc:
             return bad_request(exc.message, exc.code, exc.param)
-        name: str = body["model"]
         model = self.catalog.models.get(name)
         asked = self.adapters.find(name) if model is None else None
         if asked is not None:  # a LoRA adapter: its model's replicas, under its own name
@@ -351,7 +350,7 @@ class Gateway:
         return record
 
     async def cache_blocks(
-        self, name: str, body: dict[str, Any], adapter: bool = False
+        self, name: str, body: JSONObject, adapter: bool = False
     ) -> dict[int, list[int]] | None:
         """A prompt's KV-cache block hashes, for a model (or one of its adapters) whose
         replicas report their cache: its tokens from the least busy such replica's
@@ -386,7 +385,7 @@ class Gateway:
         return None
 
     def list_models(self, key: Key) -> web.Response:
-        data = [
+        data: list[JSONObject] = [
             {"id": m.name, "object": "model", "created": 0, "owned_by": "llmgw"}
             for name, m in sorted(self.catalog.models.items())
             if key.may_use(name)

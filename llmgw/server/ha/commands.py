@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from llmgw import pki
 from llmgw.cliargs import UsageError
 from llmgw.config import format_hostport
+from llmgw.jsonvalue import as_object
 from llmgw.server.datadir import DataDir, InitError
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING, store_term
 from llmgw.server.ha.joining import JoinError, join
@@ -53,7 +54,7 @@ def cmd_promote(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-async def promote(root: Path, force: bool) -> dict[str, Any]:
+async def promote(root: Path, force: bool) -> Mapping[str, object]:
     """Ask the running control plane of ``root`` to lead; when it does not run, write its
     store and server.yaml so it leads when it starts."""
     data = DataDir(root)
@@ -69,19 +70,19 @@ async def promote(root: Path, force: bool) -> dict[str, Any]:
     try:
         own = format_hostport("127.0.0.1", config.ha.peer_port)
         try:
-            answer: dict[str, Any] = await client.json(
-                "POST", own, "/peer/promote", {"force": force}, timeout=30
+            return as_object(
+                await client.json("POST", own, "/peer/promote", {"force": force}, timeout=30)
             )
-            return answer
         except PeerError as exc:
             if exc.status is not None:
                 raise UsageError(str(exc)) from None
         # Not running: the old leader must not answer as leader either.
         if config.ha.leader and not force:
             try:
-                state = await client.json("GET", config.ha.leader, "/peer/state", timeout=3)
+                found = await client.json("GET", config.ha.leader, "/peer/state", timeout=3)
             except PeerError:
-                state = {}
+                found = None
+            state = found if isinstance(found, dict) else {}
             if state.get("role") == "leader":
                 raise UsageError(
                     f"{state.get('name')} at {config.ha.leader} still answers as leader (term "

@@ -20,8 +20,9 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
+from llmgw.jsonvalue import JSONObject, as_int, as_list, as_object, as_str
 from llmgw.server.ha import sqlitesync
 from llmgw.server.ha.peerlink import PeerClient, PeerError
 from llmgw.server.store import SQLiteStore, Store
@@ -48,7 +49,7 @@ class Follower:
         client: PeerClient,
         leader: str,
         applied: Callable[[set[str]], Awaitable[None]],
-        fleet: Callable[[list[dict[str, Any]]], None],
+        fleet: Callable[[list[JSONObject]], None],
         moved: Callable[[str], None],
         ships: bool = True,
     ) -> None:
@@ -106,32 +107,32 @@ class Follower:
         self.problem = problem
 
     async def _follow_store(self, stop: asyncio.Event) -> None:
-        state = await self.client.json("GET", self.leader, "/peer/state")
+        state = as_object(await self.client.json("GET", self.leader, "/peer/state"))
         if state.get("role") != "leader":
-            leader = state.get("leader") or {}
-            peer = leader.get("peer_address")
-            if peer and peer != self.leader:
+            peer = as_object(state.get("leader") or {}).get("peer_address")
+            if isinstance(peer, str) and peer and peer != self.leader:
                 log.info("%s says %s leads: following it", self.leader, peer)
                 self.leader = peer
                 self._moved(peer)
                 return
             raise PeerError(f"{self.leader} does not lead and knows no leader")
         mine = await store_term(self.store)
-        if mine > int(state["term"]):
+        name, term = as_str(state["name"]), as_int(state["term"])
+        if mine > term:
             raise PeerError(
                 f"refusing to follow {state['name']} at {self.leader}: it leads with term "
                 f"{state['term']} but this store holds term {mine}, so it lost its "
                 "leadership; point this standby at the current leader, or make this one lead "
                 "with `llmgw server promote`"
             )
-        seq, leader_name, term = await sqlitesync.applied(self.sqlite)
-        if leader_name != state["name"] or term != int(state["term"]) or seq == 0:
-            seq = await self._snapshot(state)
-        self.seq, self.leader_name, self.term = seq, state["name"], int(state["term"])
+        seq, leader_name, applied_term = await sqlitesync.applied(self.sqlite)
+        if leader_name != name or applied_term != term or seq == 0:
+            seq = await self._snapshot(name)
+        self.seq, self.leader_name, self.term = seq, name, term
         self.problem = ""
         while not stop.is_set():
             try:
-                answer = await self.client.json(
+                found = await self.client.json(
                     "GET",
                     self.leader,
                     "/peer/changes",
@@ -143,13 +144,14 @@ class Follower:
                     await sqlitesync.mark(self.sqlite, 0, self.leader_name, self.term)
                 raise
             self.last_contact = time.time()
-            if int(answer["term"]) != self.term or answer["leader"] != self.leader_name:
+            answer = as_object(found)
+            if as_int(answer["term"]) != self.term or answer["leader"] != self.leader_name:
                 return  # a new term: start again from the leader's state
-            changes = [sqlitesync.Change.from_json(c) for c in answer["changes"]]
+            changes = [sqlitesync.Change.from_json(c) for c in as_list(answer["changes"])]
             if changes:
-                self.seq = await sqlitesync.apply(self.sqlite, changes, self.leader_name, self.term)
+                self.seq = await sqlitesync.apply(self.sqlite, changes, name, self.term)
                 await self._applied({c.table for c in changes})
-            if self.seq >= int(answer["seq"]):
+            if self.seq >= as_int(answer["seq"]):
                 self.caught_up = time.monotonic()
 
     async def _read_store(self, stop: asyncio.Event) -> None:
@@ -160,20 +162,21 @@ class Follower:
             self.problem = ""
             await _sleep(stop, POLL)
 
-    async def _snapshot(self, state: dict[str, Any]) -> int:
+    async def _snapshot(self, name: str) -> int:
         with tempfile.TemporaryDirectory(prefix="llmgw-follow-") as tmp:
             dest = Path(tmp) / "store.db"
             seq, term = await self.client.snapshot(self.leader, dest)
             await sqlitesync.restore(self.sqlite, dest)
-        await sqlitesync.mark(self.sqlite, seq, state["name"], term)
-        log.info("standby: took %s's store at change %d, term %d", state["name"], seq, term)
+        await sqlitesync.mark(self.sqlite, seq, name, term)
+        log.info("standby: took %s's store at change %d, term %d", name, seq, term)
         await self._applied({"*"})
         return seq
 
     async def _follow_fleet(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             try:
-                self._fleet(await self.client.json("GET", self.leader, "/peer/fleet"))
+                nodes = as_list(await self.client.json("GET", self.leader, "/peer/fleet"))
+                self._fleet([as_object(node) for node in nodes])
                 self.last_contact = time.time()
             except PeerError:
                 pass  # said by the store's loop; serving goes on from the last fleet

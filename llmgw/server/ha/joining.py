@@ -21,7 +21,6 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import msgpack
 
@@ -29,7 +28,7 @@ from llmgw import jointoken, pki
 from llmgw.config import ServerConfig, build, dump, format_hostport, parse_hostport
 from llmgw.server.admission import NODE_ID, check_token
 from llmgw.server.datadir import DataDir, InitError, default_advertise
-from llmgw.server.ha.peerlink import PeerClient, PeerError
+from llmgw.server.ha.peerlink import LeaderInfo, PeerClient, PeerError
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import JoinServer
 from llmgw.server.store import Audit, ServerRecord, Store
@@ -42,7 +41,7 @@ class Admission:
     store: Store
     secret: bytes
     ca: pki.KeyPair
-    leader: dict[str, Any]
+    leader: LeaderInfo | None
     term: int
     # The store's backend and DSN: a PostgreSQL store is shared, so the joiner uses the
     # same (its DSN may hold a password: it travels sealed).
@@ -53,7 +52,7 @@ def _context(name: str, csr: bytes) -> bytes:
     return b"llmgw server join\x00" + name.encode() + b"\x00" + csr
 
 
-async def admit(ctx: Admission, ask: JoinServer) -> dict[str, Any]:
+async def admit(ctx: Admission, ask: JoinServer) -> dict[str, object]:
     """The leader's side of ``server join``."""
     if not NODE_ID.fullmatch(ask.name):
         raise Refusal(
@@ -171,7 +170,7 @@ def join(
             "--listen address (HOST:PORT)"
         ) from exc
     if status != 200:
-        message = answer.get("error", {}).get("message") or f"HTTP {status}"
+        message = jointoken.refusal(status, answer)
         raise JoinError(f"the leader at {server} refused: {message}")
     cert_pem = str(answer.get("cert", "")).encode()
     ca_pem = str(answer.get("ca", "")).encode()
@@ -196,7 +195,8 @@ def join(
         store = {str(k): str(v) for k, v in dict(bundle.get("store") or {}).items()}
     except (pki.PKIError, KeyError, TypeError, ValueError) as exc:
         raise JoinError(f"the cluster's secrets from {server} do not open: {exc}") from exc
-    leader = answer.get("leader") or {}
+    found = answer.get("leader")
+    leader = found if isinstance(found, dict) else {}
     config = build(
         ServerConfig,
         {

@@ -15,16 +15,28 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
+from llmgw.jsonvalue import JSON, JSONObject, as_int, as_list, as_object
 from llmgw.server.ha import sqlitesync
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING, Follower, store_term
 from llmgw.server.ha.lease import ROUND as LEASE_ROUND
 from llmgw.server.ha.lease import Lease, LeaseKeeper, LeaseStore
-from llmgw.server.ha.peerlink import Behind, NotLeading, PeerClient, PeerError, Refused
+from llmgw.server.ha.peerlink import (
+    Behind,
+    ChangesAnswer,
+    LeaderInfo,
+    NotLeading,
+    PeerClient,
+    PeerError,
+    PeerState,
+    PromoteAnswer,
+    Refused,
+    Role,
+)
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.store import Audit, ServerRecord, SQLiteStore, Store
 
@@ -59,9 +71,9 @@ class Hooks:
     # The store changed under a standby (table names; "*" for all): reload what is kept.
     applied: Callable[[set[str]], Awaitable[None]]
     # The leader's fleet, as /peer/fleet gives it.
-    followed: Callable[[list[dict[str, Any]]], None]
+    followed: Callable[[list[JSONObject]], None]
     # The fleet as this leader sees it, for standbys.
-    fleet: Callable[[], list[dict[str, Any]]]
+    fleet: Callable[[], list[dict[str, object]]]
     # Usage rows from a standby, for the store.
     usage: Callable[[list[tuple[str, str, str, str, int, int, int]]], Awaitable[None]]
     # The role in server.yaml: ("leader", None) or ("standby", leader's peer address).
@@ -107,7 +119,7 @@ class Leadership:
         if hasattr(store, "take_lease"):
             self.lease = LeaseKeeper(cast(LeaseStore, store), seat.name, lease_seconds)
             role = "standby"  # until the lease says otherwise
-        self.role = role
+        self.role: Role = "leader" if role == "leader" else "standby"
         self.follower = Follower(
             store,
             client,
@@ -119,7 +131,7 @@ class Leadership:
         )
         self.standby_work: LeaderWork | None = None
         # What the other control planes said last: name -> (when, their state).
-        self.seen: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.seen: dict[str, tuple[float, JSONObject]] = {}
         self.servers: dict[str, ServerRecord] = {}
         # The control planes agents were last told of (Registered).
         self._announced: list[str] = []
@@ -220,7 +232,7 @@ class Leadership:
         self.hooks.remember("standby", leader_peer)
         self._follow()
 
-    async def promote(self, force: bool) -> dict[str, Any]:
+    async def promote(self, force: bool) -> PromoteAnswer:
         """Lead from now on, with a term above any this control plane has seen."""
         if self.lease is not None:
             raise PromoteRefused(
@@ -232,9 +244,10 @@ class Leadership:
         old = self.follower.leader_name or "the leader"
         if self.follower.leader:
             with contextlib.suppress(PeerError):
-                state = await self.client.json(
+                answer = await self.client.json(
                     "GET", self.follower.leader, "/peer/state", timeout=3
                 )
+                state = answer if isinstance(answer, dict) else {}
                 if state.get("role") == "leader" and not force:
                     raise PromoteRefused(
                         f"{state.get('name', old)} at {self.follower.leader} still answers as "
@@ -399,9 +412,10 @@ class Leadership:
             if isinstance(answer, dict):
                 counts = answer.pop("key_counts", None) or {}
                 self.seen[server.name] = (now, answer)
-                for key_id, (requests, tokens) in counts.items():
+                for key_id, pair in as_object(counts).items():
+                    requests, tokens = as_list(pair)
                     r, t = elsewhere.get(key_id, (0, 0))
-                    elsewhere[key_id] = (r + int(requests), t + int(tokens))
+                    elsewhere[key_id] = (r + as_int(requests), t + as_int(tokens))
         self.hooks.elsewhere(elsewhere)
         if not self.leading:
             if self.lease is not None:
@@ -411,10 +425,10 @@ class Leadership:
                     if (
                         isinstance(answer, dict)
                         and answer.get("role") == "leader"
-                        and int(answer.get("term", 0)) >= self.follower.term
+                        and as_int(answer.get("term", 0)) >= self.follower.term
                     ):
                         self.follower.leader_name = server.name
-                        self.follower.term = int(answer["term"])
+                        self.follower.term = as_int(answer["term"])
                         self.follower.leader = server.peer_address
             if self.standby_work is None:
                 self._follow()
@@ -425,7 +439,7 @@ class Leadership:
             if (
                 isinstance(answer, dict)
                 and answer.get("role") == "leader"
-                and int(answer.get("term", 0)) > self.term
+                and as_int(answer.get("term", 0)) > self.term
             ):
                 await self.step_down(
                     server.peer_address,
@@ -439,11 +453,11 @@ class Leadership:
         name = self.name if self.leading else self.follower.leader_name
         return self.servers.get(name) if name else None
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> PeerState:
         """``/leader`` and ``/peer/state``: this control plane, its role, who leads."""
         leader = self.leader_record()
         if self.leading:
-            info: dict[str, Any] | None = {
+            info: LeaderInfo | None = {
                 "name": self.name,
                 "api_address": self.seat.api_address,
                 "agent_address": self.seat.agent_address,
@@ -488,12 +502,14 @@ class Leadership:
         leader = self.leader_record()
         return leader.agent_address if leader and leader.name != self.name else ""
 
-    def listing(self) -> list[dict[str, Any]]:
-        """``/api/v1/servers``: every control plane as this one knows it."""
-        out = []
+    def listing(self) -> list[dict[str, object]]:
+        """``/api/v1/servers``: every control plane as this one knows it (the others'
+        role, term, lag and problem as they last said them)."""
+        out: list[dict[str, object]] = []
         for s in sorted(self.servers.values(), key=lambda r: r.name):
+            state: Mapping[str, object] | None
             if s.name == self.name:
-                state: dict[str, Any] | None = self.state()
+                state = self.state()
                 contact: float | None = self.clock()
             else:
                 seen = self.seen.get(s.name)
@@ -546,7 +562,7 @@ class Leadership:
         if self.lease is not None:
             raise Refused("the store is PostgreSQL: every control plane reads it itself")
 
-    async def changes(self, after: int, wait: float) -> dict[str, Any]:
+    async def changes(self, after: int, wait: float) -> ChangesAnswer:
         if not self.leading:
             raise NotLeading(self._not_leading())
         self._shipped()
@@ -566,19 +582,27 @@ class Leadership:
             "changes": [c.as_json() for c in changes],
         }
 
-    def fleet(self) -> list[dict[str, Any]]:
+    def fleet(self) -> list[dict[str, object]]:
         if not self.leading:
             raise NotLeading(self._not_leading())
         return self.hooks.fleet()
 
-    async def usage(self, rows: list[list[Any]], sender: str) -> None:
+    async def usage(self, rows: list[list[JSON]], sender: str) -> None:
         if not self.leading:
             raise NotLeading(self._not_leading())
         clean = []
         for row in rows:
             day, key, model, replica, n, prompt, completion = row
             clean.append(
-                (str(day), str(key), str(model), str(replica), int(n), int(prompt), int(completion))
+                (
+                    str(day),
+                    str(key),
+                    str(model),
+                    str(replica),
+                    as_int(n),
+                    as_int(prompt),
+                    as_int(completion),
+                )
             )
         await self.hooks.usage(clean)
 

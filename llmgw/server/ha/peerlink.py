@@ -26,13 +26,15 @@ import ssl
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Literal, NotRequired, Protocol, TypedDict
 
 import aiohttp
 from aiohttp import web
 
 from llmgw import pki
 from llmgw.config import format_hostport, parse_hostport
+from llmgw.jsonvalue import JSON
+from llmgw.server.ha.sqlitesync import ChangeJSON
 
 log = logging.getLogger("llmgw.ha")
 
@@ -40,6 +42,42 @@ log = logging.getLogger("llmgw.ha")
 TIMEOUT = 30.0
 # The longest a standby may ask the leader to hold a request for changes.
 MAX_WAIT = 5.0
+
+
+Role = Literal["leader", "standby"]
+# Who leads, as far as one control plane knows: its name (None when unknown) and its
+# addresses (api_address, agent_address, peer_address; at least the last).
+LeaderInfo = dict[str, str | None]
+
+
+class PeerState(TypedDict):
+    """A control plane as it says itself (``/peer/state``, ``/api/v1/leader``)."""
+
+    name: str
+    role: Role
+    term: int
+    leader: LeaderInfo | None
+    problem: str | None
+    lag_seconds: float | None
+    last_contact: float | None
+
+
+class ChangesAnswer(TypedDict):
+    """``/peer/changes``: the leader's changes after the seq asked."""
+
+    term: int
+    leader: str
+    seq: int
+    changes: list[ChangeJSON]
+
+
+class PromoteAnswer(TypedDict):
+    """``/peer/promote``, and ``server promote``'s own when the control plane is down."""
+
+    name: str
+    role: Role
+    term: int
+    offline: NotRequired[bool]
 
 
 class Behind(Exception):
@@ -59,7 +97,7 @@ class PeerHost(Protocol):
 
     name: str
 
-    def state(self) -> dict[str, Any]: ...
+    def state(self) -> PeerState: ...
 
     def peer_ok(self, name: str, serial: int) -> bool: ...
 
@@ -67,13 +105,13 @@ class PeerHost(Protocol):
 
     async def snapshot(self, dest: Path) -> int: ...
 
-    async def changes(self, after: int, wait: float) -> dict[str, Any]: ...
+    async def changes(self, after: int, wait: float) -> ChangesAnswer: ...
 
-    def fleet(self) -> list[dict[str, Any]]: ...
+    def fleet(self) -> list[dict[str, object]]: ...
 
-    async def usage(self, rows: list[list[Any]], sender: str) -> None: ...
+    async def usage(self, rows: list[list[JSON]], sender: str) -> None: ...
 
-    async def promote(self, force: bool) -> dict[str, Any]: ...
+    async def promote(self, force: bool) -> PromoteAnswer: ...
 
 
 def _peer(request: web.Request) -> tuple[str, int] | None:
@@ -213,7 +251,7 @@ class PeerClient:
         method: str,
         address: str,
         path: str,
-        body: Any = None,
+        body: object = None,
         params: dict[str, str] | None = None,
         timeout: float | None = None,
     ) -> tuple[int, bytes, dict[str, str]]:
@@ -239,22 +277,23 @@ class PeerClient:
         method: str,
         address: str,
         path: str,
-        body: Any = None,
+        body: object = None,
         params: dict[str, str] | None = None,
         timeout: float | None = None,
-    ) -> Any:
+    ) -> JSON:
+        """The other control plane's answer as JSON (None when empty), or PeerError."""
         import json
 
         status, data, _ = await self._call(method, address, path, body, params, timeout)
+        answer: JSON
         try:
             answer = json.loads(data) if data else None
         except ValueError:
             answer = None
         if status != 200:
+            error = answer.get("error") if isinstance(answer, dict) else None
             message = (
-                answer["error"]["message"]
-                if isinstance(answer, dict) and isinstance(answer.get("error"), dict)
-                else data[:200].decode(errors="replace")
+                error["message"] if isinstance(error, dict) else data[:200].decode(errors="replace")
             )
             raise PeerError(f"{address}: {message} (HTTP {status})", status)
         return answer

@@ -33,7 +33,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeGuard
+from typing import Literal, TypedDict, TypeGuard
 
 import aiosqlite
 
@@ -58,6 +58,16 @@ Op = Literal["upsert", "delete"]
 Value = str | int | float | None
 # The settings no change carries, as the triggers of 0005 decide it.
 _LOCAL_SETTINGS = "key = 'store.checked_at' OR substr(key, 1, 6) = 'local.'"
+
+
+class ChangeJSON(TypedDict):
+    """A change as the control planes' link carries it (``/peer/changes``)."""
+
+    seq: int
+    table: str
+    op: Op
+    pk: dict[str, Value]
+    row: dict[str, Value] | None
 
 
 class TooFarBehind(Exception):
@@ -96,7 +106,7 @@ class Change:
     pk: dict[str, Value]
     row: dict[str, Value] | None
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> ChangeJSON:
         row = None if self.row is None else dict(self.row)
         return {
             "seq": self.seq,
@@ -107,7 +117,7 @@ class Change:
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> Change:
+    def from_json(cls, data: object) -> Change:
         """Read what ``as_json`` wrote; its shape is checked here, its table and columns
         against the store's schema when it is applied."""
         if not isinstance(data, dict):
@@ -146,15 +156,16 @@ async def _transaction(store: SQLiteStore) -> AsyncIterator[aiosqlite.Connection
             raise
 
 
-async def _one(db: aiosqlite.Connection, sql: str, params: tuple[Any, ...] = ()) -> Any:
-    async with db.execute(sql, params) as cur:
+async def _count(db: aiosqlite.Connection, sql: str) -> int | None:
+    """The one integer a query gives (a seq); None for no row, or NULL."""
+    async with db.execute(sql) as cur:
         row = await cur.fetchone()
-    return None if row is None else row[0]
+    return None if row is None or row[0] is None else int(row[0])
 
 
 async def _latest(db: aiosqlite.Connection) -> int:
     # The AUTOINCREMENT counter, not MAX(seq): it stays when every change is pruned.
-    seq = await _one(db, "SELECT seq FROM sqlite_sequence WHERE name = 'changes'")
+    seq = await _count(db, "SELECT seq FROM sqlite_sequence WHERE name = 'changes'")
     return int(seq or 0)
 
 
@@ -250,7 +261,7 @@ async def changes_after(store: SQLiteStore, seq: int, limit: int = 1000) -> list
         raise ValueError(f"changes after {seq}, {limit} at most: both must be positive")
     async with store.exclusive() as db:
         latest = await _latest(db)
-        oldest = await _one(db, "SELECT MIN(seq) FROM changes")
+        oldest = await _count(db, "SELECT MIN(seq) FROM changes")
         if seq > latest:
             raise TooFarBehind(
                 f"asked for changes after {seq}, but this store's last is {latest}: "

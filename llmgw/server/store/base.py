@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import abc
 import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
+
+# A value a statement takes or a row gives: what both drivers map to SQL types.
+SQLValue: TypeAlias = str | int | float | bytes | None
+Params: TypeAlias = tuple[SQLValue, ...]
+# (node id, address, version, facts, when) of a node that registered.
+Registration: TypeAlias = tuple[str, str | None, str, Mapping[str, object], float]
 
 
 @dataclass(frozen=True)
@@ -166,14 +173,17 @@ class Store(abc.ABC):
     async def get_node(self, node_id: str) -> NodeRecord | None: ...
 
     @abc.abstractmethod
-    async def register_nodes(
-        self, records: list[tuple[str, str | None, str, dict[str, Any], float]]
-    ) -> None:
+    async def register_nodes(self, records: Sequence[Registration]) -> None:
         """Write (node id, address, version, facts, when) of nodes that registered, in one
         transaction: after a restart thousands register within seconds."""
 
     async def register_node(
-        self, node_id: str, address: str | None, version: str, facts: dict[str, Any], at: float
+        self,
+        node_id: str,
+        address: str | None,
+        version: str,
+        facts: Mapping[str, object],
+        at: float,
     ) -> None:
         await self.register_nodes([(node_id, address, version, facts, at)])
 
@@ -192,7 +202,7 @@ class Store(abc.ABC):
     async def list_models(self) -> list[ModelRecord]: ...
 
     @abc.abstractmethod
-    async def put_model(self, name: str, spec: dict[str, Any], audit: Audit) -> None:
+    async def put_model(self, name: str, spec: Mapping[str, object], audit: Audit) -> None:
         """Create or replace a model's spec."""
 
     @abc.abstractmethod

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -35,6 +35,7 @@ from psycopg.rows import dict_row
 
 from llmgw.server.store.base import (
     Audit,
+    Params,
     StoreError,
     StoreTooNew,
     StoreUnavailable,
@@ -73,7 +74,7 @@ def migrations() -> list[tuple[int, str]]:
     return sorted(out)
 
 
-def _where(params: dict[str, Any]) -> str:
+def _where(params: Mapping[str, object]) -> str:
     """The servers and database a DSN names, as ``host:port,host:port/dbname``: what a
     message may show (never the password)."""
     hosts = str(params.get("host") or params.get("hostaddr") or "localhost").split(",")
@@ -420,7 +421,7 @@ class PostgresStore(SQLStore):
     # ------------------------------------------------ the steps statements.py runs on
     # Its statements come with ``?`` placeholders: each is put in psycopg's style here.
 
-    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    async def _read(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
         async with self._turn:
             for retry in (False, True):
                 conn = await self._connection()
@@ -433,14 +434,14 @@ class PostgresStore(SQLStore):
                         raise self._unavailable(exc) from exc
         raise AssertionError("unreachable")
 
-    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+    async def _execute(self, sql: str, params: Params) -> int:
         async def work(conn: Conn) -> int:
             cur = await conn.execute(pyformat(sql), params)
             return cur.rowcount
 
         return await self._write(work)
 
-    async def _execute_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    async def _execute_many(self, sql: str, rows: Sequence[Params]) -> None:
         async def work(conn: Conn) -> None:
             async with conn.cursor() as cur:
                 await cur.executemany(pyformat(sql), rows)
@@ -448,7 +449,7 @@ class PostgresStore(SQLStore):
         await self._write(work)
 
     async def _audited(
-        self, sql: str, params: tuple[Any, ...], audit: Audit, *, if_changed: bool = False
+        self, sql: str, params: Params, audit: Audit, *, if_changed: bool = False
     ) -> int:
         async def work(conn: Conn) -> int:
             cur = await conn.execute(pyformat(sql), params)

@@ -25,6 +25,7 @@ import aiosqlite
 
 from llmgw.server.store.base import (
     Audit,
+    Params,
     StoreError,
     StoreTooNew,
     StoreUnavailable,
@@ -275,25 +276,25 @@ class SQLiteStore(SQLStore):
 
     # ------------------------------------------------ the steps statements.py runs on
 
-    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    async def _read(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
         async with self.db.execute(sql, params) as cur:
             return [dict(r) for r in await cur.fetchall()]
 
-    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+    async def _execute(self, sql: str, params: Params) -> int:
         async def work(db: aiosqlite.Connection) -> int:
             cur = await db.execute(sql, params)
             return int(cur.rowcount)
 
         return await self._write(work)
 
-    async def _execute_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    async def _execute_many(self, sql: str, rows: Sequence[Params]) -> None:
         async def work(db: aiosqlite.Connection) -> None:
             await db.executemany(sql, rows)
 
         await self._write(work)
 
     async def _audited(
-        self, sql: str, params: tuple[Any, ...], audit: Audit, *, if_changed: bool = False
+        self, sql: str, params: Params, audit: Audit, *, if_changed: bool = False
     ) -> int:
         async def work(db: aiosqlite.Connection) -> int:
             cur = await db.execute(sql, params)

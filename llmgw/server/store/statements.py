@@ -21,7 +21,7 @@ import abc
 import functools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llmgw.server.store.base import (
@@ -30,6 +30,8 @@ from llmgw.server.store.base import (
     JoinTokenRecord,
     ModelRecord,
     NodeRecord,
+    Params,
+    Registration,
     ServerRecord,
     Store,
 )
@@ -76,20 +78,20 @@ class SQLStore(Store):
     backend adds is how a statement runs, in the four steps below."""
 
     @abc.abstractmethod
-    async def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    async def _read(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
         """The rows a query gives, as {column: value}."""
 
     @abc.abstractmethod
-    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+    async def _execute(self, sql: str, params: Params) -> int:
         """One statement as one change; the rows it touched."""
 
     @abc.abstractmethod
-    async def _execute_many(self, sql: str, rows: Sequence[tuple[Any, ...]]) -> None:
+    async def _execute_many(self, sql: str, rows: Sequence[Params]) -> None:
         """One statement for each of ``rows``, all as one change."""
 
     @abc.abstractmethod
     async def _audited(
-        self, sql: str, params: tuple[Any, ...], audit: Audit, *, if_changed: bool = False
+        self, sql: str, params: Params, audit: Audit, *, if_changed: bool = False
     ) -> int:
         """One statement and its audit entry (``INSERT_AUDIT``) as one change; the rows it
         touched. With ``if_changed`` a statement that touched nothing is not audited."""
@@ -160,9 +162,7 @@ class SQLStore(Store):
         rows = await self._read("SELECT * FROM nodes WHERE id = ?", (node_id,))
         return _node(rows[0]) if rows else None
 
-    async def register_nodes(
-        self, records: list[tuple[str, str | None, str, dict[str, Any], float]]
-    ) -> None:
+    async def register_nodes(self, records: Sequence[Registration]) -> None:
         if not records:
             return
         await self._execute_many(
@@ -204,7 +204,7 @@ class SQLStore(Store):
             for r in rows
         ]
 
-    async def put_model(self, name: str, spec: dict[str, Any], audit: Audit) -> None:
+    async def put_model(self, name: str, spec: Mapping[str, object], audit: Audit) -> None:
         now = time.time()
         await self._audited(
             "INSERT INTO models (name, spec, created_at, updated_at) VALUES (?, ?, ?, ?) "
