@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from llmgw.wire.messages import GPU
+from llmgw.wire.messages import GPU, EngineInfo
 from llmgw.wire.states import NodeState
 
 if TYPE_CHECKING:
-    from llmgw.server.fleet.registry import NodeFigures, NodeView
+    from llmgw.server.fleet.figures import NodeFigures
+    from llmgw.server.fleet.registry import NodeView
 
 
 ROLE_LABEL = "llmgw.role"
@@ -128,19 +129,17 @@ class NodeCapacity:
             engines_installed=view.engine_names(),
             engines_installable=frozenset(view.installable),
             engine_versions=_versions(view.engines),
-            engines_configured=frozenset(
-                str(e.get("name")) for e in view.engines if e.get("origin") == "configured"
-            ),
+            engines_configured=frozenset(e.name for e in view.engines if e.origin == "configured"),
             engine_progress=dict(view.engine_progress),
             cards=cards,
         )
 
 
-def _versions(engines: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+def _versions(engines: Iterable[EngineInfo]) -> dict[str, frozenset[str]]:
     found: dict[str, set[str]] = {}
     for e in engines:
-        if e.get("origin", "installed") == "installed" and e.get("version"):
-            found.setdefault(str(e.get("name")), set()).add(str(e["version"]))
+        if e.origin == "installed" and e.version:
+            found.setdefault(e.name, set()).add(e.version)
     return {k: frozenset(v) for k, v in found.items()}
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from llmgw.enginepins import (
     PinError,
@@ -173,9 +173,9 @@ class FleetEngines:
 
     # --- what the nodes run -----------------------------------------------------------
 
-    def nodes(self, views: Iterable[NodeView]) -> list[dict[str, Any]]:
+    def nodes(self, views: Iterable[NodeView]) -> list[EngineRow]:
         """A row per node and engine the fleet names: what the node has against it."""
-        rows: list[dict[str, Any]] = []
+        rows: list[EngineRow] = []
         wanted = self.wanted
         for view in sorted(views, key=lambda v: v.id):
             build = self.build_of(view.id)
@@ -184,16 +184,33 @@ class FleetEngines:
         return rows
 
 
-def node_row(view: NodeView, engine: str, wanted: str, build: str) -> dict[str, Any]:
+EngineStanding = Literal["ready", "installing", "failed", "configured", "off", "missing", "unknown"]
+
+
+class EngineRow(TypedDict):
+    """One node's standing with one engine the fleet names."""
+
+    node: str
+    engine: str
+    wanted: str
+    versions: list[str]
+    build: str
+    state: EngineStanding
+    # What converging on it is doing, in the node's words.
+    message: str | None
+
+
+def node_row(view: NodeView, engine: str, wanted: str, build: str) -> EngineRow:
     """One node's standing with one engine: ``ready`` (the wanted version is there),
     ``installing``, ``failed``, ``configured`` (named on purpose on the node, not
     managed), ``off`` (build none), ``missing``, or ``unknown`` before it reported."""
-    mine = [e for e in view.engines if e.get("name") == engine]
-    versions = sorted({str(e.get("version")) for e in mine if e.get("version")})
+    mine = [e for e in view.engines if e.name == engine]
+    versions = sorted({e.version for e in mine if e.version})
     message = view.engine_progress.get(engine)
+    state: EngineStanding
     if not view.engines_probed:
         state = "unknown"
-    elif any(e.get("origin") == "configured" for e in mine):
+    elif any(e.origin == "configured" for e in mine):
         state = "configured"
     elif wanted in versions:
         state = "ready"

@@ -31,8 +31,10 @@ import math
 import sys
 import time
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from llmgw.wire.messages import GPU
 
 MIB = 2**20
 MAX_CARDS = 64
@@ -53,18 +55,16 @@ SM_STEPS = 200  # sm_active in steps of 0.005
 DECIMALS = {"cpu_percent": 1}
 
 
-def _float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return NAN
-    return float(value)
+def _float(value: float | None) -> float:
+    return NAN if value is None else float(value)
 
 
-def _mib(value: Any) -> float:
+def _mib(value: float | None) -> float:
     v = _float(value)
     return v if math.isnan(v) else float(round(v / MIB))
 
 
-def _byte(value: Any) -> int:
+def _byte(value: float | None) -> int:
     v = _float(value)
     return BYTE_NONE if math.isnan(v) else max(0, min(BYTE_NONE - 1, round(v)))
 
@@ -181,12 +181,11 @@ class FleetHistory:
         cpu_percent: float | None,
         memory_total: int | None,
         memory_available: int | None,
-        gpus: Sequence[Mapping[str, Any]],
+        gpus: Sequence[GPU],
     ) -> None:
         """Keep a heartbeat's figures in the slot of ``now``. Any figure may be None (not
-        read); a gpu mapping has the wire's keys (``uuid``, ``index``, ``name``,
-        ``utilization``, ``sm_active``, ``memory_used``, ``memory_total``, ``power``,
-        ``temperature``), each of which may be absent. Cards are keyed by uuid (by
+        read), a card's too (``utilization``, ``sm_active``, ``memory_used``,
+        ``memory_total``, ``power``, ``temperature``). Cards are keyed by uuid (by
         ``index`` when a card has none), at most 64 per node."""
         node = self._nodes.get(node_id)
         if node is None:
@@ -209,35 +208,25 @@ class FleetHistory:
             node.memory_total = round(total / MIB)
             node.total_read[p] = 1
         for gpu in gpus:
-            uuid = gpu.get("uuid")
-            if not isinstance(uuid, str) or not uuid:
-                index = gpu.get("index")
-                if not isinstance(index, int):
-                    continue
-                uuid = f"index:{index}"
-            card = self._card(node, uuid, slot)
+            card = self._card(node, gpu.uuid or f"index:{gpu.index}", slot)
             if card is None:
                 continue
             card.last_slot = max(card.last_slot, slot)
-            index = gpu.get("index")
-            if isinstance(index, int):
-                card.index = index
-            name = gpu.get("name")
-            if isinstance(name, str):
-                card.name = sys.intern(name)
+            card.index = gpu.index
+            card.name = sys.intern(gpu.name)
             self._card_point(card, gpu, p)
 
-    def _card_point(self, card: _Card, gpu: Mapping[str, Any], p: int) -> None:
+    def _card_point(self, card: _Card, gpu: GPU, p: int) -> None:
         n = self.slots
-        used = _mib(gpu.get("memory_used"))
+        used = _mib(gpu.memory_used)
         if not math.isnan(used):
             card.floats[p] = used
-        total = _mib(gpu.get("memory_total"))
-        sm = _float(gpu.get("sm_active"))
-        power = _float(gpu.get("power"))
+        total = _mib(gpu.memory_total)
+        sm = _float(gpu.sm_active)
+        power = _float(gpu.power)
         values = (
-            _byte(gpu.get("utilization")),
-            _byte(gpu.get("temperature")),
+            _byte(gpu.utilization),
+            _byte(gpu.temperature),
             BYTE_NONE if math.isnan(sm) else max(0, min(SM_STEPS, round(sm * SM_STEPS))),
             BYTE_NONE if math.isnan(total) else 1,
         )
