@@ -31,7 +31,7 @@ def label_text(pairs: Mapping[str, object]) -> str:
     return ",".join(f'{k}="{_esc(v)}"' for k, v in pairs.items())
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
@@ -52,26 +52,22 @@ class Families:
         self._meta.setdefault(name, (kind, text))
         self._samples.setdefault(name, [])
 
-    def add(self, name: str, labels: str, value: Any, scale: float = 1.0) -> None:
+    def add(self, name: str, labels: str, value: float | None, scale: float = 1.0) -> None:
         self.add_each(labels, ((name, value, scale),))
 
-    def add_each(self, labels: str, samples: Iterable[tuple[str, Any, float]]) -> None:
+    def add_each(self, labels: str, samples: Iterable[tuple[str, float | None, float]]) -> None:
         """Samples of one label set: (family, value, scale) each, None values left out.
 
         The hot path of a scrape (about 50 samples a card): an exact int or float is
-        written without the generic checks; bools and anything else are no figure."""
+        written as it is; a bool (an int to Python) is no figure."""
         out = self._samples
         for name, value, scale in samples:
-            kind = type(value)
-            if kind is int:
+            if type(value) is int:
                 text = str(value) if scale == 1.0 else _fmt(value * scale)
-            elif kind is float:
+            elif type(value) is float:
                 text = _fmt(value if scale == 1.0 else value * scale)
             else:
-                number = _num(value)
-                if number is None:
-                    continue
-                text = _fmt(number * scale)
+                continue
             out[name].append(f"{name}{{{labels}}} {text}")
 
     def lines(self) -> Iterable[str]:
