@@ -9,7 +9,7 @@ and ``fleet.nvlink.domains``. They change nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
 
 from starlette.responses import Response
 
@@ -33,7 +33,69 @@ def _rate(value: float | None) -> str | None:
     return None if value is None else f"{float(value):g}"
 
 
-def topology_view(topology: TopologyJson) -> dict[str, Any]:
+class HostCable(TypedDict):
+    """A host adapter cabled to a leaf."""
+
+    host: str
+    adapter: str
+    port: int
+    # Why the cable is degraded ("4x port running at 2x"); None when it is not.
+    degraded: str | None
+    off_rail: bool
+    # CSS classes: "degraded", "offrail".
+    look: str
+
+
+class DrawnSwitch(TypedDict):
+    name: str
+    guid: str
+    uplinks: int
+    # The reasons of its degraded cables to other switches.
+    degraded: list[str]
+    hosts: list[HostCable]
+
+
+class TierRow(TypedDict):
+    # None: switches with no tier (no path to a leaf).
+    tier: str | None
+    switches: list[DrawnSwitch]
+
+
+class DegradedCable(TypedDict):
+    a: str
+    b: str
+    width: str
+    speed: str
+    rate: str | None
+    reason: str
+
+
+class ShownRailMiss(TypedDict):
+    host: str
+    adapter: str
+    leaf: str
+    leaf_port: int
+    leaf_rail: str
+    expected: list[str]
+
+
+class MapView(TypedDict):
+    """A fabric's map as its page draws it."""
+
+    read_by: str
+    read_at: float
+    age: str
+    error: str | None
+    rows: list[TierRow]
+    switches: int
+    adapters: int
+    hosts: int
+    cables: int
+    degraded: list[DegradedCable]
+    rail_misses: list[ShownRailMiss]
+
+
+def topology_view(topology: TopologyJson) -> MapView:
     """A map (``FabricMaps.topology``) as the page draws it: a row per tier of switches
     (each with its cables to other switches, degraded ones counted), each leaf with the
     host adapters cabled to it (a degraded cable with its reason, an adapter off its
@@ -46,7 +108,7 @@ def topology_view(topology: TopologyJson) -> dict[str, Any]:
         (str(m["host"]), str(m["adapter"]).partition(" ")[0], str(m["leaf"])) for m in misses
     }
     uplinks: dict[str, list[str | None]] = {}
-    hosts: dict[str, list[dict[str, Any]]] = {}
+    hosts: dict[str, list[HostCable]] = {}
     for link in links:
         a, b = str(link["a"][0]), str(link["b"][0])
         for mine, theirs, port in ((a, b, link["a"][1]), (b, a, link["b"][1])):
@@ -74,9 +136,9 @@ def topology_view(topology: TopologyJson) -> dict[str, Any]:
         (n for n in nodes.values() if n.get("kind") == "switch"),
         key=lambda n: natural(switch_name(n)),
     )
-    rows = []
+    rows: list[TierRow] = []
     for tier in (*TIERS, None):
-        drawn = []
+        drawn: list[DrawnSwitch] = []
         for s in switches:
             guid = str(s["guid"])
             if tiers.get(guid) != tier:
@@ -96,12 +158,12 @@ def topology_view(topology: TopologyJson) -> dict[str, Any]:
         if drawn:
             rows.append({"tier": tier, "switches": drawn})
     cas = [n for n in nodes.values() if n.get("kind") == "ca"]
-    degraded = [
+    degraded: list[DegradedCable] = [
         {
             "a": end_name(nodes, link["a"]),
             "b": end_name(nodes, link["b"]),
-            "width": link.get("width"),
-            "speed": link.get("speed"),
+            "width": link["width"],
+            "speed": link["speed"],
             # ibtopology's 0.0: the width or speed was not known.
             "rate": _rate(link.get("rate_gbps") or None),
             "reason": link["degraded"],
@@ -109,7 +171,7 @@ def topology_view(topology: TopologyJson) -> dict[str, Any]:
         for link in links
         if link.get("degraded")
     ]
-    rail = [
+    rail: list[ShownRailMiss] = [
         {
             "host": m["host"],
             "adapter": m["adapter"],
@@ -137,7 +199,28 @@ def topology_view(topology: TopologyJson) -> dict[str, Any]:
     }
 
 
-def fabric_view(fabric: ListedFabricJson, maps: FabricMaps) -> dict[str, Any]:
+class FabricView(TypedDict):
+    """One fabric as its page shows it."""
+
+    id: str
+    master_sm: str | None
+    masters: list[str]
+    # SMs known besides the masters (standbys).
+    other_sms: list[str]
+    records: list[dict[str, object]] | None
+    nodes: list[str]
+    ports: list[PortJson]
+    # (state, ports), ACTIVE first; (rate in Gb/s, active ports), fastest first.
+    states: list[tuple[str, int]]
+    rates: list[tuple[str, int]]
+    unrated: int
+    problems: list[tuple[str, str | None]]
+    map: MapView | None
+    # Why there is no map, when there is none.
+    no_map: str | None
+
+
+def fabric_view(fabric: ListedFabricJson, maps: FabricMaps) -> FabricView:
     """One fabric of ``listing``: its SMs, ports by state and rate, problems with their
     fixes, and its map (or why there is none)."""
     masters = fabric["masters"]
@@ -173,7 +256,19 @@ def _rated(ports: Sequence[PortJson]) -> list[RatedPort]:
     return [{**p, "rate": _rate(p["rate_gbps"])} for p in ports]
 
 
-def fabrics_view(fabrics: FabricService) -> dict[str, Any]:
+class RoceView(TypedDict):
+    network: str
+    nodes: list[str]
+    ports: list[RatedPort]
+
+
+class FabricsView(TypedDict):
+    fabrics: list[FabricView]
+    roce: list[RoceView]
+    unassigned: list[RatedPort]
+
+
+def fabrics_view(fabrics: FabricService) -> FabricsView:
     found = fabrics.listing()
     maps = fabrics.maps
     return {

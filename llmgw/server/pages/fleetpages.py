@@ -8,16 +8,16 @@ drain, labels) is a call of the service that owns it (``ServingSwitch``,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from llmgw.server import schema
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.fleet.service import Mark
-from llmgw.server.pages.frame import Frame, Page, PageCall, Services
+from llmgw.server.pages.frame import Frame, Page, PageCall, PageHandler, Services
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import LabelsRequest, LogsQuery
 from llmgw.wire.messages import GPU, Disk
@@ -121,8 +121,8 @@ def node_row(view: NodeView) -> NodeRow:
     )
 
 
-SORTS: dict[str, Callable[[NodeRow], Any]] = {
-    "name": lambda r: r.id,
+SORTS: dict[str, Callable[[NodeRow], tuple[object, ...]]] = {
+    "name": lambda r: (r.id,),
     "state": lambda r: (str(r.state), r.id),
     "cpu": lambda r: (r.cpu_share is None, -(r.cpu_share or 0.0), r.id),
     "ram": lambda r: (r.memory_share is None, -(r.memory_share or 0.0), r.id),
@@ -258,11 +258,31 @@ def gpu_map(views: Iterable[NodeView], by: str) -> list[MapNode]:
     return groups
 
 
+class GatewayTotals(TypedDict):
+    """The gateway since this control plane started (``site.gateway_totals``)."""
+
+    requests: int
+    errors: int
+    # Mean seconds to the first byte of an answer; None before any answer.
+    ttft: float | None
+
+
+class ShownShard(TypedDict):
+    """A shard on a node's page."""
+
+    replica: str
+    source: str | None
+    state: str
+    port: int | None
+    reason: str
+    cards: list[str]
+
+
 def pages(
     frame: Frame,
     services: Services,
-    gateway_totals: Callable[[], dict[str, Any]],
-    recent: Callable[[], dict[str, Any]],
+    gateway_totals: Callable[[], GatewayTotals],
+    recent: Callable[[], Mapping[str, object]],
 ) -> list[Page]:
     """``gateway_totals`` gives the gateway's requests, errors and time to first token so
     far; ``recent`` its last hour."""
@@ -299,14 +319,16 @@ def pages(
         query = call.request.query_params.get("q", "")[:200]
         sort = call.request.query_params.get("sort", "name")
         rows = node_rows(registry.nodes.values(), query, sort)
-        context: dict[str, Any] = {
-            "rows": rows,
-            "q": query,
-            "sort": sort,
-            "total": len(registry.nodes),
-        }
         template = "nodes_table.html" if call.htmx else "nodes.html"
-        return frame.render(call.request, template, call.session, **context)
+        return frame.render(
+            call.request,
+            template,
+            call.session,
+            rows=rows,
+            q=query,
+            sort=sort,
+            total=len(registry.nodes),
+        )
 
     def find(call: PageCall) -> NodeView:
         return fleet.node(str(call.params["node_id"]))
@@ -314,7 +336,7 @@ def pages(
     async def node(call: PageCall) -> Response:
         view = find(call)
         row = node_row(view)
-        shards = [
+        shards: list[ShownShard] = [
             {
                 "replica": r,
                 "source": s.source,
@@ -325,19 +347,21 @@ def pages(
             }
             for r, s in sorted(view.shards.items())
         ]
-        context: dict[str, Any] = {
-            "node": row,
-            "shards": shards,
-            "labels_text": "\n".join(f"{k}={v}" for k, v in sorted(view.labels.items())),
-        }
         template = "node_body.html" if call.htmx else "node.html"
-        return frame.render(call.request, template, call.session, **context)
+        return frame.render(
+            call.request,
+            template,
+            call.session,
+            node=row,
+            shards=shards,
+            labels_text="\n".join(f"{k}={v}" for k, v in sorted(view.labels.items())),
+        )
 
     async def history(call: PageCall) -> Response:
         view = find(call)
         return JSONResponse(fleet.history(view.id, 60))
 
-    def marker(action: Mark) -> Callable[[PageCall], Any]:
+    def marker(action: Mark) -> PageHandler:
         async def mark(call: PageCall) -> Response:
             view = await fleet.mark(str(call.params["node_id"]), action, call.principal)
             return RedirectResponse(f"/admin/nodes/{view.id}", status_code=303)
