@@ -18,27 +18,14 @@ from typing import Any
 
 from llmgw.wire.messages import GPU, Disk, GpuHealth, Heartbeat, HostFacts, IbPort, NodeVitals
 
-# The live figures, in the order a heartbeat's fields give them.
-LIVE_FIELDS = (
-    "memory_available",
-    "cpu_percent",
-    "load",
-    "disks",
-    "gpus",
-    "memory_read_gbs",
-    "memory_read_one_core_gbs",
-    "gpu_health",
-    "vitals",
-    "health_warnings",
-    "ib_ports",
-)
-
 
 @dataclass(slots=True)
 class LiveFigures:
     """The latest of each figure a node's heartbeats carried. A heartbeat without a
     figure leaves the last one (the agent sends the slow ones only when they change);
-    None: never sent since the node registered."""
+    None: never sent since the node registered. A figure is replaced by the next one,
+    never changed in place: /metrics' snapshots and the JSON ``NodeView.as_json`` keeps
+    of a record hold on to them as they are."""
 
     memory_available: int | None = None
     cpu_percent: float | None = None
