@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from llmgw.server.fleet.energy import EnergyMeter
 from llmgw.server.fleet.figures import LiveFigures, NodeFigures, plain
@@ -45,6 +45,57 @@ class Session(Protocol):
     def ask(
         self, kind: str, args: dict[str, Any], timeout: float = 15.0
     ) -> AsyncIterator[Response]: ...
+
+
+# A record as the wire writes it (``to_map``): its fields, None ones left out.
+WireMap = dict[str, Any]
+
+
+class NodeJson(TypedDict):
+    """A node as the admin API shows it (``GET /api/v1/nodes``): its facts with the latest
+    live figures over them, records as the wire writes them, None (or an empty list) for
+    what was never read."""
+
+    id: str
+    state: NodeState
+    reason: str
+    connected: bool
+    address: str | None
+    version: str
+    last_seen: float | None
+    hostname: str | None
+    os: str | None
+    arch: str | None
+    kernel: str | None
+    cpu_model: str | None
+    cpu_count: int | None
+    cpu_cores: int | None
+    cpu_flags: list[str]
+    cpu_percent: float | None
+    load: list[float] | None
+    memory_total: int | None
+    memory_available: int | None
+    disks: list[WireMap] | None
+    gpus: list[WireMap]
+    gpu_source: str | None
+    cuda_version: str | None
+    warnings: list[str]
+    health_warnings: list[str]
+    gpu_health: list[WireMap] | None
+    vitals: WireMap | None
+    topology: WireMap | None
+    ib_ports: list[WireMap] | None
+    memory_read_gbs: float | None
+    memory_read_one_core_gbs: float | None
+    engines: list[WireMap] | None
+    engine_message: str | None
+    engine_progress: dict[str, str]
+    engines_installable: list[str]
+    cordoned: bool
+    draining: bool
+    labels: dict[str, str]
+    settings: dict[str, Any] | None
+    features: list[str]
 
 
 @dataclass
@@ -105,7 +156,7 @@ class NodeView:
         self._shown[name] = (record, shown)
         return shown
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> NodeJson:
         """The node as the admin API shows it: a flat object of plain fields, a live
         figure over the fact of registering, None for what was never read."""
         facts, live = self.facts, self.live
