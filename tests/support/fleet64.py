@@ -125,7 +125,6 @@ from llmgw.wire.messages import (
     Response,
     decode_message,
     encode_message,
-    to_map,
 )
 from llmgw.wire.states import NodeState
 from tests.support import wiring
@@ -582,17 +581,17 @@ def _vitals(node: str) -> NodeVitals:
     )
 
 
-def _wire(msg: Message) -> tuple[Message, dict[str, Any]]:
+def _wire(msg: Message) -> Message:
     """The message as the control plane receives it: encoded, framed, decoded."""
     (payload,) = FrameDecoder().feed(encode_message(msg))
     decoded = decode_message(payload)
     assert decoded is not None and type(decoded) is type(msg), decoded
-    return decoded, payload
+    return decoded
 
 
 def _node(reg: NodeRegistry, node: str, serial: int, problems: bool) -> NodeView:
     tray = node in TRAYS
-    register, _ = _wire(
+    register = _wire(
         Register(
             node_id=node,
             version="0.9.0",
@@ -609,15 +608,15 @@ def _node(reg: NodeRegistry, node: str, serial: int, problems: bool) -> NodeView
     view = reg.nodes[node] = NodeView(id=node, cert_serial=serial)
     view.session = AgentSession(node, problems)
     view.address, view.version = register.address, register.version
-    view.facts = to_map(register.host)
+    view.facts = register.host
     view.state, view.reason = NodeState.READY, ""
-    view.engines = [to_map(e) for e in register.engines]
+    view.engines = list(register.engines)
     view.engines_probed = register.engines_probed
     view.features = list(register.features)
-    beat, payload = _wire(
+    beat = _wire(
         Heartbeat(
             seq=1,
-            memory_available=view.facts["memory_available"],
+            memory_available=register.host.memory_available,
             cpu_percent=3.5,
             load=[0.4, 0.5, 0.5],
             gpus=_gpus(node),
@@ -628,7 +627,7 @@ def _node(reg: NodeRegistry, node: str, serial: int, problems: bool) -> NodeView
         )
     )
     assert isinstance(beat, Heartbeat)
-    reg.heartbeat(node, beat, payload)
+    reg.heartbeat(node, beat)
     return view
 
 

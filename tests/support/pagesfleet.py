@@ -5,37 +5,35 @@ Frame whose templates render them without a server."""
 from __future__ import annotations
 
 import random
-from typing import Any
+from dataclasses import replace
 
 from starlette.requests import Request
 
 from llmgw.server.access import Gate
+from llmgw.server.fleet.figures import LiveFigures
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import Sessions
-from llmgw.wire.messages import ShardStatus
+from llmgw.wire.messages import GPU, Disk, EngineInfo, HostFacts, ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
 GIB = 2**30
 
 
-def card(rng: random.Random, index: int, read: bool = True) -> dict[str, Any]:
-    figures: dict[str, Any] = {
-        "index": index,
-        "uuid": f"GPU-{rng.getrandbits(64):016x}-{index:04d}",
-        "name": "NVIDIA H100 80GB HBM3",
-        "memory_total": 80 * GIB,
-    }
-    if read:
-        figures |= {
-            "memory_used": rng.randint(1, 79) * GIB,
-            "utilization": rng.randint(0, 100),
-            "sm_active": round(rng.random(), 3),
-            "temperature": rng.randint(30, 85),
-            "power": round(rng.uniform(80, 690), 1),
-            "power_limit": 700.0,
-        }
-    return figures
+def card(rng: random.Random, index: int, read: bool = True) -> GPU:
+    uuid = f"GPU-{rng.getrandbits(64):016x}-{index:04d}"
+    known = GPU(index=index, uuid=uuid, name="NVIDIA H100 80GB HBM3", memory_total=80 * GIB)
+    if not read:
+        return known
+    return replace(
+        known,
+        memory_used=rng.randint(1, 79) * GIB,
+        utilization=rng.randint(0, 100),
+        sm_active=round(rng.random(), 3),
+        temperature=rng.randint(30, 85),
+        power=round(rng.uniform(80, 690), 1),
+        power_limit=700.0,
+    )
 
 
 def fleet(n: int, seed: int = 1) -> list[NodeView]:
@@ -44,19 +42,19 @@ def fleet(n: int, seed: int = 1) -> list[NodeView]:
     views = []
     for i in range(n):
         cards = [] if i % 10 == 9 else [card(rng, c, read=i % 97 != 5) for c in range(8)]
-        facts = {
-            "hostname": f"gpu{i:05d}.example",
-            "os": "Debian GNU/Linux 12 (bookworm)",
-            "arch": "x86_64",
-            "cpu_count": 192,
-            "memory_total": 2048 * GIB,
-            "gpus": cards,
-            "disks": [{"path": "/", "fstype": "ext4", "total": 4000 * GIB, "free": 900 * GIB}],
-        }
-        live: dict[str, Any] = {"cpu_percent": round(rng.uniform(1, 95), 1)}
-        live["memory_available"] = rng.randint(100, 2000) * GIB
+        facts = HostFacts(
+            hostname=f"gpu{i:05d}.example",
+            os="Debian GNU/Linux 12 (bookworm)",
+            arch="x86_64",
+            cpu_count=192,
+            memory_total=2048 * GIB,
+            gpus=cards,
+            disks=[Disk(path="/", fstype="ext4", total=4000 * GIB, free=900 * GIB)],
+        )
+        live = LiveFigures(cpu_percent=round(rng.uniform(1, 95), 1))
+        live.memory_available = rng.randint(100, 2000) * GIB
         if i % 13 == 0:
-            live["health_warnings"] = [
+            live.health_warnings = [
                 f"pcie: card 3 runs at x8 Gen4: 15.8 GB/s of 31.5. Fix: reseat card 3 on gpu{i}"
             ]
         view = NodeView(
@@ -69,7 +67,7 @@ def fleet(n: int, seed: int = 1) -> list[NodeView]:
             cordoned=i % 40 == 3,
             labels={"rack": f"r{i // 40}", "role": "inference"},
         )
-        view.engines = [{"name": "llama.cpp"}, {"name": "vllm"}]
+        view.engines = [EngineInfo("llama.cpp", "/x"), EngineInfo("vllm", "/x")]
         view.engines_probed = True
         if cards:
             replica = f"m{i % 7}.default.{i:06x}"

@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmgw.modelkit.sizing import GiB, ModelShape
 from llmgw.server.catalog.inspector import Inspection
 from llmgw.server.catalog.plan import PlanNode, plan_nodes
 from llmgw.server.catalog.scheduler import NodeCapacity
+from llmgw.server.fleet.figures import LiveFigures
 from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.messages import GPU, EngineInfo
 from llmgw.wire.states import NodeState
+from tests.support.nodefacts import facts
 
 # An 8B model read from its GGUF header, as the planner's tests plan it.
 SHAPE = ModelShape(
@@ -36,29 +37,27 @@ def plan_node(
     reason: str = "",
     cordoned: bool = False,
     memory_available: int = 64 * GiB,
-    gpus: list[dict[str, Any]] | None = None,
+    gpus: list[GPU] | None = None,
     memory_read_gbs: float | None = None,
     memory_read_one_core_gbs: float | None = None,
 ) -> PlanNode:
     """A node as the control plane holds it, seen as the planner sees it."""
-    rates = {
-        "memory_read_gbs": memory_read_gbs,
-        "memory_read_one_core_gbs": memory_read_one_core_gbs,
-    }
     view = NodeView(
         id=node_id,
         cert_serial=1,
         state=state,
         reason=reason,
         cordoned=cordoned,
-        facts={
-            "cpu_count": 16,
-            "memory_total": memory_available + GiB,
-            "memory_available": memory_available,
-            "gpus": gpus or [],
-        },
-        live={k: v for k, v in rates.items() if v is not None},
-        engines=[{"name": "llama.cpp", "path": "/x"}],
+        facts=facts(
+            cpu_count=16,
+            memory_total=memory_available + GiB,
+            memory_available=memory_available,
+            gpus=gpus or [],
+        ),
+        live=LiveFigures(
+            memory_read_gbs=memory_read_gbs, memory_read_one_core_gbs=memory_read_one_core_gbs
+        ),
+        engines=[EngineInfo(name="llama.cpp", path="/x")],
         engines_probed=True,
         installable=["vllm", "sglang"],
     )

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
-from llmgw.server.catalog.model import Adapter, Model
+from llmgw.server.catalog.model import Adapter, AdapterJson, Model
 from llmgw.server.refusal import Refusal
 
 # ``MODEL:ADAPTER``: model names hold no ':' (``model.MODEL_NAME``), so one split is exact.
@@ -73,12 +72,12 @@ def request_names(models: Mapping[str, Model]) -> list[str]:
     return sorted(out)
 
 
-def adapter_json(adapter: Adapter) -> dict[str, Any]:
+def adapter_json(adapter: Adapter) -> AdapterJson:
     """An adapter as the admin API shows it: plain fields, stable."""
     return adapter.to_spec()
 
 
-def adapters_json(model: Model) -> list[dict[str, Any]]:
+def adapters_json(model: Model) -> list[AdapterJson]:
     return [adapter_json(a) for a in model.adapters]
 
 

@@ -13,7 +13,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from llmgw.modelkit.files import (
     NeedMore,
@@ -63,6 +63,15 @@ class PickledWeights(PlanError):
     """The source holds only Python pickles, and the model did not allow them."""
 
 
+class InspectionJson(TypedDict):
+    source: str
+    format: Format
+    # The shape's every field (``modelkit.files.shape_to_json``), unknown ones null.
+    shape: dict[str, Any]
+    weight_bytes: int
+    files: list[str]
+
+
 @dataclass(frozen=True)
 class Inspection:
     """What a source is: its normal form, format, shape, bytes of weights and files."""
@@ -73,7 +82,7 @@ class Inspection:
     weight_bytes: int
     files: tuple[str, ...]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> InspectionJson:
         return {
             "source": self.source,
             "format": self.format,

@@ -17,7 +17,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from llmgw import pki
 from llmgw.modelkit import sizing
@@ -100,6 +100,14 @@ class Profile:
         return cls(**known)
 
 
+class AdapterJson(TypedDict):
+    """An adapter as the store keeps it and the admin API shows it."""
+
+    name: str
+    source: str
+    scale: float
+
+
 @dataclass(frozen=True)
 class Adapter:
     """A LoRA adapter of a model: every replica loads it, a request names it
@@ -109,7 +117,7 @@ class Adapter:
     source: str
     scale: float = 1.0
 
-    def to_spec(self) -> dict[str, Any]:
+    def to_spec(self) -> AdapterJson:
         return {"name": self.name, "source": self.source, "scale": self.scale}
 
     @classmethod

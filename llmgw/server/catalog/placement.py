@@ -7,13 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
-from llmgw.wire.messages import GPU
+from llmgw.wire.messages import GPU, EngineInfo
 from llmgw.wire.states import NodeState
 
 if TYPE_CHECKING:
-    from llmgw.server.fleet.registry import NodeFigures, NodeView
+    from llmgw.server.catalog.spanning import Span, SpanJson
+    from llmgw.server.fleet.figures import NodeFigures
+    from llmgw.server.fleet.registry import NodeView
 
 
 ROLE_LABEL = "llmgw.role"
@@ -128,19 +130,17 @@ class NodeCapacity:
             engines_installed=view.engine_names(),
             engines_installable=frozenset(view.installable),
             engine_versions=_versions(view.engines),
-            engines_configured=frozenset(
-                str(e.get("name")) for e in view.engines if e.get("origin") == "configured"
-            ),
+            engines_configured=frozenset(e.name for e in view.engines if e.origin == "configured"),
             engine_progress=dict(view.engine_progress),
             cards=cards,
         )
 
 
-def _versions(engines: Iterable[Mapping[str, Any]]) -> dict[str, frozenset[str]]:
+def _versions(engines: Iterable[EngineInfo]) -> dict[str, frozenset[str]]:
     found: dict[str, set[str]] = {}
     for e in engines:
-        if e.get("origin", "installed") == "installed" and e.get("version"):
-            found.setdefault(str(e.get("name")), set()).add(str(e["version"]))
+        if e.origin == "installed" and e.version:
+            found.setdefault(e.name, set()).add(e.version)
     return {k: frozenset(v) for k, v in found.items()}
 
 
@@ -174,6 +174,17 @@ class Request:
         return self.role if self.role is not None else self.selector.get(ROLE_LABEL)
 
 
+class VerdictJson(TypedDict):
+    node: str
+    ok: bool
+    reasons: list[str]
+    notes: list[str]
+    score: int | None
+    rank: int | None
+    holds_weights: bool
+    cards: list[str]
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One node's answer to one request, as `ctl explain` prints it."""
@@ -188,7 +199,7 @@ class Verdict:
     holds_weights: bool = False
     cards: tuple[str, ...] = ()
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> VerdictJson:
         return {
             "node": self.node,
             "ok": self.ok,
@@ -199,6 +210,35 @@ class Verdict:
             "holds_weights": self.holds_weights,
             "cards": list(self.cards),
         }
+
+
+class WorkerJson(TypedDict):
+    node: str
+    cards: list[str]
+
+
+class PlacementJson(TypedDict):
+    """Where a replica goes; ``nodes``, ``workers`` and ``nvlink`` only for one spanning
+    nodes."""
+
+    model: str
+    profile: str
+    node: str
+    cards: list[str]
+    notes: list[str]
+    nodes: NotRequired[list[str]]
+    workers: NotRequired[list[WorkerJson]]
+    nvlink: NotRequired[bool]
+
+
+class RefusalJson(TypedDict):
+    """Nowhere fits: every node's verdict (and, spanning nodes, every set's)."""
+
+    model: str
+    profile: str
+    node: None
+    verdicts: list[VerdictJson]
+    spans: NotRequired[list[SpanJson]]
 
 
 @dataclass(frozen=True)
@@ -212,8 +252,8 @@ class Placement:
     workers: tuple[tuple[str, tuple[str, ...]], ...] = ()
     nvlink: bool = False
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def as_json(self) -> PlacementJson:
+        out: PlacementJson = {
             "model": self.request.model,
             "profile": self.request.profile,
             "node": self.node,
@@ -236,7 +276,7 @@ class Refusal:
     request: Request
     judge: Callable[[], Sequence[Verdict]] = field(repr=False, compare=False)
     # For a replica spanning nodes: every set of nodes judged (``spanning.Span``).
-    spans: tuple[Any, ...] = ()
+    spans: tuple[Span, ...] = ()
 
     @cached_property
     def verdicts(self) -> tuple[Verdict, ...]:
@@ -250,8 +290,8 @@ class Refusal:
             return "no nodes"
         return "; ".join(f"{v.node}: {', '.join(v.reasons)}" for v in self.verdicts)
 
-    def as_json(self) -> dict[str, Any]:
-        out = {
+    def as_json(self) -> RefusalJson:
+        out: RefusalJson = {
             "model": self.request.model,
             "profile": self.request.profile,
             "node": None,
@@ -262,7 +302,7 @@ class Refusal:
         return out
 
 
-def span_reason(nodes: int, spans: Sequence[Any]) -> str:
+def span_reason(nodes: int, spans: Sequence[Span]) -> str:
     """Why no set of ``nodes`` nodes was found, set by set."""
     if not spans:
         return f"no node could hold its share of a replica spanning {nodes} nodes"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from llmgw.modelkit import enginerules
 from llmgw.modelkit.files import shape_to_json
@@ -40,6 +40,88 @@ FALLBACK_CONTEXT = 4096
 log = logging.getLogger("llmgw.planner")
 
 Format = Literal["gguf", "safetensors", "pickle"]
+Where = Literal["cards", "cpu"]
+# Where the planned context came from: asked, the model's trained context, the default
+# for a model that does not say, or the trained one cut to the longest that fits.
+ContextBasis = Literal["asked", "trained", "default", "cut to fit"]
+
+
+class MemoryJson(TypedDict):
+    """A replica's memory, bytes: weights, KV cache, overhead, and per card."""
+
+    weights: int
+    kv_cache: int
+    overhead: int
+    total: int
+    cards: int
+    split: Split
+    per_card: list[int]
+
+
+class PlanCardJson(TypedDict):
+    uuid: str
+    index: int
+    name: str
+    free: int
+    total: int
+
+
+class GpuVerdictJson(TypedDict):
+    fits: bool
+    # The cards it would take, with what each has free.
+    cards: list[PlanCardJson]
+    needed_per_card: list[int]
+    reason: str | None
+
+
+class CpuVerdictJson(TypedDict):
+    fits: bool
+    needed: int
+    # Host memory free for it; None where the node did not say.
+    available: int | None
+    reason: str | None
+    memory_read_gbs: float | None
+    memory_read_one_core_gbs: float | None
+    # The reply speed its memory read rate gives; None where it was not measured.
+    tokens_per_second: float | None
+    warning: str | None
+    note: str | None
+
+
+class NodePlanJson(TypedDict):
+    node: str
+    state: str
+    fits: bool
+    where: Where | None
+    reasons: list[str]
+    max_context: int
+    # None when the CPU alone was asked for (no cards).
+    gpu: GpuVerdictJson | None
+    cpu: CpuVerdictJson
+
+
+class PlanJson(TypedDict):
+    """``GET /api/v1/plan``: what a replica needs, and every node's verdict."""
+
+    source: str
+    format: Format
+    files: list[str]
+    weight_bytes: int
+    shape: dict[str, Any]
+    kv_bytes_per_token: float | None
+    engine: str
+    split: Split
+    slots: int
+    cards: int | None
+    cpu_cores: int | None
+    context: int
+    context_basis: ContextBasis
+    trained_context: int | None
+    memory: MemoryJson
+    memory_cpu: MemoryJson
+    fits_on: list[str]
+    nodes: list[NodePlanJson]
+    warnings: list[str]
 
 
 @dataclass(frozen=True)
@@ -88,7 +170,7 @@ def _gib(n: float | None) -> str:
     return "?" if n is None else f"{n / GiB:.1f} GiB"
 
 
-def _memory_json(m: MemoryEstimate) -> dict[str, Any]:
+def _memory_json(m: MemoryEstimate) -> MemoryJson:
     return {
         "weights": m.weights,
         "kv_cache": m.kv_cache,
@@ -186,9 +268,9 @@ def _node_max_context(ask: _Ask, node: PlanNode, cap: int) -> int:
     return best
 
 
-def _card_json(verdict: Verdict, node: PlanNode) -> list[dict[str, Any]]:
+def _card_json(verdict: Verdict, node: PlanNode) -> list[PlanCardJson]:
     by_uuid = {c.uuid: c for c in node.capacity.cards}
-    out = []
+    out: list[PlanCardJson] = []
     for uuid in verdict.cards:
         card = by_uuid[uuid]
         out.append(
@@ -203,9 +285,9 @@ def _card_json(verdict: Verdict, node: PlanNode) -> list[dict[str, Any]]:
     return out
 
 
-def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> tuple[dict[str, Any], list[str]]:
+def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> tuple[GpuVerdictJson, list[str]]:
     """The cards' verdict as the plan shows it, and its reasons when it does not fit."""
-    out: dict[str, Any] = {"fits": False, "cards": [], "needed_per_card": [], "reason": None}
+    out: GpuVerdictJson = {"fits": False, "cards": [], "needed_per_card": [], "reason": None}
     cards = node.capacity.cards
     known = _known_cards(node)
     counts = ask.card_counts(known)
@@ -228,7 +310,7 @@ def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> tuple[dict[str, Any
         needed = sorted(ask.on_cards(context, n).per_card, reverse=True)
         out["needed_per_card"] = needed
         if verdict.ok:
-            out.update(fits=True, cards=_card_json(verdict, node))
+            out["fits"], out["cards"] = True, _card_json(verdict, node)
             return out, []
     assert verdict is not None
     out["reason"] = "; ".join(verdict.reasons)
@@ -237,7 +319,7 @@ def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> tuple[dict[str, Any
 
 def _cpu_verdict(
     ask: _Ask, inspection: Inspection, node: PlanNode, context: int
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[CpuVerdictJson, list[str]]:
     """The CPU's verdict as the plan shows it, and its reasons when it does not fit."""
     needed = ask.on_cpu(context).total
     reasons: list[str] = []
@@ -263,7 +345,7 @@ def _cpu_verdict(
     available = None
     if node.memory_available is not None:
         available = max(0, node.memory_available - node.capacity.memory_reserved)
-    shown = {
+    shown: CpuVerdictJson = {
         "fits": not reasons,
         "needed": needed,
         "available": available,
@@ -303,7 +385,7 @@ def plan(
     cards: int | None = None,
     cpu_cores: int | None = None,
     engine: str | None = None,
-) -> dict[str, Any]:
+) -> PlanJson:
     """Memory per replica and per card, and each node's verdict with its reasons."""
     shape = inspection.shape
     if slots < 1:
@@ -350,6 +432,7 @@ def plan(
     )
     ready = [n for n in nodes if n.capacity.ready and not n.capacity.cordoned]
     warnings: list[str] = []
+    basis: ContextBasis
     if context is not None:
         chosen, basis = context, "asked"
     else:
@@ -367,11 +450,11 @@ def plan(
         if trained is None:
             warnings.append(f"the model's files do not say its trained context; planned with {cap}")
     n_cards = cards if cards else 1
-    verdicts = []
+    verdicts: list[NodePlanJson] = []
     for node in sorted(nodes, key=lambda n: n.id):
         gpu, gpu_reasons = _gpu_verdict(ask, node, chosen) if cards != 0 else (None, None)
         cpu, cpu_reasons = _cpu_verdict(ask, inspection, node, chosen)
-        where: str | None = None
+        where: Where | None = None
         if gpu is not None and gpu["fits"]:
             where = "cards"
         elif cpu["fits"]:

@@ -8,10 +8,8 @@ placement never disagree about fit.
 
 from __future__ import annotations
 
-from typing import Any
-
 from llmgw.server.catalog.inspector import Inspector, PlanError
-from llmgw.server.catalog.plan import plan, plan_nodes
+from llmgw.server.catalog.plan import PlanJson, plan, plan_nodes
 from llmgw.server.catalog.room import Room
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
@@ -24,7 +22,7 @@ class Planner:
         self.room = room
         self.registry = registry
 
-    async def plan(self, ask: PlanQuery) -> dict[str, Any]:
+    async def plan(self, ask: PlanQuery) -> PlanJson:
         """The figures for ``ask.source`` on every node as it is now."""
         try:
             inspection = await self.inspector.inspect(ask.source, allow_pickle=ask.allow_pickle)

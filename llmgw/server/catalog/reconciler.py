@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import holdings, scheduler
@@ -70,6 +70,17 @@ from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
 __all__ = ["Plan", "ProfileStatus", "Reconciler", "Start", "Stop", "Track"]
+
+
+class ReplicaNote(TypedDict):
+    """What the catalog says of one replica in the replicas listing: its model and
+    profile (None for a shard started by hand or one it cannot name), whether it runs
+    another version of its profile, and why it is as it is."""
+
+    model: str | None
+    profile: str | None
+    stale: bool
+    note: str
 
 
 class Reconciler:
@@ -558,7 +569,7 @@ class Reconciler:
 
     def describe(
         self, replica_id: str, models: Mapping[str, Model], reported: str | None = None
-    ) -> dict[str, Any]:
+    ) -> ReplicaNote:
         """The catalog's view of one replica, for the replicas listing; ``reported``
         is the fingerprint its agent reports (known before any pass has seen it)."""
         member = parse_member_id(replica_id)

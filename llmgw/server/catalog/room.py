@@ -11,16 +11,38 @@ for each profile, judged afresh. One judge of fit: the planner's figures
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TypedDict
 
 from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.model import Model
-from llmgw.server.catalog.placement import span_reason
+from llmgw.server.catalog.placement import VerdictJson, span_reason
 from llmgw.server.catalog.reconciler import Reconciler
+from llmgw.server.catalog.spanning import SpanJson
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
+
+
+class ExplainJson(TypedDict):
+    """``ctl explain``: one profile of a model, what a replica asks of a node, and every
+    node's verdict (with, for a replica spanning nodes, every set of nodes judged)."""
+
+    nodes: int
+    spans: list[SpanJson] | None
+    model: str
+    profile: str
+    engine: str
+    desired: int
+    memory: int
+    disk: int
+    cpu_cores: float
+    cards: int
+    card_memory: int
+    avoid: list[str]
+    running_on: list[str]
+    note: str
+    verdicts: list[VerdictJson]
 
 
 class Room:
@@ -129,12 +151,12 @@ class Room:
             sizes = [n.memory_total for n in nodes]
         return max(sizes) if sizes else None
 
-    def explain(self, model: Model) -> list[dict[str, Any]]:
+    def explain(self, model: Model) -> list[ExplainJson]:
         """Every node's verdict for each profile of ``model``, and what it asks."""
         caps = self.fleet(at_rest=False)
         reconciler = self.reconciler
         now = reconciler.now()
-        out = []
+        out: list[ExplainJson] = []
         for profile in model.profiles:
             request = reconciler.request(model, profile, now)
             status = reconciler.status_of(model.name, profile.name)

@@ -17,7 +17,6 @@ any other node fits. Scores: weights already on the node first, then binpack
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from llmgw.server.catalog import spanning
 from llmgw.server.catalog.blocks import Order
@@ -211,7 +210,7 @@ def _cards_reason(st: _State, req: Request) -> str:
     return said + (f" ({frees})" if frees else "")
 
 
-def _order(st: _State, req: Request, strategy: Strategy) -> tuple[bool, bool, int, str]:
+def _order(st: _State, req: Request, strategy: Strategy) -> spanning.OrderKey:
     """Sort key, smallest first: not avoided, holds weights, binpack/spread, node id."""
     free = st.resource(req.cards > 0)
     return (
@@ -270,6 +269,27 @@ def place(
     return place_many([request], nodes, strategy)[0]
 
 
+# What makes requests share a group of nodes (those passing the static filters): engine,
+# engine version, role, selector, whether it uses cards, card class.
+GroupKey = tuple[str, str | None, str | None, tuple[tuple[str, str], ...], bool, str | None]
+# Everything placement reads from a request (not the model's name): engine, version,
+# source, memory, disk, cores, cards, card memory, role, selector, nodes avoided, class.
+Shape = tuple[
+    str,
+    str | None,
+    str,
+    int,
+    int,
+    float,
+    int,
+    int,
+    str | None,
+    tuple[tuple[str, str], ...],
+    tuple[str, ...],
+    str | None,
+]
+
+
 class _Fleet:
     """Free figures for one place_many call, indexed so a placement is cheap.
 
@@ -288,10 +308,10 @@ class _Fleet:
         for nid in sorted(self.states):
             for src in self.states[nid].node.weights:
                 self.holders.setdefault(src, []).append(nid)
-        self.groups: dict[tuple[Any, ...], tuple[bool, Order[_State], set[str]]] = {}
+        self.groups: dict[GroupKey, tuple[bool, Order[_State], set[str]]] = {}
         self.memberships: dict[str, list[tuple[bool, Order[_State]]]] = {}
         # Once a shape is refused it stays refused: a call only ever takes room away.
-        self.refused: set[tuple[Any, ...]] = set()
+        self.refused: set[Shape] = set()
         # Per group, the needs of refused requests: one asking at least as much of
         # every resource is refused without a walk, which on a full fleet is the
         # whole group. Disk counts only while no node holds or awaits the source,
@@ -322,7 +342,7 @@ class _Fleet:
     def group(self, req: Request) -> tuple[bool, Order[_State], set[str]]:
         uses_cards = req.cards > 0
         # The card class too: a refusal for one class must not stand for another.
-        gkey = (
+        gkey: GroupKey = (
             req.engine,
             req.engine_version,
             req.wanted_role,
@@ -376,7 +396,7 @@ class _Fleet:
         if req.nodes > 1:
             return self.place_span(req)
         # Everything placement reads from a request; the model's name is not part of it.
-        shape: tuple[Any, ...] = (
+        shape: Shape = (
             req.engine,
             req.engine_version,
             req.source,

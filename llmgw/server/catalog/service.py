@@ -27,7 +27,7 @@ from llmgw.server.catalog.dispatch import Dispatch
 from llmgw.server.catalog.inspector import PickledWeights
 from llmgw.server.catalog.model import Adapter, CatalogError, Model, Profile
 from llmgw.server.catalog.reconciler import Plan, Reconciler
-from llmgw.server.catalog.room import Room
+from llmgw.server.catalog.room import ExplainJson, Room
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
@@ -504,6 +504,6 @@ class ModelService:
             return
         await self.hooks.remove_files(source, RECONCILER)
 
-    def explain(self, model: Model) -> list[dict[str, object]]:
+    def explain(self, model: Model) -> list[ExplainJson]:
         """``ctl explain``: every node's verdict for each profile."""
         return self.room.explain(model)

@@ -16,9 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 Kind = Literal["nvlink", "fabric", "ethernet"]
+# A node's placement score, smallest first (``scheduler._order``): passed over, lacks the
+# weights, the strategy's figure (free bytes, negated to spread), its id.
+OrderKey = tuple[bool, bool, int, str]
+# A set's score: its members' first three figures summed; () for no set.
+SetScore = tuple[int, ...]
 _TIER: dict[str, int] = {"nvlink": 0, "fabric": 1, "ethernet": 2}
 
 
@@ -28,10 +33,24 @@ class Candidate:
     not passed over, holds the weights, binpack or spread) and its wiring."""
 
     node: str
-    key: tuple[Any, ...]
+    key: OrderKey
     nvlink_domain: str | None = None
     fabric: str | None = None
     leaves: tuple[str, ...] = ()
+
+
+class SpanJson(TypedDict):
+    """A set of nodes judged for a replica spanning nodes, as ``ctl explain`` shows it."""
+
+    kind: Kind
+    id: str | None
+    ok: bool
+    fitting: list[str]
+    needed: int
+    chosen: list[str]
+    leaf_sets: int | None
+    notes: list[str]
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -46,7 +65,7 @@ class Span:
     # How many sets of leaf switches the chosen nodes hang under; 0 when not known.
     leaf_sets: int = 0
     notes: tuple[str, ...] = ()
-    score: tuple[Any, ...] = field(default=(), compare=False)
+    score: SetScore = field(default=(), compare=False)
 
     @property
     def ok(self) -> bool:
@@ -65,7 +84,7 @@ class Span:
             return f"InfiniBand fabric {self.id}"
         return "nodes without InfiniBand"
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> SpanJson:
         return {
             "kind": self.kind,
             "id": self.id or None,
@@ -83,11 +102,13 @@ def _best(cands: Sequence[Candidate], n: int) -> list[Candidate]:
     return sorted(cands, key=lambda c: c.key)[:n]
 
 
-def _score(chosen: Sequence[Candidate]) -> tuple[Any, ...]:
+def _score(chosen: Sequence[Candidate]) -> SetScore:
     """A set's score from its members' keys: fewest passed over, most holding the
     weights, then the strategy's figure summed."""
+    if not chosen:
+        return ()
     keys = [c.key for c in chosen]
-    return tuple(sum(k[i] for k in keys) for i in range(len(keys[0]) - 1)) if keys else ()
+    return (sum(k[0] for k in keys), sum(k[1] for k in keys), sum(k[2] for k in keys))
 
 
 def _whole(kind: Kind, name: str, group: Sequence[Candidate], n: int, note: str) -> Span:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from llmgw.server.fleet.registry import NodeView
 from llmgw.wire.messages import ShardStatus
@@ -124,6 +124,15 @@ class Plan:
     parks: list[tuple[str, str]] = field(default_factory=list)
 
 
+class StatusJson(TypedDict):
+    desired: int
+    ready: int
+    starting: int
+    stale: int
+    replacing: int
+    note: str
+
+
 @dataclass
 class ProfileStatus:
     """What ``ctl models`` shows of a profile after a pass."""
@@ -135,7 +144,7 @@ class ProfileStatus:
     replacing: int = 0
     note: str = ""
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> StatusJson:
         return {
             "desired": self.desired,
             "ready": self.ready,

@@ -206,7 +206,7 @@ class AgentConnection:
             if isinstance(event, Reported):
                 msg = event.message
                 if isinstance(msg, Heartbeat):
-                    registry.heartbeat(self.node_id, msg, event.payload)
+                    registry.heartbeat(self.node_id, msg)
                     registry.handle_times.append(time.perf_counter() - start)
                 else:
                     registry.report(self.node_id, msg)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from llmgw.config import (
     AGENT_IDENTITY,
@@ -31,6 +31,26 @@ from llmgw.server.store import Store
 
 SETTING = "agents"
 HISTORY_ACTIONS = ("agents.set", "agents.unset")
+
+
+# One layer of settings, as an agent.yaml says them (sections as maps); checked against
+# ``config.AgentConfig`` whenever it changes.
+Layer = dict[str, Any]
+
+
+class SettingsDocument(TypedDict):
+    default: Layer
+    nodes: dict[str, Layer]
+
+
+class SettingsChange(TypedDict):
+    """One change, as the audit log keeps it."""
+
+    at: float
+    actor: str
+    action: str
+    layer: str
+    change: str
 
 
 class SettingsError(ValueError):
@@ -60,8 +80,8 @@ class AgentSettings:
     def __init__(self, store: Store, on_change: Callable[[], None]) -> None:
         """``on_change``: after every change (every agent is told)."""
         self.store = store
-        self.default: dict[str, Any] = {}
-        self.nodes: dict[str, dict[str, Any]] = {}
+        self.default: Layer = {}
+        self.nodes: dict[str, Layer] = {}
         # Bumped by every change: an agent reports the version it applied.
         self.version = 0
         self.on_change = on_change
@@ -73,10 +93,10 @@ class AgentSettings:
         self.nodes = {str(k): dict(v) for k, v in (doc.get("nodes") or {}).items()}
         self.version = int(doc.get("version") or 0)
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> SettingsDocument:
         return {"default": copy.deepcopy(self.default), "nodes": copy.deepcopy(self.nodes)}
 
-    def for_node(self, node_id: str) -> dict[str, Any]:
+    def for_node(self, node_id: str) -> Layer:
         """The settings the cluster gives ``node_id``: the default, its own over it."""
         return merge_agent_layers(self.default, self.nodes.get(node_id, {}))
 
@@ -89,7 +109,7 @@ class AgentSettings:
             layer = layer[part]
         return layer
 
-    async def set(self, key: str, value: Any, node: str | None, actor: str) -> dict[str, Any]:
+    async def set(self, key: str, value: object, node: str | None, actor: str) -> SettingsDocument:
         """Set (or, with ``value`` None, unset) ``key`` in a layer, checked and audited;
         returns the document. Nothing changes when it is refused."""
         parts = check_key(key)
@@ -127,17 +147,18 @@ class AgentSettings:
         self.on_change()
         return self.document()
 
-    async def history(self, limit: int = 200) -> list[dict[str, Any]]:
+    async def history(self, limit: int = 200) -> list[SettingsChange]:
         """The changes, newest first: when, who, the layer and what."""
         rows = await self.store.audit_log(limit=5000)
         found = [r for r in rows if r.get("action") in HISTORY_ACTIONS]
-        return [
+        changes: list[SettingsChange] = [
             {
-                "at": r.get("at"),
-                "actor": r.get("actor"),
-                "action": r.get("action"),
-                "layer": r.get("target"),
-                "change": r.get("detail"),
+                "at": r["at"],
+                "actor": r["actor"],
+                "action": r["action"],
+                "layer": r["target"],
+                "change": r["detail"],
             }
             for r in found[:limit]
         ]
+        return changes

@@ -13,7 +13,8 @@ reloaded) starts a new baseline.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+
+from llmgw.wire.messages import GPU
 
 
 class EnergyMeter:
@@ -21,19 +22,17 @@ class EnergyMeter:
         self._last: dict[str, float] = {}  # card UUID -> its last energy reading
         self.joules: dict[str, float] = {}  # replica id -> joules so far
 
-    def heartbeat(
-        self, gpus: Iterable[Mapping[str, Any]], shards: Iterable[tuple[str, list[str]]]
-    ) -> None:
-        """One node's cards (wire maps) and its shards as (replica id, card UUIDs)."""
+    def heartbeat(self, gpus: Iterable[GPU], shards: Iterable[tuple[str, list[str]]]) -> None:
+        """One node's cards and its shards as (replica id, card UUIDs)."""
         rise: dict[str, float] = {}
         for gpu in gpus:
-            uuid, energy = gpu.get("uuid"), gpu.get("energy")
-            if not isinstance(uuid, str) or not isinstance(energy, int | float):
+            uuid, energy = gpu.uuid, gpu.energy
+            if not uuid or energy is None:
                 continue
             before = self._last.get(uuid)
-            self._last[uuid] = float(energy)
+            self._last[uuid] = energy
             if before is not None and energy >= before:
-                rise[uuid] = float(energy) - before
+                rise[uuid] = energy - before
         if not rise:
             return
         holders: dict[str, list[str]] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from llmgw.enginepins import (
     PinError,
@@ -33,6 +33,33 @@ from llmgw.wire.messages import WantedEngines
 
 SETTING = "engines"
 HISTORY_ACTIONS = ("engines.set", "engines.unset", "engines.build")
+
+
+class WantedJson(TypedDict):
+    """One engine the fleet names, and whether server.yaml or ``ctl engines`` set it."""
+
+    engine: str
+    version: str
+    sha256: dict[str, str]
+    index_url: str | None
+    source: Literal["server.yaml", "ctl"]
+
+
+class EnginesDocument(TypedDict):
+    version: int
+    engines: list[WantedJson]
+    # Each node's build choice, where it is not ``auto``.
+    builds: dict[str, str]
+
+
+class EngineChange(TypedDict):
+    """One change, as the audit log keeps it."""
+
+    at: float
+    actor: str
+    action: str
+    target: str
+    change: str
 
 
 class FleetEngines:
@@ -75,7 +102,7 @@ class FleetEngines:
         want = self.wanted.get(engine)
         return str(want["version"]) if want else None
 
-    def source_of(self, engine: str) -> str:
+    def source_of(self, engine: str) -> Literal["server.yaml", "ctl"]:
         if engine in self.overrides:
             return "ctl"
         return "server.yaml"
@@ -88,7 +115,7 @@ class FleetEngines:
             version=self.version, engines=self.wanted, build=self.build_of(node_id)
         )
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> EnginesDocument:
         return {
             "version": self.version,
             "engines": [
@@ -106,7 +133,7 @@ class FleetEngines:
 
     # --- changes ----------------------------------------------------------------------
 
-    async def set(self, engine: str, value: Any, actor: str) -> dict[str, Any]:
+    async def set(self, engine: str, value: object, actor: str) -> EnginesDocument:
         """Name ``engine`` at a version (``value``: a version or a map), or with None stop
         naming it (its installs are left where they are). PinError when refused."""
         check_engine(engine)
@@ -129,7 +156,7 @@ class FleetEngines:
         self.on_change(engine, old, self.version_of(engine))
         return self.document()
 
-    async def set_build(self, node_id: str, build: str, actor: str) -> dict[str, Any]:
+    async def set_build(self, node_id: str, build: str, actor: str) -> EnginesDocument:
         check_build(build)
         builds = {**self.builds, node_id: build}
         if build == "auto":
@@ -155,27 +182,28 @@ class FleetEngines:
         await self.store.audit(actor, action, target, detail)
         self.overrides, self.builds, self.version = overrides, builds, version
 
-    async def history(self, limit: int = 200) -> list[dict[str, Any]]:
+    async def history(self, limit: int = 200) -> list[EngineChange]:
         """The changes, newest first: when, who, what (``engines.set``, ``.unset``,
         ``.build``) and to what."""
         rows = await self.store.audit_log(limit=5000)
-        return [
+        changes: list[EngineChange] = [
             {
-                "at": r.get("at"),
-                "actor": r.get("actor"),
-                "action": r.get("action"),
-                "target": r.get("target"),
-                "change": r.get("detail"),
+                "at": r["at"],
+                "actor": r["actor"],
+                "action": r["action"],
+                "target": r["target"],
+                "change": r["detail"],
             }
             for r in rows
             if r.get("action") in HISTORY_ACTIONS
-        ][:limit]
+        ]
+        return changes[:limit]
 
     # --- what the nodes run -----------------------------------------------------------
 
-    def nodes(self, views: Iterable[NodeView]) -> list[dict[str, Any]]:
+    def nodes(self, views: Iterable[NodeView]) -> list[EngineRow]:
         """A row per node and engine the fleet names: what the node has against it."""
-        rows: list[dict[str, Any]] = []
+        rows: list[EngineRow] = []
         wanted = self.wanted
         for view in sorted(views, key=lambda v: v.id):
             build = self.build_of(view.id)
@@ -184,16 +212,33 @@ class FleetEngines:
         return rows
 
 
-def node_row(view: NodeView, engine: str, wanted: str, build: str) -> dict[str, Any]:
+EngineStanding = Literal["ready", "installing", "failed", "configured", "off", "missing", "unknown"]
+
+
+class EngineRow(TypedDict):
+    """One node's standing with one engine the fleet names."""
+
+    node: str
+    engine: str
+    wanted: str
+    versions: list[str]
+    build: str
+    state: EngineStanding
+    # What converging on it is doing, in the node's words.
+    message: str | None
+
+
+def node_row(view: NodeView, engine: str, wanted: str, build: str) -> EngineRow:
     """One node's standing with one engine: ``ready`` (the wanted version is there),
     ``installing``, ``failed``, ``configured`` (named on purpose on the node, not
     managed), ``off`` (build none), ``missing``, or ``unknown`` before it reported."""
-    mine = [e for e in view.engines if e.get("name") == engine]
-    versions = sorted({str(e.get("version")) for e in mine if e.get("version")})
+    mine = [e for e in view.engines if e.name == engine]
+    versions = sorted({e.version for e in mine if e.version})
     message = view.engine_progress.get(engine)
+    state: EngineStanding
     if not view.engines_probed:
         state = "unknown"
-    elif any(e.get("origin") == "configured" for e in mine):
+    elif any(e.origin == "configured" for e in mine):
         state = "configured"
     elif wanted in versions:
         state = "ready"

@@ -13,9 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from llmgw.server.fleet.figures import NodeFigures
 from llmgw.server.fleet.nvlink import card_joined
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import CARD_WIDE_FIGURES
+from llmgw.wire.messages import CARD_WIDE_FIGURES, GPU, GpuHealth, IbPort, NodeVitals
 from llmgw.wire.states import NodeState
 from llmgw.wire.warnings import THROTTLE_REASONS, warning_kind
 
@@ -30,7 +31,7 @@ def label_text(pairs: Mapping[str, object]) -> str:
     return ",".join(f'{k}="{_esc(v)}"' for k, v in pairs.items())
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
@@ -51,26 +52,22 @@ class Families:
         self._meta.setdefault(name, (kind, text))
         self._samples.setdefault(name, [])
 
-    def add(self, name: str, labels: str, value: Any, scale: float = 1.0) -> None:
+    def add(self, name: str, labels: str, value: float | None, scale: float = 1.0) -> None:
         self.add_each(labels, ((name, value, scale),))
 
-    def add_each(self, labels: str, samples: Iterable[tuple[str, Any, float]]) -> None:
+    def add_each(self, labels: str, samples: Iterable[tuple[str, float | None, float]]) -> None:
         """Samples of one label set: (family, value, scale) each, None values left out.
 
         The hot path of a scrape (about 50 samples a card): an exact int or float is
-        written without the generic checks; bools and anything else are no figure."""
+        written as it is; a bool (an int to Python) is no figure."""
         out = self._samples
         for name, value, scale in samples:
-            kind = type(value)
-            if kind is int:
+            if type(value) is int:
                 text = str(value) if scale == 1.0 else _fmt(value * scale)
-            elif kind is float:
+            elif type(value) is float:
                 text = _fmt(value if scale == 1.0 else value * scale)
             else:
-                number = _num(value)
-                if number is None:
-                    continue
-                text = _fmt(number * scale)
+                continue
             out[name].append(f"{name}{{{labels}}} {text}")
 
     def lines(self) -> Iterable[str]:
@@ -180,22 +177,15 @@ _PORTS = (
 )
 
 
-def _ports(f: Families, node: str, ports: Any) -> None:
-    for p in ports if isinstance(ports, list) else []:
-        if not isinstance(p, dict):
-            continue
+def _ports(f: Families, node: str, ports: Iterable[IbPort]) -> None:
+    for p in ports:
         where = label_text(
-            {
-                "node": node,
-                "device": p.get("device", ""),
-                "port": p.get("port", ""),
-                "link_layer": p.get("link_layer") or "",
-            }
+            {"node": node, "device": p.device, "port": p.port, "link_layer": p.link_layer or ""}
         )
-        state = p.get("state")
+        state = p.state
         f.add("llmgw_ib_port_active", where, None if state is None else int(state == "ACTIVE"))
-        f.add("llmgw_ib_port_rate_gbps", where, p.get("rate_gbps"))
-        for counter, n in sorted((p.get("counters") or {}).items()):
+        f.add("llmgw_ib_port_rate_gbps", where, p.rate_gbps)
+        for counter, n in sorted(p.counters.items()):
             f.add("llmgw_ib_port_counter_total", f'{where},counter="{_esc(counter)}"', n)
 
 
@@ -213,72 +203,82 @@ def _declare_all(f: Families) -> None:
 @dataclass(frozen=True)
 class NodeSnapshot:
     """What /metrics writes of one node, taken on the event loop so the text can be
-    written in a worker thread while heartbeats go on changing the registry."""
+    written in a worker thread while heartbeats go on changing the registry (they
+    replace a view's records, never change one)."""
 
     id: str
     up: bool
     last_seen: float | None
-    facts: dict[str, Any]  # facts with the latest live figures over them
+    figures: NodeFigures  # the facts with the latest live figures over them
+    cuda_version: str | None
+    # Discovery's warnings, then the cards' health warnings.
+    warnings: tuple[str, ...]
+    gpu_health: tuple[GpuHealth, ...]
+    vitals: NodeVitals | None
+    ib_ports: tuple[IbPort, ...]
     usage: dict[str, dict[str, Any]]
     sources: dict[str, str | None]  # replica -> what it serves
 
     @classmethod
     def of(cls, view: NodeView) -> NodeSnapshot:
+        facts, live = view.facts, view.live
         return cls(
             id=view.id,
             up=view.state == NodeState.READY,
             last_seen=view.last_seen,
-            facts={**view.facts, **view.live},
+            figures=view.figures(),
+            cuda_version=facts.cuda_version if facts else None,
+            warnings=(*(facts.warnings if facts else ()), *(live.health_warnings or ())),
+            gpu_health=tuple(live.gpu_health or ()),
+            vitals=live.vitals,
+            ib_ports=tuple(live.ib_ports or ()),
             usage=dict(view.usage),
             sources={r: s.source for r, s in view.shards.items()},
         )
 
 
 def _node(f: Families, view: NodeSnapshot, kind_of: Callable[[str], str]) -> None:
-    facts = view.facts
+    figures = view.figures
     node = f'node="{_esc(view.id)}"'
-    f.add("llmgw_node_cpu_utilization_ratio", node, facts.get("cpu_percent"), 0.01)
-    load = facts.get("load")
-    if isinstance(load, list) and len(load) == 3:
+    f.add("llmgw_node_cpu_utilization_ratio", node, figures.cpu_percent, 0.01)
+    load = figures.load
+    if load is not None and len(load) == 3:
         for name, value in zip(("load1", "load5", "load15"), load, strict=True):
             f.add(f"llmgw_node_{name}", node, value)
-    f.add("llmgw_node_cpus", node, facts.get("cpu_count"))
-    total, available = _num(facts.get("memory_total")), _num(facts.get("memory_available"))
+    f.add("llmgw_node_cpus", node, figures.cpu_count)
+    total, available = figures.memory_total, figures.memory_available
     f.add("llmgw_node_memory_total_bytes", node, total)
     f.add("llmgw_node_memory_available_bytes", node, available)
     if total is not None and available is not None:
         f.add("llmgw_node_memory_used_bytes", node, total - available)
-    vitals = facts.get("vitals") or {}
-    for family, key, label in (
-        ("llmgw_node_cpu_temperature_celsius", "cpu_temperatures", "sensor"),
-        ("llmgw_node_board_temperature_celsius", "board_temperatures", "sensor"),
-        ("llmgw_node_cpu_power_watts", "cpu_power", "package"),
+    vitals = view.vitals or NodeVitals()
+    for family, sensors, label in (
+        ("llmgw_node_cpu_temperature_celsius", vitals.cpu_temperatures, "sensor"),
+        ("llmgw_node_board_temperature_celsius", vitals.board_temperatures, "sensor"),
+        ("llmgw_node_cpu_power_watts", vitals.cpu_power, "package"),
     ):
-        for sensor, value in sorted((vitals.get(key) or {}).items()):
+        for sensor, value in sorted((sensors or {}).items()):
             f.add(family, f'{node},{label}="{_esc(sensor)}"', value)
-    imex = vitals.get("imex_running")
-    if isinstance(imex, bool):
-        f.add("llmgw_imex_up", node, int(imex))
-    _ports(f, view.id, facts.get("ib_ports"))
-    for disk in facts.get("disks") or []:
-        where = f'{node},path="{_esc(disk.get("path", ""))}"'
-        f.add("llmgw_node_disk_total_bytes", where, disk.get("total"))
-        f.add("llmgw_node_disk_free_bytes", where, disk.get("free"))
+    if vitals.imex_running is not None:
+        f.add("llmgw_imex_up", node, int(vitals.imex_running))
+    _ports(f, view.id, view.ib_ports)
+    for disk in figures.disks or ():
+        where = f'{node},path="{_esc(disk.path)}"'
+        f.add("llmgw_node_disk_total_bytes", where, disk.total)
+        f.add("llmgw_node_disk_free_bytes", where, disk.free)
     kinds: dict[str, int] = {}
-    for warning in [*facts.get("warnings", []), *facts.get("health_warnings", [])]:
-        kind = kind_of(str(warning))
+    for warning in view.warnings:
+        kind = kind_of(warning)
         kinds[kind] = kinds.get(kind, 0) + 1
     for kind, n in sorted(kinds.items()):
         f.add("llmgw_node_warnings", f'{node},kind="{_esc(kind)}"', n)
-    health = {h.get("uuid"): h for h in facts.get("gpu_health") or [] if isinstance(h, dict)}
-    cuda = facts.get("cuda_version")
+    health = {h.uuid: h for h in view.gpu_health}
     cards_seen: set[str] = set()
-    for gpu in facts.get("gpus") or []:
-        if isinstance(gpu, dict):
-            card = str(gpu.get("mig_parent") or gpu.get("uuid"))
-            first = card not in cards_seen
-            cards_seen.add(card)
-            _card(f, view.id, gpu, health.get(card) if first else None, cuda, first)
+    for gpu in figures.gpus:
+        card = gpu.mig_parent or gpu.uuid
+        first = card not in cards_seen
+        cards_seen.add(card)
+        _card(f, view.id, gpu, health.get(card) if first else None, view.cuda_version, first)
     for replica, usage in sorted(view.usage.items()):
         model = view.sources.get(replica)
         where = label_text({"node": view.id, "replica": replica, "model": model or ""})
@@ -290,79 +290,76 @@ def _node(f: Families, view: NodeSnapshot, kind_of: Callable[[str], str]) -> Non
 def _card(
     f: Families,
     node: str,
-    gpu: dict[str, Any],
-    health: dict[str, Any] | None,
-    cuda: Any,
+    gpu: GPU,
+    health: GpuHealth | None,
+    cuda: str | None,
     whole_card: bool = True,
 ) -> None:
     """One card's samples; a MIG instance after its card's first writes only its own
     figures (memory, work), not the card's temperature, power or clocks again."""
     where = label_text(
-        {
-            "node": node,
-            "gpu": gpu.get("index", ""),
-            "uuid": gpu.get("uuid", ""),
-            "model": gpu.get("mig_class") or gpu.get("name", ""),
-        }
+        {"node": node, "gpu": gpu.index, "uuid": gpu.uuid, "model": gpu.mig_class or gpu.name}
     )
     info = {
-        "driver": gpu.get("driver") or "",
+        "driver": gpu.driver or "",
         "cuda": cuda or "",
-        "compute_capability": gpu.get("compute_capability") or "",
-        "bus_id": gpu.get("bus_id") or "",
+        "compute_capability": gpu.compute_capability or "",
+        "bus_id": gpu.bus_id or "",
     }
     f.add("llmgw_gpu_info", f"{where},{label_text(info)}", 1)
     f.add_each(
         where,
         (
-            (family, gpu.get(key), scale)
+            (family, getattr(gpu, key), scale)
             for family, key, scale, _text in _CARD_FIGURES
             if whole_card or key not in CARD_WIDE_FIGURES
         ),
     )
     if not whole_card:
         return
-    pstate = gpu.get("pstate")
-    if isinstance(pstate, str) and pstate[1:].isdigit():
+    pstate = gpu.pstate
+    if pstate is not None and pstate[1:].isdigit():
         f.add("llmgw_gpu_pstate", where, int(pstate[1:]))
-    throttle = gpu.get("throttle")
-    if isinstance(throttle, list):
-        for reason in sorted({*THROTTLE_REASONS, *map(str, throttle)}):
+    throttle = gpu.throttle
+    if throttle is not None:
+        for reason in sorted({*THROTTLE_REASONS, *throttle}):
             f.add("llmgw_gpu_throttled", f'{where},reason="{reason}"', int(reason in throttle))
-    processes = gpu.get("processes")
-    if isinstance(processes, list):
+    processes = gpu.processes
+    if processes is not None:
         f.add("llmgw_gpu_foreign_processes", where, len(processes))
-        held = [_num(p.get("memory")) for p in processes]
+        held = [p.memory for p in processes]
         if all(m is not None for m in held):
-            f.add("llmgw_gpu_foreign_memory_bytes", where, sum(m or 0.0 for m in held))
-    mig = gpu.get("mig_mode")
-    if isinstance(mig, bool):
-        f.add("llmgw_gpu_mig_mode", where, int(mig))
+            f.add("llmgw_gpu_foreign_memory_bytes", where, sum(m or 0 for m in held))
+    if gpu.mig_mode is not None:
+        f.add("llmgw_gpu_mig_mode", where, int(gpu.mig_mode))
     if health is not None:
         _health(f, where, health)
 
 
-def _health(f: Families, where: str, h: dict[str, Any]) -> None:
-    for scope in ("volatile", "aggregate"):
-        for kind in ("corrected", "uncorrected"):
-            f.add(
-                "llmgw_gpu_ecc_errors_total",
-                f'{where},scope="{scope}",kind="{kind}"',
-                h.get(f"ecc_{scope}_{kind}"),
-            )
-    for family, key, _text in _HEALTH:
-        f.add(family, where, h.get(key))
-    for kind in ("correctable", "uncorrectable"):
-        f.add("llmgw_gpu_remapped_rows", f'{where},kind="{kind}"', h.get(f"remapped_{kind}"))
-    for family, key in (
-        ("llmgw_gpu_remap_pending", "remap_pending"),
-        ("llmgw_gpu_remap_failed", "remap_failed"),
+def _health(f: Families, where: str, h: GpuHealth) -> None:
+    for scope, kind, count in (
+        ("volatile", "corrected", h.ecc_volatile_corrected),
+        ("volatile", "uncorrected", h.ecc_volatile_uncorrected),
+        ("aggregate", "corrected", h.ecc_aggregate_corrected),
+        ("aggregate", "uncorrected", h.ecc_aggregate_uncorrected),
     ):
-        if isinstance(h.get(key), bool):
-            f.add(family, where, int(h[key]))
-    for xid in h.get("xids") or []:
-        f.add("llmgw_gpu_xid_errors_total", f'{where},xid="{xid.get("code")}"', xid.get("count"))
-    for counter, n in sorted((h.get("nvlink_errors") or {}).items()):
+        f.add("llmgw_gpu_ecc_errors_total", f'{where},scope="{scope}",kind="{kind}"', count)
+    for family, key, _text in _HEALTH:
+        f.add(family, where, getattr(h, key))
+    for kind, rows in (
+        ("correctable", h.remapped_correctable),
+        ("uncorrectable", h.remapped_uncorrectable),
+    ):
+        f.add("llmgw_gpu_remapped_rows", f'{where},kind="{kind}"', rows)
+    for family, flag in (
+        ("llmgw_gpu_remap_pending", h.remap_pending),
+        ("llmgw_gpu_remap_failed", h.remap_failed),
+    ):
+        if flag is not None:
+            f.add(family, where, int(flag))
+    for xid in h.xids or ():
+        f.add("llmgw_gpu_xid_errors_total", f'{where},xid="{xid.code}"', xid.count)
+    for counter, n in sorted((h.nvlink_errors or {}).items()):
         f.add("llmgw_gpu_nvlink_errors_total", f'{where},counter="{_esc(counter)}"', n)
     joined = card_joined(h)
     if joined is not None:

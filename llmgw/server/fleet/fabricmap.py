@@ -16,10 +16,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import Any, TypedDict
 
-from llmgw.server.fleet.fabrics import FabricWatch
-from llmgw.server.fleet.ibtopology import Topology, parse_ibnetdiscover, rails
+from llmgw.server.fleet.fabrics import FabricJson, FabricWatch
+from llmgw.server.fleet.ibtopology import Tier, Topology, parse_ibnetdiscover, rails
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.fleet.wiring import Wiring, wiring
 
@@ -29,6 +29,23 @@ EVERY = 300.0
 TICK = 10.0  # how soon a fabric seen for the first time is mapped
 ASK_TIMEOUT = 150.0
 FEATURE = "ibnetdiscover"
+
+
+class TopologyJson(TypedDict):
+    """``GET /api/v1/fabrics/{id}/topology``: a fabric's map as ``ibtopology`` parsed
+    it (its nodes, links and rail misses field by field), and when and by whom it was
+    read."""
+
+    fabric: str
+    read_at: float
+    age_seconds: float
+    read_by: str
+    nodes: list[dict[str, Any]]
+    tiers: dict[str, Tier]
+    links: list[dict[str, Any]]
+    rail_misses: list[dict[str, Any]]
+    problems: list[str]
+    error: str | None
 
 
 class FabricMaps:
@@ -46,8 +63,9 @@ class FabricMaps:
         # fabric id -> (when, which node read it, the topology)
         self.maps: dict[str, tuple[float, str, Topology]] = {}
         self.errors: dict[str, str] = {}
-        # fabric id -> every SM its SA knows (``saquery SMIR``), when the node could ask.
-        self.managers: dict[str, list[dict[str, Any]]] = {}
+        # fabric id -> every SM its SA knows (``saquery SMIR``), when the node could ask:
+        # the agent's records as it sent them ("guid", "lid", "priority", "state", ...).
+        self.managers: dict[str, list[dict[str, object]]] = {}
         self._tried: dict[str, float] = {}
         self.tick = min(TICK, every)
 
@@ -66,7 +84,7 @@ class FabricMaps:
         found = self.watch.fabrics(self.registry.nodes.values())
         now = self.clock()
         for fabric in found["fabrics"]:
-            fid = str(fabric["id"])
+            fid = fabric["id"]
             if fid in self._tried and now - self._tried[fid] < self.every:
                 continue
             self._tried[fid] = now
@@ -87,23 +105,24 @@ class FabricMaps:
             self.maps[fid] = (self.clock(), view.id, topology)
             self.errors.pop(fid, None)
 
-    def _asker(self, fabric: dict[str, Any]) -> tuple[NodeView, str, int] | None:
+    def _asker(self, fabric: FabricJson) -> tuple[NodeView, str, int] | None:
         for port in fabric["ports"]:
-            view = self.registry.nodes.get(str(port["node"]))
+            view = self.registry.nodes.get(port["node"])
             if view is None or view.session is None or FEATURE not in view.features:
                 continue
-            if port.get("state") == "ACTIVE":
-                return view, str(port["device"]), int(port["port"])
+            if port["state"] == "ACTIVE":
+                return view, port["device"], port["port"]
         return None
 
-    async def _ask(self, view: NodeView, device: str, port: int) -> dict[str, Any]:
+    async def _ask(self, view: NodeView, device: str, port: int) -> dict[str, object]:
         assert view.session is not None
         args = {"device": device, "port": port}
         async for answer in view.session.ask("fabric.discover", args, timeout=ASK_TIMEOUT):
             if not answer.ok:
                 raise RuntimeError(answer.error or "it said no")
             if isinstance(answer.result, dict):
-                return answer.result
+                result: dict[str, object] = answer.result
+                return result
         raise RuntimeError("no answer")
 
     def wiring(self, views: Mapping[str, NodeView]) -> dict[str, Wiring]:
@@ -127,7 +146,7 @@ class FabricMaps:
             )
         return said + (list(kept[2].problems) if kept else [])
 
-    def topology(self, fabric_id: str) -> dict[str, Any] | None:
+    def topology(self, fabric_id: str) -> TopologyJson | None:
         kept = self.maps.get(fabric_id)
         if kept is None:
             return None

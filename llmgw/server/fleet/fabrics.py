@@ -20,10 +20,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from llmgw.server.fleet.exposition import Families, label_text
 from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.messages import IbPort
 
 RECENT = 900.0  # seconds a change of master is reported, and joins the fabrics it bridged
 # A node label declaring the one fabric a node is cabled to (its id, as `ctl fabrics` shows).
@@ -31,22 +32,64 @@ DECLARED = "llmgw.fabric"
 UNBROUGHT = ("INIT", "ARMED")
 
 
+class PortJson(TypedDict):
+    """A port as the API shows it."""
+
+    node: str
+    device: str
+    port: int
+    state: str | None
+    phys_state: str | None
+    rate_gbps: float | None
+    width_speed: str | None
+    port_guid: str | None
+    master_sm_guid: str | None
+
+
+class FabricJson(TypedDict):
+    id: str
+    # The one master SM its ports see; None while they disagree.
+    master_sm: str | None
+    masters: list[str]
+    subnet_managers: list[str]
+    nodes: list[str]
+    ports: list[PortJson]
+    ports_by_state: dict[str, int]
+    # Active ports by their rate ("400": 8); a rate not read is not counted.
+    active_rates_gbps: dict[str, int]
+    problems: list[str]
+
+
+class RoceJson(TypedDict):
+    network: str
+    nodes: list[str]
+    ports: list[PortJson]
+
+
+class FabricsJson(TypedDict):
+    """``FabricWatch.fabrics``."""
+
+    fabrics: list[FabricJson]
+    roce_networks: list[RoceJson]
+    unassigned_ports: list[PortJson]
+
+
 @dataclass
 class Fabric:
     id: str
     masters: set[str] = field(default_factory=set)
     managers: set[str] = field(default_factory=set)
-    ports: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    ports: list[tuple[str, IbPort]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> FabricJson:
         states: dict[str, int] = {}
         rates: dict[str, int] = {}
         for _, p in self.ports:
-            state = str(p.get("state") or "unknown")
+            state = p.state or "unknown"
             states[state] = states.get(state, 0) + 1
-            if p.get("rate_gbps") is not None and state == "ACTIVE":
-                key = f"{float(p['rate_gbps']):g}"
+            if p.rate_gbps is not None and state == "ACTIVE":
+                key = f"{p.rate_gbps:g}"
                 rates[key] = rates.get(key, 0) + 1
         return {
             "id": self.id,
@@ -61,22 +104,22 @@ class Fabric:
         }
 
 
-def port_json(node: str, p: dict[str, Any]) -> dict[str, Any]:
+def port_json(node: str, p: IbPort) -> PortJson:
     return {
         "node": node,
-        "device": p.get("device"),
-        "port": p.get("port"),
-        "state": p.get("state"),
-        "phys_state": p.get("phys_state"),
-        "rate_gbps": p.get("rate_gbps"),
-        "width_speed": p.get("width_speed"),
-        "port_guid": p.get("port_guid"),
-        "master_sm_guid": p.get("master_sm_guid"),
+        "device": p.device,
+        "port": p.port,
+        "state": p.state,
+        "phys_state": p.phys_state,
+        "rate_gbps": p.rate_gbps,
+        "width_speed": p.width_speed,
+        "port_guid": p.port_guid,
+        "master_sm_guid": p.master_sm_guid,
     }
 
 
-def _where(node: str, p: dict[str, Any]) -> str:
-    return f"{node} {p.get('device')}/{p.get('port')}"
+def _where(node: str, p: IbPort) -> str:
+    return f"{node} {p.device}/{p.port}"
 
 
 class FabricWatch:
@@ -96,7 +139,7 @@ class FabricWatch:
             seen.append((master, now, now))
         self._seen[key] = seen[-4:]
 
-    def fabrics(self, views: Iterable[NodeView]) -> dict[str, Any]:
+    def fabrics(self, views: Iterable[NodeView]) -> FabricsJson:
         """``GET /api/v1/fabrics``: the InfiniBand fabrics, the RoCE networks, and the
         active InfiniBand ports whose master is not known."""
         now = self.clock()
@@ -109,37 +152,35 @@ class FabricWatch:
             return g
 
         declared: dict[str, str] = {}
-        ib: list[tuple[str, dict[str, Any], tuple[str, str, int]]] = []
-        roce: dict[str, list[tuple[str, dict[str, Any]]]] = {}
-        unknown: list[tuple[str, dict[str, Any]]] = []
+        ib: list[tuple[str, IbPort, str, tuple[str, str, int]]] = []
+        roce: dict[str, list[tuple[str, IbPort]]] = {}
+        unknown: list[tuple[str, IbPort]] = []
         for view in sorted(views, key=lambda v: v.id):
             if view.labels.get(DECLARED):
                 declared[view.id] = view.labels[DECLARED]
-            for p in (view.live.get("ib_ports") or []) if view.session is not None else []:
-                if not isinstance(p, dict):
+            for p in (view.live.ib_ports or ()) if view.session is not None else ():
+                if p.link_layer == "Ethernet":
+                    for net in p.roce_networks:
+                        roce.setdefault(net, []).append((view.id, p))
                     continue
-                if p.get("link_layer") == "Ethernet":
-                    for net in p.get("roce_networks") or []:
-                        roce.setdefault(str(net), []).append((view.id, p))
-                    continue
-                key = (view.id, str(p.get("device")), int(p.get("port") or 0))
-                master = p.get("master_sm_guid")
+                key = (view.id, p.device, p.port)
+                master = p.master_sm_guid
                 if not master:
-                    if p.get("state") == "ACTIVE":
+                    if p.state == "ACTIVE":
                         unknown.append((view.id, p))
                     continue
-                self._remember(key, str(master), now)
-                ib.append((view.id, p, key))
-        for _, _, key in ib:
+                self._remember(key, master, now)
+                ib.append((view.id, p, master, key))
+        for _, _, _, key in ib:
             guids = [s[0] for s in self._seen[key]]
             for g in guids[1:]:
                 parent[find(g)] = find(guids[0])
         groups: dict[str, Fabric] = {}
-        for node, p, key in ib:
-            root = find(str(p["master_sm_guid"]))
+        for node, p, master, key in ib:
+            root = find(master)
             fabric = groups.setdefault(root, Fabric(root))
             fabric.ports.append((node, p))
-            fabric.masters.add(str(p["master_sm_guid"]))
+            fabric.masters.add(master)
             fabric.managers.update(s[0] for s in self._seen[key])
         out = []
         for fabric in groups.values():
@@ -164,7 +205,7 @@ class FabricWatch:
         }
 
     def _judge(self, fabric: Fabric, now: float) -> None:
-        stuck = [(n, p) for n, p in fabric.ports if p.get("state") in UNBROUGHT]
+        stuck = [(n, p) for n, p in fabric.ports if p.state in UNBROUGHT]
         if stuck:
             shown = ", ".join(_where(n, p) for n, p in stuck[:8])
             fabric.problems.append(
@@ -180,7 +221,7 @@ class FabricWatch:
             )
         changes = []
         for node, p in fabric.ports:
-            seen = self._seen.get((node, str(p.get("device")), int(p.get("port") or 0)), [])
+            seen = self._seen.get((node, p.device, p.port), [])
             if len(seen) > 1 and now - seen[-1][1] < RECENT:
                 changes.append((seen[-2][0], seen[-1][0], seen[-1][1]))
         if changes:
@@ -204,15 +245,15 @@ def _declared(fabrics: list[Fabric], declared: dict[str, str]) -> None:
             )
 
 
-def fabric_metrics(found: dict[str, Any]) -> list[str]:
+def fabric_metrics(found: FabricsJson) -> list[str]:
     """``llmgw_fabric_*`` for /metrics, from ``FabricWatch.fabrics``."""
     f = Families()
     f.declare("llmgw_fabric_master_sm", "gauge", "1 for the master SM each fabric's ports see.")
     f.declare("llmgw_fabric_subnet_managers", "gauge", "Subnet managers seen in a fabric lately.")
     f.declare("llmgw_fabric_problems", "gauge", "Problems llmgw finds in a fabric now.")
-    for fabric in found.get("fabrics") or []:
-        fid = str(fabric["id"])
-        for master in fabric.get("masters") or []:
+    for fabric in found["fabrics"]:
+        fid = fabric["id"]
+        for master in fabric["masters"]:
             f.add("llmgw_fabric_master_sm", label_text({"fabric": fid, "sm_guid": master}), 1)
         f.add(
             "llmgw_fabric_subnet_managers",

@@ -9,14 +9,31 @@ rail by rail (``fabrictest.py``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
-from llmgw.server.fleet.fabricmap import FabricMaps
-from llmgw.server.fleet.fabrics import FabricWatch
-from llmgw.server.fleet.fabrictest import FabricTestRefused, fabric_test
+from llmgw.server.fleet.fabricmap import FabricMaps, TopologyJson
+from llmgw.server.fleet.fabrics import FabricJson, FabricWatch, PortJson, RoceJson
+from llmgw.server.fleet.fabrictest import FabricTestJson, FabricTestRefused, fabric_test
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import FabricTest
+
+
+class ListedFabricJson(FabricJson):
+    """A fabric as the ports see it, with what its map adds."""
+
+    # When its map was last read; None: never.
+    topology_read_at: float | None
+    # Every SM the fabric's SA knows (saquery SMIR), when one of its nodes asked.
+    subnet_manager_records: list[dict[str, object]] | None
+
+
+class ListingJson(TypedDict):
+    """``GET /api/v1/fabrics``."""
+
+    fabrics: list[ListedFabricJson]
+    roce_networks: list[RoceJson]
+    unassigned_ports: list[PortJson]
 
 
 class FabricService:
@@ -25,31 +42,42 @@ class FabricService:
         self.maps = maps
         self.registry = registry
 
-    def listing(self) -> dict[str, Any]:
+    def listing(self) -> ListingJson:
         """The fabrics the ports see with what their maps add."""
         maps = self.maps
         found = self.watch.fabrics(self.registry.nodes.values())
+        listed: list[ListedFabricJson] = []
         for fabric in found["fabrics"]:
-            fid = str(fabric["id"])
-            fabric["problems"] += maps.problems(fid)
+            fid = fabric["id"]
             kept = maps.maps.get(fid)
-            fabric["topology_read_at"] = kept[0] if kept else None
-            # Every SM the fabric's SA knows (saquery SMIR), when one of its nodes asked.
             records = maps.managers.get(fid)
-            fabric["subnet_manager_records"] = records
+            managers = fabric["subnet_managers"]
             if records:
                 known = {str(r.get("guid")) for r in records if r.get("guid")}
-                fabric["subnet_managers"] = sorted(set(fabric["subnet_managers"]) | known)
-        return found
+                managers = sorted(set(managers) | known)
+            listed.append(
+                {
+                    **fabric,
+                    "subnet_managers": managers,
+                    "problems": fabric["problems"] + maps.problems(fid),
+                    "topology_read_at": kept[0] if kept else None,
+                    "subnet_manager_records": records,
+                }
+            )
+        return {
+            "fabrics": listed,
+            "roce_networks": found["roce_networks"],
+            "unassigned_ports": found["unassigned_ports"],
+        }
 
-    def topology(self, fabric_id: str) -> dict[str, Any]:
+    def topology(self, fabric_id: str) -> TopologyJson:
         shown = self.maps.topology(fabric_id)
         if shown is None:
             why = self.maps.errors.get(fabric_id) or "no map of it has been read yet"
             raise Refusal(404, "not_found", f"fabric {fabric_id!r}: {why}")
         return shown
 
-    async def test(self, ask: FabricTest) -> dict[str, Any]:
+    async def test(self, ask: FabricTest) -> FabricTestJson:
         try:
             return await fabric_test(self.registry, ask.a, ask.b, ask.seconds)
         except FabricTestRefused as exc:

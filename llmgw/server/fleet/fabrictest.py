@@ -9,9 +9,10 @@ refused before anything starts, as is a node with no active RDMA port.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.wire.messages import IbPort
 
 FEATURE = "ib_write_bw"
 FIRST_PORT = 18515  # perftest's own default; one port per rail from there
@@ -22,7 +23,31 @@ class FabricTestRefused(ValueError):
     """A test that cannot run; says which node and why."""
 
 
-def grade(gbps: float | None, rate: float | None) -> tuple[float | None, str]:
+Grade = Literal["good", "fair", "poor", "unknown", "failed"]
+
+
+class RailJson(TypedDict):
+    """One rail of a test: the adapters paired, the slower link rate, the measured
+    bandwidth (None where it was not measured) and its grade."""
+
+    rail: int
+    a_device: str
+    b_device: str
+    rate_gbps: float | None
+    gbps: float | None
+    ratio: float | None
+    grade: Grade
+    error: str | None
+
+
+class FabricTestJson(TypedDict):
+    a: str
+    b: str
+    seconds: int
+    rails: list[RailJson]
+
+
+def grade(gbps: float | None, rate: float | None) -> tuple[float | None, Grade]:
     """(share of the link rate, grade): good at 90% or more, fair from 70%, poor below;
     ``unknown`` when either figure was not read."""
     if gbps is None or not rate:
@@ -31,9 +56,8 @@ def grade(gbps: float | None, rate: float | None) -> tuple[float | None, str]:
     return round(ratio, 3), "good" if ratio >= GOOD else "fair" if ratio >= FAIR else "poor"
 
 
-def _active(view: NodeView) -> list[dict[str, Any]]:
-    ports = [p for p in view.live.get("ib_ports") or [] if isinstance(p, dict)]
-    return [p for p in ports if p.get("state") == "ACTIVE"]
+def _active(view: NodeView) -> list[IbPort]:
+    return [p for p in view.live.ib_ports or () if p.state == "ACTIVE"]
 
 
 def _ready(registry: NodeRegistry, node_id: str) -> NodeView:
@@ -60,23 +84,23 @@ async def _ask(view: NodeView, kind: str, args: dict[str, Any], timeout: float) 
     raise RuntimeError("no answer")
 
 
-async def fabric_test(registry: NodeRegistry, a: str, b: str, seconds: int = 5) -> dict[str, Any]:
+async def fabric_test(registry: NodeRegistry, a: str, b: str, seconds: int = 5) -> FabricTestJson:
     if a == b:
         raise FabricTestRefused("give two different nodes")
     client, server = _ready(registry, a), _ready(registry, b)
     address = server.address
     if not address:
         raise FabricTestRefused(f"{b} has no address the other node can reach")
-    rails = []
+    rails: list[RailJson] = []
     pairs = zip(_active(client), _active(server), strict=False)
     for i, (pa, pb) in enumerate(pairs):
         tcp_port = FIRST_PORT + i
-        rate_a, rate_b = pa.get("rate_gbps"), pb.get("rate_gbps")
-        rate = min(r for r in (rate_a, rate_b) if r) if (rate_a or rate_b) else None
-        row: dict[str, Any] = {
+        rates = [r for r in (pa.rate_gbps, pb.rate_gbps) if r]
+        rate = min(rates) if rates else None
+        row: RailJson = {
             "rail": i,
-            "a_device": f"{pa.get('device')}/{pa.get('port')}",
-            "b_device": f"{pb.get('device')}/{pb.get('port')}",
+            "a_device": f"{pa.device}/{pa.port}",
+            "b_device": f"{pb.device}/{pb.port}",
             "rate_gbps": rate,
             "gbps": None,
             "ratio": None,
@@ -88,7 +112,7 @@ async def fabric_test(registry: NodeRegistry, a: str, b: str, seconds: int = 5) 
             await _ask(
                 server,
                 "fabric.bw_serve",
-                {**common, "device": pb.get("device"), "ib_port": pb.get("port")},
+                {**common, "device": pb.device, "ib_port": pb.port},
                 timeout=30,
             )
             result = await _ask(
@@ -96,8 +120,8 @@ async def fabric_test(registry: NodeRegistry, a: str, b: str, seconds: int = 5) 
                 "fabric.bw_run",
                 {
                     **common,
-                    "device": pa.get("device"),
-                    "ib_port": pa.get("port"),
+                    "device": pa.device,
+                    "ib_port": pa.port,
                     "server": address,
                 },
                 timeout=seconds + 60,
@@ -106,7 +130,8 @@ async def fabric_test(registry: NodeRegistry, a: str, b: str, seconds: int = 5) 
             row["error"] = str(exc)
             rails.append(row)
             continue
-        gbps = result.get("gbps") if isinstance(result, dict) else None
+        said = result.get("gbps") if isinstance(result, dict) else None
+        gbps = float(said) if isinstance(said, int | float) and not isinstance(said, bool) else None
         row["gbps"] = gbps
         row["ratio"], row["grade"] = grade(gbps, rate)
         rails.append(row)

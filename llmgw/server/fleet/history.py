@@ -31,8 +31,10 @@ import math
 import sys
 import time
 from array import array
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TypedDict
+
+from llmgw.wire.messages import GPU
 
 MIB = 2**20
 MAX_CARDS = 64
@@ -49,22 +51,20 @@ CARD_FLOATS = ("memory_used",)
 CARD_BYTES = ("utilization", "temperature", "sm_active", "memory_total")
 CARD_SHORTS = ("power",)  # tenths of a watt, up to 6,553.4 W
 SM_STEPS = 200  # sm_active in steps of 0.005
-# Decimals each float figure keeps in a series (float32 carries noise past them).
-DECIMALS = {"cpu_percent": 1}
+# Decimals the CPU figure keeps in a series (float32 carries noise past them).
+CPU_DECIMALS = 1
 
 
-def _float(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return NAN
-    return float(value)
+def _float(value: float | None) -> float:
+    return NAN if value is None else float(value)
 
 
-def _mib(value: Any) -> float:
+def _mib(value: float | None) -> float:
     v = _float(value)
     return v if math.isnan(v) else float(round(v / MIB))
 
 
-def _byte(value: Any) -> int:
+def _byte(value: float | None) -> int:
     v = _float(value)
     return BYTE_NONE if math.isnan(v) else max(0, min(BYTE_NONE - 1, round(v)))
 
@@ -94,6 +94,33 @@ class _Node:
         self.total_read = array("B", total_read)  # 1 where memory_total was read
         self.memory_total: int | None = None  # MiB, the latest read
         self.cards: dict[str, _Card] = {}
+
+
+class CardSeries(TypedDict):
+    """A card's last hour, one value per slot, None where it was not read."""
+
+    uuid: str
+    index: int | None
+    name: str | None
+    utilization: list[int | None]  # percent
+    sm_active: list[float | None]  # share of time, 0..1
+    memory_used: list[int | None]  # bytes
+    memory_total: list[int | None]
+    power: list[float | None]  # W
+    temperature: list[int | None]  # degrees C
+
+
+class NodeSeries(TypedDict):
+    """``GET /api/v1/nodes/{id}/history``: a node's last minutes, columnar, oldest slot
+    first; ``t`` is each slot's start in epoch seconds."""
+
+    node: str
+    step_seconds: float
+    t: list[float]
+    cpu_percent: list[float | None]
+    memory_used: list[int | None]  # bytes, exact to the MiB
+    memory_total: list[int | None]
+    gpus: list[CardSeries]
 
 
 class FleetHistory:
@@ -181,12 +208,11 @@ class FleetHistory:
         cpu_percent: float | None,
         memory_total: int | None,
         memory_available: int | None,
-        gpus: Sequence[Mapping[str, Any]],
+        gpus: Sequence[GPU],
     ) -> None:
         """Keep a heartbeat's figures in the slot of ``now``. Any figure may be None (not
-        read); a gpu mapping has the wire's keys (``uuid``, ``index``, ``name``,
-        ``utilization``, ``sm_active``, ``memory_used``, ``memory_total``, ``power``,
-        ``temperature``), each of which may be absent. Cards are keyed by uuid (by
+        read), a card's too (``utilization``, ``sm_active``, ``memory_used``,
+        ``memory_total``, ``power``, ``temperature``). Cards are keyed by uuid (by
         ``index`` when a card has none), at most 64 per node."""
         node = self._nodes.get(node_id)
         if node is None:
@@ -209,35 +235,25 @@ class FleetHistory:
             node.memory_total = round(total / MIB)
             node.total_read[p] = 1
         for gpu in gpus:
-            uuid = gpu.get("uuid")
-            if not isinstance(uuid, str) or not uuid:
-                index = gpu.get("index")
-                if not isinstance(index, int):
-                    continue
-                uuid = f"index:{index}"
-            card = self._card(node, uuid, slot)
+            card = self._card(node, gpu.uuid or f"index:{gpu.index}", slot)
             if card is None:
                 continue
             card.last_slot = max(card.last_slot, slot)
-            index = gpu.get("index")
-            if isinstance(index, int):
-                card.index = index
-            name = gpu.get("name")
-            if isinstance(name, str):
-                card.name = sys.intern(name)
+            card.index = gpu.index
+            card.name = sys.intern(gpu.name)
             self._card_point(card, gpu, p)
 
-    def _card_point(self, card: _Card, gpu: Mapping[str, Any], p: int) -> None:
+    def _card_point(self, card: _Card, gpu: GPU, p: int) -> None:
         n = self.slots
-        used = _mib(gpu.get("memory_used"))
+        used = _mib(gpu.memory_used)
         if not math.isnan(used):
             card.floats[p] = used
-        total = _mib(gpu.get("memory_total"))
-        sm = _float(gpu.get("sm_active"))
-        power = _float(gpu.get("power"))
+        total = _mib(gpu.memory_total)
+        sm = _float(gpu.sm_active)
+        power = _float(gpu.power)
         values = (
-            _byte(gpu.get("utilization")),
-            _byte(gpu.get("temperature")),
+            _byte(gpu.utilization),
+            _byte(gpu.temperature),
             BYTE_NONE if math.isnan(sm) else max(0, min(SM_STEPS, round(sm * SM_STEPS))),
             BYTE_NONE if math.isnan(total) else 1,
         )
@@ -254,7 +270,7 @@ class FleetHistory:
 
     def series(
         self, node_id: str, minutes: float = 60, now: float | None = None
-    ) -> dict[str, Any] | None:
+    ) -> NodeSeries | None:
         """The last ``minutes`` (1..span) of a node, columnar, oldest slot first: ``t``
         holds each slot's start in epoch seconds and every figure one value per slot,
         ``None`` where it was not read. Memory in bytes (ints, exact to the MiB). None
@@ -275,19 +291,16 @@ class FleetHistory:
         step: float | int = int(self.step) if float(self.step).is_integer() else self.step
         t = [s * step for s in range(first, end + 1)]
 
-        def floats(ring: array[float], column: int, key: str) -> list[Any]:
+        def read(ring: array[float], column: int) -> list[float | None]:
             base = column * n
-            decimals = DECIMALS.get(key)
-            out: list[Any] = []
-            for p in positions:
-                v = NAN if p is None else ring[base + p]
-                if math.isnan(v):
-                    out.append(None)
-                elif decimals is None:  # memory: whole MiB
-                    out.append(int(v) * MIB)
-                else:
-                    out.append(round(v, decimals))
-            return out
+            values = (NAN if p is None else ring[base + p] for p in positions)
+            return [None if math.isnan(v) else v for v in values]
+
+        def percents(ring: array[float], column: int) -> list[float | None]:
+            return [None if v is None else round(v, CPU_DECIMALS) for v in read(ring, column)]
+
+        def memory(ring: array[float], column: int) -> list[int | None]:
+            return [None if v is None else int(v) * MIB for v in read(ring, column)]
 
         def stored(ring: array[int], column: int, none: int) -> list[int | None]:
             base = column * n
@@ -300,25 +313,33 @@ class FleetHistory:
         def totals(read: list[int | None], mib: int | None) -> list[int | None]:
             return [None if r is None or mib is None else mib * MIB for r in read]
 
-        result: dict[str, Any] = {"node": node_id, "step_seconds": step, "t": t}
-        for c, key in enumerate(NODE_FLOATS):
-            result[key] = floats(node.floats, c, key)
-        result["memory_total"] = totals(stored(node.total_read, 0, BYTE_NONE), node.memory_total)
         cards = sorted(
             (c for c in node.cards.values() if c.last_slot >= first),
             key=lambda c: (c.index is None, c.index or 0, c.uuid),
         )
-        gpus: list[dict[str, Any]] = []
+        gpus: list[CardSeries] = []
         for card in cards:
-            entry: dict[str, Any] = {"uuid": card.uuid, "index": card.index, "name": card.name}
-            entry["utilization"] = stored(card.bytes_, 0, BYTE_NONE)
             sm = stored(card.bytes_, 2, BYTE_NONE)
-            entry["sm_active"] = [None if v is None else round(v / SM_STEPS, 3) for v in sm]
-            entry["memory_used"] = floats(card.floats, 0, "memory_used")
-            entry["memory_total"] = totals(stored(card.bytes_, 3, BYTE_NONE), card.memory_total)
             power = stored(card.shorts, 0, SHORT_NONE)
-            entry["power"] = [None if v is None else v / 10 for v in power]
-            entry["temperature"] = stored(card.bytes_, 1, BYTE_NONE)
-            gpus.append(entry)
-        result["gpus"] = gpus
-        return result
+            gpus.append(
+                {
+                    "uuid": card.uuid,
+                    "index": card.index,
+                    "name": card.name,
+                    "utilization": stored(card.bytes_, 0, BYTE_NONE),
+                    "sm_active": [None if v is None else round(v / SM_STEPS, 3) for v in sm],
+                    "memory_used": memory(card.floats, 0),
+                    "memory_total": totals(stored(card.bytes_, 3, BYTE_NONE), card.memory_total),
+                    "power": [None if v is None else v / 10 for v in power],
+                    "temperature": stored(card.bytes_, 1, BYTE_NONE),
+                }
+            )
+        return {
+            "node": node_id,
+            "step_seconds": step,
+            "t": t,
+            "cpu_percent": percents(node.floats, NODE_FLOATS.index("cpu_percent")),
+            "memory_used": memory(node.floats, NODE_FLOATS.index("memory_used")),
+            "memory_total": totals(stored(node.total_read, 0, BYTE_NONE), node.memory_total),
+            "gpus": gpus,
+        }

@@ -18,11 +18,12 @@ running, and a node whose cards are in two cliques.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.messages import GpuHealth
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 _SHOWN = 8  # places named in one problem; the rest are counted
@@ -38,38 +39,81 @@ _IMEX_FIX = (
 )
 
 
-def _key(h: Mapping[str, Any]) -> tuple[str, int] | None:
-    uuid, clique = h.get("fabric_cluster_uuid"), h.get("fabric_clique_id")
-    if not isinstance(uuid, str) or uuid == ZERO_UUID:
-        return None
-    if not isinstance(clique, int) or isinstance(clique, bool):
+class CardJson(TypedDict):
+    """A card of a domain (or one with a fabric but no domain) as the API shows it."""
+
+    index: int
+    uuid: str
+    state: str | None
+    status: str | None
+    # None: its fabric was not read (never shown as "not joined").
+    joined: bool | None
+    health: dict[str, str] | None
+
+
+class UnjoinedJson(CardJson):
+    node: str
+
+
+class ImexJson(TypedDict):
+    running: bool | None
+    channels: int | None
+
+
+class TrayJson(TypedDict):
+    node: str
+    connected: bool
+    cards: list[CardJson]
+    imex: ImexJson
+
+
+class DomainJson(TypedDict):
+    id: str
+    cluster_uuid: str
+    clique_id: int
+    nodes: int
+    cards: int
+    joined: int
+    trays: list[TrayJson]
+    problems: list[str]
+
+
+class DomainsJson(TypedDict):
+    """``GET /api/v1/nvlink``."""
+
+    domains: list[DomainJson]
+    unjoined: list[UnjoinedJson]
+
+
+def _key(h: GpuHealth) -> tuple[str, int] | None:
+    uuid, clique = h.fabric_cluster_uuid, h.fabric_clique_id
+    if uuid is None or uuid == ZERO_UUID or clique is None:
         return None
     return uuid, clique
 
 
-def _completed(h: Mapping[str, Any]) -> bool:
-    return h.get("fabric_state") == "Completed" and h.get("fabric_status") == "Success"
+def _completed(h: GpuHealth) -> bool:
+    return h.fabric_state == "Completed" and h.fabric_status == "Success"
 
 
-def card_joined(h: Mapping[str, Any]) -> bool | None:
-    """Whether a card (its GpuHealth map) has joined a multi-node NVLink domain; None
+def card_joined(h: GpuHealth) -> bool | None:
+    """Whether a card (its slow figures) has joined a multi-node NVLink domain; None
     when its fabric was not read, or it is a single node's own fabric, healthy."""
-    if not isinstance(h.get("fabric_state"), str):
+    if h.fabric_state is None:
         return None
-    if _completed(h) and h.get("fabric_cluster_uuid") == ZERO_UUID:
+    if _completed(h) and h.fabric_cluster_uuid == ZERO_UUID:
         return None
     return _completed(h) and _key(h) is not None
 
 
-def _card_json(h: Mapping[str, Any]) -> dict[str, Any]:
+def _card_json(h: GpuHealth) -> CardJson:
     return {
-        "index": h.get("index"),
-        "uuid": h.get("uuid"),
-        "state": h.get("fabric_state"),
-        "status": h.get("fabric_status"),
-        # None: its fabric was not read (never shown as "not joined").
+        "index": h.index,
+        "uuid": h.uuid,
+        "state": h.fabric_state,
+        "status": h.fabric_status,
         "joined": card_joined(h),
-        "health": h.get("fabric_health"),
+        "health": h.fabric_health,
     }
 
 
@@ -77,16 +121,16 @@ def _card_json(h: Mapping[str, Any]) -> dict[str, Any]:
 class _Tray:
     node: str
     connected: bool
-    imex: dict[str, Any]
-    cards: list[Mapping[str, Any]] = field(default_factory=list)
+    imex: ImexJson
+    cards: list[GpuHealth] = field(default_factory=list)
 
-    def as_json(self) -> dict[str, Any]:
-        cards = sorted(self.cards, key=lambda h: (h.get("index") is None, h.get("index") or 0))
+    def as_json(self) -> TrayJson:
+        cards = sorted(self.cards, key=lambda h: h.index)
         return {
             "node": self.node,
             "connected": self.connected,
             "cards": [_card_json(h) for h in cards],
-            "imex": dict(self.imex),
+            "imex": self.imex.copy(),
         }
 
 
@@ -101,7 +145,7 @@ class _Domain:
     def id(self) -> str:
         return f"{self.cluster_uuid}/{self.clique_id}"
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> DomainJson:
         trays = [self.trays[n] for n in sorted(self.trays)]
         cards = [h for t in trays for h in t.cards]
         return {
@@ -116,19 +160,11 @@ class _Domain:
         }
 
 
-def _imex(view: NodeView) -> dict[str, Any]:
-    vitals = view.live.get("vitals")
-    vitals = vitals if isinstance(vitals, dict) else {}
-    running, channels = vitals.get("imex_running"), vitals.get("imex_channels")
-    return {
-        "running": running if isinstance(running, bool) else None,
-        "channels": channels if isinstance(channels, int) else None,
-    }
-
-
-def _health(view: NodeView) -> list[Mapping[str, Any]]:
-    found = view.live.get("gpu_health")
-    return [h for h in found if isinstance(h, dict)] if isinstance(found, list) else []
+def _imex(view: NodeView) -> ImexJson:
+    vitals = view.live.vitals
+    if vitals is None:
+        return {"running": None, "channels": None}
+    return {"running": vitals.imex_running, "channels": vitals.imex_channels}
 
 
 def _named(places: list[str]) -> str:
@@ -137,8 +173,8 @@ def _named(places: list[str]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
-def _where(node: str, h: Mapping[str, Any]) -> str:
-    return f"{node} card {h.get('index')}"
+def _where(node: str, h: GpuHealth) -> str:
+    return f"{node} card {h.index}"
 
 
 def _judge(domain: _Domain, split: dict[str, list[str]]) -> None:
@@ -148,22 +184,22 @@ def _judge(domain: _Domain, split: dict[str, list[str]]) -> None:
         for h in tray.cards:
             if card_joined(h) is not False:
                 continue  # joined, or not read: nothing to say of it
-            said = f"fabric state {h.get('fabric_state')}"
-            if h.get("fabric_status") is not None:
-                said += f", status {h.get('fabric_status')}"
+            said = f"fabric state {h.fabric_state}"
+            if h.fabric_status is not None:
+                said += f", status {h.fabric_status}"
             if _key(h) is None:
                 said += ", no ClusterUUID/CliqueId"
             out.append(
                 f"{_where(tray.node, h)} has not joined NVLink domain {domain.id} ({said}). "
-                f"Fix: {_JOIN_FIX.format(index=h.get('index'))}"
+                f"Fix: {_JOIN_FIX.format(index=h.index)}"
             )
     unhealthy = [
-        f"{_where(t.node, h)} ({h['fabric_health'].get('summary')})"
+        f"{_where(t.node, h)} ({h.fabric_health.get('summary')})"
         for t in trays
         for h in t.cards
         if card_joined(h)
-        and isinstance(h.get("fabric_health"), dict)
-        and h["fabric_health"].get("summary") not in (None, "Healthy")
+        and h.fabric_health is not None
+        and h.fabric_health.get("summary") not in (None, "Healthy")
     ]
     if unhealthy:
         out.append(
@@ -196,18 +232,18 @@ def _judge(domain: _Domain, split: dict[str, list[str]]) -> None:
             )
 
 
-def domains(views: Iterable[NodeView]) -> dict[str, Any]:
+def domains(views: Iterable[NodeView]) -> DomainsJson:
     """``GET /api/v1/nvlink``: the NVLink domains as racks of trays, with their problems,
     and the cards that have a fabric but no domain."""
     found: dict[tuple[str, int], _Domain] = {}
-    unjoined: list[dict[str, Any]] = []
+    unjoined: list[UnjoinedJson] = []
     split: dict[str, list[str]] = {}
     for view in sorted(views, key=lambda v: v.id):
         imex = _imex(view)
         connected = view.session is not None
         mine: dict[tuple[str, int], _Tray] = {}
-        loose: list[Mapping[str, Any]] = []
-        for h in _health(view):
+        loose: list[GpuHealth] = []
+        for h in view.live.gpu_health or ():
             key = _key(h)
             if key is not None:
                 domain = found.setdefault(key, _Domain(*key))

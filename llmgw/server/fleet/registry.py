@@ -13,17 +13,20 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from llmgw.server.fleet.energy import EnergyMeter
+from llmgw.server.fleet.figures import LiveFigures, NodeFigures, plain
 from llmgw.server.fleet.history import FleetHistory
 from llmgw.server.store import Audit, Store, StoreUnavailable
-from llmgw.wire import GPU, Disk, Heartbeat, Register
+from llmgw.wire import Heartbeat, HostFacts, Register
 from llmgw.wire.messages import (
     DownloadProgress,
+    EngineInfo,
     EngineStatus,
     KvBlocks,
     Message,
+    MessageError,
     Response,
     ShardStatus,
     from_map,
@@ -44,74 +47,55 @@ class Session(Protocol):
     ) -> AsyncIterator[Response]: ...
 
 
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+# A record as the wire writes it (``to_map``): its fields, None ones left out.
+WireMap = dict[str, Any]
 
 
-def _float(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
+class NodeJson(TypedDict):
+    """A node as the admin API shows it (``GET /api/v1/nodes``): its facts with the latest
+    live figures over them, records as the wire writes them, None (or an empty list) for
+    what was never read."""
 
-
-@dataclass(frozen=True)
-class NodeFigures:
-    """A node's facts and latest live figures, typed: what placement and the planner
-    read. None is a figure the agent has not reported, never a zero."""
-
-    cpu_count: int | None = None
-    memory_total: int | None = None
-    memory_available: int | None = None
-    gpus: tuple[GPU, ...] = ()
-    # None: the agent reported no disks (unknown, not full).
-    disks: tuple[Disk, ...] | None = None
-    memory_read_gbs: float | None = None
-    memory_read_one_core_gbs: float | None = None
-
-    @classmethod
-    def read(cls, facts: dict[str, Any], live: dict[str, Any]) -> NodeFigures:
-        """From what the agent reported (the latest live figure over its facts)."""
-
-        def get(key: str) -> Any:
-            return live[key] if key in live else facts.get(key)
-
-        gpus = tuple(
-            GPU(
-                index=_int(g.get("index")) or 0,
-                uuid=str(g.get("uuid", "")),
-                name=str(g.get("name", "")),
-                memory_total=_int(g.get("memory_total")),
-                memory_used=_int(g.get("memory_used")),
-                mig_mode=g.get("mig_mode") if isinstance(g.get("mig_mode"), bool) else None,
-                mig_parent=str(g["mig_parent"]) if g.get("mig_parent") else None,
-                mig_class=str(g["mig_class"]) if g.get("mig_class") else None,
-            )
-            for g in get("gpus") or []
-            if isinstance(g, dict)
-        )
-        raw_disks = get("disks")
-        disks = None
-        if isinstance(raw_disks, list):
-            disks = tuple(
-                Disk(
-                    path=str(d.get("path", "")),
-                    fstype=str(d.get("fstype", "")),
-                    total=_int(d.get("total")) or 0,
-                    free=_int(d.get("free")) or 0,
-                    shared=bool(d.get("shared")),
-                )
-                for d in raw_disks
-                if isinstance(d, dict)
-            )
-        return cls(
-            cpu_count=_int(get("cpu_count")),
-            memory_total=_int(get("memory_total")),
-            memory_available=_int(get("memory_available")),
-            gpus=gpus,
-            disks=disks,
-            memory_read_gbs=_float(get("memory_read_gbs")),
-            memory_read_one_core_gbs=_float(get("memory_read_one_core_gbs")),
-        )
+    id: str
+    state: NodeState
+    reason: str
+    connected: bool
+    address: str | None
+    version: str
+    last_seen: float | None
+    hostname: str | None
+    os: str | None
+    arch: str | None
+    kernel: str | None
+    cpu_model: str | None
+    cpu_count: int | None
+    cpu_cores: int | None
+    cpu_flags: list[str]
+    cpu_percent: float | None
+    load: list[float] | None
+    memory_total: int | None
+    memory_available: int | None
+    disks: list[WireMap] | None
+    gpus: list[WireMap]
+    gpu_source: str | None
+    cuda_version: str | None
+    warnings: list[str]
+    health_warnings: list[str]
+    gpu_health: list[WireMap] | None
+    vitals: WireMap | None
+    topology: WireMap | None
+    ib_ports: list[WireMap] | None
+    memory_read_gbs: float | None
+    memory_read_one_core_gbs: float | None
+    engines: list[WireMap] | None
+    engine_message: str | None
+    engine_progress: dict[str, str]
+    engines_installable: list[str]
+    cordoned: bool
+    draining: bool
+    labels: dict[str, str]
+    settings: dict[str, Any] | None
+    features: list[str]
 
 
 @dataclass
@@ -122,8 +106,11 @@ class NodeView:
     reason: str = ""
     address: str | None = None
     version: str = ""
-    facts: dict[str, Any] = field(default_factory=dict)
-    live: dict[str, Any] = field(default_factory=dict)
+    # What discovery found (the agent's Register; the store's copy until it registers
+    # again after a restart); None: never registered.
+    facts: HostFacts | None = None
+    # The latest of each figure its heartbeats carried since it registered.
+    live: LiveFigures = field(default_factory=LiveFigures)
     last_heartbeat: float | None = None  # monotonic
     last_seen: float | None = None  # wall clock
     session: Session | None = None
@@ -131,7 +118,7 @@ class NodeView:
     shards: dict[str, ShardStatus] = field(default_factory=dict)
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     downloads: dict[str, dict[str, Any]] = field(default_factory=dict)
-    engines: list[dict[str, Any]] = field(default_factory=list)
+    engines: list[EngineInfo] = field(default_factory=list)
     engines_probed: bool = False
     engine_message: str | None = None
     # Per engine the fleet wants, what converging on it is doing, in the node's words.
@@ -146,6 +133,11 @@ class NodeView:
     # What the agent runs with, each setting with where it came from, and the version of
     # the cluster's settings it applied (its Register's); None until it says.
     settings: dict[str, Any] | None = None
+    # The JSON form of each record ``as_json`` showed, kept while the record is the same
+    # object: a node's facts change when it registers, its slow figures once a minute.
+    _shown: dict[str, tuple[object, Any]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def figures(self) -> NodeFigures:
         return NodeFigures.read(self.facts, self.live)
@@ -154,11 +146,28 @@ class NodeView:
         """Engines the node has (installed or configured), by name."""
         if not self.engines_probed:
             return frozenset()
-        return frozenset(str(e.get("name", "")) for e in self.engines)
+        return frozenset(e.name for e in self.engines)
 
-    def as_json(self) -> dict[str, Any]:
-        """The node as the admin API shows it: a flat object of plain fields."""
-        facts = {**self.facts, **self.live}
+    def _plain(self, name: str, record: object) -> Any:
+        kept = self._shown.get(name)
+        if kept is not None and kept[0] is record:
+            return kept[1]
+        shown = plain(record)
+        self._shown[name] = (record, shown)
+        return shown
+
+    def as_json(self) -> NodeJson:
+        """The node as the admin API shows it: a flat object of plain fields, a live
+        figure over the fact of registering, None for what was never read."""
+        facts, live = self.facts, self.live
+        gpus = live.gpus if live.gpus is not None else facts.gpus if facts else []
+        disks = live.disks if live.disks is not None else facts.disks if facts else None
+        load = live.load if live.load is not None else facts.load if facts else None
+        cpu, available = live.cpu_percent, live.memory_available
+        if facts is not None:
+            cpu = facts.cpu_percent if cpu is None else cpu
+            available = facts.memory_available if available is None else available
+        health_warnings = list(live.health_warnings or [])
         return {
             "id": self.id,
             "state": self.state,
@@ -167,35 +176,35 @@ class NodeView:
             "address": self.address,
             "version": self.version,
             "last_seen": self.last_seen,
-            "hostname": facts.get("hostname"),
-            "os": facts.get("os"),
-            "arch": facts.get("arch"),
-            "kernel": facts.get("kernel"),
-            "cpu_model": facts.get("cpu_model"),
-            "cpu_count": facts.get("cpu_count"),
-            "cpu_cores": facts.get("cpu_cores"),
-            "cpu_flags": facts.get("cpu_flags", []),
-            "cpu_percent": facts.get("cpu_percent"),
-            "load": facts.get("load"),
-            "memory_total": facts.get("memory_total"),
-            "memory_available": facts.get("memory_available"),
-            "disks": facts.get("disks"),
-            "gpus": facts.get("gpus", []),
-            "gpu_source": facts.get("gpu_source"),
-            "cuda_version": facts.get("cuda_version"),
+            "hostname": facts.hostname if facts else None,
+            "os": facts.os if facts else None,
+            "arch": facts.arch if facts else None,
+            "kernel": facts.kernel if facts else None,
+            "cpu_model": facts.cpu_model if facts else None,
+            "cpu_count": facts.cpu_count if facts else None,
+            "cpu_cores": facts.cpu_cores if facts else None,
+            "cpu_flags": list(facts.cpu_flags) if facts else [],
+            "cpu_percent": cpu,
+            "load": None if load is None else list(load),
+            "memory_total": facts.memory_total if facts else None,
+            "memory_available": available,
+            "disks": None if disks is None else self._plain("disks", disks),
+            "gpus": self._plain("gpus", gpus),
+            "gpu_source": facts.gpu_source if facts else None,
+            "cuda_version": facts.cuda_version if facts else None,
             # Discovery's warnings and the cards' health warnings, each with its fix.
-            "warnings": [*facts.get("warnings", []), *facts.get("health_warnings", [])],
-            "health_warnings": facts.get("health_warnings", []),
-            "gpu_health": facts.get("gpu_health"),
-            "vitals": facts.get("vitals"),
-            "topology": facts.get("topology"),
+            "warnings": [*(facts.warnings if facts else []), *health_warnings],
+            "health_warnings": health_warnings,
+            "gpu_health": self._plain("gpu_health", live.gpu_health),
+            "vitals": self._plain("vitals", live.vitals),
+            "topology": self._plain("topology", facts.topology if facts else None),
             # InfiniBand and RoCE ports with their counters; None until the agent says.
-            "ib_ports": facts.get("ib_ports"),
+            "ib_ports": self._plain("ib_ports", live.ib_ports),
             # GB/s, measured once by the agent; None until it has.
-            "memory_read_gbs": facts.get("memory_read_gbs"),
-            "memory_read_one_core_gbs": facts.get("memory_read_one_core_gbs"),
+            "memory_read_gbs": live.memory_read_gbs,
+            "memory_read_one_core_gbs": live.memory_read_one_core_gbs,
             # None until the agent has looked; then [] means it has none.
-            "engines": self.engines if self.engines_probed else None,
+            "engines": plain(self.engines) if self.engines_probed else None,
             "engine_message": self.engine_message,
             "engine_progress": dict(self.engine_progress),
             "engines_installable": list(self.installable),
@@ -216,6 +225,25 @@ class RegistryHooks:
     # A replica's KV-cache blocks changed (vLLM's events), and whether the node that
     # told runs that replica (only then is it believed): the gateway's KV index.
     kv_blocks: Callable[[str, KvBlocks, bool], None]
+
+
+def _stored_facts(node_id: str, stored: dict[str, Any] | None) -> HostFacts | None:
+    """The facts the store kept of a node (its last Register's): typed again here, the
+    one place they cross from JSON. Facts it cannot read are no facts until the node's
+    next Register brings them."""
+    if not stored:
+        return None
+    try:
+        return from_map(HostFacts, stored)
+    except MessageError as exc:
+        log.warning("node %s: its stored facts cannot be read (%s)", node_id, exc)
+        return None
+
+
+def _facts_json(view: NodeView) -> dict[str, Any]:
+    """A registered node's facts as the store keeps them (JSON)."""
+    facts: dict[str, Any] = to_map(view.facts) if view.facts is not None else {}
+    return facts
 
 
 class NodeRegistry:
@@ -250,7 +278,7 @@ class NodeRegistry:
                 cert_serial=int(rec.cert_serial),
                 address=rec.address,
                 version=rec.version,
-                facts=rec.facts or {},
+                facts=_stored_facts(rec.id, rec.facts),
                 last_seen=rec.last_seen,
                 reason="waiting for its agent since the control plane started",
                 cordoned=rec.cordoned,
@@ -316,14 +344,14 @@ class NodeRegistry:
         view.session = session
         view.address = msg.address
         view.version = msg.version
-        view.facts = to_map(msg.host)
-        view.live = {}
+        view.facts = msg.host
+        view.live = LiveFigures()
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
         if view.state != NodeState.READY:
             log.info("node %s is Ready (%s)", view.id, "registered")
         view.state, view.reason = NodeState.READY, ""
-        view.engines = [to_map(e) for e in msg.engines]
+        view.engines = list(msg.engines)
         view.engines_probed = msg.engines_probed
         view.engine_progress = {}
         view.features = list(msg.features)
@@ -339,60 +367,30 @@ class NodeRegistry:
         self.version += 1
         self.hooks.changed()
 
-    def heartbeat(
-        self, node_id: str, msg: Heartbeat, payload: dict[str, Any] | None = None
-    ) -> None:
-        """Hot path: in memory only; the monitor writes what changed in batches.
-
-        ``payload``, the map the message was decoded from, gives the lists and maps
-        kept as they came (decoding has checked them); without it they are mapped from
-        the message."""
+    def heartbeat(self, node_id: str, msg: Heartbeat) -> None:
+        """Hot path: in memory only; the monitor writes what changed in batches."""
         view = self.nodes[node_id]
         live = view.live
-        raw = payload if payload is not None else {}
-
-        def kept(name: str, value: Any) -> Any:
-            return raw[name] if name in raw else to_map(value)
-
-        if msg.memory_available is not None:
-            live["memory_available"] = msg.memory_available
-        if msg.cpu_percent is not None:
-            live["cpu_percent"] = msg.cpu_percent
-        if msg.load is not None:
-            live["load"] = msg.load
-        if msg.disks is not None:
-            live["disks"] = kept("disks", msg.disks)
-        if msg.gpus is not None:
-            live["gpus"] = kept("gpus", msg.gpus)
-            if view.shards:
-                self.energy.heartbeat(
-                    live["gpus"], ((r, s.cards) for r, s in view.shards.items() if s.cards)
-                )
-        if msg.memory_read_gbs is not None:
-            live["memory_read_gbs"] = msg.memory_read_gbs
-        if msg.memory_read_one_core_gbs is not None:
-            live["memory_read_one_core_gbs"] = msg.memory_read_one_core_gbs
-        if msg.gpu_health is not None:
-            live["gpu_health"] = kept("gpu_health", msg.gpu_health)
-        if msg.vitals is not None:
-            live["vitals"] = kept("vitals", msg.vitals)
-        if msg.health_warnings is not None:
-            live["health_warnings"] = list(msg.health_warnings)
-        if msg.ib_ports is not None:
-            live["ib_ports"] = kept("ib_ports", msg.ib_ports)
+        live.take(msg)
+        if msg.gpus is not None and view.shards:
+            self.energy.heartbeat(
+                msg.gpus, ((r, s.cards) for r, s in view.shards.items() if s.cards)
+            )
         if msg.settings is not None:
-            view.settings = raw.get("settings", msg.settings)
+            view.settings = msg.settings
         if msg.shards is not None:
             view.usage = {u.replica_id: to_map(u) for u in msg.shards}
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
+        facts = view.facts
+        gpus = live.gpus if live.gpus is not None else facts.gpus if facts else ()
         self.history.record(
             node_id,
             view.last_seen,
-            live.get("cpu_percent"),
-            view.facts.get("memory_total"),
-            live.get("memory_available"),
-            live.get("gpus") or view.facts.get("gpus") or (),
+            live.cpu_percent,
+            facts.memory_total if facts else None,
+            live.memory_available,
+            gpus,
         )
         if view.state != NodeState.READY:
             log.info("node %s is Ready again", node_id)
@@ -428,7 +426,7 @@ class NodeRegistry:
             else:
                 view.downloads[msg.source] = to_map(msg)
         else:
-            view.engines = [to_map(e) for e in msg.engines]
+            view.engines = list(msg.engines)
             view.engines_probed = msg.probed
             view.engine_message = msg.message
             if msg.progress is not None:
@@ -465,7 +463,7 @@ class NodeRegistry:
         try:
             await self.store.register_nodes(
                 [
-                    (v.id, v.address, v.version, v.facts, v.last_seen or time.time())
+                    (v.id, v.address, v.version, _facts_json(v), v.last_seen or time.time())
                     for v in registered.values()
                 ]
             )

@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any, Literal
 
 from llmgw import pki
+from llmgw.server.fleet.history import NodeSeries
 from llmgw.server.fleet.registry import NodeRegistry, NodeView, Session
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
@@ -114,7 +115,7 @@ class FleetService:
             )
         return view, view.session
 
-    def history(self, node_id: str, minutes: int) -> dict[str, Any]:
+    def history(self, node_id: str, minutes: int) -> NodeSeries:
         """A node's last ``minutes`` of figures; empty series for a node enrolled but not
         heard from since this control plane started."""
         view = self.node(node_id)
@@ -122,8 +123,15 @@ class FleetService:
         found = history.series(view.id, minutes)
         if found is not None:
             return found
-        empty: dict[str, Any] = {"node": view.id, "step_seconds": history.step, "t": []}
-        return {**empty, "cpu_percent": [], "memory_used": [], "memory_total": [], "gpus": []}
+        return {
+            "node": view.id,
+            "step_seconds": history.step,
+            "t": [],
+            "cpu_percent": [],
+            "memory_used": [],
+            "memory_total": [],
+            "gpus": [],
+        }
 
     # ----------------------------------------------------------- shards by hand
 

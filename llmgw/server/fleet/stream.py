@@ -27,7 +27,7 @@ act on and with ``data_to_send`` for the socket. Its rules, in the order they ap
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from h2.events import (
@@ -75,14 +75,9 @@ class Registering:
 
 @dataclass(frozen=True)
 class Reported:
-    """A heartbeat or a report of shards, downloads or engines from the registered node.
-
-    ``payload`` is the map it was decoded from: decoding checked every known field's
-    type, so the registry may keep its parts as they are instead of mapping the
-    dataclasses back (the cost of a heartbeat with eight cards, halved)."""
+    """A heartbeat or a report of shards, downloads or engines from the registered node."""
 
     message: Report
-    payload: dict[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -232,7 +227,7 @@ class NodeStream:
             if waiter is not None and waiter.put(msg):
                 out.append(Answered(msg.id))
         elif isinstance(msg, Heartbeat | ShardStatus | DownloadProgress | EngineStatus | KvBlocks):
-            out.append(Reported(msg, payload))
+            out.append(Reported(msg))
 
     # --- what the control plane does --------------------------------------------------
 

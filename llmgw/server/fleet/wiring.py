@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from llmgw.server.fleet import nvlink
+from llmgw.server.fleet.fabrics import FabricsJson
 from llmgw.server.fleet.ibtopology import Topology, hosts
 from llmgw.server.fleet.registry import NodeView
 
@@ -33,26 +33,26 @@ class Wiring:
 
 def wiring(
     views: Iterable[NodeView],
-    fabrics: Mapping[str, Any],
+    fabrics: FabricsJson,
     maps: Mapping[str, Topology],
 ) -> dict[str, Wiring]:
     """Node id -> its wiring, for every node that has any; ``fabrics`` is what
     ``FabricWatch.fabrics`` answered, ``maps`` each fabric's topology by fabric id."""
     views = list(views)
     domain_of: dict[str, set[str]] = {}
-    for domain in nvlink.domains(views)["domains"]:
-        for tray in domain["trays"]:
+    for nvl in nvlink.domains(views)["domains"]:
+        for tray in nvl["trays"]:
             # NCCL refuses the domain (no fallback) when a card has not joined or IMEX
             # is down; such a tray is placed as if it had no NVLink to the others.
-            usable = tray["imex"].get("running") is not False and all(
+            usable = tray["imex"]["running"] is not False and all(
                 c["joined"] for c in tray["cards"]
             )
             if usable:
-                domain_of.setdefault(str(tray["node"]), set()).add(str(domain["id"]))
+                domain_of.setdefault(tray["node"], set()).add(nvl["id"])
     fabric_of: dict[str, set[str]] = {}
-    for fabric in fabrics.get("fabrics") or []:
-        for node in fabric.get("nodes") or []:
-            fabric_of.setdefault(str(node), set()).add(str(fabric["id"]))
+    for seen in fabrics["fabrics"]:
+        for node in seen["nodes"]:
+            fabric_of.setdefault(node, set()).add(seen["id"])
     leaves_of: dict[tuple[str, str], tuple[str, ...]] = {}
     for fid, topology in maps.items():
         for host, ends in hosts(topology).items():
@@ -65,7 +65,7 @@ def wiring(
         fabric = next(iter(found)) if len(found) == 1 else None
         leaves: tuple[str, ...] = ()
         if fabric is not None:
-            name = str(view.facts.get("hostname") or "")
+            name = view.facts.hostname if view.facts else ""
             leaves = leaves_of.get((fabric, view.id)) or leaves_of.get((fabric, name)) or ()
         if domain or fabric:
             out[view.id] = Wiring(domain, fabric, leaves)

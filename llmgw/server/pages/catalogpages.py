@@ -6,7 +6,7 @@ catalog (``ModelService`` and its views), the planner, and the gateway's keys.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.responses import RedirectResponse, Response
@@ -14,7 +14,7 @@ from starlette.responses import RedirectResponse, Response
 from llmgw.server import schema
 from llmgw.server.catalog.model import Model
 from llmgw.server.gateway.keyservice import key_json
-from llmgw.server.pages.frame import Frame, Page, PageCall, Services, form_body
+from llmgw.server.pages.frame import Frame, Page, PageCall, PageHandler, Services, form_body
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import (
     CreateKey,
@@ -48,7 +48,7 @@ def pages(frame: Frame, services: Services) -> list[Page]:
         shown = views.model_json(found)
         return frame.render(call.request, template, call.session, model=shown, explained=explained)
 
-    def changer(action: str) -> Callable[[PageCall], Any]:
+    def changer(action: str) -> PageHandler:
         async def change(call: PageCall) -> Response:
             found = find(call)
             if action == "stop":

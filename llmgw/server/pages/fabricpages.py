@@ -9,13 +9,14 @@ and ``fleet.nvlink.domains``. They change nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Literal, TypedDict
 
 from starlette.responses import Response
 
-from llmgw.server.fleet.fabricmap import FabricMaps
-from llmgw.server.fleet.fabricservice import FabricService
-from llmgw.server.fleet.nvlink import domains
+from llmgw.server.fleet.fabricmap import FabricMaps, TopologyJson
+from llmgw.server.fleet.fabrics import PortJson
+from llmgw.server.fleet.fabricservice import FabricService, ListedFabricJson
+from llmgw.server.fleet.nvlink import CardJson, domains
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.pages.frame import Frame, Page, PageCall, ago
 from llmgw.wire.fabricwords import end_name, natural, switch_name
@@ -24,30 +25,90 @@ from llmgw.wire.warnings import split_fix
 TIERS = ("core", "spine", "leaf")
 
 
-def _fixes(problems: Sequence[Any]) -> list[tuple[str, str | None]]:
-    return [split_fix(str(p)) for p in problems]
+def _fixes(problems: Sequence[str]) -> list[tuple[str, str | None]]:
+    return [split_fix(p) for p in problems]
 
 
-def _rate(value: Any) -> str | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return f"{float(value):g}"
-    return None
+def _rate(value: float | None) -> str | None:
+    return None if value is None else f"{float(value):g}"
 
 
-def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
+class HostCable(TypedDict):
+    """A host adapter cabled to a leaf."""
+
+    host: str
+    adapter: str
+    port: int
+    # Why the cable is degraded ("4x port running at 2x"); None when it is not.
+    degraded: str | None
+    off_rail: bool
+    # CSS classes: "degraded", "offrail".
+    look: str
+
+
+class DrawnSwitch(TypedDict):
+    name: str
+    guid: str
+    uplinks: int
+    # The reasons of its degraded cables to other switches.
+    degraded: list[str]
+    hosts: list[HostCable]
+
+
+class TierRow(TypedDict):
+    # None: switches with no tier (no path to a leaf).
+    tier: str | None
+    switches: list[DrawnSwitch]
+
+
+class DegradedCable(TypedDict):
+    a: str
+    b: str
+    width: str
+    speed: str
+    rate: str | None
+    reason: str
+
+
+class ShownRailMiss(TypedDict):
+    host: str
+    adapter: str
+    leaf: str
+    leaf_port: int
+    leaf_rail: str
+    expected: list[str]
+
+
+class MapView(TypedDict):
+    """A fabric's map as its page draws it."""
+
+    read_by: str
+    read_at: float
+    age: str
+    error: str | None
+    rows: list[TierRow]
+    switches: int
+    adapters: int
+    hosts: int
+    cables: int
+    degraded: list[DegradedCable]
+    rail_misses: list[ShownRailMiss]
+
+
+def topology_view(topology: TopologyJson) -> MapView:
     """A map (``FabricMaps.topology``) as the page draws it: a row per tier of switches
     (each with its cables to other switches, degraded ones counted), each leaf with the
     host adapters cabled to it (a degraded cable with its reason, an adapter off its
     rail marked), then the degraded cables and the rail misses listed."""
-    nodes = {str(n["guid"]): n for n in topology.get("nodes") or []}
-    tiers: dict[str, str] = topology.get("tiers") or {}
-    links = topology.get("links") or []
-    misses = topology.get("rail_misses") or []
+    nodes = {str(n["guid"]): n for n in topology["nodes"]}
+    tiers: dict[str, str] = dict(topology["tiers"])
+    links = topology["links"]
+    misses = topology["rail_misses"]
     off_rail = {
         (str(m["host"]), str(m["adapter"]).partition(" ")[0], str(m["leaf"])) for m in misses
     }
     uplinks: dict[str, list[str | None]] = {}
-    hosts: dict[str, list[dict[str, Any]]] = {}
+    hosts: dict[str, list[HostCable]] = {}
     for link in links:
         a, b = str(link["a"][0]), str(link["b"][0])
         for mine, theirs, port in ((a, b, link["a"][1]), (b, a, link["b"][1])):
@@ -75,9 +136,9 @@ def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
         (n for n in nodes.values() if n.get("kind") == "switch"),
         key=lambda n: natural(switch_name(n)),
     )
-    rows = []
+    rows: list[TierRow] = []
     for tier in (*TIERS, None):
-        drawn = []
+        drawn: list[DrawnSwitch] = []
         for s in switches:
             guid = str(s["guid"])
             if tiers.get(guid) != tier:
@@ -97,12 +158,12 @@ def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
         if drawn:
             rows.append({"tier": tier, "switches": drawn})
     cas = [n for n in nodes.values() if n.get("kind") == "ca"]
-    degraded = [
+    degraded: list[DegradedCable] = [
         {
             "a": end_name(nodes, link["a"]),
             "b": end_name(nodes, link["b"]),
-            "width": link.get("width"),
-            "speed": link.get("speed"),
+            "width": link["width"],
+            "speed": link["speed"],
             # ibtopology's 0.0: the width or speed was not known.
             "rate": _rate(link.get("rate_gbps") or None),
             "reason": link["degraded"],
@@ -110,7 +171,7 @@ def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
         for link in links
         if link.get("degraded")
     ]
-    rail = [
+    rail: list[ShownRailMiss] = [
         {
             "host": m["host"],
             "adapter": m["adapter"],
@@ -123,12 +184,11 @@ def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
         }
         for m in misses
     ]
-    age = topology.get("age_seconds")
     return {
-        "read_by": topology.get("read_by"),
-        "read_at": topology.get("read_at"),
-        "age": ago(0.0, float(age)) if isinstance(age, int | float) else None,
-        "error": topology.get("error"),
+        "read_by": topology["read_by"],
+        "read_at": topology["read_at"],
+        "age": ago(0.0, topology["age_seconds"]),
+        "error": topology["error"],
         "rows": rows,
         "switches": len(switches),
         "adapters": len(cas),
@@ -139,108 +199,188 @@ def topology_view(topology: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def fabric_view(fabric: dict[str, Any], maps: FabricMaps) -> dict[str, Any]:
+class FabricView(TypedDict):
+    """One fabric as its page shows it."""
+
+    id: str
+    master_sm: str | None
+    masters: list[str]
+    # SMs known besides the masters (standbys).
+    other_sms: list[str]
+    records: list[dict[str, object]] | None
+    nodes: list[str]
+    ports: list[PortJson]
+    # (state, ports), ACTIVE first; (rate in Gb/s, active ports), fastest first.
+    states: list[tuple[str, int]]
+    rates: list[tuple[str, int]]
+    unrated: int
+    problems: list[tuple[str, str | None]]
+    map: MapView | None
+    # Why there is no map, when there is none.
+    no_map: str | None
+
+
+def fabric_view(fabric: ListedFabricJson, maps: FabricMaps) -> FabricView:
     """One fabric of ``listing``: its SMs, ports by state and rate, problems with their
     fixes, and its map (or why there is none)."""
-    masters = [str(m) for m in fabric.get("masters") or []]
-    states: dict[str, int] = fabric.get("ports_by_state") or {}
-    rates: dict[str, int] = fabric.get("active_rates_gbps") or {}
-    fid = str(fabric["id"])
+    masters = fabric["masters"]
+    states = fabric["ports_by_state"]
+    rates = fabric["active_rates_gbps"]
+    fid = fabric["id"]
     topology = maps.topology(fid)
     return {
         "id": fid,
-        "master_sm": fabric.get("master_sm"),
+        "master_sm": fabric["master_sm"],
         "masters": masters,
-        "other_sms": [str(g) for g in fabric.get("subnet_managers") or [] if g not in masters],
-        "records": fabric.get("subnet_manager_records"),
-        "nodes": fabric.get("nodes") or [],
-        "ports": fabric.get("ports") or [],
+        "other_sms": [g for g in fabric["subnet_managers"] if g not in masters],
+        "records": fabric["subnet_manager_records"],
+        "nodes": fabric["nodes"],
+        "ports": fabric["ports"],
         # ACTIVE first: the figure looked for; the rest as the control plane sorted them.
         "states": sorted(states.items(), key=lambda kv: kv[0] != "ACTIVE"),
         "rates": sorted(rates.items(), key=lambda kv: -float(kv[0])),
         # Active ports whose rate was not read: counted apart, never as 0 Gb/s.
         "unrated": max(0, states.get("ACTIVE", 0) - sum(rates.values())),
-        "problems": _fixes(fabric.get("problems") or []),
+        "problems": _fixes(fabric["problems"]),
         "map": topology_view(topology) if topology is not None else None,
         "no_map": None if topology is not None else maps.errors.get(fid),
     }
 
 
-def fabrics_view(fabrics: FabricService) -> dict[str, Any]:
+class RatedPort(PortJson):
+    # The link rate as shown ("400"); None: not read.
+    rate: str | None
+
+
+def _rated(ports: Sequence[PortJson]) -> list[RatedPort]:
+    return [{**p, "rate": _rate(p["rate_gbps"])} for p in ports]
+
+
+class RoceView(TypedDict):
+    network: str
+    nodes: list[str]
+    ports: list[RatedPort]
+
+
+class FabricsView(TypedDict):
+    fabrics: list[FabricView]
+    roce: list[RoceView]
+    unassigned: list[RatedPort]
+
+
+def fabrics_view(fabrics: FabricService) -> FabricsView:
     found = fabrics.listing()
     maps = fabrics.maps
-
-    def rated(ports: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{**p, "rate": _rate(p.get("rate_gbps"))} for p in ports]
-
     return {
         "fabrics": [fabric_view(f, maps) for f in found["fabrics"]],
-        "roce": [{**n, "ports": rated(n["ports"])} for n in found["roce_networks"]],
-        "unassigned": rated(found["unassigned_ports"]),
+        "roce": [{**n, "ports": _rated(n["ports"])} for n in found["roce_networks"]],
+        "unassigned": _rated(found["unassigned_ports"]),
     }
 
 
-def card_state(card: dict[str, Any]) -> str:
+CardLook = Literal["joined", "unhealthy", "notjoined", "unknown"]
+
+
+def card_state(card: CardJson) -> CardLook:
     """``joined``, ``unhealthy`` (joined, its fabric health not Healthy), ``notjoined``,
     or ``unknown`` (its fabric state not read: never drawn as joined, nor as not)."""
-    if card.get("joined") is True:
-        health = card.get("health")
-        summary = health.get("summary") if isinstance(health, dict) else None
+    if card["joined"] is True:
+        health = card["health"]
+        summary = health.get("summary") if health is not None else None
         return "joined" if summary in (None, "Healthy") else "unhealthy"
-    if card.get("state") is None or card.get("joined") is None:
+    if card["state"] is None or card["joined"] is None:
         return "unknown"
     return "notjoined"
 
 
-def _card(card: dict[str, Any]) -> dict[str, Any]:
-    health = card.get("health")
+class ShownCard(CardJson):
+    look: CardLook
+    # Its fabric health's summary ("Healthy", "Degraded"); None: not read.
+    summary: str | None
+
+
+class ShownUnjoined(ShownCard):
+    node: str
+
+
+def _card(card: CardJson) -> ShownCard:
+    health = card["health"]
     return {
         **card,
         "look": card_state(card),
-        "summary": health.get("summary") if isinstance(health, dict) else None,
+        "summary": health.get("summary") if health is not None else None,
     }
 
 
-def nvlink_view(registry: NodeRegistry) -> dict[str, Any]:
+ImexLook = Literal["up", "down", "unknown"]
+
+
+class ShownTray(TypedDict):
+    node: str
+    connected: bool
+    cards: list[ShownCard]
+    imex: ImexLook
+    channels: int | None
+
+
+class Rack(TypedDict):
+    """A multi-node NVLink domain drawn as a rack: its trays, cards by whether they
+    joined, trays by whether IMEX runs, and its problems with their fixes."""
+
+    id: str
+    cluster_uuid: str
+    clique_id: int
+    trays: list[ShownTray]
+    cards: int
+    joined: int
+    not_joined: int
+    unknown: int
+    imex_up: int
+    imex_down: int
+    imex_unknown: int
+    problems: list[tuple[str, str | None]]
+
+
+class NvlinkView(TypedDict):
+    racks: list[Rack]
+    unjoined: list[ShownUnjoined]
+
+
+def nvlink_view(registry: NodeRegistry) -> NvlinkView:
     found = domains(registry.nodes.values())
-    racks = []
-    for domain in found.get("domains") or []:
-        trays = []
-        for tray in domain.get("trays") or []:
-            imex = tray.get("imex") or {}
-            running = imex.get("running")
-            channels = imex.get("channels")
+    racks: list[Rack] = []
+    for domain in found["domains"]:
+        trays: list[ShownTray] = []
+        for tray in domain["trays"]:
+            running = tray["imex"]["running"]
             trays.append(
                 {
-                    "node": tray.get("node"),
-                    "connected": tray.get("connected"),
-                    "cards": [_card(c) for c in tray.get("cards") or []],
+                    "node": tray["node"],
+                    "connected": tray["connected"],
+                    "cards": [_card(c) for c in tray["cards"]],
                     "imex": "up" if running is True else "down" if running is False else "unknown",
-                    "channels": channels
-                    if isinstance(channels, int) and not isinstance(channels, bool)
-                    else None,
+                    "channels": tray["imex"]["channels"],
                 }
             )
-        cards = [c for t in trays for c in t["cards"]]
-        looks = [c["look"] for c in cards]
+        looks = [c["look"] for t in trays for c in t["cards"]]
         imex = [t["imex"] for t in trays]
         racks.append(
             {
-                "id": domain.get("id"),
-                "cluster_uuid": domain.get("cluster_uuid"),
-                "clique_id": domain.get("clique_id"),
+                "id": domain["id"],
+                "cluster_uuid": domain["cluster_uuid"],
+                "clique_id": domain["clique_id"],
                 "trays": trays,
-                "cards": len(cards),
+                "cards": len(looks),
                 "joined": looks.count("joined") + looks.count("unhealthy"),
                 "not_joined": looks.count("notjoined"),
                 "unknown": looks.count("unknown"),
                 "imex_up": imex.count("up"),
                 "imex_down": imex.count("down"),
                 "imex_unknown": imex.count("unknown"),
-                "problems": _fixes(domain.get("problems") or []),
+                "problems": _fixes(domain["problems"]),
             }
         )
-    unjoined = [_card(c) for c in found.get("unjoined") or [] if isinstance(c, dict)]
+    unjoined: list[ShownUnjoined] = [{"node": c["node"], **_card(c)} for c in found["unjoined"]]
     return {"racks": racks, "unjoined": unjoined}
 
 

@@ -8,107 +8,182 @@ drain, labels) is a call of the service that owns it (``ServingSwitch``,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TypedDict
 
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from llmgw.server import schema
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.fleet.service import Mark
-from llmgw.server.pages.frame import Frame, Page, PageCall, Services
+from llmgw.server.pages.frame import Frame, Page, PageCall, PageHandler, Services
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import LabelsRequest, LogsQuery
+from llmgw.wire.messages import GPU, Disk
+from llmgw.wire.states import NodeState
 from llmgw.wire.warnings import split_fix
 
 NODE_ACTIONS: tuple[Mark, ...] = ("cordon", "uncordon", "drain")
 
 
-def _share(used: Any, total: Any) -> float | None:
-    if isinstance(used, int | float) and isinstance(total, int | float) and total > 0:
+def _share(used: float | None, total: float | None) -> float | None:
+    if used is not None and total is not None and total > 0:
         return max(0.0, min(1.0, float(used) / float(total)))
     return None
 
 
-def node_row(view: NodeView) -> dict[str, Any]:
+@dataclass(frozen=True)
+class NodeRow:
+    """One node as the table and its page show it: figures not read stay None."""
+
+    id: str
+    state: NodeState
+    reason: str
+    cordoned: bool
+    draining: bool
+    address: str | None
+    version: str
+    last_seen: float | None
+    labels: dict[str, str]
+    hostname: str | None
+    os: str | None
+    arch: str | None
+    kernel: str | None
+    cpu_model: str | None
+    cpu_count: int | None
+    cpu_share: float | None
+    memory_total: int | None
+    memory_used: int | None
+    memory_share: float | None
+    # None: the agent reported no disks.
+    disks: tuple[Disk, ...] | None
+    gpus: tuple[GPU, ...]
+    # (card model, how many), by model.
+    cards: list[tuple[str, int]]
+    engine_names: list[str]
+    # Each warning as (what, its fix).
+    warning_pairs: list[tuple[str, str | None]]
+    # What the table's filter looks in, lower case.
+    search: str
+
+    @property
+    def card_count(self) -> int:
+        return len(self.gpus)
+
+
+def _card_name(gpu: GPU) -> str:
+    return gpu.mig_class or gpu.name or "?"
+
+
+def node_row(view: NodeView) -> NodeRow:
     """One node as the table shows it: figures not read stay None."""
-    shown = view.as_json()
-    total, available = shown.get("memory_total"), shown.get("memory_available")
-    used = total - available if isinstance(total, int) and isinstance(available, int) else None
-    cpu = shown.get("cpu_percent")
-    gpus = [g for g in shown.get("gpus") or [] if isinstance(g, dict)]
-    cards = Counter(str(g.get("mig_class") or g.get("name") or "?") for g in gpus)
-    warnings = [split_fix(str(w)) for w in shown.get("warnings") or []]
-    engines = [str(e.get("name", "?")) for e in shown.get("engines") or [] if isinstance(e, dict)]
-    return {
-        **shown,
-        "cpu_share": cpu / 100 if isinstance(cpu, int | float) else None,
-        "memory_used": used,
-        "memory_share": _share(used, total),
-        "cards": sorted(cards.items()),
-        "card_count": len(gpus),
-        "engine_names": engines,
-        "warning_pairs": warnings,
-        "search": " ".join(
+    facts, figures = view.facts, view.figures()
+    total, available = figures.memory_total, figures.memory_available
+    used = total - available if total is not None and available is not None else None
+    cpu = figures.cpu_percent
+    cards = Counter(_card_name(g) for g in figures.gpus)
+    warnings = [*(facts.warnings if facts else ()), *(view.live.health_warnings or ())]
+    return NodeRow(
+        id=view.id,
+        state=view.state,
+        reason=view.reason,
+        cordoned=view.cordoned,
+        draining=view.draining,
+        address=view.address,
+        version=view.version,
+        last_seen=view.last_seen,
+        labels=dict(view.labels),
+        hostname=facts.hostname if facts else None,
+        os=facts.os if facts else None,
+        arch=facts.arch if facts else None,
+        kernel=facts.kernel if facts else None,
+        cpu_model=facts.cpu_model if facts else None,
+        cpu_count=figures.cpu_count,
+        cpu_share=cpu / 100 if cpu is not None else None,
+        memory_total=total,
+        memory_used=used,
+        memory_share=_share(used, total),
+        disks=figures.disks,
+        gpus=figures.gpus,
+        cards=sorted(cards.items()),
+        engine_names=[e.name for e in view.engines] if view.engines_probed else [],
+        warning_pairs=[split_fix(w) for w in warnings],
+        search=" ".join(
             [
                 view.id,
-                str(shown.get("hostname") or ""),
-                str(shown.get("state")),
+                facts.hostname if facts else "",
+                str(view.state),
                 *(f"{k}={v}" for k, v in view.labels.items()),
                 *cards,
             ]
         ).lower(),
-    }
+    )
 
 
-SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "name": lambda r: r["id"],
-    "state": lambda r: (str(r["state"]), r["id"]),
-    "cpu": lambda r: (r["cpu_share"] is None, -(r["cpu_share"] or 0.0), r["id"]),
-    "ram": lambda r: (r["memory_share"] is None, -(r["memory_share"] or 0.0), r["id"]),
-    "cards": lambda r: (-r["card_count"], r["id"]),
-    "warnings": lambda r: (-len(r["warning_pairs"]), r["id"]),
+SORTS: dict[str, Callable[[NodeRow], tuple[object, ...]]] = {
+    "name": lambda r: (r.id,),
+    "state": lambda r: (str(r.state), r.id),
+    "cpu": lambda r: (r.cpu_share is None, -(r.cpu_share or 0.0), r.id),
+    "ram": lambda r: (r.memory_share is None, -(r.memory_share or 0.0), r.id),
+    "cards": lambda r: (-r.card_count, r.id),
+    "warnings": lambda r: (-len(r.warning_pairs), r.id),
 }
 
 
-def node_rows(views: Iterable[NodeView], query: str, sort: str) -> list[dict[str, Any]]:
+def node_rows(views: Iterable[NodeView], query: str, sort: str) -> list[NodeRow]:
     rows = [node_row(v) for v in views]
     words = query.lower().split()
     if words:
-        rows = [r for r in rows if all(w in r["search"] for w in words)]
+        rows = [r for r in rows if all(w in r.search for w in words)]
     return sorted(rows, key=SORTS.get(sort, SORTS["name"]))
 
 
-def overview_figures(registry: NodeRegistry) -> dict[str, Any]:
+class CardModel(TypedDict):
+    """The cards of one model across the fleet: how many, their mean work and memory in
+    use (shares 0..1; None where no card's figure was read)."""
+
+    model: str
+    count: int
+    work: float | None
+    memory: float | None
+
+
+class Overview(TypedDict):
+    # (state, nodes), with "cordoned" counted apart.
+    states: list[tuple[str, int]]
+    cards: list[CardModel]
+    # (node, what, its fix) of every warning.
+    alerts: list[tuple[str, str, str | None]]
+
+
+def overview_figures(registry: NodeRegistry) -> Overview:
     """Nodes by state, cards by model with mean work and memory, and every alert."""
     states: Counter[str] = Counter()
     cards: dict[str, list[tuple[float | None, float | None]]] = {}
     alerts: list[tuple[str, str, str | None]] = []
     for node_id, view in sorted(registry.nodes.items()):
-        shown = view.as_json()
-        states[str(shown["state"])] += 1
+        states[str(view.state)] += 1
         if view.cordoned:
             states["cordoned"] += 1
-        for g in shown.get("gpus") or []:
-            if not isinstance(g, dict):
-                continue
-            work = g.get("utilization")
-            name = str(g.get("mig_class") or g.get("name") or "?")
-            cards.setdefault(name, []).append(
+        for g in view.figures().gpus:
+            work = g.utilization
+            cards.setdefault(_card_name(g), []).append(
                 (
-                    float(work) / 100 if isinstance(work, int | float) else None,
-                    _share(g.get("memory_used"), g.get("memory_total")),
+                    float(work) / 100 if work is not None else None,
+                    _share(g.memory_used, g.memory_total),
                 )
             )
-        for warning in shown.get("warnings") or []:
-            what, fix = split_fix(str(warning))
+        facts = view.facts
+        for warning in [*(facts.warnings if facts else ()), *(view.live.health_warnings or ())]:
+            what, fix = split_fix(warning)
             alerts.append((node_id, what, fix))
 
     def mean(values: list[float | None]) -> float | None:
         read = [v for v in values if v is not None]
         return sum(read) / len(read) if read else None
 
-    by_model = [
+    by_model: list[CardModel] = [
         {
             "model": name,
             "count": len(figures),
@@ -121,51 +196,59 @@ def overview_figures(registry: NodeRegistry) -> dict[str, Any]:
 
 
 # The GPU map's figures: each a share from 0 to 1 of a card's mapping, or None (not read).
-def _work(g: dict[str, Any]) -> float | None:
-    sm = g.get("sm_active")
-    if isinstance(sm, int | float) and not isinstance(sm, bool):
-        return float(sm)
-    return _busy(g)
+def _work(g: GPU) -> float | None:
+    return g.sm_active if g.sm_active is not None else _busy(g)
 
 
-def _busy(g: dict[str, Any]) -> float | None:
-    u = g.get("utilization")
-    return float(u) / 100 if isinstance(u, int | float) and not isinstance(u, bool) else None
+def _busy(g: GPU) -> float | None:
+    return g.utilization / 100 if g.utilization is not None else None
 
 
-def _temperature(g: dict[str, Any]) -> float | None:
-    t = g.get("temperature")
-    if isinstance(t, int | float) and not isinstance(t, bool):
-        return max(0.0, min(1.0, (float(t) - 30.0) / 60.0))  # 30 to 90 C
+def _temperature(g: GPU) -> float | None:
+    t = g.temperature
+    if t is not None:
+        return max(0.0, min(1.0, (t - 30.0) / 60.0))  # 30 to 90 C
     return None
 
 
-GPU_FIGURES: dict[str, Callable[[dict[str, Any]], float | None]] = {
+GPU_FIGURES: dict[str, Callable[[GPU], float | None]] = {
     "work": _work,
     "busy": _busy,
-    "memory": lambda g: _share(g.get("memory_used"), g.get("memory_total")),
+    "memory": lambda g: _share(g.memory_used, g.memory_total),
     "temperature": _temperature,
-    "power": lambda g: _share(g.get("power"), g.get("power_limit")),
+    "power": lambda g: _share(g.power, g.power_limit),
 }
 
 
-def gpu_map(views: Iterable[NodeView], by: str) -> list[dict[str, Any]]:
+class MapCard(TypedDict):
+    index: int
+    name: str
+    uuid: str
+    # The figure, 0..1, and its bucket 0..9 (a CSS class); None: not read.
+    value: float | None
+    bucket: int | None
+
+
+class MapNode(TypedDict):
+    node: str
+    state: str
+    cards: list[MapCard]
+
+
+def gpu_map(views: Iterable[NodeView], by: str) -> list[MapNode]:
     """Every card, grouped by node, with its figure ``by`` as a bucket 0..9 (a CSS class)
     or None where the figure was not read."""
     figure = GPU_FIGURES[by]
-    groups = []
+    groups: list[MapNode] = []
     for view in sorted(views, key=lambda v: v.id):
-        shown = {**view.facts, **view.live}
-        cards = []
-        for g in shown.get("gpus") or []:
-            if not isinstance(g, dict):
-                continue
+        cards: list[MapCard] = []
+        for g in view.figures().gpus:
             value = figure(g)
             cards.append(
                 {
-                    "index": g.get("index"),
-                    "name": g.get("mig_class") or g.get("name") or "?",
-                    "uuid": g.get("uuid") or "",
+                    "index": g.index,
+                    "name": _card_name(g),
+                    "uuid": g.uuid,
                     "value": value,
                     "bucket": None if value is None else min(9, int(value * 10)),
                 }
@@ -175,11 +258,31 @@ def gpu_map(views: Iterable[NodeView], by: str) -> list[dict[str, Any]]:
     return groups
 
 
+class GatewayTotals(TypedDict):
+    """The gateway since this control plane started (``site.gateway_totals``)."""
+
+    requests: int
+    errors: int
+    # Mean seconds to the first byte of an answer; None before any answer.
+    ttft: float | None
+
+
+class ShownShard(TypedDict):
+    """A shard on a node's page."""
+
+    replica: str
+    source: str | None
+    state: str
+    port: int | None
+    reason: str
+    cards: list[str]
+
+
 def pages(
     frame: Frame,
     services: Services,
-    gateway_totals: Callable[[], dict[str, Any]],
-    recent: Callable[[], dict[str, Any]],
+    gateway_totals: Callable[[], GatewayTotals],
+    recent: Callable[[], Mapping[str, object]],
 ) -> list[Page]:
     """``gateway_totals`` gives the gateway's requests, errors and time to first token so
     far; ``recent`` its last hour."""
@@ -192,15 +295,17 @@ def pages(
         for view in registry.nodes.values():
             for shard in view.shards.values():
                 replicas[str(shard.state)] += 1
-        context = {
-            "stopped": services.serving.stopped,
-            "models": shown,
-            "replicas": sorted(replicas.items()),
-            "gateway": gateway_totals(),
-            **overview_figures(registry),
-        }
         template = "overview_body.html" if call.htmx else "overview.html"
-        return frame.render(call.request, template, call.session, **context)
+        return frame.render(
+            call.request,
+            template,
+            call.session,
+            stopped=services.serving.stopped,
+            models=shown,
+            replicas=sorted(replicas.items()),
+            gateway=gateway_totals(),
+            **overview_figures(registry),
+        )
 
     async def gateway_series(call: PageCall) -> Response:
         return JSONResponse(recent())
@@ -214,14 +319,16 @@ def pages(
         query = call.request.query_params.get("q", "")[:200]
         sort = call.request.query_params.get("sort", "name")
         rows = node_rows(registry.nodes.values(), query, sort)
-        context: dict[str, Any] = {
-            "rows": rows,
-            "q": query,
-            "sort": sort,
-            "total": len(registry.nodes),
-        }
         template = "nodes_table.html" if call.htmx else "nodes.html"
-        return frame.render(call.request, template, call.session, **context)
+        return frame.render(
+            call.request,
+            template,
+            call.session,
+            rows=rows,
+            q=query,
+            sort=sort,
+            total=len(registry.nodes),
+        )
 
     def find(call: PageCall) -> NodeView:
         return fleet.node(str(call.params["node_id"]))
@@ -229,7 +336,7 @@ def pages(
     async def node(call: PageCall) -> Response:
         view = find(call)
         row = node_row(view)
-        shards = [
+        shards: list[ShownShard] = [
             {
                 "replica": r,
                 "source": s.source,
@@ -240,19 +347,21 @@ def pages(
             }
             for r, s in sorted(view.shards.items())
         ]
-        context: dict[str, Any] = {
-            "node": row,
-            "shards": shards,
-            "labels_text": "\n".join(f"{k}={v}" for k, v in sorted(view.labels.items())),
-        }
         template = "node_body.html" if call.htmx else "node.html"
-        return frame.render(call.request, template, call.session, **context)
+        return frame.render(
+            call.request,
+            template,
+            call.session,
+            node=row,
+            shards=shards,
+            labels_text="\n".join(f"{k}={v}" for k, v in sorted(view.labels.items())),
+        )
 
     async def history(call: PageCall) -> Response:
         view = find(call)
         return JSONResponse(fleet.history(view.id, 60))
 
-    def marker(action: Mark) -> Callable[[PageCall], Any]:
+    def marker(action: Mark) -> PageHandler:
         async def mark(call: PageCall) -> Response:
             view = await fleet.mark(str(call.params["node_id"]), action, call.principal)
             return RedirectResponse(f"/admin/nodes/{view.id}", status_code=303)

@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
+from importlib.resources.abc import Traversable
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
@@ -108,8 +109,8 @@ class Assets:
         return Response(data, media_type=media, headers=headers)
 
 
-def _walk(root: Any) -> list[Any]:
-    out = []
+def _walk(root: Traversable) -> list[Traversable]:
+    out: list[Traversable] = []
     for entry in root.iterdir():
         if entry.is_dir():
             out += _walk(entry)
@@ -152,7 +153,8 @@ class PageCall:
         return self.session.principal
 
     @property
-    def params(self) -> Mapping[str, Any]:
+    def params(self) -> Mapping[str, str]:
+        """The path's parameters: each a text (no route of the pages converts one)."""
         return self.request.path_params
 
     @property
@@ -306,10 +308,10 @@ async def read_form(request: Request, timeout: float) -> dict[str, str]:
 
 def form_body(
     form: Mapping[str, str], texts: tuple[str, ...] = (), numbers: tuple[str, ...] = ()
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """An API body from a form: each of ``texts`` and ``numbers`` given (blank fields left
     out, for the API's defaults), numbers read as whole numbers or refused by name."""
-    body: dict[str, Any] = {}
+    body: dict[str, object] = {}
     for name in texts:
         text = form.get(name, "").strip()
         if text:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -39,7 +38,7 @@ from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import COOKIE, CSRF_FIELD, SignInLimiter
 
 
-def gateway_totals(gateway: Gateway) -> dict[str, Any]:
+def gateway_totals(gateway: Gateway) -> fleetpages.GatewayTotals:
     """Requests, errors and mean time to first token since this control plane started."""
     metrics = gateway.metrics
     requests = sum(metrics.requests.values())

@@ -13,7 +13,7 @@ import csv
 import datetime as dt
 import io
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from starlette.responses import JSONResponse, Response
 
@@ -21,7 +21,46 @@ from llmgw.server.pages.frame import Frame, Page, PageCall, Services
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import UsageQuery
 
-DIMENSIONS = ("day", "key", "model", "replica")
+Dimension = Literal["day", "key", "model", "replica"]
+DIMENSIONS: tuple[Dimension, ...] = ("day", "key", "model", "replica")
+# The usage row's field each dimension groups by.
+FIELD: dict[Dimension, str] = {
+    "day": "day",
+    "key": "key_id",
+    "model": "model",
+    "replica": "replica",
+}
+# A row as ``KeyService.usage`` answers it: day, key_id, key_name, model, replica,
+# requests, prompt_tokens, completion_tokens.
+UsageRow = Mapping[str, Any]
+
+
+class UsageTotals(TypedDict):
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class UsageGroup(UsageTotals):
+    """The rows of one day, key, model or replica, summed."""
+
+    value: str
+    # A key by its name and id; the value itself otherwise.
+    name: str
+    key_name: str | None
+
+
+class ModelSeries(TypedDict):
+    label: str
+    data: list[int]
+
+
+# ``/admin/usage.json``: tokens per day from the first day to the last (ISO dates), a
+# series per model.
+UsageSeries = TypedDict(
+    "UsageSeries", {"from": str, "to": str, "t": list[int], "series": list[ModelSeries]}
+)
 DEFAULT_DAYS = 30
 MAX_DAYS = 3660  # as the API's ``days``
 CSV_FIELDS = (
@@ -65,11 +104,11 @@ def day_range(start: str | None, end: str | None, today: dt.date) -> tuple[dt.da
     return first, last
 
 
-def dimension(by: str | None) -> str:
-    return by if by in DIMENSIONS else "day"
+def dimension(by: str | None) -> Dimension:
+    return next((d for d in DIMENSIONS if d == by), "day")
 
 
-def tokens(row: Mapping[str, Any]) -> int:
+def tokens(row: UsageRow) -> int:
     return int(row["prompt_tokens"]) + int(row["completion_tokens"])
 
 
@@ -77,12 +116,12 @@ def key_label(key_id: str, name: str | None) -> str:
     return f"{name} ({key_id})" if name else key_id
 
 
-def group(rows: Iterable[Mapping[str, Any]], by: str) -> list[dict[str, Any]]:
+def group(rows: Iterable[UsageRow], by: Dimension) -> list[UsageGroup]:
     """The rows summed by one dimension: each group's ``name`` (a key by its name and
     id), requests, prompt, completion and total tokens. Days in order; the rest most
     tokens first."""
-    field = {"day": "day", "key": "key_id", "model": "model", "replica": "replica"}[by]
-    groups: dict[str, dict[str, Any]] = {}
+    field = FIELD[by]
+    groups: dict[str, UsageGroup] = {}
     for row in rows:
         value = str(row[field])
         entry = groups.setdefault(
@@ -107,12 +146,18 @@ def group(rows: Iterable[Mapping[str, Any]], by: str) -> list[dict[str, Any]]:
     return sorted(out, key=lambda g: (-g["total_tokens"], g["value"]))
 
 
-def totals(groups: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    fields = ("requests", "prompt_tokens", "completion_tokens", "total_tokens")
-    out = dict.fromkeys(fields, 0)
+def totals(groups: Iterable[UsageTotals]) -> UsageTotals:
+    out: UsageTotals = {
+        "requests": 0,
+        "prompt_tokens": 0,
+        "completion_tokens": 0,
+        "total_tokens": 0,
+    }
     for g in groups:
-        for f in fields:
-            out[f] += int(g[f])
+        out["requests"] += g["requests"]
+        out["prompt_tokens"] += g["prompt_tokens"]
+        out["completion_tokens"] += g["completion_tokens"]
+        out["total_tokens"] += g["total_tokens"]
     return out
 
 
@@ -120,7 +165,7 @@ def days(first: dt.date, last: dt.date) -> list[dt.date]:
     return [first + dt.timedelta(days=n) for n in range((last - first).days + 1)]
 
 
-def series(rows: Iterable[Mapping[str, Any]], first: dt.date, last: dt.date) -> dict[str, Any]:
+def series(rows: Iterable[UsageRow], first: dt.date, last: dt.date) -> UsageSeries:
     """Tokens per day from ``first`` to ``last``, one series per model: ``t`` is each
     day's midnight UTC in seconds (uPlot's time axis). A day without a row had no
     traffic: 0, which is what the store counted, not a figure missing."""
@@ -142,17 +187,17 @@ def series(rows: Iterable[Mapping[str, Any]], first: dt.date, last: dt.date) -> 
     }
 
 
-def cell(value: Any) -> str:
+def cell(value: object) -> str:
     """A CSV cell no spreadsheet reads as a formula: text starting with ``=``, ``+``,
     ``-``, ``@``, a tab or a carriage return gets a leading ``'``."""
     text = "" if value is None else str(value)
     return f"'{text}" if text.startswith(FORMULA_STARTS) else text
 
 
-def csv_text(rows: Iterable[Mapping[str, Any]], by: str = "day") -> str:
+def csv_text(rows: Iterable[UsageRow], by: Dimension = "day") -> str:
     """One line per day, key, model and replica, with a header line; ordered by the
     dimension asked for first."""
-    field = {"day": "day", "key": "key_id", "model": "model", "replica": "replica"}[by]
+    field = FIELD[by]
     ordered = sorted(
         rows,
         key=lambda r: (str(r[field]), r["day"], r["key_id"], r["model"], r["replica"]),
@@ -168,7 +213,7 @@ def csv_text(rows: Iterable[Mapping[str, Any]], by: str = "day") -> str:
 
 
 def pages(frame: Frame, services: Services) -> list[Page]:
-    async def read(call: PageCall) -> tuple[dt.date, dt.date, list[dict[str, Any]]]:
+    async def read(call: PageCall) -> tuple[dt.date, dt.date, list[UsageRow]]:
         asked = call.request.query_params
         today = dt.datetime.now(dt.UTC).date()
         first, last = day_range(asked.get("from"), asked.get("to"), today)
@@ -180,16 +225,18 @@ def pages(frame: Frame, services: Services) -> list[Page]:
         first, last, rows = await read(call)
         by = dimension(call.request.query_params.get("by"))
         groups = group(rows, by)
-        context: dict[str, Any] = {
-            "first": first.isoformat(),
-            "last": last.isoformat(),
-            "by": by,
-            "dimensions": DIMENSIONS,
-            "groups": groups,
-            "totals": totals(groups),
-            "row_count": len(rows),
-        }
-        return frame.render(call.request, "usage.html", call.session, **context)
+        return frame.render(
+            call.request,
+            "usage.html",
+            call.session,
+            first=first.isoformat(),
+            last=last.isoformat(),
+            by=by,
+            dimensions=DIMENSIONS,
+            groups=groups,
+            totals=totals(groups),
+            row_count=len(rows),
+        )
 
     async def usage_json(call: PageCall) -> Response:
         first, last, rows = await read(call)

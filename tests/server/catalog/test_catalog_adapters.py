@@ -26,7 +26,7 @@ from llmgw.server.refusal import Refusal
 from llmgw.server.requests import AdapterRequest, ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
-from llmgw.wire.messages import ShardSpec, from_map, to_map
+from llmgw.wire.messages import EngineInfo, ShardSpec, from_map, to_map
 from tests.server.catalog.test_service import SHAPE, ready_node
 from tests.support import wiring
 from tests.support.wiring import ADMIN
@@ -144,7 +144,7 @@ async def test_sources_pickles_and_engines_are_judged_as_the_models(
     allowed = await add(service, "trusting", "p", "hf:org/lora:adapter_model.bin")
     assert allowed.adapters[0].source == "hf:org/lora:adapter_model.bin"
     # SGLang is given no adapters; nor is an external provider.
-    service.registry.nodes["a"].engines.append({"name": "sglang", "path": "/s"})
+    service.registry.nodes["a"].engines.append(EngineInfo(name="sglang", path="/s"))
     await serve(service, "fast", engine="sglang")
     bad = await refused(service, "fast", "f", "hf:org/lora")
     assert bad.status == 400 and "sglang" in bad.message

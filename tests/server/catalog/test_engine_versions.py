@@ -31,8 +31,10 @@ from llmgw.server.refusal import Refusal as Refused
 from llmgw.server.requests import ExternalRequest, ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
+from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState, ShardState
 from tests.support import wiring
+from tests.support.nodefacts import facts
 from tests.support.wiring import ADMIN
 
 
@@ -142,10 +144,10 @@ def test_from_view_reads_versions_configured_engines_and_progress() -> None:
         cert_serial=1,
         state=NodeState.READY,
         engines=[
-            {"name": "llama.cpp", "version": "b5000", "build": "cpu", "origin": "installed"},
-            {"name": "llama.cpp", "version": "b6000", "build": "cpu"},  # installed by default
-            {"name": "vllm", "version": "0.11.0", "build": None, "origin": "configured"},
-            {"name": "sglang", "version": None, "origin": "installed"},
+            EngineInfo("llama.cpp", "/x", version="b5000", build="cpu", origin="installed"),
+            EngineInfo("llama.cpp", "/x", version="b6000", build="cpu"),  # installed by default
+            EngineInfo("vllm", "/x", version="0.11.0", build=None, origin="configured"),
+            EngineInfo("sglang", "/x", version=None, origin="installed"),
         ],
         engines_probed=True,
         engine_progress={"sglang": "installing: uv"},
@@ -182,11 +184,11 @@ def installing_node(nid: str, memory: int) -> NodeView:
         cert_serial=1,
         state=NodeState.READY,
         address="10.0.0.1",
-        facts={"cpu_count": 8, "memory_total": memory, "memory_available": memory, "gpus": []},
+        facts=facts(cpu_count=8, memory_total=memory, memory_available=memory),
         last_heartbeat=0.0,
         engines=[
-            {"name": "llama.cpp", "version": "b5000", "build": "cpu", "origin": "installed"},
-            {"name": "vllm", "version": "0.10.0", "build": "cpu", "origin": "installed"},
+            EngineInfo("llama.cpp", "/x", version="b5000", build="cpu", origin="installed"),
+            EngineInfo("vllm", "/x", version="0.10.0", build="cpu", origin="installed"),
         ],
         engines_probed=True,
         engine_progress={"llama.cpp": "installing: unpacking"},

@@ -8,13 +8,16 @@ from llmgw.server.catalog.model import Profile
 from llmgw.server.catalog.tracks import Track
 from llmgw.server.fleet.registry import NodeView
 from llmgw.wire.states import NodeState, ShardState
+from tests.support.nodefacts import facts
 
 GIB = 2**30
 PROFILE = Profile(name="default", engine="llama.cpp", memory=4 * GIB)
 
 
-def node(**facts: int) -> NodeView:
-    return NodeView(id="n1", cert_serial=1, state=NodeState.READY, facts={"cpu_count": 8, **facts})
+def node(**figures: int) -> NodeView:
+    return NodeView(
+        id="n1", cert_serial=1, state=NodeState.READY, facts=facts(cpu_count=8, **figures)
+    )
 
 
 def track(state: ShardState) -> Track:

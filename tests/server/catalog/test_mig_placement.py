@@ -22,6 +22,7 @@ from llmgw.server.catalog.scheduler import (
 from llmgw.server.fleet.registry import NodeView
 from llmgw.wire.messages import GPU
 from llmgw.wire.states import NodeState
+from tests.support.nodefacts import facts
 
 PARENT = "GPU-11111111-2222-3333-4444-555555555555"
 
@@ -97,14 +98,9 @@ def test_a_mig_card_with_no_instance_is_out_with_the_reason() -> None:
 
 def test_instances_reach_placement_from_the_agents_report() -> None:
     view = NodeView(id="n1", cert_serial=1, state=NodeState.READY)
-    from llmgw.wire.messages import to_map
-
-    view.facts = {
-        "cpu_count": 8,
-        "memory_total": 64 * GIB,
-        "memory_available": 60 * GIB,
-        "gpus": to_map([instance(1)]),
-    }
+    view.facts = facts(
+        cpu_count=8, memory_total=64 * GIB, memory_available=60 * GIB, gpus=[instance(1)]
+    )
     cap = NodeCapacity.from_view(view)
     (card,) = cap.cards
     assert (card.mig_instance, card.name, card.memory_free) == (

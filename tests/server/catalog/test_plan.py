@@ -20,11 +20,13 @@ from llmgw.server.catalog.inspector import Inspector, PickledWeights, PlanError
 from llmgw.server.catalog.plan import plan
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.room import Room
+from llmgw.server.fleet.figures import LiveFigures
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import Heartbeat
+from llmgw.wire.messages import GPU, EngineInfo, Heartbeat
 from llmgw.wire.states import NodeState
 from tests.agent.weights.weights_fakehub import FakeHub, Served, start_hub
 from tests.support import wiring
+from tests.support.nodefacts import facts
 from tests.support.plannodes import MODEL, SHAPE
 from tests.support.plannodes import plan_node as node
 from tests.support.tinymodel import write_tiny_model
@@ -208,14 +210,14 @@ async def test_local_path_read_here_else_asked_of_nodes(tiny: Path) -> None:
 # ------------------------------------------------------------------------------ plan
 
 
-def card(index: int, total_gib: float, used_gib: float) -> dict[str, Any]:
-    return {
-        "index": index,
-        "uuid": f"GPU-{index}",
-        "name": "Card",
-        "memory_total": int(total_gib * GiB),
-        "memory_used": int(used_gib * GiB),
-    }
+def card(index: int, total_gib: float, used_gib: float) -> GPU:
+    return GPU(
+        index=index,
+        uuid=f"GPU-{index}",
+        name="Card",
+        memory_total=int(total_gib * GiB),
+        memory_used=int(used_gib * GiB),
+    )
 
 
 FLEET = [
@@ -330,9 +332,9 @@ def test_heartbeat_keeps_memory_read_rates() -> None:
 
 async def test_plan_route(tiny: Path) -> None:
     view = NodeView(id="n1", cert_serial=1, state=NodeState.READY)
-    view.facts = {"memory_available": 8 * GiB, "cpu_count": 4}
-    view.live = {"memory_read_gbs": 10.0, "memory_read_one_core_gbs": 5.0}
-    view.engines, view.engines_probed = [{"name": "llama.cpp", "path": "/x"}], True
+    view.facts = facts(memory_available=8 * GiB, cpu_count=4)
+    view.live = LiveFigures(memory_read_gbs=10.0, memory_read_one_core_gbs=5.0)
+    view.engines, view.engines_probed = [EngineInfo(name="llama.cpp", path="/x")], True
     view.session = cast(Any, object())  # connected
     registry = wiring.registry(cast(Any, None))
     registry.nodes["n1"] = view

@@ -14,9 +14,10 @@ from llmgw.server.catalog.model import Model, Profile, fingerprint, with_change
 from llmgw.server.catalog.reconciler import Plan, Reconciler
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.fleet.wiring import Wiring
-from llmgw.wire.messages import ShardStatus
+from llmgw.wire.messages import EngineInfo, ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 from tests.support import wiring
+from tests.support.nodefacts import facts
 
 GIB = 1024**3
 
@@ -35,15 +36,10 @@ def node(nid: str, address: str | None = None, memory: int = 64, **kw: Any) -> N
         cert_serial=1,
         state=NodeState.READY,
         address=address or f"10.0.0.{ord(nid[-1]) % 250}",
-        facts={
-            "cpu_count": 16,
-            "memory_total": memory * GIB,
-            "memory_available": memory * GIB,
-            "gpus": [],
-        },
+        facts=facts(cpu_count=16, memory_total=memory * GIB, memory_available=memory * GIB),
         last_heartbeat=1000.0,
         session=object(),  # type: ignore[arg-type]
-        engines=[{"name": "llama.cpp", "path": "/x"}],
+        engines=[EngineInfo(name="llama.cpp", path="/x")],
         engines_probed=True,
     )
     for key, value in kw.items():

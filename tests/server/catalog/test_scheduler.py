@@ -21,7 +21,9 @@ from llmgw.server.catalog.scheduler import (
     place_many,
 )
 from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState
+from tests.support.nodefacts import facts, live
 
 
 def node(nid: str, free_gib: float = 64, **kw: Any) -> NodeCapacity:
@@ -235,26 +237,26 @@ def test_from_view_reads_typed_figures_never_the_api_json() -> None:
         id="n1",
         cert_serial=1,
         state=NodeState.READY,
-        facts={
-            "cpu_count": 32,
-            "memory_total": 256 * GIB,
-            "memory_available": 100 * GIB,
-            "disks": [
+        facts=facts(
+            cpu_count=32,
+            memory_total=256 * GIB,
+            memory_available=100 * GIB,
+            disks=[
                 {"path": "/", "fstype": "ext4", "total": 1, "free": 30 * GIB, "shared": False},
                 {"path": "/m", "fstype": "nfs", "total": 1, "free": 900 * GIB, "shared": True},
             ],
-            "gpus": [
+            gpus=[
                 {"index": 0, "uuid": "GPU-0", "name": "A100", "memory_total": 80, "memory_used": 1}
             ],
-        },
+        ),
         # The latest heartbeat's figures win over the facts of registering.
-        live={
-            "memory_available": 200 * GIB,
-            "gpus": [
+        live=live(
+            memory_available=200 * GIB,
+            gpus=[
                 {"index": 0, "uuid": "GPU-0", "name": "A100", "memory_total": 80, "memory_used": 5}
             ],
-        },
-        engines=[{"name": "llama.cpp", "path": "/x"}],
+        ),
+        engines=[EngineInfo(name="llama.cpp", path="/x")],
         engines_probed=True,
         installable=["vllm"],
         draining=True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,10 @@ from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ContextRequest, ReplicasRequest, ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
+from llmgw.wire.messages import GPU, Disk, EngineInfo, HostFacts
 from llmgw.wire.states import NodeState
 from tests.support import wiring
+from tests.support.nodefacts import facts
 from tests.support.wiring import ADMIN
 
 GIB = 1024**3
@@ -41,9 +44,9 @@ def ready_node(nid: str, memory: int) -> NodeView:
         cert_serial=1,
         state=NodeState.READY,
         address="10.0.0.1",
-        facts={"cpu_count": 8, "memory_total": memory, "memory_available": memory, "gpus": []},
+        facts=facts(cpu_count=8, memory_total=memory, memory_available=memory),
         last_heartbeat=0.0,
-        engines=[{"name": "llama.cpp", "path": "/x"}],
+        engines=[EngineInfo(name="llama.cpp", path="/x")],
         engines_probed=True,
     )
 
@@ -143,22 +146,25 @@ def varied_fleet() -> dict[str, NodeView]:
             setattr(view, key, value)
         return view
 
-    card = {"index": 0, "uuid": "GPU-0", "name": "Card", "memory_total": 24 * GIB}
+    card = GPU(index=0, uuid="GPU-0", name="Card", memory_total=24 * GIB)
+
+    def host(memory: int) -> HostFacts:
+        shown = ready_node("x", memory).facts
+        assert shown is not None
+        return shown
+
     return {
         "big": at("big", 64 * GIB),
         "small": at("small", GIB),
         "gpu": at(
             "gpu",
             8 * GIB,
-            facts={**ready_node("x", 2 * GIB).facts, "gpus": [{**card, "memory_used": GIB}]},
+            facts=replace(host(2 * GIB), gpus=[replace(card, memory_used=GIB)]),
         ),
         "gpu-full": at(
             "gpu-full",
             8 * GIB,
-            facts={
-                **ready_node("x", 2 * GIB).facts,
-                "gpus": [{**card, "uuid": "GPU-1", "memory_used": 23 * GIB}],
-            },
+            facts=replace(host(2 * GIB), gpus=[replace(card, uuid="GPU-1", memory_used=23 * GIB)]),
         ),
         "cordoned": at("cordoned", 64 * GIB, cordoned=True),
         "draining": at("draining", 64 * GIB, draining=True),
@@ -167,10 +173,9 @@ def varied_fleet() -> dict[str, NodeView]:
         "full-disk": at(
             "full-disk",
             64 * GIB,
-            facts={
-                **ready_node("x", 64 * GIB).facts,
-                "disks": [{"path": "/", "fstype": "ext4", "total": 100 * GIB, "free": GIB}],
-            },
+            facts=replace(
+                host(64 * GIB), disks=[Disk(path="/", fstype="ext4", total=100 * GIB, free=GIB)]
+            ),
         ),
         "for-embeddings": at("for-embeddings", 64 * GIB, labels={"llmgw.role": "embed"}),
     }

@@ -7,12 +7,16 @@ import pytest
 
 from llmgw.client.ctl_keys import usage_table
 from llmgw.server.fleet.energy import EnergyMeter
+from llmgw.wire.messages import GPU
 
 
 def beat(
     meter: EnergyMeter, energies: dict[str, float | None], shards: dict[str, list[str]]
 ) -> None:
-    meter.heartbeat([{"uuid": u, "energy": e} for u, e in energies.items()], list(shards.items()))
+    cards = [
+        GPU(index=i, uuid=u, name="H100", energy=e) for i, (u, e) in enumerate(energies.items())
+    ]
+    meter.heartbeat(cards, list(shards.items()))
 
 
 def test_rises_go_to_the_replicas_on_each_card() -> None:

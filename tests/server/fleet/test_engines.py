@@ -13,7 +13,7 @@ from llmgw.enginepins import LLAMACPP_PIN, PINNED
 from llmgw.server.fleet.engines import SETTING, FleetEngines, PinError, node_row
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.store import SQLiteStore
-from llmgw.wire.messages import WantedEngines
+from llmgw.wire.messages import EngineInfo, WantedEngines
 
 HEX = "cd" * 32
 ASSET = "llama-b6000-bin-ubuntu-x64.tar.gz"
@@ -192,7 +192,7 @@ async def test_load_restores_the_changes_from_the_store(store: SQLiteStore) -> N
 
 
 def view(
-    engines: list[dict[str, Any]] | None = None,
+    engines: list[EngineInfo] | None = None,
     progress: dict[str, str] | None = None,
     probed: bool = True,
     nid: str = "gpu01",
@@ -206,8 +206,8 @@ def view(
     )
 
 
-def installed(version: str, name: str = "llama.cpp") -> dict[str, Any]:
-    return {"name": name, "version": version, "build": "cpu", "origin": "installed", "path": "/x"}
+def installed(version: str, name: str = "llama.cpp") -> EngineInfo:
+    return EngineInfo(name=name, path="/x", version=version, build="cpu", origin="installed")
 
 
 @pytest.mark.parametrize(
@@ -218,7 +218,7 @@ def installed(version: str, name: str = "llama.cpp") -> dict[str, Any]:
         (view([installed("b6000")], probed=False), "auto", "unknown"),
         (view([installed("b5000"), installed("b6000")]), "auto", "ready"),
         (
-            view([{"name": "llama.cpp", "version": "b1", "origin": "configured", "path": "/x"}]),
+            view([EngineInfo(name="llama.cpp", path="/x", version="b1", origin="configured")]),
             "auto",
             "configured",
         ),

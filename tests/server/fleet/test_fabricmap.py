@@ -38,8 +38,8 @@ class Registry:
 
 
 def view(node_id: str, session: Session | None, features: list[str]) -> NodeView:
-    v = NodeView(id=node_id, cert_serial="1")
-    v.live["ib_ports"] = [port("mlx5_0"), port("mlx5_1", state="DOWN")]
+    v = NodeView(id=node_id, cert_serial=1)
+    v.live.ib_ports = [port("mlx5_0"), port("mlx5_1", state="DOWN")]
     v.session = cast(Any, session)
     v.features = features
     return v

@@ -4,11 +4,13 @@ networks, and the metrics."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, cast
 
 from llmgw.server.fleet.exposition import fleet_metrics
 from llmgw.server.fleet.fabrics import RECENT, FabricWatch, fabric_metrics
 from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.messages import IbPort
 
 SM_A = "0x0c42a10300b5d800"
 SM_B = "0x0c42a10300b5d8ff"
@@ -23,8 +25,8 @@ def port(
     state: str = "ACTIVE",
     layer: str = "InfiniBand",
     **more: Any,
-) -> dict[str, Any]:
-    return {
+) -> IbPort:
+    fields: dict[str, Any] = {
         "device": device,
         "port": n,
         "state": state,
@@ -36,11 +38,12 @@ def port(
         "counters": {},
         **more,
     }
+    return IbPort(**fields)
 
 
-def node(node_id: str, *ports: dict[str, Any], connected: bool = True) -> NodeView:
-    view = NodeView(id=node_id, cert_serial="1")
-    view.live["ib_ports"] = list(ports)
+def node(node_id: str, *ports: IbPort, connected: bool = True) -> NodeView:
+    view = NodeView(id=node_id, cert_serial=1)
+    view.live.ib_ports = list(ports)
     if connected:
         view.session = cast(Any, object())  # a stream is up; nothing is sent in these tests
     return view
@@ -119,7 +122,7 @@ def test_roce_networks_unknown_masters_and_lost_nodes() -> None:
     found = FabricWatch(Clock()).fabrics(
         [
             node("r1", roce),
-            node("r2", dict(roce, device="mlx5_5")),
+            node("r2", replace(roce, device="mlx5_5")),
             node("g1", port("mlx5_0", master=None), port("mlx5_1", master=None, state="DOWN")),
             node("gone", port("mlx5_0"), connected=False),
         ]

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from llmgw.server.fleet.history import MAX_CARDS, FleetHistory
+from llmgw.wire.messages import GPU
 
 GiB = 2**30
 MiB = 2**20
@@ -19,7 +20,7 @@ MiB = 2**20
 T0 = 1_700_000_000.0
 
 
-def gpu(i: int, **over: Any) -> dict[str, Any]:
+def gpu(i: int, **over: Any) -> GPU:
     card: dict[str, Any] = {
         "uuid": f"GPU-{i}",
         "index": i,
@@ -32,7 +33,7 @@ def gpu(i: int, **over: Any) -> dict[str, Any]:
         "temperature": 60,
     }
     card.update(over)
-    return card
+    return GPU(**card)
 
 
 def beat(h: FleetHistory, at: float, node: str = "n1", cards: int = 2, **over: Any) -> None:
@@ -105,7 +106,10 @@ def test_figures_not_read_are_null_never_zero() -> None:
         None,
         None,
         None,
-        [{"uuid": "GPU-x", "index": 0}, {"uuid": "GPU-y", "utilization": None, "power": 0.0}],
+        [
+            GPU(index=0, uuid="GPU-x", name="H100"),
+            GPU(index=1, uuid="GPU-y", name="H100", utilization=None, power=0.0),
+        ],
     )
     h.record("n1", T0 + 10, 5.0, 64 * GiB, None, [])
     s = h.series("n1", minutes=1, now=T0 + 10)
@@ -115,7 +119,7 @@ def test_figures_not_read_are_null_never_zero() -> None:
     assert s["memory_total"][-2:] == [None, 64 * GiB]
     assert s["memory_used"][-2:] == [None, None]
     x, y = s["gpus"]
-    assert x["uuid"] == "GPU-x" and y["index"] is None and y["name"] is None
+    assert x["uuid"] == "GPU-x" and (y["index"], y["name"]) == (1, "H100")
     for key in ("utilization", "sm_active", "memory_used", "memory_total", "power", "temperature"):
         assert x[key][-2:] == [None, None]
     # A reading of 0 is a reading, kept as 0.

@@ -99,7 +99,7 @@ async def record(
         (payload,) = FrameDecoder().feed(encode_message(beat))
         msg = decode_message(payload)
         assert isinstance(msg, Heartbeat)
-        reg.heartbeat(node, msg, payload)
+        reg.heartbeat(node, msg)
     return reg
 
 
@@ -227,8 +227,8 @@ async def test_a_tray_in_two_cliques_and_imex_not_seen(store: SQLiteStore) -> No
 
 
 def test_card_joined() -> None:
-    def h(**f: Any) -> dict[str, Any]:
-        return {"uuid": "GPU-x", "index": 0, **f}
+    def h(**f: Any) -> GpuHealth:
+        return GpuHealth(uuid="GPU-x", index=0, **f)
 
     ok = {"fabric_state": "Completed", "fabric_status": "Success", "fabric_clique_id": 1}
     assert card_joined(h()) is None  # not read
@@ -243,15 +243,15 @@ def test_card_joined() -> None:
 
 def test_a_node_not_connected_is_drawn_as_such() -> None:
     view = NodeView(id="gb-tray-01", cert_serial=1)
-    view.live["gpu_health"] = [
-        {
-            "uuid": "GPU-1",
-            "index": 0,
-            "fabric_state": "Completed",
-            "fabric_status": "Success",
-            "fabric_cluster_uuid": CLUSTER,
-            "fabric_clique_id": 1,
-        }
+    view.live.gpu_health = [
+        GpuHealth(
+            uuid="GPU-1",
+            index=0,
+            fabric_state="Completed",
+            fabric_status="Success",
+            fabric_cluster_uuid=CLUSTER,
+            fabric_clique_id=1,
+        )
     ]
     (rack,) = domains([view])["domains"]
     (tray,) = rack["trays"]

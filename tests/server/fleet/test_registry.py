@@ -7,8 +7,8 @@ from pathlib import Path
 
 from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
 from llmgw.server.store import Audit, SQLiteStore
-from llmgw.wire import Disk, Heartbeat, HostFacts, Register
-from llmgw.wire.messages import KvBlocks
+from llmgw.wire import GPU, Disk, Heartbeat, HostFacts, Register
+from llmgw.wire.messages import CardLinks, GpuTopology, KvBlocks
 from llmgw.wire.states import NodeState
 from tests.support import wiring
 
@@ -109,12 +109,111 @@ async def test_restart_loads_nodes_not_ready(tmp_path: Path) -> None:
     await again.load()
     view = again.nodes["n1"]
     assert view.state == NodeState.NOT_READY and "waiting for its agent" in view.reason
-    assert view.facts["memory_total"] == 100 and view.cert_serial == 42
+    # The store's facts, typed again: the host the agent registered.
+    assert view.facts == _register().host and view.cert_serial == 42
+    assert view.as_json()["memory_total"] == 100
     assert again.counts() == {"total": 1, "ready": 0, "not_ready": 1}
     await again.flush()
     stored = await store.get_node("n1")
     assert stored is not None and stored.state == NodeState.NOT_READY
     await store.close()
+
+
+def _rich_host() -> HostFacts:
+    """Facts with every kind of record in them: cards, disks, the topology, warnings."""
+    return HostFacts(
+        hostname="n1",
+        os="linux",
+        arch="x86_64",
+        kernel="6.8",
+        cpu_count=16,
+        cpu_flags=["avx2"],
+        memory_total=100,
+        memory_available=50,
+        cpu_percent=3.0,
+        load=[0.5, 0.25, 0.0],
+        disks=[Disk(path="/", fstype="ext4", total=10, free=5)],
+        gpus=[GPU(index=0, uuid="GPU-a", name="H100", memory_total=80, throttle=[])],
+        warnings=["pcie: card 0 runs at x8. Fix: reseat it"],
+        cuda_version="13.0",
+        topology=GpuTopology(cards=[CardLinks(index=0, numa_node=0, nics={"mlx5_0": "PIX"})]),
+    )
+
+
+async def test_a_restarted_control_plane_shows_each_node_as_it_did(tmp_path: Path) -> None:
+    """The stored facts (JSON) come back typed and are shown, field for field, as the
+    facts the agent registered were; the live figures are not read until it says."""
+    reg = await _registry(tmp_path)
+    await reg.register(Register(node_id="n1", version="0.1", host=_rich_host()), FakeSession())
+    before = reg.nodes["n1"].as_json()
+    await reg.flush()
+    await reg.store.close()
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.open()
+    again = wiring.registry(store)
+    await again.load()
+    after = again.nodes["n1"].as_json()
+    await store.close()
+    assert again.nodes["n1"].facts == _rich_host()
+    moved = {"state", "reason", "connected", "last_seen"}
+    assert {k: v for k, v in after.items() if k not in moved} == {
+        k: v for k, v in before.items() if k not in moved
+    }
+    assert after["topology"] == {
+        "cards": [{"index": 0, "numa_node": 0, "gpus": {}, "nics": {"mlx5_0": "PIX"}}]
+    }
+    assert after["gpu_health"] is None and after["ib_ports"] is None  # never sent
+
+
+async def test_stored_facts_that_cannot_be_read_are_no_facts(tmp_path: Path) -> None:
+    reg = await _registry(tmp_path)
+    await reg.store.register_node("n1", None, "0.1", {"hostname": "n1", "gpus": "x"}, 1.0)
+    await reg.load()
+    view = reg.nodes["n1"]
+    assert view.facts is None
+    shown = view.as_json()
+    assert (shown["hostname"], shown["gpus"], shown["cpu_count"]) == (None, [], None)
+    await reg.store.close()
+
+
+async def test_a_node_never_registered_shows_nothing_read(tmp_path: Path) -> None:
+    reg = await _registry(tmp_path)
+    shown = reg.nodes["n1"].as_json()
+    assert shown["hostname"] is None and shown["memory_total"] is None
+    assert (shown["gpus"], shown["cpu_flags"], shown["warnings"]) == ([], [], [])
+    assert shown["disks"] is None and shown["load"] is None and shown["topology"] is None
+    reg.heartbeat("n1", Heartbeat(seq=1, cpu_percent=7.5, gpus=[]))
+    shown = reg.nodes["n1"].as_json()
+    assert shown["cpu_percent"] == 7.5 and shown["gpus"] == [] and shown["hostname"] is None
+    await reg.store.close()
+
+
+async def test_a_heartbeat_without_a_figure_keeps_the_last_one(tmp_path: Path) -> None:
+    reg = await _registry(tmp_path)
+    await reg.register(Register(node_id="n1", version="0.1", host=_rich_host()), FakeSession())
+    card = GPU(index=0, uuid="GPU-a", name="H100", memory_total=80, memory_used=9)
+    reg.heartbeat(
+        "n1", Heartbeat(seq=1, memory_available=40, gpus=[card], health_warnings=["xid: 79"])
+    )
+    reg.heartbeat("n1", Heartbeat(seq=2, cpu_percent=9.0))
+    view = reg.nodes["n1"]
+    shown = view.as_json()
+    assert (shown["memory_available"], shown["cpu_percent"]) == (40, 9.0)
+    assert shown["gpus"] == [
+        {"index": 0, "uuid": "GPU-a", "name": "H100", "memory_total": 80, "memory_used": 9}
+    ]
+    assert shown["warnings"] == [*_rich_host().warnings, "xid: 79"]
+    figures = view.figures()
+    assert figures.gpus == (card,) and figures.memory_available == 40
+    # [] clears the health warnings; the facts' disks stand until a heartbeat has some.
+    reg.heartbeat("n1", Heartbeat(seq=3, health_warnings=[]))
+    assert view.as_json()["health_warnings"] == [] and figures.disks == tuple(
+        _rich_host().disks or ()
+    )
+    # Registering again starts the live figures afresh.
+    await reg.register(Register(node_id="n1", version="0.1", host=_rich_host()), FakeSession())
+    assert view.as_json()["memory_available"] == 50 and view.live.gpus is None
+    await reg.store.close()
 
 
 async def test_an_operators_marks_are_written_with_their_audit_then_taken(
@@ -137,9 +236,7 @@ async def test_an_operators_marks_are_written_with_their_audit_then_taken(
     await reg.store.close()
 
 
-async def test_a_heartbeats_decoded_map_is_kept_as_mapping_it_back_would_give(
-    tmp_path: Path,
-) -> None:
+async def test_a_heartbeat_is_shown_as_the_wire_map_it_came_in(tmp_path: Path) -> None:
     from llmgw.wire.framing import FrameDecoder
     from llmgw.wire.messages import (
         GPU,
@@ -161,16 +258,17 @@ async def test_a_heartbeats_decoded_map_is_kept_as_mapping_it_back_would_give(
     (payload,) = FrameDecoder().feed(encode_message(beat))
     decoded = decode_message(payload)
     assert isinstance(decoded, Heartbeat)
-    shown = []
-    for raw in (payload, None):
-        reg = await _registry(tmp_path / str(raw is None))
-        await reg.register(_register(), FakeSession())
-        reg.heartbeat("n1", decoded, raw)
-        shown.append({k: v for k, v in reg.nodes["n1"].as_json().items() if k != "last_seen"})
-        await reg.store.close()
-    assert shown[0] == shown[1]
-    assert shown[0]["gpus"][0]["throttle"] == [] and "fan" not in shown[0]["gpus"][0]
-    assert shown[0]["gpu_health"][0]["xids"] == [{"code": 79, "count": 1, "last": 5.0}]
+    reg = await _registry(tmp_path)
+    await reg.register(_register(), FakeSession())
+    reg.heartbeat("n1", decoded)
+    shown = reg.nodes["n1"].as_json()
+    await reg.store.close()
+    for name in ("disks", "gpus", "gpu_health", "vitals", "health_warnings"):
+        assert shown[name] == payload[name], name
+    assert shown["gpus"][0]["throttle"] == [] and "fan" not in shown["gpus"][0]
+    assert shown["gpu_health"][0]["xids"] == [{"code": 79, "count": 1, "last": 5.0}]
+    # Shown again, the same: nothing of the first answer was kept changed.
+    assert reg.nodes["n1"].as_json() == shown
 
 
 async def test_a_replicas_cache_goes_to_the_router_and_changes_nothing_else(

@@ -24,7 +24,7 @@ from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.pages import fabricpages, i18n
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import COOKIE, Sessions
-from llmgw.wire.messages import Response
+from llmgw.wire.messages import GpuHealth, IbPort, NodeVitals, Response
 from tests.server.fleet.test_fabricmap import MAP, Registry, Session
 from tests.server.fleet.test_fabrics import SM_A, SM_C, port
 
@@ -36,9 +36,9 @@ SMIR = [
 ]
 
 
-def ib_node(node_id: str, ports: list[dict[str, Any]], mapper: bool = False) -> NodeView:
-    view = NodeView(id=node_id, cert_serial="1")
-    view.live["ib_ports"] = ports
+def ib_node(node_id: str, ports: list[IbPort], mapper: bool = False) -> NodeView:
+    view = NodeView(id=node_id, cert_serial=1)
+    view.live.ib_ports = ports
     answer = Response(id="x", result={"text": MAP, "smir": SMIR})
     view.session = cast(Any, Session(answer))
     view.features = ["ibnetdiscover"] if mapper else []
@@ -59,11 +59,13 @@ def card(i: int, **fabric: Any) -> dict[str, Any]:
 
 
 def tray(node_id: str, cards: list[dict[str, Any]], imex: bool | None) -> NodeView:
-    view = NodeView(id=node_id, cert_serial="1")
+    view = NodeView(id=node_id, cert_serial=1)
     view.session = cast(Any, object())
-    view.live["gpu_health"] = [{**c, "uuid": f"GPU-{node_id}-{c['index']}"} for c in cards]
+    view.live.gpu_health = [
+        GpuHealth(**{**c, "uuid": f"GPU-{node_id}-{c['index']}"}) for c in cards
+    ]
     if imex is not None:
-        view.live["vitals"] = {"imex_running": imex, "imex_channels": 1}
+        view.live.vitals = NodeVitals(imex_running=imex, imex_channels=1)
     return view
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 
 from llmgw.server.pages import i18n
 from llmgw.server.pages.fleetpages import gpu_map, node_rows, overview_figures
@@ -32,19 +33,23 @@ def test_a_thousand_nodes_render_every_row_and_leave_unread_figures_absent() -> 
 
 def test_the_filter_takes_names_states_labels_and_cards_and_the_sort_puts_unread_last() -> None:
     views = fleet(100)
-    assert [r["id"] for r in node_rows(views, "gpu00042", "name")] == ["gpu00042"]
-    assert {r["id"] for r in node_rows(views, "notready", "name")} == {"gpu00007", "gpu00057"}
+    assert [r.id for r in node_rows(views, "gpu00042", "name")] == ["gpu00042"]
+    assert {r.id for r in node_rows(views, "notready", "name")} == {"gpu00007", "gpu00057"}
     assert len(node_rows(views, "rack=r1 h100", "name")) == 36  # 40 in rack 1, 4 CPU-only
-    views[0].live.pop("cpu_percent")
+    views[0].live.cpu_percent = None
     by_cpu = node_rows(views, "", "cpu")
-    shares = [r["cpu_share"] for r in by_cpu]
+    shares = [r.cpu_share for r in by_cpu]
     assert shares[-1] is None and shares[:-1] == sorted(shares[:-1], reverse=True)
 
 
 def test_the_gpu_map_buckets_each_figure_and_says_which_in_its_legend() -> None:
     views = fleet(20)
-    card = views[0].facts["gpus"][0]
-    card.update(utilization=100, sm_active=0.25, temperature=90, memory_used=0, power=350.0)
+    facts = views[0].facts
+    assert facts is not None
+    card = replace(
+        facts.gpus[0], utilization=100, sm_active=0.25, temperature=90, memory_used=0, power=350.0
+    )
+    views[0].facts = replace(facts, gpus=[card, *facts.gpus[1:]])
     cells = {
         by: gpu_map(views[:1], by)[0]["cards"][0]["bucket"]
         for by in ("work", "busy", "memory", "temperature", "power")
@@ -83,3 +88,15 @@ def test_a_browser_asking_for_turkish_gets_the_table_in_turkish() -> None:
     _ = i18n.translator("tr")
     assert _("{n} of {total} nodes", n=3, total=3) in page and _("Node") in page
     assert "3 of 3 nodes" not in page
+
+
+def test_a_nodes_page_shows_its_cards_with_figures_not_read_said_so() -> None:
+    """Its cards were wire maps without the fields not read, which the page's strict
+    templates could not read (``g.mig_class``): a node page with cards failed to render."""
+    views = fleet(10)
+    for i, unread in ((0, False), (5, True)):
+        (row,) = node_rows(views[i : i + 1], "", "name")
+        page = render("node_body.html", node=row, shards=[], labels_text="")
+        cards = re.findall(r"<td>(\d) <code>(GPU-[0-9a-f-]+)</code></td>", page)
+        assert cards == [(str(g.index), g.uuid) for g in row.gpus] and len(cards) == 8
+        assert ("not read" in page.split("<h2>Cards</h2>")[1]) is unread
