@@ -1,0 +1,443 @@
+"""The admin API's answers against their shapes (``llmgw.wire.admin``): a real admin app,
+in process, with a node that reports every figure, a model of the catalog and an
+external one, shards, a key, usage and energy, is asked every route the client and the
+console read, and each answer must have exactly the keys its TypedDict declares (all
+the required ones, no others), down through every nested shape, with values of the
+declared types. So the server and the shapes the client reads cannot drift apart."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Literal, NotRequired, Union, get_args, get_origin, get_type_hints
+
+import httpx
+import pytest
+
+from llmgw.enginepins import LLAMACPP_PIN
+from llmgw.server.app import ControlPlane
+from llmgw.server.catalog.model import Profile
+from llmgw.wire import admin
+from llmgw.wire.messages import (
+    GPU,
+    CardLinks,
+    Compute,
+    Disk,
+    DownloadProgress,
+    EngineInfo,
+    GpuHealth,
+    GpuTopology,
+    Heartbeat,
+    HostFacts,
+    IbPort,
+    Message,
+    NodeVitals,
+    Register,
+    Response,
+    ShardStatus,
+    ShardUsage,
+    XidSeen,
+)
+from llmgw.wire.states import ShardState
+from tests.support.tinymodel import write_tiny_model
+
+GIB = 2**30
+FABRIC_UUID = "5a1b2c3d-0000-4000-8000-000000000001"
+SM_GUID = "0x0002c90300a1b2c3"
+
+
+# ----------------------------------------------------------------------- the checker
+
+
+def problems(shape: Any, value: object, where: str = "$") -> list[str]:
+    """Every way ``value`` (decoded JSON) differs from ``shape``, a type of
+    ``llmgw.wire.admin``: a key missing or extra, or a value of another type."""
+    if typing.is_typeddict(shape):
+        if not isinstance(value, dict):
+            return [f"{where}: {type(value).__name__}, not an object ({shape.__name__})"]
+        hints = get_type_hints(shape, include_extras=True)
+        missing = sorted(shape.__required_keys__ - value.keys())
+        extra = sorted(value.keys() - hints.keys())
+        out = [f"{where}: {shape.__name__} lacks {k!r}" for k in missing]
+        out += [f"{where}: {shape.__name__} does not declare {k!r}" for k in extra]
+        for key, hint in hints.items():
+            if key in value:
+                if get_origin(hint) is NotRequired:
+                    (hint,) = get_args(hint)
+                out += problems(hint, value[key], f"{where}.{key}")
+        return out
+    origin, args = get_origin(shape), get_args(shape)
+    if origin in (Union, types.UnionType):
+        arms = [problems(arm, value, where) for arm in args]
+        if any(not p for p in arms):
+            return []
+        # The arm that came nearest says what is wrong.
+        return min(arms, key=len)
+    if origin is Literal:
+        return [] if value in args else [f"{where}: {value!r} is none of {args}"]
+    if origin is list:
+        if not isinstance(value, list):
+            return [f"{where}: {type(value).__name__}, not a list"]
+        return [p for i, item in enumerate(value) for p in problems(args[0], item, f"{where}[{i}]")]
+    if origin is dict:
+        if not isinstance(value, dict):
+            return [f"{where}: {type(value).__name__}, not an object"]
+        return [p for k, item in value.items() for p in problems(args[1], item, f"{where}.{k}")]
+    if shape is object:
+        return []
+    if shape is type(None):
+        return [] if value is None else [f"{where}: {value!r} is not null"]
+    if shape is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+    elif shape is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, shape)
+    return [] if ok else [f"{where}: {value!r} is not {shape.__name__}"]
+
+
+def test_the_checker_finds_missing_extra_and_mistyped_keys() -> None:
+    good = {"path": "/", "fstype": "ext4", "total": 10, "free": 5, "shared": False}
+    assert problems(admin.DiskJson, good) == []
+    assert problems(admin.DiskJson, {**good, "extra": 1}) == [
+        "$: DiskJson does not declare 'extra'"
+    ]
+    del good["shared"]
+    assert problems(admin.DiskJson, good) == ["$: DiskJson lacks 'shared'"]
+    assert problems(list[admin.DiskJson], [{**good, "shared": "no"}]) == [
+        "$[0].shared: 'no' is not bool"
+    ]
+    card = {"index": 0, "uuid": "GPU-1", "name": "H100"}
+    assert problems(admin.CardJson, card) == []
+    assert problems(admin.CardJson, {**card, "power": None}) == ["$.power: None is not float"]
+
+
+def test_what_the_shapes_say_is_required_is_right_at_run_time() -> None:
+    # The module is written without postponed annotations so that this holds on 3.11.
+    assert admin.CardJson.__required_keys__ == {"index", "uuid", "name"}
+    assert "adapters" in admin.ModelJson.__optional_keys__
+    assert admin.ShapeJson.__required_keys__ == frozenset()
+
+
+def test_a_profile_shows_every_field_of_the_catalog_s_profile() -> None:
+    fields = set(Profile.__dataclass_fields__)
+    assert fields <= admin.ProfileJson.__required_keys__
+
+
+def check(shape: Any, value: object) -> None:
+    found = problems(shape, value)
+    assert not found, "\n".join(found)
+
+
+# ------------------------------------------------------------------------ the fleet
+
+
+class FakeSession:
+    """A node's stream as the control plane asks it: weights, collecting and logs."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+        self.sent: list[Message] = []
+
+    def close(self, reason: str) -> None:
+        pass
+
+    async def send(self, msg: Message) -> None:
+        self.sent.append(msg)
+
+    async def ask(
+        self, kind: str, args: dict[str, Any], timeout: float = 15.0
+    ) -> AsyncIterator[Response]:
+        if self.fail:
+            raise ConnectionError("the node went away")
+        if kind == "weights.list":
+            entry = {
+                "name": "org--model",
+                "source": "hf:org/model",
+                "path": "/var/lib/llmgw/weights/org--model",
+                "files": [{"path": "model.gguf", "size": 1024, "partial": False}],
+                "total_bytes": 1024,
+                "complete": True,
+            }
+            yield Response(id="1", result=[entry])
+        elif kind == "weights.collect":
+            kept = [{"path": "/var/lib/llmgw/weights/x", "reason": "in use"}]
+            yield Response(id="1", result={"removed": [], "kept": kept, "freed_bytes": 0})
+        elif kind == "logs":
+            yield Response(id="1", result=["line one", "line two"])
+
+
+def card(index: int) -> GPU:
+    return GPU(
+        index=index,
+        uuid=f"GPU-{index}",
+        name="NVIDIA GB200",
+        memory_total=180 * GIB,
+        memory_used=20 * GIB,
+        utilization=40,
+        temperature=55,
+        power=400.0,
+        power_limit=1200.0,
+        sm_active=0.4,
+        pcie_gen=5,
+        pcie_width=16,
+        pcie_width_max=16,
+        throttle=[],
+    )
+
+
+def health(index: int) -> GpuHealth:
+    return GpuHealth(
+        uuid=f"GPU-{index}",
+        index=index,
+        ecc_mode=True,
+        xids=[XidSeen(code=79, count=1, last=1.7e9, meaning="fell off the bus")],
+        fabric_state="Completed" if index == 0 else "In Progress",
+        fabric_status="Success",
+        fabric_cluster_uuid=FABRIC_UUID,
+        fabric_clique_id=1,
+        fabric_health={"summary": "Healthy"},
+    )
+
+
+@pytest.fixture
+async def fleet(
+    tmp_path: Path, plane: tuple[ControlPlane, httpx.AsyncClient]
+) -> tuple[ControlPlane, httpx.AsyncClient, Path]:
+    """Two nodes (one that fails every request), a model of the catalog with a shard
+    downloading and one started by hand, an external model, a key, usage and energy."""
+    cp, client = plane
+    registry = cp.registry
+    settings = {
+        "version": 1,
+        "values": {"discovery.slow_interval": {"value": 60, "source": "cluster"}},
+        "problem": None,
+    }
+    for node, session in (("gpu-1", FakeSession()), ("gpu-2", FakeSession(fail=True))):
+        await registry.enrolled(node, 1)
+        host = HostFacts(
+            hostname=node,
+            os="Debian GNU/Linux 12",
+            arch="x86_64",
+            kernel="6.1",
+            cpu_model="Grace",
+            cpu_count=72,
+            cpu_cores=72,
+            cpu_flags=["sve"],
+            memory_total=480 * GIB,
+            memory_available=400 * GIB,
+            disks=[Disk(path="/", fstype="ext4", total=2000 * GIB, free=900 * GIB)],
+            gpus=[card(0), card(1)],
+            gpu_source="nvml",
+            cuda_version="12.8",
+            topology=GpuTopology([CardLinks(0, numa_node=0, gpus={"1": "NV18"})]),
+        )
+        engine = EngineInfo(name="llama.cpp", path="/opt/llama", version=LLAMACPP_PIN)
+        register = Register(
+            node_id=node,
+            version="1.0",
+            host=host,
+            address="10.0.0.5",
+            features=["ibnetdiscover"],
+            engines=[engine],
+            engines_probed=True,
+            settings=settings,
+        )
+        await registry.register(register, session)
+        port = IbPort(
+            device="mlx5_0",
+            port=1,
+            state="ACTIVE",
+            rate_gbps=400.0,
+            link_layer="InfiniBand",
+            port_guid="0x0002c90300aaaa01",
+            master_sm_guid=SM_GUID,
+            counters={"port_xmit_data": 10},
+        )
+        beat = Heartbeat(
+            seq=1,
+            memory_available=300 * GIB,
+            cpu_percent=12.5,
+            load=[1.0, 0.5, 0.2],
+            gpus=[card(0), card(1)],
+            shards=[ShardUsage(replica_id="by-hand", cpu_percent=3.0, rss=GIB)],
+            memory_read_gbs=400.0,
+            memory_read_one_core_gbs=40.0,
+            gpu_health=[health(0), health(1)],
+            vitals=NodeVitals(cpu_temperatures={"0": 50.0}, imex_running=True, imex_channels=1),
+            health_warnings=["pcie: card 1 runs at x8. Fix: reseat it"],
+            ib_ports=[port],
+        )
+        registry.heartbeat(node, beat)
+
+    tiny = write_tiny_model(tmp_path / "tiny.gguf")
+    served = await client.post(
+        "/api/v1/models", json={"source": str(tiny), "name": "tiny", "context": 256}
+    )
+    assert served.status_code == 201, served.text
+    await cp.models.reconcile()
+    replica = next(iter(cp.models.reconciler.tracks))
+    registry.report(
+        "gpu-1",
+        ShardStatus(
+            replica_id=replica,
+            state=ShardState.DOWNLOADING,
+            engine="llama.cpp",
+            source=str(tiny),
+            port=41000,
+            fingerprint="f",
+            compute=Compute(backend="CUDA", devices=["CUDA0"], offloaded_layers=2),
+        ),
+    )
+    registry.report(
+        "gpu-1",
+        DownloadProgress(source=str(tiny), replica_ids=[replica], done=10, total=100),
+    )
+    registry.report(
+        "gpu-1",
+        ShardStatus(
+            replica_id="by-hand",
+            state=ShardState.READY,
+            fingerprint="direct",
+            engine="llama.cpp",
+            source="hf:org/model",
+            port=41001,
+            pid=4242,
+            started_at=1.7e9,
+            last_lines=["ready"],
+        ),
+    )
+    key_file = {"key": "sk-upstream", "weight": 2.0}
+    external = await client.post(
+        "/api/v1/models/external",
+        json={"name": "far", "base_url": "https://api.example/v1", "keys": [key_file]},
+    )
+    assert external.status_code == 201, external.text
+    made = await client.post("/api/v1/keys", json={"name": "team", "rpm": 60})
+    assert made.status_code == 201
+    await cp.store.add_usage([("2025-03-01", made.json()["id"], "tiny", replica, 1, 10, 20)])
+    cp.gateway.metrics.replica_tokens[("tiny", replica)] = 100
+    registry.energy.joules[replica] = 50.0
+    set_config = await client.post(
+        "/api/v1/config", json={"key": "discovery.slow_interval", "value": "30"}
+    )
+    assert set_config.status_code == 200, set_config.text
+    set_engine = await client.post(
+        "/api/v1/engines", json={"engine": "llama.cpp", "version": "b6001"}
+    )
+    assert set_engine.status_code == 200, set_engine.text
+    return cp, client, tiny
+
+
+# The routes a client reads, and the shape of each answer.
+READS: list[tuple[str, Any]] = [
+    ("/api/v1/version", admin.VersionJson),
+    ("/api/v1/status", admin.StatusJson),
+    ("/api/v1/nodes", list[admin.NodeJson]),
+    ("/api/v1/nodes/gpu-1", admin.NodeJson),
+    ("/api/v1/nodes/gpu-1/history", admin.HistoryJson),
+    ("/api/v1/nodes/gpu-1/logs", list[str]),
+    ("/api/v1/replicas", list[admin.ReplicaJson]),
+    ("/api/v1/weights", list[admin.WeightsEntry]),
+    ("/api/v1/models", list[admin.ModelJson]),
+    ("/api/v1/models/tiny", admin.ModelJson),
+    ("/api/v1/models/far", admin.ModelJson),
+    ("/api/v1/models/tiny/explain", list[admin.ExplainJson]),
+    ("/api/v1/models/tiny/adapters", list[admin.AdapterJson]),
+    ("/api/v1/keys", list[admin.KeyJson]),
+    ("/api/v1/usage?since=2025-03-01", list[admin.UsageJson]),
+    ("/api/v1/energy", list[admin.EnergyJson]),
+    ("/api/v1/serving", admin.ServingJson),
+    ("/api/v1/servers", list[admin.ServerJson]),
+    ("/api/v1/config", admin.SettingsJson),
+    ("/api/v1/config?node=gpu-1", admin.NodeSettingsJson),
+    ("/api/v1/config?key=discovery.slow_interval", admin.SettingValueJson),
+    ("/api/v1/config/history", list[admin.SettingsChangeJson]),
+    ("/api/v1/engines", admin.EnginesJson),
+    ("/api/v1/engines/history", list[admin.EngineChangeJson]),
+    ("/api/v1/fabrics", admin.FabricsJson),
+    ("/api/v1/nvlink", admin.NvlinkJson),
+]
+
+
+async def test_every_answer_read_has_the_keys_of_its_shape(
+    fleet: tuple[ControlPlane, httpx.AsyncClient, Path],
+) -> None:
+    cp, client, tiny = fleet
+    for path, shape in [*READS, (f"/api/v1/plan?source={tiny}", admin.PlanJson)]:
+        answer = await client.get(path)
+        assert answer.status_code == 200, (path, answer.text)
+        found = problems(shape, answer.json(), path)
+        assert not found, "\n".join(found)
+
+
+async def test_the_answers_are_not_empty_where_the_fleet_has_something(
+    fleet: tuple[ControlPlane, httpx.AsyncClient, Path],
+) -> None:
+    """Each shape was checked against a real value, not an empty list or a null."""
+    cp, client, _ = fleet
+    node = (await client.get("/api/v1/nodes/gpu-1")).json()
+    for key in ("disks", "gpu_health", "vitals", "topology", "ib_ports", "engines", "settings"):
+        assert node[key], key
+    replicas = (await client.get("/api/v1/replicas")).json()
+    assert any(r["download"] for r in replicas) and any(r["model"] is None for r in replicas)
+    models = {m["name"]: m for m in (await client.get("/api/v1/models")).json()}
+    assert models["tiny"]["shape"] and models["tiny"]["profiles"][0]["status"]
+    assert models["far"]["external"]["endpoints"]
+    weights = (await client.get("/api/v1/weights")).json()
+    assert {"error" in w for w in weights} == {True, False}
+    fabrics = (await client.get("/api/v1/fabrics")).json()
+    assert fabrics["fabrics"] and fabrics["fabrics"][0]["ports"]
+    nvlink = (await client.get("/api/v1/nvlink")).json()
+    assert nvlink["domains"] and nvlink["domains"][0]["trays"]
+    for path in ("/api/v1/energy", "/api/v1/usage?since=2025-03-01", "/api/v1/engines/history"):
+        assert (await client.get(path)).json(), path
+    engines = (await client.get("/api/v1/engines")).json()
+    assert engines["engines"] and engines["nodes"]
+
+
+async def test_every_change_answers_its_shape(
+    fleet: tuple[ControlPlane, httpx.AsyncClient, Path],
+) -> None:
+    _, client, _ = fleet
+    changes: list[tuple[str, str, dict[str, Any] | None, Any]] = [
+        ("POST", "/api/v1/models/tiny/context", {"slots": 2}, admin.ModelJson),
+        ("POST", "/api/v1/models/tiny/stop", None, admin.ModelJson),
+        ("POST", "/api/v1/models/tiny/start", None, admin.ModelJson),
+        ("POST", "/api/v1/models/tiny/replicas", {"replicas": 2}, admin.ModelJson),
+        ("POST", "/api/v1/models/tiny/demand", None, admin.DemandJson),
+        (
+            "POST",
+            "/api/v1/models/tiny/adapters",
+            {"name": "sql", "source": "/loras/sql.gguf"},
+            list[admin.AdapterJson],
+        ),
+        ("POST", "/api/v1/nodes/gpu-1/cordon", None, admin.NodeJson),
+        ("POST", "/api/v1/nodes/gpu-1/labels", {"set": {"rack": "r1"}}, admin.NodeJson),
+        (
+            "POST",
+            "/api/v1/nodes/gpu-1/shards",
+            {"replica_id": "r-x", "engine": "llama.cpp", "source": "/m.gguf", "port": 41002},
+            admin.ShardAskedJson,
+        ),
+        ("DELETE", "/api/v1/nodes/gpu-1/shards/r-x", None, admin.ShardAskedJson),
+        ("POST", "/api/v1/weights/collect", {}, list[admin.Collected]),
+        ("POST", "/api/v1/keys", {"name": "other"}, admin.NewKeyJson),
+        ("POST", "/api/v1/serving", {"stopped": False}, admin.ServingJson),
+        ("POST", "/api/v1/tokens", {}, admin.TokenJson),
+        ("POST", "/api/v1/servers/tokens", {}, admin.TokenJson),
+        ("POST", "/api/v1/nodes/gpu-1/engine-build", {"build": "cpu"}, admin.EnginesJson),
+        ("DELETE", "/api/v1/models/far", None, admin.ModelRemovedJson),
+    ]
+    for method, path, body, shape in changes:
+        answer = await client.request(method, path, json=body)
+        assert answer.status_code < 300, (path, answer.text)
+        found = problems(shape, answer.json(), f"{method} {path}")
+        assert not found, "\n".join(found)
+    key = (await client.get("/api/v1/keys")).json()[0]["id"]
+    for method, path in (("POST", f"/api/v1/keys/{key}"), ("DELETE", f"/api/v1/keys/{key}")):
+        body = {"priority": 3} if method == "POST" else None
+        answer = await client.request(method, path, json=body)
+        check(admin.KeyJson, answer.json())
