@@ -915,6 +915,80 @@ class FabricsJson(TypedDict):
     unassigned_ports: list[PortJson]
 
 
+class MapNodeJson(TypedDict):
+    """A switch, an adapter (ca) or a router in a fabric's map, by its GUID."""
+
+    guid: str
+    kind: Literal["switch", "ca", "router"]
+    description: str
+    ports: int | None  # null: seen only as the far end of a cable
+    lid: int | None
+    host: str | None
+    adapter: str | None
+    devid: str | None
+    system: str | None
+
+
+class CableJson(TypedDict):
+    """A cable between two ends, each ``[guid, port]``; ``degraded`` says why it is."""
+
+    a: tuple[str, int]
+    b: tuple[str, int]
+    width: str
+    speed: str
+    rate_gbps: float
+    degraded: str | None
+
+
+class RailMissJson(TypedDict):
+    """A host adapter cabled to a leaf that carries another rail."""
+
+    host: str
+    adapter: str
+    leaf: str
+    leaf_port: int
+    leaf_rail: str
+    expected: list[str]
+
+
+class FabricMapJson(TypedDict):
+    """``GET /api/v1/fabrics/{id}/topology``: a fabric's wiring as a node last read it."""
+
+    fabric: str
+    read_at: float
+    age_seconds: float
+    read_by: str
+    nodes: list[MapNodeJson]
+    tiers: dict[str, Literal["leaf", "spine", "core"]]
+    links: list[CableJson]
+    rail_misses: list[RailMissJson]
+    problems: list[str]
+    error: str | None
+
+
+class RailJson(TypedDict):
+    """One rail of a bandwidth test: an adapter of each node, the link's rate and what
+    was measured, graded against it."""
+
+    rail: int
+    a_device: str
+    b_device: str
+    rate_gbps: float | None
+    gbps: float | None
+    ratio: float | None
+    grade: str  # good, fair, poor, failed
+    error: str | None
+
+
+class FabricTestJson(TypedDict):
+    """``POST /api/v1/fabric-tests``."""
+
+    a: str
+    b: str
+    seconds: int
+    rails: list[RailJson]
+
+
 class NvlinkCardJson(TypedDict):
     """A card of an NVLink domain; ``joined`` null when its fabric was not read."""
 

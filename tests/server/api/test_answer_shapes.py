@@ -7,6 +7,7 @@ declared types. So the server and the shapes the client reads cannot drift apart
 
 from __future__ import annotations
 
+import time
 import types
 import typing
 from collections.abc import AsyncIterator
@@ -19,6 +20,8 @@ import pytest
 from llmgw.enginepins import LLAMACPP_PIN
 from llmgw.server.app import ControlPlane
 from llmgw.server.catalog.model import Profile
+from llmgw.server.fleet.fabrictest import FEATURE
+from llmgw.server.fleet.ibtopology import parse_ibnetdiscover
 from llmgw.wire import admin
 from llmgw.wire.messages import (
     GPU,
@@ -44,6 +47,8 @@ from llmgw.wire.states import ShardState
 from tests.support.tinymodel import write_tiny_model
 
 GIB = 2**30
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "infiniband"
+FABRIC_MAP = FIXTURES / "ibnetdiscover_2tier-rails_HDR_own.txt"
 FABRIC_UUID = "5a1b2c3d-0000-4000-8000-000000000001"
 SM_GUID = "0x0002c90300a1b2c3"
 
@@ -77,6 +82,14 @@ def problems(shape: Any, value: object, where: str = "$") -> list[str]:
         return min(arms, key=len)
     if origin is Literal:
         return [] if value in args else [f"{where}: {value!r} is none of {args}"]
+    if origin is tuple:  # a fixed pair in JSON: a list of that length
+        if not isinstance(value, list) or len(value) != len(args):
+            return [f"{where}: {value!r} is not a list of {len(args)}"]
+        return [
+            p
+            for i, (a, v) in enumerate(zip(args, value, strict=True))
+            for p in problems(a, v, f"{where}[{i}]")
+        ]
     if origin is list:
         if not isinstance(value, list):
             return [f"{where}: {type(value).__name__}, not a list"]
@@ -150,9 +163,13 @@ class FakeSession:
     async def ask(
         self, kind: str, args: dict[str, Any], timeout: float = 15.0
     ) -> AsyncIterator[Response]:
-        if self.fail:
+        if self.fail and not kind.startswith("fabric."):
             raise ConnectionError("the node went away")
-        if kind == "weights.list":
+        if kind == "fabric.bw_serve":
+            yield Response(id="1", result={})
+        elif kind == "fabric.bw_run":
+            yield Response(id="1", result={"gbps": 350.0})
+        elif kind == "weights.list":
             entry = {
                 "name": "org--model",
                 "source": "hf:org/model",
@@ -240,7 +257,7 @@ async def fleet(
             version="1.0",
             host=host,
             address="10.0.0.5",
-            features=["ibnetdiscover"],
+            features=["ibnetdiscover", FEATURE],
             engines=[engine],
             engines_probed=True,
             settings=settings,
@@ -328,6 +345,9 @@ async def fleet(
         "/api/v1/engines", json={"engine": "llama.cpp", "version": "b6001"}
     )
     assert set_engine.status_code == 200, set_engine.text
+    # A map of the fabric as one of its nodes read it.
+    read = (time.time(), "gpu-1", parse_ibnetdiscover(FABRIC_MAP.read_text()))
+    cp.fabric_maps.maps[SM_GUID] = read
     return cp, client, tiny
 
 
@@ -358,6 +378,7 @@ READS: list[tuple[str, Any]] = [
     ("/api/v1/engines", admin.EnginesJson),
     ("/api/v1/engines/history", list[admin.EngineChangeJson]),
     ("/api/v1/fabrics", admin.FabricsJson),
+    (f"/api/v1/fabrics/{SM_GUID}/topology", admin.FabricMapJson),
     ("/api/v1/nvlink", admin.NvlinkJson),
 ]
 
@@ -390,6 +411,9 @@ async def test_the_answers_are_not_empty_where_the_fleet_has_something(
     assert {"error" in w for w in weights} == {True, False}
     fabrics = (await client.get("/api/v1/fabrics")).json()
     assert fabrics["fabrics"] and fabrics["fabrics"][0]["ports"]
+    assert fabrics["fabrics"][0]["topology_read_at"]
+    fabric_map = (await client.get(f"/api/v1/fabrics/{SM_GUID}/topology")).json()
+    assert fabric_map["links"] and fabric_map["rail_misses"] and fabric_map["tiers"]
     nvlink = (await client.get("/api/v1/nvlink")).json()
     assert nvlink["domains"] and nvlink["domains"][0]["trays"]
     for path in ("/api/v1/energy", "/api/v1/usage?since=2025-03-01", "/api/v1/engines/history"):
@@ -430,6 +454,7 @@ async def test_every_change_answers_its_shape(
         ("POST", "/api/v1/servers/tokens", {}, admin.TokenJson),
         ("POST", "/api/v1/nodes/gpu-1/engine-build", {"build": "cpu"}, admin.EnginesJson),
         ("DELETE", "/api/v1/models/far", None, admin.ModelRemovedJson),
+        ("POST", "/api/v1/fabric-tests", {"a": "gpu-1", "b": "gpu-2"}, admin.FabricTestJson),
     ]
     for method, path, body, shape in changes:
         answer = await client.request(method, path, json=body)
