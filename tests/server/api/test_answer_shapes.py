@@ -7,6 +7,8 @@ declared types. So the server and the shapes the client reads cannot drift apart
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import types
 import typing
@@ -17,11 +19,14 @@ from typing import Any, Literal, NotRequired, Union, get_args, get_origin, get_t
 import httpx
 import pytest
 
+from llmgw.client import admin as client_admin
+from llmgw.client.admin import Route
 from llmgw.enginepins import LLAMACPP_PIN
 from llmgw.server.app import ControlPlane
 from llmgw.server.catalog.model import Profile
 from llmgw.server.fleet.fabrictest import FEATURE
 from llmgw.server.fleet.ibtopology import parse_ibnetdiscover
+from llmgw.server.store import Audit, ServerRecord
 from llmgw.wire import admin
 from llmgw.wire.messages import (
     GPU,
@@ -51,6 +56,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "infiniband"
 FABRIC_MAP = FIXTURES / "ibnetdiscover_2tier-rails_HDR_own.txt"
 FABRIC_UUID = "5a1b2c3d-0000-4000-8000-000000000001"
 SM_GUID = "0x0002c90300a1b2c3"
+UPSTREAM = {"key": "sk-upstream", "weight": 2.0}
 
 
 # ----------------------------------------------------------------------- the checker
@@ -326,10 +332,9 @@ async def fleet(
             last_lines=["ready"],
         ),
     )
-    key_file = {"key": "sk-upstream", "weight": 2.0}
     external = await client.post(
         "/api/v1/models/external",
-        json={"name": "far", "base_url": "https://api.example/v1", "keys": [key_file]},
+        json={"name": "far", "base_url": "https://api.example/v1", "keys": [UPSTREAM]},
     )
     assert external.status_code == 201, external.text
     made = await client.post("/api/v1/keys", json={"name": "team", "rpm": 60})
@@ -351,47 +356,157 @@ async def fleet(
     return cp, client, tiny
 
 
-# The routes a client reads, and the shape of each answer.
-READS: list[tuple[str, Any]] = [
-    ("/api/v1/version", admin.VersionJson),
-    ("/api/v1/status", admin.StatusJson),
-    ("/api/v1/nodes", list[admin.NodeJson]),
-    ("/api/v1/nodes/gpu-1", admin.NodeJson),
-    ("/api/v1/nodes/gpu-1/history", admin.HistoryJson),
-    ("/api/v1/nodes/gpu-1/logs", list[str]),
-    ("/api/v1/replicas", list[admin.ReplicaJson]),
-    ("/api/v1/weights", list[admin.WeightsEntry]),
-    ("/api/v1/models", list[admin.ModelJson]),
-    ("/api/v1/models/tiny", admin.ModelJson),
-    ("/api/v1/models/far", admin.ModelJson),
-    ("/api/v1/models/tiny/explain", list[admin.ExplainJson]),
-    ("/api/v1/models/tiny/adapters", list[admin.AdapterJson]),
-    ("/api/v1/keys", list[admin.KeyJson]),
-    ("/api/v1/usage?since=2025-03-01", list[admin.UsageJson]),
-    ("/api/v1/energy", list[admin.EnergyJson]),
-    ("/api/v1/serving", admin.ServingJson),
-    ("/api/v1/servers", list[admin.ServerJson]),
-    ("/api/v1/config", admin.SettingsJson),
-    ("/api/v1/config?node=gpu-1", admin.NodeSettingsJson),
-    ("/api/v1/config?key=discovery.slow_interval", admin.SettingValueJson),
-    ("/api/v1/config/history", list[admin.SettingsChangeJson]),
-    ("/api/v1/engines", admin.EnginesJson),
-    ("/api/v1/engines/history", list[admin.EngineChangeJson]),
-    ("/api/v1/fabrics", admin.FabricsJson),
-    (f"/api/v1/fabrics/{SM_GUID}/topology", admin.FabricMapJson),
-    ("/api/v1/nvlink", admin.NvlinkJson),
+def client_routes() -> dict[str, tuple[Route[Any], Any]]:
+    """Every route the admin client calls, by its name there, with the shape it reads
+    that route's answer as (the ``T`` of its ``Route[T]``)."""
+    hints = get_type_hints(client_admin)
+    return {
+        name: (getattr(client_admin, name), get_args(hint)[0])
+        for name, hint in hints.items()
+        if get_origin(hint) is Route
+    }
+
+
+# Placeholders in the asks below, for what only the fleet knows.
+TINY, KEY = "<tiny>", "<key>"
+# Each route the client reads: its name in llmgw.client.admin, its path's parts, and
+# its query.
+Ask = tuple[str, tuple[str, ...], dict[str, Any] | None]
+READS: list[Ask] = [
+    ("STATUS", (), None),
+    ("NODES", (), None),
+    ("NODE", ("gpu-1",), None),
+    ("HISTORY", ("gpu-1",), {"minutes": "60"}),
+    ("LOGS", ("gpu-1",), {"source": "agent", "n": 10}),
+    ("LOG_BATCH", ("gpu-1",), {"source": "agent", "n": 10, "follow": "1"}),
+    ("REPLICAS", (), None),
+    ("WEIGHTS", (), None),
+    ("MODELS", (), None),
+    ("MODEL", ("tiny",), None),
+    ("MODEL", ("far",), None),
+    ("EXPLAIN", ("tiny",), None),
+    ("ADAPTERS", ("tiny",), None),
+    ("PLAN", (), {"source": TINY}),
+    ("KEYS", (), None),
+    ("KEY", (KEY,), None),
+    ("USAGE", (), {"since": "2025-03-01"}),
+    ("ENERGY", (), None),
+    ("SERVERS", (), None),
+    ("SETTINGS", (), None),
+    ("NODE_SETTINGS", (), {"node": "gpu-1"}),
+    ("SETTING", (), {"key": "discovery.slow_interval"}),
+    ("SETTINGS_HISTORY", (), None),
+    ("ENGINES", (), None),
+    ("ENGINES_HISTORY", (), None),
+    ("FABRICS", (), None),
+    ("FABRIC_MAP", (SM_GUID,), None),
+    ("NVLINK", (), None),
+]
+# Each change the client makes, in this order: its name, its path's parts, its body.
+CHANGES: list[Ask] = [
+    ("CHANGE_MODEL", ("tiny", "context"), {"slots": 2}),
+    ("CHANGE_MODEL", ("tiny", "stop"), {}),
+    ("CHANGE_MODEL", ("tiny", "start"), {}),
+    ("CHANGE_MODEL", ("tiny", "replicas"), {"replicas": 2}),
+    ("DEMAND", ("tiny",), {}),
+    ("ADD_ADAPTER", ("tiny",), {"name": "sql", "source": "/loras/sql.gguf"}),
+    ("REMOVE_ADAPTER", ("tiny", "sql"), None),
+    ("SERVE", (), {"source": TINY, "name": "tiny2", "context": 256}),
+    ("EXTERNAL", (), {"name": "far2", "base_url": "https://b.example/v1", "keys": [UPSTREAM]}),
+    ("REMOVE_MODEL", ("far",), None),
+    ("MARK", ("gpu-1", "cordon"), {}),
+    ("MARK", ("gpu-1", "labels"), {"set": {"rack": "r1"}, "remove": []}),
+    (
+        "START_SHARD",
+        ("gpu-1",),
+        {"replica_id": "r-x", "engine": "llama.cpp", "port": 41002, "source": "/m.gguf"},
+    ),
+    ("STOP_SHARD", ("gpu-1", "r-x"), None),
+    ("COLLECT", (), {}),
+    ("TOKEN", (), {"ttl_seconds": 600}),
+    ("CREATE_KEY", (), {"name": "other"}),
+    ("UPDATE_KEY", (KEY,), {"priority": 3}),
+    ("REVOKE_KEY", (KEY,), None),
+    ("SERVING", (), {"stopped": False}),
+    ("SERVER_TOKEN", (), {"ttl_seconds": 600}),
+    ("REMOVE_SERVER", ("old-cp",), None),
+    ("SET_SETTING", (), {"key": "discovery.slow_interval", "unset": True}),
+    ("SET_ENGINE", (), {"engine": "llama.cpp", "unset": True}),
+    ("ENGINE_BUILD", ("gpu-1",), {"build": "cpu"}),
+    ("FABRIC_TEST", (), {"a": "gpu-1", "b": "gpu-2"}),
 ]
 
 
-async def test_every_answer_read_has_the_keys_of_its_shape(
+def placed(value: Any, tiny: Path, key: str) -> Any:
+    """``value`` with the placeholders filled in."""
+    if isinstance(value, dict):
+        return {k: placed(v, tiny, key) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(placed(v, tiny, key) for v in value)
+    return {TINY: str(tiny), KEY: key}.get(value, value) if isinstance(value, str) else value
+
+
+async def answered(client: httpx.AsyncClient, route: Route[Any], path: str, body: Any) -> Any:
+    answer = await client.request(route.method, path, json=body)
+    assert answer.status_code < 300, (path, answer.text)
+    if answer.headers["content-type"].startswith("application/x-ndjson"):
+        return [json.loads(line) for line in answer.text.splitlines()]
+    return answer.json()
+
+
+async def test_every_answer_the_client_reads_is_the_shape_it_reads_it_as(
     fleet: tuple[ControlPlane, httpx.AsyncClient, Path],
 ) -> None:
     cp, client, tiny = fleet
-    for path, shape in [*READS, (f"/api/v1/plan?source={tiny}", admin.PlanJson)]:
-        answer = await client.get(path)
-        assert answer.status_code == 200, (path, answer.text)
-        found = problems(shape, answer.json(), path)
+    routes = client_routes()
+    key = (await client.get("/api/v1/keys")).json()[0]["id"]
+    await cp.store.put_server(
+        ServerRecord("old-cp", "9", "10.0.0.9:8080", "10.0.0.9:8443", "10.0.0.9:8444", 1.7e9),
+        Audit("test", "server.add", "old-cp"),
+    )
+    await cp.ha.reload_servers()
+    for name, parts, asked in [*READS, *CHANGES]:
+        route, shape = routes[name]
+        parts, asked = placed(parts, tiny, key), placed(asked, tiny, key)
+        query = asked if route.method == "GET" else None
+        body = None if route.method == "GET" else asked
+        answer = await answered(client, route, route.at(*parts, query=query), body)
+        if name == "LOG_BATCH":  # newline-delimited: each line is one answer
+            found = [p for batch in answer for p in problems(shape, batch, name)]
+        else:
+            found = problems(shape, answer, f"{route.method} {route.at(*parts)}")
         assert not found, "\n".join(found)
+    # What the client reads nowhere but scripts do.
+    check(admin.VersionJson, (await client.get("/api/v1/version")).json())
+    check(admin.ServingJson, (await client.get("/api/v1/serving")).json())
+
+
+def test_every_route_of_the_client_is_asked_above() -> None:
+    asked = {name for name, _, _ in [*READS, *CHANGES]}
+    assert asked == set(client_routes())
+
+
+async def test_every_route_of_the_client_is_one_the_server_declares(
+    plane: tuple[ControlPlane, httpx.AsyncClient],
+) -> None:
+    cp, _ = plane
+    declared = [(op.method, re.sub(r"\{[a-z_]+\}", "{}", op.path)) for op in cp.routes()]
+
+    def matches(route: Route[Any], method: str, path: str) -> bool:
+        # The client's ``{}`` is any one segment: a name, or an action (stop, cordon).
+        mine, theirs = route.path.split("/"), path.split("/")
+        return (
+            method == route.method
+            and len(mine) == len(theirs)
+            and all(m in ("{}", t) for m, t in zip(mine, theirs, strict=True))
+        )
+
+    unknown = [
+        f"{route.method} {route.path}"
+        for route, _ in client_routes().values()
+        if not any(matches(route, method, path) for method, path in declared)
+    ]
+    assert unknown == []
 
 
 async def test_the_answers_are_not_empty_where_the_fleet_has_something(
@@ -420,49 +535,3 @@ async def test_the_answers_are_not_empty_where_the_fleet_has_something(
         assert (await client.get(path)).json(), path
     engines = (await client.get("/api/v1/engines")).json()
     assert engines["engines"] and engines["nodes"]
-
-
-async def test_every_change_answers_its_shape(
-    fleet: tuple[ControlPlane, httpx.AsyncClient, Path],
-) -> None:
-    _, client, _ = fleet
-    changes: list[tuple[str, str, dict[str, Any] | None, Any]] = [
-        ("POST", "/api/v1/models/tiny/context", {"slots": 2}, admin.ModelJson),
-        ("POST", "/api/v1/models/tiny/stop", None, admin.ModelJson),
-        ("POST", "/api/v1/models/tiny/start", None, admin.ModelJson),
-        ("POST", "/api/v1/models/tiny/replicas", {"replicas": 2}, admin.ModelJson),
-        ("POST", "/api/v1/models/tiny/demand", None, admin.DemandJson),
-        (
-            "POST",
-            "/api/v1/models/tiny/adapters",
-            {"name": "sql", "source": "/loras/sql.gguf"},
-            list[admin.AdapterJson],
-        ),
-        ("POST", "/api/v1/nodes/gpu-1/cordon", None, admin.NodeJson),
-        ("POST", "/api/v1/nodes/gpu-1/labels", {"set": {"rack": "r1"}}, admin.NodeJson),
-        (
-            "POST",
-            "/api/v1/nodes/gpu-1/shards",
-            {"replica_id": "r-x", "engine": "llama.cpp", "source": "/m.gguf", "port": 41002},
-            admin.ShardAskedJson,
-        ),
-        ("DELETE", "/api/v1/nodes/gpu-1/shards/r-x", None, admin.ShardAskedJson),
-        ("POST", "/api/v1/weights/collect", {}, list[admin.Collected]),
-        ("POST", "/api/v1/keys", {"name": "other"}, admin.NewKeyJson),
-        ("POST", "/api/v1/serving", {"stopped": False}, admin.ServingJson),
-        ("POST", "/api/v1/tokens", {}, admin.TokenJson),
-        ("POST", "/api/v1/servers/tokens", {}, admin.TokenJson),
-        ("POST", "/api/v1/nodes/gpu-1/engine-build", {"build": "cpu"}, admin.EnginesJson),
-        ("DELETE", "/api/v1/models/far", None, admin.ModelRemovedJson),
-        ("POST", "/api/v1/fabric-tests", {"a": "gpu-1", "b": "gpu-2"}, admin.FabricTestJson),
-    ]
-    for method, path, body, shape in changes:
-        answer = await client.request(method, path, json=body)
-        assert answer.status_code < 300, (path, answer.text)
-        found = problems(shape, answer.json(), f"{method} {path}")
-        assert not found, "\n".join(found)
-    key = (await client.get("/api/v1/keys")).json()[0]["id"]
-    for method, path in (("POST", f"/api/v1/keys/{key}"), ("DELETE", f"/api/v1/keys/{key}")):
-        body = {"priority": 3} if method == "POST" else None
-        answer = await client.request(method, path, json=body)
-        check(admin.KeyJson, answer.json())
