@@ -517,6 +517,8 @@ async def test_the_answers_are_not_empty_where_the_fleet_has_something(
     node = (await client.get("/api/v1/nodes/gpu-1")).json()
     for key in ("disks", "gpu_health", "vitals", "topology", "ib_ports", "engines", "settings"):
         assert node[key], key
+    history = (await client.get("/api/v1/nodes/gpu-1/history")).json()
+    assert history["gpus"] and history["t"]
     replicas = (await client.get("/api/v1/replicas")).json()
     assert any(r["download"] for r in replicas) and any(r["model"] is None for r in replicas)
     models = {m["name"]: m for m in (await client.get("/api/v1/models")).json()}
