@@ -1,8 +1,14 @@
-"""A small client of the admin API for ``ctl``, ``node token`` and ``node add``.
+"""A small client of the admin API for ``ctl``, ``node token``, ``node add`` and the
+console.
 
 It finds the control plane the way an operator expects: ``--server/--token`` first, then
 ``LLMGW_SERVER``/``LLMGW_TOKEN``, then, on the control plane machine, the data dir.
 Synchronous and stdlib-only on purpose: a command line makes one call and exits.
+
+Each route it calls is a ``Route``: its method, its path, and the shape of its answer
+(``llmgw.wire.admin``); ``Route.read`` is the one place a decoded answer becomes that
+shape. The server's answers are held to the same shapes by a test
+(tests/server/api/test_answer_shapes.py), so what the callers read is checked both ways.
 """
 
 from __future__ import annotations
@@ -11,10 +17,11 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar, cast
+from urllib.parse import quote, urlencode
 
 from llmgw.config import (
     ConfigError,
@@ -24,6 +31,123 @@ from llmgw.config import (
     load,
     parse_hostport,
 )
+from llmgw.wire.admin import (
+    AdapterJson,
+    Collected,
+    DemandJson,
+    EnergyJson,
+    EngineChangeJson,
+    EnginesJson,
+    ExplainJson,
+    FabricMapJson,
+    FabricsJson,
+    FabricTestJson,
+    HistoryJson,
+    KeyJson,
+    LogBatch,
+    ModelJson,
+    ModelRemovedJson,
+    NewKeyJson,
+    NodeJson,
+    NodeSettingsJson,
+    NvlinkJson,
+    PlanJson,
+    ReplicaJson,
+    ServerJson,
+    ServerRemovedJson,
+    ServingJson,
+    SettingsChangeJson,
+    SettingsJson,
+    SettingValueJson,
+    ShardAskedJson,
+    StatusJson,
+    TokenJson,
+    UsageJson,
+    WeightsEntry,
+)
+
+T = TypeVar("T")
+# A request's body: what ``json.dumps`` writes.
+Body = Mapping[str, object]
+# A query's parameters, as ``urlencode`` takes them.
+Query = Mapping[str, str | int | float]
+
+
+@dataclass(frozen=True)
+class Route(Generic[T]):
+    """A route of the admin API: its method, its path (``{}`` for each part the caller
+    names, quoted) and ``T``, the shape of what it answers."""
+
+    method: str
+    path: str
+
+    def at(self, *parts: str, query: Query | None = None) -> str:
+        path = self.path.format(*(quote(part, safe="") for part in parts))
+        return f"{path}?{urlencode(query)}" if query else path
+
+    def read(self, answer: object) -> T:
+        """A decoded answer as this route's shape. The one cast of the client: the
+        server is held to the same shapes by tests/server/api/test_answer_shapes.py."""
+        return cast(T, answer)
+
+
+# --- the routes, by resource; each named for what it answers or does
+
+STATUS: Route[StatusJson] = Route("GET", "/api/v1/status")
+NODES: Route[list[NodeJson]] = Route("GET", "/api/v1/nodes")
+NODE: Route[NodeJson] = Route("GET", "/api/v1/nodes/{}")
+HISTORY: Route[HistoryJson] = Route("GET", "/api/v1/nodes/{}/history")
+LOGS: Route[list[str]] = Route("GET", "/api/v1/nodes/{}/logs")
+LOG_BATCH: Route[LogBatch] = Route("GET", "/api/v1/nodes/{}/logs")
+MARK: Route[NodeJson] = Route("POST", "/api/v1/nodes/{}/{}")
+START_SHARD: Route[ShardAskedJson] = Route("POST", "/api/v1/nodes/{}/shards")
+STOP_SHARD: Route[ShardAskedJson] = Route("DELETE", "/api/v1/nodes/{}/shards/{}")
+REPLICAS: Route[list[ReplicaJson]] = Route("GET", "/api/v1/replicas")
+WEIGHTS: Route[list[WeightsEntry]] = Route("GET", "/api/v1/weights")
+COLLECT: Route[list[Collected]] = Route("POST", "/api/v1/weights/collect")
+TOKEN: Route[TokenJson] = Route("POST", "/api/v1/tokens")
+
+MODELS: Route[list[ModelJson]] = Route("GET", "/api/v1/models")
+MODEL: Route[ModelJson] = Route("GET", "/api/v1/models/{}")
+SERVE: Route[ModelJson] = Route("POST", "/api/v1/models")
+EXTERNAL: Route[ModelJson] = Route("POST", "/api/v1/models/external")
+# stop, start, restart, context, gpus, replicas: each answers the model as it now is.
+CHANGE_MODEL: Route[ModelJson] = Route("POST", "/api/v1/models/{}/{}")
+REMOVE_MODEL: Route[ModelRemovedJson] = Route("DELETE", "/api/v1/models/{}")
+DEMAND: Route[DemandJson] = Route("POST", "/api/v1/models/{}/demand")
+EXPLAIN: Route[list[ExplainJson]] = Route("GET", "/api/v1/models/{}/explain")
+ADAPTERS: Route[list[AdapterJson]] = Route("GET", "/api/v1/models/{}/adapters")
+ADD_ADAPTER: Route[list[AdapterJson]] = Route("POST", "/api/v1/models/{}/adapters")
+REMOVE_ADAPTER: Route[list[AdapterJson]] = Route("DELETE", "/api/v1/models/{}/adapters/{}")
+PLAN: Route[PlanJson] = Route("GET", "/api/v1/plan")
+
+KEYS: Route[list[KeyJson]] = Route("GET", "/api/v1/keys")
+KEY: Route[KeyJson] = Route("GET", "/api/v1/keys/{}")
+CREATE_KEY: Route[NewKeyJson] = Route("POST", "/api/v1/keys")
+UPDATE_KEY: Route[KeyJson] = Route("POST", "/api/v1/keys/{}")
+REVOKE_KEY: Route[KeyJson] = Route("DELETE", "/api/v1/keys/{}")
+SERVING: Route[ServingJson] = Route("POST", "/api/v1/serving")
+USAGE: Route[list[UsageJson]] = Route("GET", "/api/v1/usage")
+ENERGY: Route[list[EnergyJson]] = Route("GET", "/api/v1/energy")
+
+SERVERS: Route[list[ServerJson]] = Route("GET", "/api/v1/servers")
+SERVER_TOKEN: Route[TokenJson] = Route("POST", "/api/v1/servers/tokens")
+REMOVE_SERVER: Route[ServerRemovedJson] = Route("DELETE", "/api/v1/servers/{}")
+
+SETTINGS: Route[SettingsJson] = Route("GET", "/api/v1/config")
+NODE_SETTINGS: Route[NodeSettingsJson] = Route("GET", "/api/v1/config")
+SETTING: Route[SettingValueJson] = Route("GET", "/api/v1/config")
+SET_SETTING: Route[SettingsJson] = Route("POST", "/api/v1/config")
+SETTINGS_HISTORY: Route[list[SettingsChangeJson]] = Route("GET", "/api/v1/config/history")
+ENGINES: Route[EnginesJson] = Route("GET", "/api/v1/engines")
+SET_ENGINE: Route[EnginesJson] = Route("POST", "/api/v1/engines")
+ENGINE_BUILD: Route[EnginesJson] = Route("POST", "/api/v1/nodes/{}/engine-build")
+ENGINES_HISTORY: Route[list[EngineChangeJson]] = Route("GET", "/api/v1/engines/history")
+
+FABRICS: Route[FabricsJson] = Route("GET", "/api/v1/fabrics")
+FABRIC_MAP: Route[FabricMapJson] = Route("GET", "/api/v1/fabrics/{}/topology")
+FABRIC_TEST: Route[FabricTestJson] = Route("POST", "/api/v1/fabric-tests")
+NVLINK: Route[NvlinkJson] = Route("GET", "/api/v1/nvlink")
 
 
 class AdminError(RuntimeError):
@@ -36,7 +160,8 @@ class AdminClient:
     token: str
     timeout: float = 10.0
 
-    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def request(self, method: str, path: str, body: Body | None = None) -> object:
+        """The decoded JSON answer of one call (null for an empty one)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self.base_url + path,
@@ -60,7 +185,7 @@ class AdminClient:
                 "`llmgw server run` running there?"
             ) from exc
 
-    def stream(self, path: str) -> Iterator[Any]:
+    def stream(self, path: str) -> Iterator[object]:
         """Newline-delimited JSON from a GET, one value at a time, as it arrives."""
         req = urllib.request.Request(
             self.base_url + path, headers={"authorization": f"Bearer {self.token}"}
@@ -75,11 +200,185 @@ class AdminClient:
         except (urllib.error.URLError, OSError) as exc:
             raise AdminError(f"lost the control plane at {self.base_url}: {exc}") from exc
 
-    def get(self, path: str) -> Any:
+    def get(self, path: str) -> object:
         return self.request("GET", path)
 
-    def post(self, path: str, body: dict[str, Any]) -> Any:
+    def post(self, path: str, body: Body) -> object:
         return self.request("POST", path, body)
+
+    def call(
+        self,
+        route: Route[T],
+        *parts: str,
+        body: Body | None = None,
+        query: Query | None = None,
+    ) -> T:
+        """``route``'s answer, as its shape. A POST without a body sends ``{}``."""
+        if route.method == "POST" and body is None:
+            body = {}
+        return route.read(self.request(route.method, route.at(*parts, query=query), body))
+
+    # --- the cluster, its nodes and what runs on them
+
+    def status(self) -> StatusJson:
+        return self.call(STATUS)
+
+    def nodes(self) -> list[NodeJson]:
+        return self.call(NODES)
+
+    def node(self, node_id: str) -> NodeJson:
+        return self.call(NODE, node_id)
+
+    def history(self, node_id: str, minutes: float = 60) -> HistoryJson:
+        return self.call(HISTORY, node_id, query={"minutes": f"{minutes:g}"})
+
+    def logs(self, node_id: str, source: str, n: int) -> list[str]:
+        """The last ``n`` lines of the node's agent log (``source`` agent) or a shard's."""
+        return self.call(LOGS, node_id, query={"source": source, "n": n})
+
+    def follow_logs(self, node_id: str, source: str, n: int) -> Iterator[LogBatch]:
+        """The last ``n`` lines, then each batch as it comes, until the node ends it."""
+        query: Query = {"source": source, "n": n, "follow": "1"}
+        for batch in self.stream(LOG_BATCH.at(node_id, query=query)):
+            yield LOG_BATCH.read(batch)
+
+    def mark(self, node_id: str, action: str, body: Body | None = None) -> NodeJson:
+        """cordon, uncordon, drain, or labels (``{"set": {...}, "remove": [...]}``)."""
+        return self.call(MARK, node_id, action, body=body)
+
+    def start_shard(self, node_id: str, body: Body) -> ShardAskedJson:
+        return self.call(START_SHARD, node_id, body=body)
+
+    def stop_shard(self, node_id: str, replica_id: str) -> ShardAskedJson:
+        return self.call(STOP_SHARD, node_id, replica_id)
+
+    def replicas(self) -> list[ReplicaJson]:
+        return self.call(REPLICAS)
+
+    def weights(self, node: str | None = None) -> list[WeightsEntry]:
+        return self.call(WEIGHTS, query={"node": node} if node else None)
+
+    def collect(self, node: str | None = None) -> list[Collected]:
+        return self.call(COLLECT, body={"node": node} if node else {})
+
+    def node_token(self, ttl_seconds: int) -> TokenJson:
+        return self.call(TOKEN, body={"ttl_seconds": ttl_seconds})
+
+    # --- the catalog
+
+    def models(self) -> list[ModelJson]:
+        return self.call(MODELS)
+
+    def model(self, name: str) -> ModelJson:
+        return self.call(MODEL, name)
+
+    def serve(self, body: Body) -> ModelJson:
+        return self.call(SERVE, body=body)
+
+    def add_external(self, body: Body) -> ModelJson:
+        return self.call(EXTERNAL, body=body)
+
+    def change_model(self, name: str, change: str, body: Body | None = None) -> ModelJson:
+        """stop, start, restart, context, gpus or replicas: the model as it now is."""
+        return self.call(CHANGE_MODEL, name, change, body=body)
+
+    def remove_model(self, name: str, with_files: bool = False) -> ModelRemovedJson:
+        return self.call(REMOVE_MODEL, name, query={"with_files": 1} if with_files else None)
+
+    def explain(self, name: str) -> list[ExplainJson]:
+        return self.call(EXPLAIN, name)
+
+    def adapters(self, model: str) -> list[AdapterJson]:
+        return self.call(ADAPTERS, model)
+
+    def add_adapter(self, model: str, body: Body) -> list[AdapterJson]:
+        return self.call(ADD_ADAPTER, model, body=body)
+
+    def remove_adapter(self, model: str, adapter: str) -> list[AdapterJson]:
+        return self.call(REMOVE_ADAPTER, model, adapter)
+
+    def plan(self, query: Query) -> PlanJson:
+        return self.call(PLAN, query=query)
+
+    # --- the gateway's keys, usage and serving switch
+
+    def keys(self) -> list[KeyJson]:
+        return self.call(KEYS)
+
+    def key(self, key_id: str) -> KeyJson:
+        return self.call(KEY, key_id)
+
+    def create_key(self, body: Body) -> NewKeyJson:
+        return self.call(CREATE_KEY, body=body)
+
+    def update_key(self, key_id: str, body: Body) -> KeyJson:
+        return self.call(UPDATE_KEY, key_id, body=body)
+
+    def revoke_key(self, key_id: str) -> KeyJson:
+        return self.call(REVOKE_KEY, key_id)
+
+    def set_serving(self, stopped: bool) -> ServingJson:
+        return self.call(SERVING, body={"stopped": stopped})
+
+    def usage(self, query: Query) -> list[UsageJson]:
+        return self.call(USAGE, query=query)
+
+    def energy(self) -> list[EnergyJson]:
+        return self.call(ENERGY)
+
+    # --- control planes
+
+    def servers(self) -> list[ServerJson]:
+        return self.call(SERVERS)
+
+    def server_token(self, ttl_seconds: int) -> TokenJson:
+        return self.call(SERVER_TOKEN, body={"ttl_seconds": ttl_seconds})
+
+    def remove_server(self, name: str) -> ServerRemovedJson:
+        return self.call(REMOVE_SERVER, name)
+
+    # --- the agents' settings and the fleet's engines
+
+    def settings(self) -> SettingsJson:
+        return self.call(SETTINGS)
+
+    def node_settings(self, node: str) -> NodeSettingsJson:
+        return self.call(NODE_SETTINGS, query={"node": node})
+
+    def setting(self, key: str, node: str | None = None) -> SettingValueJson:
+        return self.call(SETTING, query={"key": key, "node": node} if node else {"key": key})
+
+    def set_setting(self, body: Body) -> SettingsJson:
+        return self.call(SET_SETTING, body=body)
+
+    def settings_history(self) -> list[SettingsChangeJson]:
+        return self.call(SETTINGS_HISTORY)
+
+    def engines(self) -> EnginesJson:
+        return self.call(ENGINES)
+
+    def set_engine(self, body: Body) -> EnginesJson:
+        return self.call(SET_ENGINE, body=body)
+
+    def engine_build(self, node_id: str, build: str) -> EnginesJson:
+        return self.call(ENGINE_BUILD, node_id, body={"build": build})
+
+    def engines_history(self) -> list[EngineChangeJson]:
+        return self.call(ENGINES_HISTORY)
+
+    # --- fabrics and NVLink
+
+    def fabrics(self) -> FabricsJson:
+        return self.call(FABRICS)
+
+    def fabric_map(self, fabric_id: str) -> FabricMapJson:
+        return self.call(FABRIC_MAP, fabric_id)
+
+    def fabric_test(self, body: Body) -> FabricTestJson:
+        return self.call(FABRIC_TEST, body=body)
+
+    def nvlink(self) -> NvlinkJson:
+        return self.call(NVLINK)
 
 
 def local_url(listen: str) -> str:

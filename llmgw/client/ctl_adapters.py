@@ -11,20 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any
-from urllib.parse import quote
 
+from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render
-
-Client = Callable[[argparse.Namespace], Any]
-
-
-def _path(model: str, adapter: str | None = None) -> str:
-    path = f"/api/v1/models/{quote(model, safe='')}/adapters"
-    return f"{path}/{quote(adapter, safe='')}" if adapter else path
+from llmgw.wire.admin import AdapterJson
 
 
-def adapters_table(model: str, adapters: list[dict[str, Any]]) -> str:
+def adapters_table(model: str, adapters: list[AdapterJson]) -> str:
     if not adapters:
         return (
             f"{model} has no LoRA adapters. Add one with "
@@ -36,7 +29,7 @@ def adapters_table(model: str, adapters: list[dict[str, Any]]) -> str:
 
 
 def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
-    def show(args: argparse.Namespace, adapters: Any, said: str = "") -> int:
+    def show(args: argparse.Namespace, adapters: list[AdapterJson], said: str = "") -> int:
         if args.json:
             print(json.dumps(adapters, indent=2))
             return 0
@@ -46,10 +39,10 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         return 0
 
     def add(args: argparse.Namespace) -> int:
-        body: dict[str, Any] = {"name": args.name, "source": args.source}
+        body: dict[str, object] = {"name": args.name, "source": args.source}
         if args.scale is not None:
             body["scale"] = args.scale
-        adapters = client(args).post(_path(args.model), body)
+        adapters = client(args).add_adapter(args.model, body)
         said = (
             f"added {args.name} to {args.model}; its replicas are replaced with it one by "
             "one (`llmgw ctl replicas`)\n"
@@ -57,7 +50,7 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         return show(args, adapters, said)
 
     def remove(args: argparse.Namespace) -> int:
-        adapters = client(args).request("DELETE", _path(args.model, args.name))
+        adapters = client(args).remove_adapter(args.model, args.name)
         said = (
             f"removed {args.name} from {args.model}; its replicas are replaced without it "
             "one by one\n"
@@ -65,13 +58,13 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         return show(args, adapters, said)
 
     def list_adapters(args: argparse.Namespace) -> int:
-        return show(args, client(args).get(_path(args.model)))
+        return show(args, client(args).adapters(args.model))
 
     return {"add": add, "remove": remove, "list": list_adapters}
 
 
 def add_adapter_parsers(
-    model_sub: Any,
+    model_sub: Subcommands,
     client: Client,
     client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:

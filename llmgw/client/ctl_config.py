@@ -6,23 +6,21 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any
-from urllib.parse import urlencode
 
 import yaml
 
+from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render, when
+from llmgw.wire.admin import SettingsChangeJson, SettingsJson
 
-Client = Callable[[argparse.Namespace], Any]
 
-
-def document_text(doc: dict[str, Any]) -> str:
+def document_text(doc: SettingsJson) -> str:
     """The settings as agent.yaml would say them: the default, then each node's."""
     shown = {"agents": {"default": doc.get("default") or {}, "nodes": doc.get("nodes") or {}}}
     return yaml.safe_dump(shown, sort_keys=True, default_flow_style=False).rstrip()
 
 
-def history_table(rows: list[dict[str, Any]]) -> str:
+def history_table(rows: list[SettingsChangeJson]) -> str:
     if not rows:
         return "No agent setting has been changed yet."
     body = [
@@ -38,32 +36,39 @@ def history_table(rows: list[dict[str, Any]]) -> str:
 
 
 def add_parsers(
-    ctl_cmds: Any, client: Client, client_options: Callable[[argparse.ArgumentParser], None]
+    ctl_cmds: Subcommands,
+    client: Client,
+    client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     def get(args: argparse.Namespace) -> int:
-        asked = {k: v for k, v in (("key", args.key), ("node", args.node)) if v}
-        answer = client(args).get("/api/v1/config" + (f"?{urlencode(asked)}" if asked else ""))
-        if args.json:
-            print(json.dumps(answer, indent=2))
-        elif args.key:
-            value = answer["value"]
-            print(
-                "(unset)" if value is None else yaml.safe_dump(value).rstrip().removesuffix("\n...")
-            )
+        admin = client(args)
+        if args.key:
+            value = admin.setting(args.key, args.node)
+            if args.json:
+                print(json.dumps(value, indent=2))
+            elif value["value"] is None:
+                print("(unset)")
+            else:
+                print(yaml.safe_dump(value["value"]).rstrip().removesuffix("\n..."))
         elif args.node:
-            print(yaml.safe_dump(answer["settings"], sort_keys=True).rstrip() or "{}")
+            settings = admin.node_settings(args.node)
+            if args.json:
+                print(json.dumps(settings, indent=2))
+            else:
+                print(yaml.safe_dump(settings["settings"], sort_keys=True).rstrip() or "{}")
         else:
-            print(document_text(answer))
+            doc = admin.settings()
+            print(json.dumps(doc, indent=2) if args.json else document_text(doc))
         return 0
 
     def change(unset: bool) -> Callable[[argparse.Namespace], int]:
         def run(args: argparse.Namespace) -> int:
-            body: dict[str, Any] = {"key": args.key, "unset": unset}
+            body: dict[str, object] = {"key": args.key, "unset": unset}
             if not unset:
                 body["value"] = args.value
             if args.node:
                 body["node"] = args.node
-            answer = client(args).post("/api/v1/config", body)
+            answer = client(args).set_setting(body)
             if args.json:
                 print(json.dumps(answer, indent=2))
             else:
@@ -74,14 +79,16 @@ def add_parsers(
         return run
 
     def history(args: argparse.Namespace) -> int:
-        rows = client(args).get("/api/v1/config/history")
+        rows = client(args).settings_history()
         print(json.dumps(rows, indent=2) if args.json else history_table(rows))
         return 0
 
     config = ctl_cmds.add_parser("config", help="the agents' settings, for every node or one")
     sub = config.add_subparsers(dest="config_command", metavar="ACTION")
 
-    def leaf(name: str, run: Callable[[argparse.Namespace], int], text: str) -> Any:
+    def leaf(
+        name: str, run: Callable[[argparse.Namespace], int], text: str
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--json", action="store_true", help="print the API's JSON")
         client_options(p)

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any
 
+from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render, when
+from llmgw.wire.admin import EnginesJson
 
-Client = Callable[[argparse.Namespace], Any]
 
-
-def wanted_table(doc: dict[str, Any]) -> str:
+def wanted_table(doc: EnginesJson) -> str:
     rows = [
         [
             str(e["engine"]),
@@ -28,7 +27,7 @@ def wanted_table(doc: dict[str, Any]) -> str:
     return render(["ENGINE", "VERSION", "FROM", "SHA256 PINNED FOR"], rows)
 
 
-def nodes_table(doc: dict[str, Any]) -> str:
+def nodes_table(doc: EnginesJson) -> str:
     rows = [
         [
             str(r["node"]),
@@ -59,10 +58,12 @@ def parse_pins(values: list[str]) -> dict[str, str]:
 
 
 def add_parsers(
-    ctl_cmds: Any, client: Client, client_options: Callable[[argparse.ArgumentParser], None]
+    ctl_cmds: Subcommands,
+    client: Client,
+    client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     def show(args: argparse.Namespace) -> int:
-        doc = client(args).get("/api/v1/engines")
+        doc = client(args).engines()
         if args.json:
             print(json.dumps(doc, indent=2))
         else:
@@ -73,13 +74,13 @@ def add_parsers(
 
     def change(unset: bool) -> Callable[[argparse.Namespace], int]:
         def run(args: argparse.Namespace) -> int:
-            body: dict[str, Any] = {"engine": args.engine, "unset": unset}
+            body: dict[str, object] = {"engine": args.engine, "unset": unset}
             if not unset:
                 body["version"] = args.version
                 body["sha256"] = parse_pins(args.sha256 or [])
                 if args.index_url:
                     body["index_url"] = args.index_url
-            doc = client(args).post("/api/v1/engines", body)
+            doc = client(args).set_engine(body)
             if args.json:
                 print(json.dumps(doc, indent=2))
             elif unset:
@@ -95,7 +96,7 @@ def add_parsers(
         return run
 
     def history(args: argparse.Namespace) -> int:
-        found = client(args).get("/api/v1/engines/history")
+        found = client(args).engines_history()
         if args.json:
             print(json.dumps(found, indent=2))
             return 0
@@ -110,7 +111,7 @@ def add_parsers(
         return 0
 
     def build(args: argparse.Namespace) -> int:
-        doc = client(args).post(f"/api/v1/nodes/{args.node}/engine-build", {"build": args.build})
+        doc = client(args).engine_build(args.node, args.build)
         if args.json:
             print(json.dumps(doc, indent=2))
         else:

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any
 
+from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render
+from llmgw.wire.admin import FabricsJson, FabricTestJson
 
-Client = Callable[[argparse.Namespace], Any]
 
-
-def fabrics_text(doc: dict[str, Any]) -> str:
+def fabrics_text(doc: FabricsJson) -> str:
     out: list[str] = []
     for f in doc.get("fabrics") or []:
         states = ", ".join(f"{n} {s}" for s, n in (f.get("ports_by_state") or {}).items())
@@ -32,7 +31,7 @@ def fabrics_text(doc: dict[str, Any]) -> str:
     return "\n".join(out) or "No node reports an InfiniBand or RoCE port."
 
 
-def test_table(doc: dict[str, Any]) -> str:
+def test_table(doc: FabricTestJson) -> str:
     rows = [
         [
             str(r["rail"]),
@@ -40,7 +39,7 @@ def test_table(doc: dict[str, Any]) -> str:
             f"{doc['b']} {r['b_device']}",
             "-" if r.get("rate_gbps") is None else f"{r['rate_gbps']:g}",
             "-" if r.get("gbps") is None else f"{r['gbps']:.1f}",
-            "-" if r.get("ratio") is None else f"{100 * r['ratio']:.0f}%",
+            "-" if (ratio := r.get("ratio")) is None else f"{100 * ratio:.0f}%",
             str(r["grade"]) + (f": {r['error']}" if r.get("error") else ""),
         ]
         for r in doc.get("rails") or []
@@ -51,18 +50,20 @@ def test_table(doc: dict[str, Any]) -> str:
 
 
 def add_parsers(
-    ctl_cmds: Any, client: Client, client_options: Callable[[argparse.ArgumentParser], None]
+    ctl_cmds: Subcommands,
+    client: Client,
+    client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     def show(args: argparse.Namespace) -> int:
-        doc = client(args).get("/api/v1/fabrics")
+        doc = client(args).fabrics()
         print(json.dumps(doc, indent=2) if args.json else fabrics_text(doc))
         return 0
 
     def test(args: argparse.Namespace) -> int:
         body = {"a": args.a, "b": args.b, "seconds": args.seconds}
-        doc = client(args).post("/api/v1/fabric-tests", body)
-        print(json.dumps(doc, indent=2) if args.json else test_table(doc))
-        return 0 if all(r["grade"] in ("good", "fair") for r in doc.get("rails") or []) else 1
+        result = client(args).fabric_test(body)
+        print(json.dumps(result, indent=2) if args.json else test_table(result))
+        return 0 if all(r["grade"] in ("good", "fair") for r in result["rails"]) else 1
 
     p = ctl_cmds.add_parser("fabrics", help="the InfiniBand fabrics, their SMs and problems")
     p.add_argument("--json", action="store_true", help="print the API's JSON")

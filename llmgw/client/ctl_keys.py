@@ -7,12 +7,15 @@ import argparse
 import datetime as dt
 import json
 from collections.abc import Callable
-from typing import Any
-from urllib.parse import quote, urlencode
+from typing import Literal, TypeVar
 
+from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render, store_line
+from llmgw.wire.admin import EnergyJson, KeyJson, StatusJson, UsageJson
 
-Client = Callable[[argparse.Namespace], Any]
+Shown = TypeVar("Shown")
+# The usage rows' fields a table may sum by.
+UsageBy = Literal["key_name", "model", "replica", "day"]
 DASH = "-"
 PRIORITY_HELP = (
     "when a model's replicas are all busy, waiting requests of higher-priority keys go "
@@ -20,13 +23,13 @@ PRIORITY_HELP = (
 )
 
 
-def _when(ts: Any) -> str:
+def _when(ts: object) -> str:
     if not isinstance(ts, int | float):
         return DASH
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def keys_table(keys: list[dict[str, Any]]) -> str:
+def keys_table(keys: list[KeyJson]) -> str:
     if not keys:
         return "No keys. Make one with `llmgw ctl keys create --name NAME`."
     rows = [
@@ -47,14 +50,18 @@ def keys_table(keys: list[dict[str, Any]]) -> str:
     return render(heads, rows)
 
 
-def usage_table(
-    rows: list[dict[str, Any]], by: str, energy: list[dict[str, Any]] | None = None
-) -> str:
+def usage_table(rows: list[UsageJson], by: str, energy: list[EnergyJson] | None = None) -> str:
     """Usage summed by key, model, replica or day. By model, ``energy`` (from
     ``/api/v1/energy``) adds J/token where the cards' power is read."""
     if not rows:
         return "No usage yet."
-    field = {"key": "key_name", "model": "model", "replica": "replica", "day": "day"}[by]
+    fields: dict[str, UsageBy] = {
+        "key": "key_name",
+        "model": "model",
+        "replica": "replica",
+        "day": "day",
+    }
+    field = fields[by]
     totals: dict[str, list[int]] = {}
     for row in rows:
         name = str(row.get(field) or row.get("key_id") or DASH)
@@ -80,23 +87,23 @@ def usage_table(
 
 
 def add_parsers(
-    roles: Any,
-    ctl_cmds: Any,
+    roles: Subcommands,
+    ctl_cmds: Subcommands,
     client: Client,
     client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    def show(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> int:
+    def show(args: argparse.Namespace, value: Shown, text: Callable[[Shown], str]) -> int:
         print(json.dumps(value, indent=2) if args.json else text(value))
         return 0
 
     def create(args: argparse.Namespace) -> int:
-        body: dict[str, Any] = {"name": args.name}
+        body: dict[str, object] = {"name": args.name}
         if args.models:
             body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
         for name in ("rpm", "tpm", "budget", "expires", "priority"):
             if getattr(args, name) is not None:
                 body[name] = getattr(args, name)
-        made = client(args).post("/api/v1/keys", body)
+        made = client(args).create_key(body)
         return show(
             args,
             made,
@@ -107,32 +114,30 @@ def add_parsers(
         )
 
     def listing(args: argparse.Namespace) -> int:
-        return show(args, client(args).get("/api/v1/keys"), keys_table)
+        return show(args, client(args).keys(), keys_table)
 
     def one(args: argparse.Namespace) -> int:
-        return show(
-            args, client(args).get(f"/api/v1/keys/{quote(args.id)}"), lambda k: keys_table([k])
-        )
+        return show(args, client(args).key(args.id), lambda k: keys_table([k]))
 
     def update(args: argparse.Namespace) -> int:
         body = {"priority": args.priority}
-        changed = client(args).post(f"/api/v1/keys/{quote(args.id)}", body)
+        changed = client(args).update_key(args.id, body)
         return show(
             args, changed, lambda k: f"key {k['id']} ({k['name']}) has priority {k['priority']}"
         )
 
     def revoke(args: argparse.Namespace) -> int:
-        done = client(args).request("DELETE", f"/api/v1/keys/{quote(args.id)}")
+        done = client(args).revoke_key(args.id)
         return show(args, done, lambda k: f"key {k['id']} ({k['name']}) is {k['state']}")
 
     def serving(stopped: bool | None) -> Callable[[argparse.Namespace], int]:
         def run(args: argparse.Namespace) -> int:
             api = client(args)
             if stopped is not None:
-                api.post("/api/v1/serving", {"stopped": stopped})
-            status = api.get("/api/v1/status")
+                api.set_serving(stopped)
+            status = api.status()
 
-            def text(s: dict[str, Any]) -> str:
+            def text(s: StatusJson) -> str:
                 nodes = s["nodes"]
                 if s["serving"] == "stopped":
                     line = "stopped: /v1 answers 503 and every model is at zero replicas"
@@ -150,11 +155,13 @@ def add_parsers(
         api = client(args)
         asked = {"days": str(args.days)}
         asked.update({k: v for k in ("since", "until") if (v := getattr(args, k))})
-        rows = api.get(f"/api/v1/usage?{urlencode(asked)}")
-        energy = api.get("/api/v1/energy") if args.by == "model" and not args.json else None
+        rows = api.usage(asked)
+        energy = api.energy() if args.by == "model" and not args.json else None
         return show(args, rows, lambda r: usage_table(r, args.by, energy))
 
-    def leaf(sub: Any, name: str, run: Callable[[argparse.Namespace], int], text: str) -> Any:
+    def leaf(
+        sub: Subcommands, name: str, run: Callable[[argparse.Namespace], int], text: str
+    ) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=text)
         p.add_argument("--json", action="store_true", help="print the API's JSON")
         client_options(p)

@@ -8,13 +8,22 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import TypeVar
 
-from llmgw.client import UsageError
+from llmgw.client import Client, Subcommands, UsageError
 from llmgw.client.tables import binary, count, render
+from llmgw.wire.admin import ExplainJson, ModelJson, NodeJson, ProfileStatusJson, SpanJson
 
-Client = Callable[[argparse.Namespace], Any]
+Shown = TypeVar("Shown")
+# A profile the reconciler has not counted yet: nothing ready, nothing to say.
+NO_STATUS: ProfileStatusJson = {
+    "desired": 0,
+    "ready": 0,
+    "starting": 0,
+    "stale": 0,
+    "replacing": 0,
+    "note": "",
+}
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?B?)?\s*$", re.IGNORECASE)
 
@@ -35,29 +44,25 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _print(value: Any) -> None:
+def _print(value: object) -> None:
     print(json.dumps(value, indent=2))
-
-
-def _path(name: str) -> str:
-    return f"/api/v1/models/{quote(name, safe='')}"
 
 
 # ------------------------------------------------------------------------- showing
 
 
-def models_table(models: list[dict[str, Any]]) -> str:
+def models_table(models: list[ModelJson]) -> str:
     if not models:
         return "No models. Serve one with `llmgw ctl model serve SOURCE`."
     rows = []
     for m in models:
         profiles = ", ".join(
-            f"{p['name']} {(p.get('status') or {}).get('ready', 0)}/{p['replicas']}"
+            f"{p['name']} {(p.get('status') or NO_STATUS)['ready']}/{p['replicas']}"
             + (f" ({p['cards']} card)" if p["cards"] == 1 else "")
             + (f" ({p['cards']} cards)" if p["cards"] > 1 else "")
             for p in m["profiles"]
         )
-        notes = [(p.get("status") or {}).get("note", "") for p in m["profiles"]]
+        notes = [(p.get("status") or NO_STATUS)["note"] for p in m["profiles"]]
         note = m.get("parked") or "; ".join(n for n in notes if n)
         rows.append(
             [
@@ -73,7 +78,7 @@ def models_table(models: list[dict[str, Any]]) -> str:
     return render(["NAME", "STATE", "READY", "ENGINE", "CONTEXT", "PROFILES", "NOTE"], rows)
 
 
-def model_text(m: dict[str, Any]) -> str:
+def model_text(m: ModelJson) -> str:
     if m.get("external"):
         return external_text(m)
     shape = m.get("shape") or {}
@@ -114,12 +119,12 @@ def model_text(m: dict[str, Any]) -> str:
         lines.append(f"  adapters:    {names} (ask for {m['name']}:NAME or NAME)")
     lines.append("  profiles:")
     for p in m["profiles"]:
-        status = p.get("status") or {}
+        status = p.get("status") or NO_STATUS
         where = f"{p['cards']} card(s), {binary(p['card_memory'])} each" if p["cards"] else "CPU"
         if p.get("nodes", 1) > 1:
             where += f" on each of {p['nodes']} nodes (one replica spans them)"
         lines.append(
-            f"    {p['name']}: {status.get('ready', 0)}/{p['replicas']} ready, {p['engine']} on "
+            f"    {p['name']}: {status['ready']}/{p['replicas']} ready, {p['engine']} on "
             f"{where}, {binary(p['memory'])} memory"
             + (f", {p['cpu_cores']:g} cores" if p["cpu_cores"] else "")
             + f", priority {p['priority']}"
@@ -137,23 +142,24 @@ def model_text(m: dict[str, Any]) -> str:
             )
         if p.get("card_class"):
             lines.append(f"      on cards of class: {p['card_class']}")
-        if status.get("note"):
+        if status["note"]:
             lines.append(f"      {status['note']}")
     return "\n".join(lines)
 
 
-def external_text(m: dict[str, Any]) -> str:
-    ext = m.get("external") or {}
-    lines = [f"{m['name']}: {m['state']}, external provider {ext.get('base_url')}"]
-    if ext.get("upstream_model"):
+def external_text(m: ModelJson) -> str:
+    ext = m.get("external")
+    base_url = ext["base_url"] if ext else None
+    lines = [f"{m['name']}: {m['state']}, external provider {base_url}"]
+    if ext and ext["upstream_model"]:
         lines.append(f"  asked for as: {ext['upstream_model']}")
-    for e in ext.get("endpoints", []):
+    for e in ext["endpoints"] if ext else []:
         problem = f" ({e['problem']})" if e.get("problem") else ""
         lines.append(f"  {e['name']}: weight {e['weight']:g}, {e['state']}{problem}")
     return "\n".join(lines)
 
 
-def span_line(span: dict[str, Any]) -> str:
+def span_line(span: SpanJson) -> str:
     """One set of nodes a replica spanning nodes could go to, as `ctl explain` says it."""
     kind = {"nvlink": "NVLink domain", "fabric": "InfiniBand fabric"}.get(span["kind"])
     where = f"{kind} {span['id']}" if kind else "nodes without InfiniBand"
@@ -165,7 +171,7 @@ def span_line(span: dict[str, Any]) -> str:
     return f"{where}: {said}{notes}"
 
 
-def explain_text(profiles: list[dict[str, Any]]) -> str:
+def explain_text(profiles: list[ExplainJson]) -> str:
     out = []
     for p in profiles:
         need = [f"{binary(p['memory'])} memory"]
@@ -184,11 +190,12 @@ def explain_text(profiles: list[dict[str, Any]]) -> str:
             out.append(f"  {p['note']}")
         if p.get("avoid"):
             out.append(f"  failed recently on: {', '.join(p['avoid'])}")
-        if p.get("spans") is not None:
+        spans = p.get("spans")
+        if spans is not None:
             out.append(
                 f"  one replica spans {p['nodes']} nodes; the sets it could go to, best first:"
             )
-            out += [f"  {span_line(s)}" for s in p["spans"]] or ["  no node fits its share"]
+            out += [f"  {span_line(s)}" for s in spans] or ["  no node fits its share"]
         rows = []
         for v in sorted(p["verdicts"], key=lambda v: (v["rank"] is None, v["rank"], v["node"])):
             verdict = f"fits (#{v['rank']})" if v["ok"] else "no"
@@ -204,7 +211,7 @@ def explain_text(profiles: list[dict[str, Any]]) -> str:
 
 
 def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
-    def show(args: argparse.Namespace, value: Any, text: Callable[[Any], str]) -> int:
+    def show(args: argparse.Namespace, value: Shown, text: Callable[[Shown], str]) -> int:
         if args.json:
             _print(value)
         else:
@@ -212,10 +219,10 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         return 0
 
     def models(args: argparse.Namespace) -> int:
-        return show(args, client(args).get("/api/v1/models"), models_table)
+        return show(args, client(args).models(), models_table)
 
     def serve(args: argparse.Namespace) -> int:
-        body: dict[str, Any] = {"source": args.source, "replicas": args.replicas}
+        body: dict[str, object] = {"source": args.source, "replicas": args.replicas}
         for key in ("name", "engine", "context", "slots", "gpus", "cpu_cores", "memory"):
             if getattr(args, key) is not None:
                 body[key] = getattr(args, key)
@@ -230,7 +237,7 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
             body["args"] = args.arg
         if args.selector:
             body["selector"] = dict(args.selector)
-        model = client(args).post("/api/v1/models", body)
+        model = client(args).serve(body)
         return show(
             args,
             model,
@@ -242,45 +249,44 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         )
 
     def model_show(args: argparse.Namespace) -> int:
-        return show(args, client(args).get(_path(args.model)), model_text)
+        return show(args, client(args).model(args.model), model_text)
 
     def action(verb: str) -> Callable[[argparse.Namespace], int]:
         def run(args: argparse.Namespace) -> int:
-            body: dict[str, Any] = {}
+            body: dict[str, object] = {}
             if getattr(args, "in_place", False):
                 body["in_place"] = True
-            m = client(args).post(f"{_path(args.model)}/{verb}", body)
+            m = client(args).change_model(args.model, verb, body)
             return show(args, m, model_text)
 
         return run
 
     def remove(args: argparse.Namespace) -> int:
-        query = "?with_files=1" if args.with_files else ""
-        answer = client(args).request("DELETE", _path(args.model) + query)
+        answer = client(args).remove_model(args.model, args.with_files)
         files = " and its files once its replicas stop" if args.with_files else ""
         return show(args, answer, lambda a: f"removed {a['name']}{files}")
 
     def context(args: argparse.Namespace) -> int:
-        body: dict[str, Any] = {"in_place": args.in_place}
+        body: dict[str, object] = {"in_place": args.in_place}
         if args.tokens is not None:
             body["context"] = args.tokens
         if args.slots is not None:
             body["slots"] = args.slots
         if args.max_output is not None:
             body["max_output"] = args.max_output
-        return show(args, client(args).post(f"{_path(args.model)}/context", body), model_text)
+        return show(args, client(args).change_model(args.model, "context", body), model_text)
 
     def gpus(args: argparse.Namespace) -> int:
-        body: dict[str, Any] = {"gpus": args.count, "in_place": args.in_place}
+        body: dict[str, object] = {"gpus": args.count, "in_place": args.in_place}
         if args.profile:
             body["profile"] = args.profile
-        return show(args, client(args).post(f"{_path(args.model)}/gpus", body), model_text)
+        return show(args, client(args).change_model(args.model, "gpus", body), model_text)
 
     def replicas(args: argparse.Namespace) -> int:
-        body: dict[str, Any] = {"replicas": args.count}
+        body: dict[str, object] = {"replicas": args.count}
         if args.profile:
             body["profile"] = args.profile
-        return show(args, client(args).post(f"{_path(args.model)}/replicas", body), model_text)
+        return show(args, client(args).change_model(args.model, "replicas", body), model_text)
 
     def external(args: argparse.Namespace) -> int:
         keys = []
@@ -296,27 +302,27 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
             if not secret:
                 raise UsageError(f"--key-file {path} is empty: it should hold one API key")
             keys.append({"key": secret, "weight": weight})
-        body: dict[str, Any] = {"name": args.name, "base_url": args.base_url, "keys": keys}
+        body: dict[str, object] = {"name": args.name, "base_url": args.base_url, "keys": keys}
         if args.upstream_model:
             body["upstream_model"] = args.upstream_model
         if args.max_output:
             body["max_output"] = args.max_output
-        return show(args, client(args).post("/api/v1/models/external", body), external_text)
+        return show(args, client(args).add_external(body), external_text)
 
     def explain(args: argparse.Namespace) -> int:
-        return show(args, client(args).get(f"{_path(args.model)}/explain"), explain_text)
+        return show(args, client(args).explain(args.model), explain_text)
 
     def node(verb: str) -> Callable[[argparse.Namespace], int]:
         def run(args: argparse.Namespace) -> int:
-            body: dict[str, Any] = {}
+            body: dict[str, object] = {}
             if verb == "labels":
                 body = {
                     "set": dict(_label(x) for x in args.labels if not x.endswith("-")),
                     "remove": [x[:-1] for x in args.labels if x.endswith("-")],
                 }
-            view = client(args).post(f"/api/v1/nodes/{quote(args.node, safe='')}/{verb}", body)
+            view = client(args).mark(args.node, verb, body)
 
-            def text(v: dict[str, Any]) -> str:
+            def text(v: NodeJson) -> str:
                 state = "draining" if v["draining"] else "cordoned" if v["cordoned"] else "open"
                 labels = ", ".join(f"{k}={x}" for k, x in sorted(v["labels"].items()))
                 return f"{v['id']}: {state} for new replicas; labels: {labels or 'none'}"
@@ -346,15 +352,15 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
 
 
 def add_parsers(
-    ctl_cmds: Any,
+    ctl_cmds: Subcommands,
     client: Client,
     client_options: Callable[[argparse.ArgumentParser], None],
-) -> Any:
+) -> Subcommands:
     """Add the catalog's commands under ``llmgw ctl``; returns ``ctl model``'s
     subparsers so more can be added there."""
     run = commands(client)
 
-    def leaf(sub: Any, name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
+    def leaf(sub: Subcommands, name: str, handler: str, help_text: str) -> argparse.ArgumentParser:
         p: argparse.ArgumentParser = sub.add_parser(name, help=help_text)
         p.add_argument("--json", action="store_true", help="print the API's JSON")
         client_options(p)

@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import Any
-from urllib.parse import urlencode
 
-from llmgw.client import UsageError
+from llmgw.client import Client, Subcommands, UsageError
 from llmgw.client.tables import (
     collect_text,
     nodes_table,
@@ -18,18 +16,18 @@ from llmgw.client.tables import (
     weights_table,
 )
 
-Client = Callable[[argparse.Namespace], Any]
 
-
-def _print_json(value: Any) -> None:
+def _print_json(value: object) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
 
 
 def add_parsers(
-    ctl_cmds: Any, client: Client, client_options: Callable[[argparse.ArgumentParser], None]
+    ctl_cmds: Subcommands,
+    client: Client,
+    client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     def nodes(args: argparse.Namespace) -> int:
-        found = client(args).get("/api/v1/nodes")
+        found = client(args).nodes()
         if args.json:
             _print_json(found)
         else:
@@ -37,15 +35,15 @@ def add_parsers(
         return 0
 
     def status(args: argparse.Namespace) -> int:
-        found = client(args).get("/api/v1/status")
+        status = client(args).status()
         if args.json:
-            _print_json(found)
+            _print_json(status)
         else:
-            print(status_text(found))
+            print(status_text(status))
         return 0
 
     def replicas(args: argparse.Namespace) -> int:
-        rows = client(args).get("/api/v1/replicas")
+        rows = client(args).replicas()
         if args.json:
             _print_json(rows)
         else:
@@ -54,21 +52,19 @@ def add_parsers(
 
     def logs(args: argparse.Namespace) -> int:
         admin = client(args)
-        query = {"source": args.source, "n": args.lines}
         if not args.follow:
-            for line in admin.get(f"/api/v1/nodes/{args.node}/logs?{urlencode(query)}"):
+            for line in admin.logs(args.node, args.source, args.lines):
                 print(line)
             return 0
-        query["follow"] = "1"
-        for batch in admin.stream(f"/api/v1/nodes/{args.node}/logs?{urlencode(query)}"):
-            if isinstance(batch, dict) and "error" in batch:
+        for batch in admin.follow_logs(args.node, args.source, args.lines):
+            if isinstance(batch, dict):
                 raise UsageError(str(batch["error"]))
             for line in batch:
                 print(line, flush=True)
         return 0
 
     def shard_start(args: argparse.Namespace) -> int:
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "replica_id": args.replica,
             "engine": args.engine,
             "source": args.source,
@@ -81,7 +77,7 @@ def add_parsers(
             body["model"] = args.model
         if args.cpu_cores:
             body["cpu_cores"] = args.cpu_cores
-        answer = client(args).post(f"/api/v1/nodes/{args.node}/shards", body)
+        answer = client(args).start_shard(args.node, body)
         if args.json:
             _print_json(answer)
         else:
@@ -89,8 +85,7 @@ def add_parsers(
         return 0
 
     def shard_stop(args: argparse.Namespace) -> int:
-        path = f"/api/v1/nodes/{args.node}/shards/{args.replica}"
-        answer = client(args).request("DELETE", path)
+        answer = client(args).stop_shard(args.node, args.replica)
         if args.json:
             _print_json(answer)
         else:
@@ -100,15 +95,13 @@ def add_parsers(
     def weights(args: argparse.Namespace) -> int:
         admin = client(args)
         if args.collect:
-            body = {"node": args.node} if args.node else {}
-            result = admin.post("/api/v1/weights/collect", body)
+            result = admin.collect(args.node)
             if args.json:
                 _print_json(result)
             else:
                 print(collect_text(result))
             return 0
-        path = "/api/v1/weights" + (f"?node={args.node}" if args.node else "")
-        rows = admin.get(path)
+        rows = admin.weights(args.node)
         if args.json:
             _print_json(rows)
         else:

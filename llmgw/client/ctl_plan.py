@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlencode
 
 from llmgw.client.tables import DASH, render
+from llmgw.wire.admin import PlanJson
 
 GIB = 2**30
 
@@ -38,7 +37,8 @@ def add_plan_parser(model_sub: argparse._SubParsersAction[argparse.ArgumentParse
     p.set_defaults(handler=cmd_model_plan)
 
 
-def plan_query(args: argparse.Namespace) -> str:
+def plan_query(args: argparse.Namespace) -> dict[str, str]:
+    """``GET /api/v1/plan``'s query for the command's options."""
     query: dict[str, str] = {"source": args.source}
     for name in ("context", "slots", "gpus", "cpu_cores", "engine"):
         value = getattr(args, name, None)
@@ -46,7 +46,7 @@ def plan_query(args: argparse.Namespace) -> str:
             query[name] = str(value)
     if getattr(args, "allow_pickle", False):
         query["allow_pickle"] = "true"
-    return "/api/v1/plan?" + urlencode(query)
+    return query
 
 
 def cmd_model_plan(args: argparse.Namespace) -> int:
@@ -55,7 +55,7 @@ def cmd_model_plan(args: argparse.Namespace) -> int:
     client = resolve(args.server, args.token, Path(args.data_dir) if args.data_dir else None)
     # Reading a header from the hub can take longer than a plain admin call.
     client = type(client)(client.base_url, client.token, timeout=120.0)
-    result = client.get(plan_query(args))
+    result = client.plan(plan_query(args))
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -63,13 +63,13 @@ def cmd_model_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _gib(value: Any) -> str:
+def _gib(value: object) -> str:
     if not isinstance(value, int | float):
         return DASH
     return f"{value / GIB:.1f} GiB"
 
 
-def _num(value: Any) -> str:
+def _num(value: object) -> str:
     if not isinstance(value, int | float):
         return DASH
     if isinstance(value, int) and value >= 10_000_000:
@@ -77,9 +77,9 @@ def _num(value: Any) -> str:
     return f"{value:,}" if isinstance(value, int) else f"{value:g}"
 
 
-def plan_text(plan: dict[str, Any]) -> str:
+def plan_text(plan: PlanJson) -> str:
     """The plan as an operator reads it."""
-    shape = plan.get("shape") or {}
+    shape = plan["shape"]
     lines = [f"{plan.get('source')}  ({plan.get('format')}, {_gib(plan.get('weight_bytes'))})"]
     facts = [
         ("architecture", shape.get("architecture")),
@@ -94,8 +94,8 @@ def plan_text(plan: dict[str, Any]) -> str:
         facts.append(("experts", f"{shape.get('experts_used')} of {shape.get('experts')}"))
     for label, value in facts:
         lines.append(f"  {label + ':':<18}{value if value is not None else DASH}")
-    memory = plan.get("memory") or {}
-    cards = memory.get("cards") or 1
+    memory = plan["memory"]
+    cards = memory["cards"] or 1
     lines += [
         "",
         f"Replica: engine {plan.get('engine')}, context {_num(plan.get('context'))} "
@@ -104,38 +104,37 @@ def plan_text(plan: dict[str, Any]) -> str:
         f"+ overhead {_gib(memory.get('overhead'))} = {_gib(memory.get('total'))}",
     ]
     if cards > 1:
-        per_card = ", ".join(_gib(b) for b in memory.get("per_card") or [])
+        per_card = ", ".join(_gib(b) for b in memory["per_card"])
         lines.append(f"  on {cards} cards ({memory.get('split')} split): {per_card}")
-    cpu_memory = plan.get("memory_cpu") or {}
-    lines.append(f"  on the CPU: {_gib(cpu_memory.get('total'))} of host memory")
+    lines.append(f"  on the CPU: {_gib(plan['memory_cpu']['total'])} of host memory")
     rows = []
     speed_warnings: list[str] = []
-    for node in plan.get("nodes") or []:
-        cpu = node.get("cpu") or {}
-        gpu = node.get("gpu") or {}
-        if node.get("where") == "cards":
+    for node in plan["nodes"]:
+        cpu = node["cpu"]
+        gpu = node["gpu"]
+        if node["where"] == "cards" and gpu is not None:
             verdict = "fits on " + ", ".join(
-                f"card {c.get('index')} ({_gib(c.get('free'))} free)" for c in gpu.get("cards", [])
+                f"card {c['index']} ({_gib(c['free'])} free)" for c in gpu["cards"]
             )
-        elif node.get("where") == "cpu":
-            verdict = f"fits on the CPU ({_gib(cpu.get('available'))} available)"
+        elif node["where"] == "cpu":
+            verdict = f"fits on the CPU ({_gib(cpu['available'])} available)"
         else:
-            verdict = "no: " + "; ".join(node.get("reasons") or [])
-        tps = cpu.get("tokens_per_second")
+            verdict = "no: " + "; ".join(node["reasons"])
+        tps = cpu["tokens_per_second"]
         speed = f"{tps:.1f}" if isinstance(tps, int | float) else DASH
-        rate = cpu.get("memory_read_gbs")
+        rate = cpu["memory_read_gbs"]
         rows.append(
             [
-                str(node.get("node")),
-                str(node.get("state")),
-                _num(node.get("max_context")),
+                node["node"],
+                node["state"],
+                _num(node["max_context"]),
                 f"{rate:g}" if isinstance(rate, int | float) else DASH,
                 speed,
                 verdict,
             ]
         )
-        if cpu.get("warning"):
-            speed_warnings.append(f"{node.get('node')}: on the CPU, {cpu['warning']}")
+        if cpu["warning"]:
+            speed_warnings.append(f"{node['node']}: on the CPU, {cpu['warning']}")
     lines.append("")
     if rows:
         lines.append(
@@ -143,11 +142,11 @@ def plan_text(plan: dict[str, Any]) -> str:
         )
     else:
         lines.append("No nodes.")
-    fits = plan.get("fits_on") or []
+    fits = plan["fits_on"]
     lines.append("")
     lines.append(
         f"Fits now on: {', '.join(fits)}" if fits else "Fits now on: no node (reasons above)"
     )
-    for warning in [*(plan.get("warnings") or []), *speed_warnings]:
+    for warning in [*plan["warnings"], *speed_warnings]:
         lines.append(f"warning: {warning}")
     return "\n".join(lines)

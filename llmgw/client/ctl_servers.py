@@ -7,24 +7,22 @@ import argparse
 import datetime as dt
 import json
 from collections.abc import Callable
-from typing import Any
-from urllib.parse import quote
 
-from llmgw.client import parse_duration
+from llmgw.client import Client, Subcommands, parse_duration
 from llmgw.client.tables import render
+from llmgw.wire.admin import ServerJson
 
-Client = Callable[[argparse.Namespace], Any]
 Handler = Callable[[argparse.Namespace], int]
 DASH = "-"
 
 
-def _ago(ts: Any, now: float) -> str:
+def _ago(ts: object, now: float) -> str:
     if not isinstance(ts, int | float):
         return DASH
     return f"{max(0.0, now - ts):.0f}s ago"
 
 
-def servers_table(servers: list[dict[str, Any]], now: float | None = None) -> str:
+def servers_table(servers: list[ServerJson], now: float | None = None) -> str:
     if not servers:
         return "No control planes recorded yet (the leader writes its own when it starts)."
     now = now if now is not None else dt.datetime.now(dt.UTC).timestamp()
@@ -50,8 +48,8 @@ def servers_table(servers: list[dict[str, Any]], now: float | None = None) -> st
 
 
 def add_parsers(
-    server_cmds: Any,
-    ctl_cmds: Any,
+    server_cmds: Subcommands,
+    ctl_cmds: Subcommands,
     client: Client,
     client_options: Callable[[argparse.ArgumentParser], None],
     local: Handler,
@@ -59,12 +57,12 @@ def add_parsers(
     """``local`` runs ``server join`` and ``server promote`` on this machine's data dir."""
 
     def token(args: argparse.Namespace) -> int:
-        answer = client(args).post("/api/v1/servers/tokens", {"ttl_seconds": args.ttl})
+        answer = client(args).server_token(args.ttl)
         print(json.dumps(answer, indent=2) if args.json else answer["token"])
         return 0
 
     def remove(args: argparse.Namespace) -> int:
-        done = client(args).request("DELETE", f"/api/v1/servers/{quote(args.name)}")
+        done = client(args).remove_server(args.name)
         if args.json:
             print(json.dumps(done, indent=2))
         elif done["removed"]:
@@ -74,7 +72,7 @@ def add_parsers(
         return 0
 
     def listing(args: argparse.Namespace) -> int:
-        servers = client(args).get("/api/v1/servers")
+        servers = client(args).servers()
         print(json.dumps(servers, indent=2) if args.json else servers_table(servers))
         return 0
 

@@ -39,6 +39,7 @@ from llmgw.client.remote import (
     remote_from_args,
 )
 from llmgw.config import AgentConfig, ConfigError, dump, parse_hostport
+from llmgw.wire.admin import TokenJson
 
 UNIT_NAME = "llmgw-agent.service"
 UNIT_PATH = f"/etc/systemd/system/{UNIT_NAME}"
@@ -114,7 +115,7 @@ class NodeInstaller:
         print(f"    node id {node_id}, Python {python}, {facts.machine}")
 
         _step("asking the control plane for a join token")
-        answer = self.client.post("/api/v1/tokens", {"ttl_seconds": TOKEN_TTL})
+        answer = self.client.node_token(TOKEN_TTL)
         server = self.control_plane(answer)
 
         _step(f"copying {pyz} to {self.host}:{self.prefix}/llmgw.pyz")
@@ -144,7 +145,7 @@ class NodeInstaller:
             )
         return facts
 
-    def control_plane(self, token_answer: dict[str, Any]) -> str:
+    def control_plane(self, token_answer: TokenJson) -> str:
         address = self.args.control_plane
         if not address:
             addresses = token_answer.get("addresses") or []
@@ -225,9 +226,7 @@ class NodeInstaller:
         last = ""
         next_alive_check = time.monotonic() + 5
         while True:
-            node = next(
-                (n for n in self.client.get("/api/v1/nodes") if n.get("id") == node_id), None
-            )
+            node = next((n for n in self.client.nodes() if n.get("id") == node_id), None)
             if node is None:
                 seen = "not enrolled yet"
             else:

@@ -24,7 +24,6 @@ import shlex
 import subprocess
 import sys
 import time
-from typing import Any
 from urllib.parse import urlsplit
 
 from llmgw.client.admin import AdminClient, AdminError, local_url
@@ -66,7 +65,7 @@ def _is_loopback(host: str) -> bool:
 
 
 def leader_address(
-    base_url: str, host: str, token_addresses: list[Any], explicit: str | None
+    base_url: str, host: str, token_addresses: list[str], explicit: str | None
 ) -> str:
     """The leader's HTTP address as HOST reaches it, for ``server join --server``: --leader,
     else the admin client's, unless that is loopback and HOST is another machine."""
@@ -195,7 +194,7 @@ class ServerInstaller:
         print(f"    control plane {name}, Python {python}, {facts.machine}")
 
         self.say("asking the leader for a server token")
-        answer = self.client.post("/api/v1/servers/tokens", {"ttl_seconds": TOKEN_TTL})
+        answer = self.client.server_token(TOKEN_TTL)
         leader = leader_address(
             self.client.base_url, self.host, answer.get("addresses") or [], args.leader
         )
@@ -217,7 +216,7 @@ class ServerInstaller:
                 f"start it as it is (llmgw server run --data-dir {self.prefix}/data), or "
                 f"remove it there first, with `llmgw server remove NAME` here if it had joined"
             )
-        for s in self.client.get("/api/v1/servers"):
+        for s in self.client.servers():
             if s.get("name") == name and s.get("removed_at") is None:
                 raise ServerAddError(
                     f"a control plane named {name} is already part of the cluster: pick "
@@ -264,7 +263,7 @@ class ServerInstaller:
         next_alive_check = time.monotonic() + 5
         while True:
             try:
-                listed = self.client.get("/api/v1/servers")
+                listed = self.client.servers()
                 it = next((s for s in listed if s.get("name") == name), None)
             except AdminError as exc:
                 it, seen = None, f"the leader did not answer: {exc}"
@@ -305,7 +304,7 @@ class ServerInstaller:
         print(f"    {keepalived_outcome(done.stdout, self.host)}")
 
         self.say("keepalived for the leader")
-        servers = self.client.get("/api/v1/servers")
+        servers = self.client.servers()
         leader = next((s for s in servers if s.get("role") == "leader"), None)
         if leader is None:
             raise ServerAddError("no control plane answers as the leader now; try again")

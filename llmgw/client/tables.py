@@ -5,18 +5,26 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Sequence
-from typing import Any
+
+from llmgw.wire.admin import (
+    Collected,
+    DiskJson,
+    NodeJson,
+    ReplicaJson,
+    StatusJson,
+    WeightsEntry,
+)
 
 DASH = "-"
 
 
-def gib(value: Any) -> str:
+def gib(value: object) -> str:
     if not isinstance(value, int | float):
         return DASH
     return f"{value / 2**30:.1f}"
 
 
-def binary(value: Any) -> str:
+def binary(value: object) -> str:
     """Bytes in binary units, as memory is sold: 0.5 GiB, 498 KiB."""
     if not isinstance(value, int | float):
         return DASH
@@ -26,7 +34,7 @@ def binary(value: Any) -> str:
     return f"{value} B"
 
 
-def count(value: Any) -> str:
+def count(value: object) -> str:
     """A large count shortly: 8.03B, 125K."""
     if not isinstance(value, int | float):
         return DASH
@@ -36,7 +44,7 @@ def count(value: Any) -> str:
     return str(value)
 
 
-def ago(ts: Any, now: float | None = None) -> str:
+def ago(ts: object, now: float | None = None) -> str:
     if not isinstance(ts, int | float):
         return DASH
     secs = max(0, int((now or time.time()) - ts))
@@ -49,7 +57,7 @@ def ago(ts: Any, now: float | None = None) -> str:
     return f"{secs // 86400}d"
 
 
-def when(at: Any) -> str:
+def when(at: object) -> str:
     """A UTC timestamp as ``YYYY-MM-DD HH:MM:SS``; a dash when there is none."""
     if not isinstance(at, int | float):
         return "-"
@@ -66,7 +74,7 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def local_disk(disks: Any) -> tuple[int, int] | None:
+def local_disk(disks: list[DiskJson] | None) -> tuple[int, int] | None:
     """(free, total) of a node's own filesystems; shared ones belong to everyone."""
     if not isinstance(disks, list):
         return None
@@ -76,7 +84,7 @@ def local_disk(disks: Any) -> tuple[int, int] | None:
     return sum(d["free"] for d in own), sum(d["total"] for d in own)
 
 
-def nodes_table(nodes: list[dict[str, Any]]) -> str:
+def nodes_table(nodes: list[NodeJson]) -> str:
     if not nodes:
         return (
             "No nodes yet. Add one: `llmgw node add HOST`, or `llmgw node token` and "
@@ -121,7 +129,7 @@ def nodes_table(nodes: list[dict[str, Any]]) -> str:
     return table + ("\n\nWarnings:\n" + "\n".join(said) if said else "")
 
 
-def status_text(status: dict[str, Any]) -> str:
+def status_text(status: StatusJson) -> str:
     nodes = status.get("nodes", {})
     hb = status.get("heartbeat_handling", {})
     p99 = hb.get("p99_ms")
@@ -141,14 +149,14 @@ def status_text(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def store_line(status: dict[str, Any]) -> str:
+def store_line(status: StatusJson) -> str:
     """Whether the store takes writes; when not, why and the fix."""
     if status.get("store_writable", True):
         return "writable"
     return f"NOT WRITABLE: {status.get('store_problem')} (serving goes on from memory)"
 
 
-def size(value: Any) -> str:
+def size(value: object) -> str:
     if not isinstance(value, int | float):
         return DASH
     for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
@@ -157,7 +165,7 @@ def size(value: Any) -> str:
     return f"{value} B"
 
 
-def replicas_table(rows: list[dict[str, Any]]) -> str:
+def replicas_table(rows: list[ReplicaJson]) -> str:
     if not rows:
         return "No replicas running."
     lines = []
@@ -202,7 +210,7 @@ def replicas_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join([table.splitlines()[0], *lines])
 
 
-def weights_table(rows: list[dict[str, Any]]) -> str:
+def weights_table(rows: list[WeightsEntry]) -> str:
     if not rows:
         return "No weights on any node."
     out = []
@@ -222,7 +230,7 @@ def weights_table(rows: list[dict[str, Any]]) -> str:
     return render(["NODE", "NAME", "SIZE", "USE", "SOURCE"], out)
 
 
-def collect_text(result: list[dict[str, Any]]) -> str:
+def collect_text(result: list[Collected]) -> str:
     lines = []
     for node in result:
         if "error" in node:

@@ -1,5 +1,10 @@
 """The console's view of the admin API: the synchronous client run off the UI's loop,
-and one snapshot of everything the screens show, fetched together."""
+and one snapshot of everything the screens show, fetched together.
+
+Each call names its ``Route`` (``llmgw.client.admin``): the path, and the shape its
+answer is read as (``llmgw.wire.admin``). Every call goes through ``get``, ``post`` or
+``delete``, which hand the path to the client in a thread: the one seam a test's fake
+answers at."""
 
 from __future__ import annotations
 
@@ -7,22 +12,40 @@ import asyncio
 import time
 import urllib.error
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import quote
+from typing import TypeVar
 
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client import admin
+from llmgw.client.admin import AdminClient, AdminError, Body, Query, Route
+from llmgw.wire.admin import (
+    EnginesJson,
+    FabricMapJson,
+    FabricsJson,
+    HistoryJson,
+    KeyJson,
+    ModelJson,
+    ModelRemovedJson,
+    NewKeyJson,
+    NodeJson,
+    NvlinkJson,
+    PlanJson,
+    ReplicaJson,
+    StatusJson,
+)
+
+T = TypeVar("T")
 
 
 @dataclass
 class Snapshot:
-    """What the control plane said at ``at``; ``error`` when it could not be reached."""
+    """What the control plane said at ``at``; ``error`` when it could not be reached;
+    ``status`` None before the first answer."""
 
     at: float = 0.0
-    status: dict[str, Any] = field(default_factory=dict)
-    nodes: list[dict[str, Any]] = field(default_factory=list)
-    models: list[dict[str, Any]] = field(default_factory=list)
-    replicas: list[dict[str, Any]] = field(default_factory=list)
-    keys: list[dict[str, Any]] = field(default_factory=list)
+    status: StatusJson | None = None
+    nodes: list[NodeJson] = field(default_factory=list)
+    models: list[ModelJson] = field(default_factory=list)
+    replicas: list[ReplicaJson] = field(default_factory=list)
+    keys: list[KeyJson] = field(default_factory=list)
     error: str | None = None
 
 
@@ -34,40 +57,94 @@ class ConsoleApi:
     def base_url(self) -> str:
         return self.client.base_url
 
-    async def get(self, path: str) -> Any:
+    async def get(self, path: str) -> object:
         return await asyncio.to_thread(self.client.get, path)
 
-    async def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def post(self, path: str, body: Body | None = None) -> object:
         return await asyncio.to_thread(self.client.post, path, body or {})
 
-    async def delete(self, path: str) -> Any:
+    async def delete(self, path: str) -> object:
         return await asyncio.to_thread(self.client.request, "DELETE", path)
 
-    async def history(self, node_id: str, minutes: float = 60) -> dict[str, Any] | None:
+    async def call(
+        self,
+        route: Route[T],
+        *parts: str,
+        body: Body | None = None,
+        query: Query | None = None,
+    ) -> T:
+        """``route``'s answer, as its shape."""
+        path = route.at(*parts, query=query)
+        if route.method == "GET":
+            answer = await self.get(path)
+        elif route.method == "POST":
+            answer = await self.post(path, body)
+        else:
+            answer = await self.delete(path)
+        return route.read(answer)
+
+    # --- what the screens read
+
+    async def node(self, node_id: str) -> NodeJson:
+        return await self.call(admin.NODE, node_id)
+
+    async def replicas(self) -> list[ReplicaJson]:
+        return await self.call(admin.REPLICAS)
+
+    async def engines(self) -> EnginesJson:
+        return await self.call(admin.ENGINES)
+
+    async def plan(self, query: Query) -> PlanJson:
+        return await self.call(admin.PLAN, query=query)
+
+    async def fabrics(self) -> FabricsJson:
+        return await self.call(admin.FABRICS)
+
+    async def fabric_map(self, fabric_id: str) -> FabricMapJson:
+        return await self.call(admin.FABRIC_MAP, fabric_id)
+
+    async def nvlink(self) -> NvlinkJson:
+        return await self.call(admin.NVLINK)
+
+    async def history(self, node_id: str, minutes: float = 60) -> HistoryJson | None:
         """A node's last ``minutes`` of figures (``GET /api/v1/nodes/{id}/history``,
         columnar, ``null`` where not read); None when the control plane answers 404, as
         one older than the history does."""
-        path = f"/api/v1/nodes/{quote(node_id, safe='')}/history?minutes={minutes:g}"
         try:
-            answer: dict[str, Any] = await self.get(path)
+            return await self.call(admin.HISTORY, node_id, query={"minutes": f"{minutes:g}"})
         except AdminError as exc:
             cause = exc.__cause__
             if isinstance(cause, urllib.error.HTTPError) and cause.code == 404:
                 return None
             raise
-        return answer
+
+    # --- what the screens change
+
+    async def serve(self, body: Body) -> ModelJson:
+        return await self.call(admin.SERVE, body=body)
+
+    async def change_model(self, name: str, change: str, body: Body | None = None) -> ModelJson:
+        """stop, start, restart, context, gpus or replicas: the model as it now is."""
+        return await self.call(admin.CHANGE_MODEL, name, change, body=body)
+
+    async def remove_model(self, name: str, with_files: bool = False) -> ModelRemovedJson:
+        query = {"with_files": 1} if with_files else None
+        return await self.call(admin.REMOVE_MODEL, name, query=query)
+
+    async def create_key(self, body: Body) -> NewKeyJson:
+        return await self.call(admin.CREATE_KEY, body=body)
+
+    async def revoke_key(self, key_id: str) -> KeyJson:
+        return await self.call(admin.REVOKE_KEY, key_id)
 
     async def snapshot(self) -> Snapshot:
-        paths = (
-            "/api/v1/status",
-            "/api/v1/nodes",
-            "/api/v1/models",
-            "/api/v1/replicas",
-            "/api/v1/keys",
-        )
         try:
             status, nodes, models, replicas, keys = await asyncio.gather(
-                *(self.get(p) for p in paths)
+                self.call(admin.STATUS),
+                self.call(admin.NODES),
+                self.call(admin.MODELS),
+                self.call(admin.REPLICAS),
+                self.call(admin.KEYS),
             )
         except AdminError as exc:
             return Snapshot(at=time.time(), error=str(exc))

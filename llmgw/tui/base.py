@@ -4,7 +4,7 @@ table that updates in place (changed cells only, so a refresh never flickers).""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol, cast
+from typing import ClassVar, Protocol, cast
 
 from rich.text import Text
 from textual.containers import Vertical
@@ -47,7 +47,7 @@ class Pane(Vertical):
         return cast(Console, self.app)
 
 
-def fill(table: DataTable[Any], columns: Sequence[str], rows: Mapping[str, Sequence[Any]]) -> None:
+def fill(table: DataTable[str], columns: Sequence[str], rows: Mapping[str, Sequence[str]]) -> None:
     """Make ``table`` show ``rows`` (row key → cells) with as few changes as it takes."""
     if not table.columns:
         for name in columns:
@@ -64,7 +64,7 @@ def fill(table: DataTable[Any], columns: Sequence[str], rows: Mapping[str, Seque
             table.add_row(*cells, key=key)
 
 
-def highlighted(table: DataTable[Any]) -> str | None:
+def highlighted(table: DataTable[str]) -> str | None:
     """The key of the row under the table's cursor; None when the table is empty."""
     if not table.row_count:
         return None
@@ -82,7 +82,7 @@ def append_problem(text: Text, problem: str) -> None:
         text.append(fix)
 
 
-def gib(value: Any) -> str:
+def gib(value: object) -> str:
     if not isinstance(value, int | float):
         return DASH
     return f"{value / 2**30:.1f}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from argparse import ArgumentTypeError
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,7 +24,13 @@ from llmgw.client import ctl_models
 from llmgw.client.admin import AdminError
 
 Kind = Literal["text", "int", "float", "size", "bool"]
-Action = Callable[[dict[str, Any]], Awaitable[Any]]
+# A field's typed value: text, a number, a size in bytes, a tick; None when left empty.
+Value = str | int | float | bool | None
+Values = dict[str, Value]
+# What a form's submit does with its values; what it returns is the form's result.
+Action = Callable[[Values], Awaitable[object]]
+# What a dialog is dismissed with.
+R = TypeVar("R")
 
 
 def parse_size(text: str) -> int:
@@ -42,11 +48,11 @@ class Field:
     name: str
     label: str
     kind: Kind = "text"
-    default: Any = None
+    default: Value = None
     placeholder: str = ""
     required: bool = False
 
-    def parse(self, raw: str) -> Any:
+    def parse(self, raw: str) -> Value:
         """The typed value of ``raw``; None when left empty; ValueError when not valid."""
         text = raw.strip()
         if not text:
@@ -72,7 +78,7 @@ class Tick(Checkbox, inherit_bindings=False):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("space", "toggle_button", "Toggle")]
 
 
-class Dialog(ModalScreen[Any]):
+class Dialog(ModalScreen[R]):
     """The frame every dialog shares: a bordered box in the middle of the screen."""
 
     DEFAULT_CSS = """
@@ -112,7 +118,7 @@ class Dialog(ModalScreen[Any]):
         self.dismiss(None)
 
 
-class ConfirmDialog(Dialog):
+class ConfirmDialog(Dialog[bool]):
     """A question; dismisses with True for yes and False for no (Escape)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -152,7 +158,7 @@ class ConfirmDialog(Dialog):
         self.dismiss(False)
 
 
-class FormDialog(Dialog):
+class FormDialog(Dialog[object]):
     """A form from ``fields``. Submitting parses the values (the error shown beside the
     buttons when one is not valid); with no ``action`` it dismisses with the values,
     with one it awaits ``action(values)`` and dismisses with what that returned, or shows
@@ -241,9 +247,9 @@ class FormDialog(Dialog):
     def raw(self, name: str) -> str:
         return self.query_one(f"#field-{name}", Input).value
 
-    def values(self) -> dict[str, Any]:
+    def values(self) -> Values:
         """Every field's typed value; ValueError names the first that is not valid."""
-        out: dict[str, Any] = {}
+        out: Values = {}
         for f in self.fields:
             if f.kind == "bool":
                 out[f.name] = self.query_one(f"#field-{f.name}", Tick).value
@@ -289,11 +295,11 @@ class FormDialog(Dialog):
             submit.disabled = False
         self.dismiss(values if result is None else result)
 
-    def check(self, values: dict[str, Any]) -> None:
+    def check(self, values: Values) -> None:
         """Raise ValueError when the values together make no sense; all pass here."""
 
 
-class MessageDialog(Dialog):
+class MessageDialog(Dialog[None]):
     """Text to read (and select); ``copy`` adds a Copy button and key for that text."""
 
     DEFAULT_CSS = """

@@ -14,8 +14,6 @@ from __future__ import annotations
 import time
 import urllib.error
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote
 
 from rich.text import Text
 from textual import work
@@ -24,9 +22,11 @@ from textual.containers import VerticalScroll
 from textual.events import Resize, Show
 from textual.widgets import DataTable, Static
 
+from llmgw.client import admin
 from llmgw.client.admin import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem, fill, highlighted
+from llmgw.wire.admin import FabricJson, FabricMapJson, FabricsJson, MapNodeJson
 from llmgw.wire.fabricwords import end_name, natural, switch_name
 
 COLUMNS = ("FABRIC", "MASTER SM", "SMs", "NODES", "PORTS", "PROBLEMS", "MAP")
@@ -44,7 +44,7 @@ class Drawn:
 
     read_at: float | None
     fetched: float
-    topology: dict[str, Any] | None = None
+    topology: FabricMapJson | None = None
     missing: str | None = None  # the control plane's 404: no map read yet
     error: str | None = None
 
@@ -70,7 +70,7 @@ def rates(active: dict[str, int]) -> str:
     return ", ".join(f"{n} at {rate} Gb/s" for rate, n in ordered) or "none active"
 
 
-def fabric_row(f: dict[str, Any]) -> tuple[str, ...]:
+def fabric_row(f: FabricJson) -> tuple[str, ...]:
     masters = f.get("masters") or []
     master = f.get("master_sm") or (f"{len(masters)} disagree" if masters else DASH)
     problems = f.get("problems") or []
@@ -85,7 +85,7 @@ def fabric_row(f: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def fabric_detail(f: dict[str, Any]) -> Text:
+def fabric_detail(f: FabricJson) -> Text:
     """The fabric's subnet managers, ports and problems, each problem with its fix."""
     text = Text()
     text.append(f"Fabric {f['id']}", style="bold")
@@ -141,11 +141,17 @@ def columns(blocks: list[list[Text]], width: int, indent: int) -> Text:
     return text
 
 
-def topology_text(topology: dict[str, Any], age_seconds: float, width: int) -> Text:
+def named(nodes: dict[str, MapNodeJson], guid: str) -> str:
+    """A switch by its name, or its GUID when the map does not hold it."""
+    node = nodes.get(guid)
+    return switch_name(dict(node)) if node else guid
+
+
+def topology_text(topology: FabricMapJson, age_seconds: float, width: int) -> Text:
     """The map: a summary line, a row per tier of switches (leaves as columns of their
     hosts' adapters), then the degraded cables and the adapters off their rail."""
     nodes = {str(n["guid"]): n for n in topology.get("nodes") or []}
-    tiers: dict[str, str] = topology.get("tiers") or {}
+    tiers: dict[str, str] = dict(topology.get("tiers") or {})
     links = topology.get("links") or []
     misses = topology.get("rail_misses") or []
     # (host, adapter, leaf): "HCA-1 port 2" names a port; the leaf says which one.
@@ -154,7 +160,7 @@ def topology_text(topology: dict[str, Any], age_seconds: float, width: int) -> T
     }
     switches = sorted(
         (n for n in nodes.values() if n.get("kind") == "switch"),
-        key=lambda n: natural(switch_name(n)),
+        key=lambda n: natural(switch_name(dict(n))),
     )
     cas = [n for n in nodes.values() if n.get("kind") == "ca"]
     degraded = [link for link in links if link.get("degraded")]
@@ -165,7 +171,7 @@ def topology_text(topology: dict[str, Any], age_seconds: float, width: int) -> T
     for link in links:
         a, b = str(link["a"][0]), str(link["b"][0])
         for mine, theirs in ((a, b), (b, a)):
-            if nodes.get(mine, {}).get("kind") != "switch" or theirs not in nodes:
+            if mine not in nodes or nodes[mine].get("kind") != "switch" or theirs not in nodes:
                 continue
             other = nodes[theirs]
             if other.get("kind") == "switch":
@@ -203,7 +209,7 @@ def topology_text(topology: dict[str, Any], age_seconds: float, width: int) -> T
         for s in on_tier:
             guid = str(s["guid"])
             ups = uplinks.get(guid, [])
-            head = Text(switch_name(s), style="bold")
+            head = Text(switch_name(dict(s)), style="bold")
             head.append(f" ↕{len(ups)}")
             if any(ups):
                 head.append(f" ✗{sum(ups)}", style=DEGRADED)
@@ -223,19 +229,18 @@ def topology_text(topology: dict[str, Any], age_seconds: float, width: int) -> T
         drawn = Text(f"{name:<{label}}") + drawn[label:]
         text.append_text(drawn)
 
+    plain = {guid: dict(n) for guid, n in nodes.items()}
     for link in degraded:
         text.append("✗ degraded ", style=f"bold {DEGRADED}")
         text.append(
-            f"{end_name(nodes, link['a'])} ↔ {end_name(nodes, link['b'])}: "
+            f"{end_name(plain, link['a'])} ↔ {end_name(plain, link['b'])}: "
             f"{link.get('width')} {link.get('speed')} ({float(link.get('rate_gbps') or 0):g} "
             f"Gb/s), {link['degraded']}\n",
             style=DEGRADED,
         )
     for m in misses:
-        leaf = switch_name(nodes.get(str(m["leaf"]), {"guid": m["leaf"]}))
-        rail = ", ".join(
-            switch_name(nodes.get(str(g), {"guid": g})) for g in m.get("expected") or []
-        )
+        leaf = named(nodes, str(m["leaf"]))
+        rail = ", ".join(named(nodes, str(g)) for g in m.get("expected") or [])
         text.append("⚠ off rail ", style=f"bold {OFF_RAIL}")
         text.append(
             f"{m['host']} {m['adapter']} is on {leaf} port {m['leaf_port']}, which carries "
@@ -258,7 +263,7 @@ def map_text(drawn: Drawn | None, width: int, now: float) -> Text:
     return topology_text(drawn.topology, seen, width)
 
 
-def others_text(found: dict[str, Any]) -> Text:
+def others_text(found: FabricsJson) -> Text:
     """The RoCE networks, and the active InfiniBand ports whose master is not known."""
     text = Text()
     networks = found.get("roce_networks") or []
@@ -306,13 +311,13 @@ class FabricsPane(Pane):
     }
     """
 
-    found: dict[str, Any]
-    fabrics: dict[str, dict[str, Any]]
+    found: FabricsJson | None
+    fabrics: dict[str, FabricJson]
     maps: dict[str, Drawn]
     error: str | None = None
 
     def compose(self) -> ComposeResult:
-        self.found, self.fabrics, self.maps = {}, {}, {}
+        self.found, self.fabrics, self.maps = None, {}, {}
         yield DataTable(id="fabrics-table", cursor_type="row", zebra_stripes=True)
         with VerticalScroll(id="fabrics-scroll"):
             yield Static(id="fabrics-detail")
@@ -333,7 +338,7 @@ class FabricsPane(Pane):
     async def fetch(self) -> None:
         api = self.console.api
         try:
-            found: dict[str, Any] = await api.get("/api/v1/fabrics")
+            found = await api.fabrics()
         except AdminError as exc:
             self.error = said(exc, f"{api.base_url}/api/v1/fabrics")
         else:
@@ -365,10 +370,10 @@ class FabricsPane(Pane):
     @work(exclusive=True, group="fabric-map")
     async def fetch_map(self, fid: str) -> None:
         api = self.console.api
-        path = f"/api/v1/fabrics/{quote(fid, safe='')}/topology"
+        path = admin.FABRIC_MAP.at(fid)
         read_at = self.fabrics[fid].get("topology_read_at")
         try:
-            topology: dict[str, Any] = await api.get(path)
+            topology = await api.fabric_map(fid)
         except AdminError as exc:
             why = said(exc, api.base_url + path)
             if is_not_found(exc):

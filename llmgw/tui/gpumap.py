@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -20,6 +20,7 @@ from textual.widgets import Static
 
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import Pane
+from llmgw.wire.admin import CardJson, NodeJson
 
 CELL = "■"
 UNKNOWN = "grey50"
@@ -64,13 +65,13 @@ def shade(share: float | None, shades: Shades = SHADES) -> str:
     return shades[-1][1]
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
 
 
-def work_source(card: dict[str, Any]) -> str | None:
+def work_source(card: CardJson) -> str | None:
     """Which figure "work" reads on this card: SM active where read, else busy."""
     if _number(card.get("sm_active")) is not None:
         return "SM active"
@@ -79,7 +80,7 @@ def work_source(card: dict[str, Any]) -> str | None:
     return None
 
 
-def card_share(card: dict[str, Any], mode: str) -> float | None:
+def card_share(card: CardJson, mode: str) -> float | None:
     """The card's figure for ``mode`` as a share (temperature: of 100 °C; power: of
     its limit); None when not read."""
     if mode == "work":
@@ -100,7 +101,7 @@ def card_share(card: dict[str, Any], mode: str) -> float | None:
     return used / total if total and used is not None else None
 
 
-def describe(mode: str, cards: Sequence[dict[str, Any]]) -> str:
+def describe(mode: str, cards: Sequence[CardJson]) -> str:
     """The figure that colours the map, for its legend; for work, which one was read."""
     if mode == "work":
         sources = [work_source(c) for c in cards]
@@ -130,7 +131,7 @@ def mean_text(mode: str, shares: Sequence[float]) -> str:
     return f"{mean * 100:.0f}%"
 
 
-def legend(mode: str, cards: Sequence[dict[str, Any]] = ()) -> Text:
+def legend(mode: str, cards: Sequence[CardJson] = ()) -> Text:
     text = Text(f"Coloured by {describe(mode, cards)} · f: next figure, m: work / memory\n")
     for _, colour, label in MODE_SHADES[mode]:
         text.append(CELL, style=colour)
@@ -140,7 +141,7 @@ def legend(mode: str, cards: Sequence[dict[str, Any]] = ()) -> Text:
     return text
 
 
-def node_block(n: dict[str, Any], mode: str, name_width: int) -> Text:
+def node_block(n: NodeJson, mode: str, name_width: int) -> Text:
     """One node: its name (red when not Ready), then one cell per card."""
     name = str(n["id"])
     if len(name) > name_width:
@@ -151,7 +152,7 @@ def node_block(n: dict[str, Any], mode: str, name_width: int) -> Text:
     return text
 
 
-def fleet_map(nodes: list[dict[str, Any]], mode: str, width: int) -> Text:
+def fleet_map(nodes: list[NodeJson], mode: str, width: int) -> Text:
     """The whole map for a panel ``width`` cells wide: a summary, the legend, then the
     nodes with cards packed into as many columns as fit."""
     with_cards = [n for n in nodes if n.get("gpus")]
@@ -204,7 +205,7 @@ class GpuMapPane(Pane):
     """
 
     mode = "work"
-    nodes: list[dict[str, Any]]
+    nodes: list[NodeJson]
 
     def compose(self) -> ComposeResult:
         self.nodes = []

@@ -3,8 +3,7 @@ and revoke one."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-from urllib.parse import quote
+from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult
@@ -15,7 +14,8 @@ from textual.widgets import DataTable
 from llmgw.client.admin import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, fill
-from llmgw.tui.dialogs import ConfirmDialog, Field, FormDialog, MessageDialog
+from llmgw.tui.dialogs import ConfirmDialog, Field, FormDialog, MessageDialog, Values
+from llmgw.wire.admin import NewKeyJson
 
 COLUMNS = ("ID", "NAME", "STATE", "MODELS", "RPM", "TPM", "BUDGET")
 
@@ -29,10 +29,10 @@ CREATE_FIELDS = (
 )
 
 
-def create_body(values: dict[str, Any]) -> dict[str, Any]:
-    body: dict[str, Any] = {"name": values["name"]}
+def create_body(values: Values) -> dict[str, object]:
+    body: dict[str, object] = {"name": values["name"]}
     if values["models"]:
-        body["models"] = [m.strip() for m in values["models"].split(",") if m.strip()]
+        body["models"] = [m.strip() for m in str(values["models"]).split(",") if m.strip()]
     for name in ("rpm", "tpm", "budget", "expires"):
         if values[name] is not None:
             body[name] = values[name]
@@ -68,18 +68,23 @@ class KeysPane(Pane):
         fill(self.query_one(DataTable), COLUMNS, rows)
 
     def action_create(self) -> None:
-        async def create(values: dict[str, Any]) -> Any:
-            return await self.console.api.post("/api/v1/keys", create_body(values))
+        made: list[NewKeyJson] = []
 
-        def after(made: Any) -> None:
-            if not isinstance(made, dict):
+        async def create(values: Values) -> NewKeyJson:
+            key = await self.console.api.create_key(create_body(values))
+            made.append(key)
+            return key
+
+        def after(result: object) -> None:
+            if result is None or not made:
                 return
+            key = made[-1]
             self.console.action_refresh_now()
             self.app.push_screen(
                 MessageDialog(
-                    f"Key {made.get('id')} for {made.get('name')}",
+                    f"Key {key.get('id')} for {key.get('name')}",
                     "Use it as the OpenAI API key, with base URL http://CONTROL_PLANE/v1:",
-                    copy=str(made.get("key", "")),
+                    copy=str(key.get("key", "")),
                     warning="Shown this once: the control plane keeps only its hash. "
                     "Copy it now (c, or select it with the mouse).",
                 )
@@ -106,7 +111,7 @@ class KeysPane(Pane):
     @work(group="key-actions")
     async def revoke(self, key_id: str) -> None:
         try:
-            done = await self.console.api.delete(f"/api/v1/keys/{quote(key_id, safe='')}")
+            done = await self.console.api.revoke_key(key_id)
         except AdminError as exc:
             self.app.notify(str(exc), title="Revoke", severity="error", timeout=10)
             return

@@ -5,8 +5,7 @@ replicas per profile and remove."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
-from urllib.parse import quote, urlencode
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -16,9 +15,11 @@ from textual.timer import Timer
 from textual.widgets import Button, DataTable, Input, Static
 
 from llmgw.client.admin import AdminError
+from llmgw.client.ctl_models import NO_STATUS
 from llmgw.tui.api import ConsoleApi, Snapshot
 from llmgw.tui.base import DASH, Pane, fill, gib
-from llmgw.tui.dialogs import ConfirmDialog, Field, FormDialog
+from llmgw.tui.dialogs import ConfirmDialog, Field, FormDialog, Values
+from llmgw.wire.admin import ModelJson, ModelRemovedJson, PlanJson, ProfileJson
 
 COLUMNS = (
     "MODEL",
@@ -48,12 +49,9 @@ SERVE_FIELDS = (
 )
 
 
-def model_path(name: str) -> str:
-    return f"/api/v1/models/{quote(name, safe='')}"
-
-
-def plan_query(values: dict[str, Any]) -> str:
-    query = {"source": values["source"]}
+def plan_query(values: Values) -> dict[str, str]:
+    """The plan's query for the serve form's values."""
+    query = {"source": str(values["source"])}
     for key in ("engine", "context", "gpus"):
         if values.get(key) is not None:
             query[key] = str(values[key])
@@ -61,41 +59,38 @@ def plan_query(values: dict[str, Any]) -> str:
     # The planner takes whole cores only.
     if isinstance(cores, float) and cores.is_integer():
         query["cpu_cores"] = str(int(cores))
-    return "/api/v1/plan?" + urlencode(query)
+    return query
 
 
-def plan_summary(plan: dict[str, Any]) -> str:
+def plan_summary(plan: PlanJson) -> str:
     """The planner's estimate as the serve form shows it: memory per replica, where it
     fits now per node, and the CPU speed."""
-    memory = plan.get("memory") or {}
-    cpu_memory = plan.get("memory_cpu") or {}
-    shape = plan.get("shape") or {}
+    memory = plan["memory"]
+    shape = plan["shape"]
     lines = [
         f"{shape.get('architecture') or plan.get('format')}, "
         f"{gib(plan.get('weight_bytes'))} GiB of weights · engine {plan.get('engine')} · "
         f"context {plan.get('context')} ({plan.get('context_basis')}) x {plan.get('slots')}",
-        f"Memory per replica: {gib(cpu_memory.get('total'))} GiB on the CPU",
+        f"Memory per replica: {gib(plan['memory_cpu']['total'])} GiB on the CPU",
     ]
-    nodes = plan.get("nodes") or []
-    if plan.get("cards") or any(n.get("where") == "cards" for n in nodes):
-        lines[-1] += f", {gib(memory.get('total'))} GiB on {memory.get('cards') or 1} card(s)"
+    nodes = plan["nodes"]
+    if plan.get("cards") or any(n["where"] == "cards" for n in nodes):
+        lines[-1] += f", {gib(memory['total'])} GiB on {memory['cards'] or 1} card(s)"
     for node in nodes:
-        cpu = node.get("cpu") or {}
-        tps = cpu.get("tokens_per_second")
+        tps = node["cpu"]["tokens_per_second"]
         speed = f", CPU ~{tps:.1f} tokens/s" if isinstance(tps, int | float) else ""
-        where = node.get("where")
-        if where == "cards":
-            verdict = "fits on cards " + ", ".join(
-                str(c.get("index")) for c in (node.get("gpu") or {}).get("cards", [])
-            )
+        where = node["where"]
+        gpu = node["gpu"]
+        if where == "cards" and gpu is not None:
+            verdict = "fits on cards " + ", ".join(str(c["index"]) for c in gpu["cards"])
         elif where == "cpu":
             verdict = "fits on the CPU"
         else:
-            verdict = "no: " + "; ".join(node.get("reasons") or [])
-        lines.append(f"  {node.get('node')}: {verdict}{speed}")
-    fits = plan.get("fits_on") or []
+            verdict = "no: " + "; ".join(node["reasons"])
+        lines.append(f"  {node['node']}: {verdict}{speed}")
+    fits = plan["fits_on"]
     lines.append(f"Fits now on: {', '.join(fits)}" if fits else "Fits now on: no node")
-    lines += [f"! {w}" for w in plan.get("warnings") or []]
+    lines += [f"! {w}" for w in plan["warnings"]]
     return "\n".join(lines)
 
 
@@ -123,9 +118,9 @@ class ServeDialog(FormDialog):
     def compose_buttons(self) -> ComposeResult:
         yield Button("Plan", id="plan-button")
 
-    async def serve(self, values: dict[str, Any]) -> Any:
+    async def serve(self, values: Values) -> ModelJson:
         body = {k: v for k, v in values.items() if v is not None}
-        return await self.api.post("/api/v1/models", body)
+        return await self.api.serve(body)
 
     @on(Input.Changed)
     def changed(self, event: Input.Changed) -> None:
@@ -150,19 +145,19 @@ class ServeDialog(FormDialog):
             return
         shown.update("Plan: asking the planner…")
         try:
-            plan = await self.api.get(plan_query(values))
+            plan = await self.api.plan(plan_query(values))
         except AdminError as exc:
             shown.update(f"Plan: {exc}")
             return
         shown.update(plan_summary(plan))
 
 
-def cpu_speed(m: dict[str, Any]) -> str:
+def cpu_speed(m: ModelJson) -> str:
     """The fastest CPU profile's estimated reply speed, with a warning when slow."""
     speeds = [
-        p["cpu_tokens_per_second"]
+        speed
         for p in m.get("profiles") or []
-        if isinstance(p.get("cpu_tokens_per_second"), int | float)
+        if isinstance(speed := p.get("cpu_tokens_per_second"), int | float)
     ]
     if not speeds:
         return DASH
@@ -202,10 +197,10 @@ class ModelsPane(Pane):
         rows = {}
         for m in snapshot.models:
             profiles = ", ".join(
-                f"{p['name']} {(p.get('status') or {}).get('ready', 0)}/{p['replicas']}"
+                f"{p['name']} {(p.get('status') or NO_STATUS)['ready']}/{p['replicas']}"
                 for p in m.get("profiles") or []
             )
-            notes = [(p.get("status") or {}).get("note", "") for p in m.get("profiles") or []]
+            notes = [(p.get("status") or NO_STATUS)["note"] for p in m.get("profiles") or []]
             rows[m["name"]] = (
                 m["name"],
                 m["state"],
@@ -221,7 +216,7 @@ class ModelsPane(Pane):
 
     # ------------------------------------------------------------------ helpers
 
-    def selected(self) -> dict[str, Any] | None:
+    def selected(self) -> ModelJson | None:
         """The model under the cursor, as the last snapshot showed it."""
         table = self.query_one(DataTable)
         if not table.row_count:
@@ -233,10 +228,10 @@ class ModelsPane(Pane):
                 return m
         return None
 
-    def done(self, what: str) -> Callable[[Any], None]:
+    def done(self, what: str) -> Callable[[object], None]:
         """A dialog's callback: say what was done (unless cancelled) and refresh."""
 
-        def after(result: Any) -> None:
+        def after(result: object) -> None:
             if result is not None and result is not False:
                 self.app.notify(what)
                 self.console.action_refresh_now()
@@ -244,7 +239,7 @@ class ModelsPane(Pane):
         return after
 
     @work(group="model-actions")
-    async def act(self, what: str, call: Callable[[], Awaitable[Any]]) -> None:
+    async def act(self, what: str, call: Callable[[], Awaitable[object]]) -> None:
         try:
             await call()
         except AdminError as exc:
@@ -256,34 +251,33 @@ class ModelsPane(Pane):
     # ------------------------------------------------------------------ actions
 
     def action_serve(self) -> None:
-        def after(model: Any) -> None:
-            if isinstance(model, dict):
-                self.app.notify(f"Serving {model.get('name')}: {model.get('state')}")
+        def after(result: object) -> None:
+            if isinstance(result, dict):
+                self.app.notify(f"Serving {result.get('name')}: {result.get('state')}")
                 self.console.action_refresh_now()
 
         self.app.push_screen(ServeDialog(self.console.api), after)
 
     def action_stop(self) -> None:
         if m := self.selected():
-            path = model_path(m["name"])
-            self.act(f"Stopped {m['name']}", lambda: self.console.api.post(f"{path}/stop"))
+            name = m["name"]
+            self.act(f"Stopped {name}", lambda: self.console.api.change_model(name, "stop"))
 
     def action_start(self) -> None:
         if m := self.selected():
-            path = model_path(m["name"])
-            self.act(f"Started {m['name']}", lambda: self.console.api.post(f"{path}/start"))
+            name = m["name"]
+            self.act(f"Started {name}", lambda: self.console.api.change_model(name, "start"))
 
     def action_restart(self) -> None:
         if not (m := self.selected()):
             return
         name = m["name"]
-        path = model_path(name)
 
         def after(yes: bool | None) -> None:
             if yes:
                 self.act(
                     f"Restarting {name}: its replicas are replaced one by one",
-                    lambda: self.console.api.post(f"{path}/restart"),
+                    lambda: self.console.api.change_model(name, "restart"),
                 )
 
         question = f"Replace every replica of {name}, one by one?"
@@ -292,17 +286,17 @@ class ModelsPane(Pane):
     def action_context(self) -> None:
         if not (m := self.selected()):
             return
-        path = model_path(m["name"])
+        name = m["name"]
         current = {"context": m["context"], "slots": m["slots"], "max_output": m["max_output"]}
 
-        async def change(values: dict[str, Any]) -> Any:
-            body: dict[str, Any] = {
+        async def change(values: Values) -> ModelJson:
+            body: dict[str, object] = {
                 k: values[k] for k in current if values[k] is not None and values[k] != current[k]
             }
             if not body:
                 raise ValueError("Nothing changed.")
             body["in_place"] = values["in_place"]
-            return await self.console.api.post(f"{path}/context", body)
+            return await self.console.api.change_model(name, "context", body)
 
         fields = (
             Field("context", "Tokens", "int", m["context"], required=True),
@@ -323,25 +317,26 @@ class ModelsPane(Pane):
         )
         self.app.push_screen(dialog, self.done(f"Changed the context of {m['name']}"))
 
-    def first_profile(self, m: dict[str, Any]) -> dict[str, Any]:
-        profiles = m.get("profiles") or [{}]
-        return dict(profiles[0])
+    def first_profile(self, m: ModelJson) -> ProfileJson | None:
+        profiles = m.get("profiles") or []
+        return profiles[0] if profiles else None
 
     def action_gpus(self) -> None:
         if not (m := self.selected()):
             return
-        path = model_path(m["name"])
+        name = m["name"]
         profile = self.first_profile(m)
 
-        async def change(values: dict[str, Any]) -> Any:
+        async def change(values: Values) -> ModelJson:
             body = {"gpus": values["gpus"], "in_place": values["in_place"]}
             if values["profile"]:
                 body["profile"] = values["profile"]
-            return await self.console.api.post(f"{path}/gpus", body)
+            return await self.console.api.change_model(name, "gpus", body)
 
+        cards = profile["cards"] if profile else 0
         fields = (
-            Field("gpus", "Cards per replica", "int", profile.get("cards", 0), required=True),
-            Field("profile", "Profile", "text", profile.get("name")),
+            Field("gpus", "Cards per replica", "int", cards, required=True),
+            Field("profile", "Profile", "text", profile["name"] if profile else None),
             Field("in_place", "In place: stop each replica before its replacement", "bool"),
         )
         dialog = FormDialog(f"GPUs of {m['name']}", fields, submit="Change", action=change)
@@ -350,19 +345,20 @@ class ModelsPane(Pane):
     def action_replicas(self) -> None:
         if not (m := self.selected()):
             return
-        path = model_path(m["name"])
+        name = m["name"]
         profile = self.first_profile(m)
         names = ", ".join(p["name"] for p in m.get("profiles") or [])
 
-        async def change(values: dict[str, Any]) -> Any:
+        async def change(values: Values) -> ModelJson:
             body = {"replicas": values["replicas"]}
             if values["profile"]:
                 body["profile"] = values["profile"]
-            return await self.console.api.post(f"{path}/replicas", body)
+            return await self.console.api.change_model(name, "replicas", body)
 
+        replicas = profile["replicas"] if profile else 1
         fields = (
-            Field("replicas", "Replicas", "int", profile.get("replicas", 1), required=True),
-            Field("profile", "Profile", "text", profile.get("name")),
+            Field("replicas", "Replicas", "int", replicas, required=True),
+            Field("profile", "Profile", "text", profile["name"] if profile else None),
         )
         message = f"Profiles: {names or 'none'}. A new profile name adds a CPU profile below them."
         dialog = FormDialog(
@@ -374,11 +370,9 @@ class ModelsPane(Pane):
         if not (m := self.selected()):
             return
         name = m["name"]
-        path = model_path(name)
 
-        async def remove(values: dict[str, Any]) -> Any:
-            query = "?with_files=1" if values["with_files"] else ""
-            return await self.console.api.delete(path + query)
+        async def remove(values: Values) -> ModelRemovedJson:
+            return await self.console.api.remove_model(name, bool(values["with_files"]))
 
         fields = (Field("with_files", "With files: also delete its weights on the nodes", "bool"),)
         message = f"Take {name} out of the catalog and stop its replicas?"

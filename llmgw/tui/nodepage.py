@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -26,6 +26,16 @@ from llmgw.tui.api import ConsoleApi
 from llmgw.tui.base import DASH, bar, fill, gib
 from llmgw.tui.nodes import cards_summary, memory_used, node_detail, node_state
 from llmgw.tui.replicas import compute
+from llmgw.wire.admin import (
+    CardHistoryJson,
+    CardJson,
+    DiskJson,
+    EnginesJson,
+    HistoryJson,
+    NodeJson,
+    ReplicaJson,
+    TopologyJson,
+)
 
 CARD_COLUMNS = ("#", "CARD", "MEMORY GiB", "MEMORY", "BUSY", "TEMP", "POWER", "PCIe", "WIRING")
 SHARD_COLUMNS = ("SHARD", "STATE", "MODEL", "PORT", "PID", "CARDS", "COMPUTE")
@@ -75,7 +85,7 @@ async def follow_log(api: ConsoleApi, path: str) -> AsyncIterator[list[str]]:
             yield [str(x) for x in batch]
 
 
-def _link(card: dict[str, Any]) -> str:
+def _link(card: CardJson) -> str:
     gen, width = card.get("pcie_gen"), card.get("pcie_width")
     if gen is None or width is None:
         return DASH
@@ -85,12 +95,10 @@ def _link(card: dict[str, Any]) -> str:
     return link
 
 
-def wiring(card: dict[str, Any], topology: dict[str, Any] | None) -> str:
+def wiring(card: CardJson, topology: TopologyJson | None) -> str:
     """A card's NUMA node and NVLink peers from ``nvidia-smi topo -m``, when read."""
-    row = next(
-        (c for c in (topology or {}).get("cards") or [] if c.get("index") == card.get("index")),
-        None,
-    )
+    cards = (topology.get("cards") or []) if topology else []
+    row = next((c for c in cards if c.get("index") == card.get("index")), None)
     if row is None:
         return DASH
     peers = sorted(
@@ -102,7 +110,7 @@ def wiring(card: dict[str, Any], topology: dict[str, Any] | None) -> str:
     return " · ".join(p for p in parts if p) or DASH
 
 
-def card_row(card: dict[str, Any], topology: dict[str, Any] | None = None) -> tuple[str, ...]:
+def card_row(card: CardJson, topology: TopologyJson | None = None) -> tuple[str, ...]:
     total, used = card.get("memory_total"), card.get("memory_used")
     util = card.get("utilization")
     temp, power, limit = card.get("temperature"), card.get("power"), card.get("power_limit")
@@ -120,7 +128,7 @@ def card_row(card: dict[str, Any], topology: dict[str, Any] | None = None) -> tu
     )
 
 
-def shard_row(r: dict[str, Any]) -> tuple[str, ...]:
+def shard_row(r: ReplicaJson) -> tuple[str, ...]:
     return (
         r["replica_id"],
         r.get("state") or DASH,
@@ -132,7 +140,7 @@ def shard_row(r: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def disk_row(d: dict[str, Any]) -> tuple[str, ...]:
+def disk_row(d: DiskJson) -> tuple[str, ...]:
     total, free = d.get("total"), d.get("free")
     used = total - free if isinstance(total, int) and isinstance(free, int) else None
     return (
@@ -144,7 +152,7 @@ def disk_row(d: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
@@ -174,11 +182,11 @@ def _latest(values: Sequence[float | None]) -> float | None:
     return next((v for v in reversed(values) if v is not None), None)
 
 
-def _points(values: Any) -> list[float | None]:
+def _points(values: object) -> list[float | None]:
     return [_number(v) for v in values] if isinstance(values, list) else []
 
 
-def card_figures(card: dict[str, Any], now: dict[str, Any] | None) -> list[Figure]:
+def card_figures(card: CardHistoryJson, now: CardJson | None) -> list[Figure]:
     """A card's figures (busy, memory, power, temperature), only those with at least
     one point. ``now`` is the card as the node reads it now,
     for its power limit."""
@@ -193,7 +201,7 @@ def card_figures(card: dict[str, Any], now: dict[str, Any] | None) -> list[Figur
         out.append(("mem", used, top, f"{last / top * 100:.0f}%" if top else gib(last)))
     power = _points(card.get("power"))
     if (last := _latest(power)) is not None:
-        limit = _number((now or {}).get("power_limit"))
+        limit = _number(now.get("power_limit")) if now else None
         top = limit or max(v for v in power if v is not None)
         out.append(("power", power, top, f"{last:.0f}W"))
     temperature = _points(card.get("temperature"))
@@ -203,7 +211,7 @@ def card_figures(card: dict[str, Any], now: dict[str, Any] | None) -> list[Figur
     return out
 
 
-def node_figures(history: dict[str, Any]) -> list[Figure]:
+def node_figures(history: HistoryJson) -> list[Figure]:
     out: list[Figure] = []
     cpu = _points(history.get("cpu_percent"))
     if (last := _latest(cpu)) is not None:
@@ -215,7 +223,7 @@ def node_figures(history: dict[str, Any]) -> list[Figure]:
     return out
 
 
-def history_text(history: dict[str, Any], cards_now: list[dict[str, Any]], width: int) -> Text:
+def history_text(history: HistoryJson, cards_now: list[CardJson], width: int) -> Text:
     """One line for the node (CPU, RAM) and one per card (busy, memory, power,
     temperature), each figure a sparkline of the window and its latest value. A figure
     no card read is left out; one that only some cards read is a blank on the others,
@@ -258,7 +266,7 @@ def history_text(history: dict[str, Any], cards_now: list[dict[str, Any]], width
     return text
 
 
-def summary(n: dict[str, Any]) -> str:
+def summary(n: NodeJson) -> str:
     cpu = n.get("cpu_percent")
     parts = [
         node_state(n),
@@ -273,7 +281,7 @@ def summary(n: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def settings_line(n: dict[str, Any]) -> str | None:
+def settings_line(n: NodeJson) -> str | None:
     """The settings the node's agent runs with that are not llmgw's defaults, each with
     where it came from (file, node, cluster), and the cluster's version it took; None
     from an agent that does not say."""
@@ -292,7 +300,7 @@ def settings_line(n: dict[str, Any]) -> str | None:
     return line
 
 
-def engines_line(node_id: str, fleet: dict[str, Any] | None) -> str | None:
+def engines_line(node_id: str, fleet: EnginesJson | None) -> str | None:
     """The engines the fleet wants against what this node has, each with the node's
     words while it is not there (installing, failed, or why it stands apart)."""
     if not isinstance(fleet, dict):
@@ -372,10 +380,10 @@ class NodePage(Screen[None]):
         self.api = api
         self.node_id = node_id
         self.refresh_seconds = refresh
-        self.node: dict[str, Any] = {}
+        self.node: NodeJson | None = None
         self.source = "agent"
         # The last answer of the history route; None before it, or when there is none.
-        self.history: dict[str, Any] | None = None
+        self.history: HistoryJson | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(f"llmgw · {self.api.base_url} · node {self.node_id}", id="node-title")
@@ -430,25 +438,23 @@ class NodePage(Screen[None]):
 
     @work(exclusive=True, group="node-fetch")
     async def fetch(self) -> None:
-        node_path = f"/api/v1/nodes/{quote(self.node_id, safe='')}"
         try:
-            node, replicas = await asyncio.gather(
-                self.api.get(node_path), self.api.get("/api/v1/replicas")
-            )
+            node, replicas = await asyncio.gather(self.api.node(self.node_id), self.api.replicas())
         except AdminError as exc:
             self.query_one("#node-summary", Static).update(f"Cannot read the node: {exc}")
             return
+        fleet: EnginesJson | None
         try:
-            fleet = await self.api.get("/api/v1/engines")
+            fleet = await self.api.engines()
         except AdminError:
             fleet = None  # a control plane that does not say: the line is left out
         self.show(node, [r for r in replicas if r.get("node") == self.node_id], fleet)
 
     def show(
         self,
-        node: dict[str, Any],
-        shards: list[dict[str, Any]],
-        fleet: dict[str, Any] | None = None,
+        node: NodeJson,
+        shards: list[ReplicaJson],
+        fleet: EnginesJson | None = None,
     ) -> None:
         self.node = node
         text = Text(summary(node) + "\n")
@@ -508,7 +514,8 @@ class NodePage(Screen[None]):
         )
         # Less the border and padding; before the first layout, the screen's width.
         width = panel.content_size.width or self.size.width - 4
-        panel.update(history_text(self.history, self.node.get("gpus") or [], width))
+        cards = (self.node.get("gpus") or []) if self.node else []
+        panel.update(history_text(self.history, cards, width))
 
     def on_resize(self, event: Resize) -> None:
         self.show_history()

@@ -3,19 +3,18 @@ highlighted node's warnings in full with their fix, and Enter opens the node's p
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem, bar, fill, highlighted
+from llmgw.wire.admin import CardJson, NodeJson
 
 COLUMNS = ("NODE", "STATE", "CPU", "MEMORY", "CARDS", "ENGINES", "WARNINGS")
 
 
-def node_state(n: dict[str, Any]) -> str:
+def node_state(n: NodeJson) -> str:
     state = n.get("state") or DASH
     if n.get("draining"):
         state += ",Draining"
@@ -24,12 +23,12 @@ def node_state(n: dict[str, Any]) -> str:
     return state
 
 
-def memory_used(n: dict[str, Any]) -> int | None:
+def memory_used(n: NodeJson) -> int | None:
     total, avail = n.get("memory_total"), n.get("memory_available")
     return total - avail if isinstance(total, int) and isinstance(avail, int) else None
 
 
-def cards_summary(gpus: list[dict[str, Any]]) -> str:
+def cards_summary(gpus: list[CardJson]) -> str:
     """``8 × H100 80GB`` or, for a mixed node, each name with its count."""
     if not gpus:
         return "0"
@@ -40,7 +39,7 @@ def cards_summary(gpus: list[dict[str, Any]]) -> str:
     return ", ".join(f"{count} × {name}" for name, count in names.items())
 
 
-def node_row(n: dict[str, Any]) -> tuple[str, ...]:
+def node_row(n: NodeJson) -> tuple[str, ...]:
     cpu = n.get("cpu_percent")
     engines = n.get("engines")
     warnings = n.get("warnings") or []
@@ -55,7 +54,7 @@ def node_row(n: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def node_detail(n: dict[str, Any] | None, hint: bool = True) -> Text:
+def node_detail(n: NodeJson | None, hint: bool = True) -> Text:
     """The line under the table: where the node is, why it is not Ready, and each
     warning with what to do about it."""
     if n is None:
@@ -93,7 +92,7 @@ class NodesPane(Pane):
     }
     """
 
-    nodes: dict[str, dict[str, Any]]
+    nodes: dict[str, NodeJson]
 
     def compose(self) -> ComposeResult:
         self.nodes = {}

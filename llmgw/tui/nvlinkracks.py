@@ -10,7 +10,6 @@ The pane reads the route itself, only while it is shown."""
 from __future__ import annotations
 
 import urllib.error
-from typing import Any
 
 from rich.text import Text
 from textual import work
@@ -22,6 +21,14 @@ from textual.widgets import Static
 from llmgw.client.admin import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem
+from llmgw.wire.admin import (
+    DomainJson,
+    ImexJson,
+    NvlinkCardJson,
+    NvlinkJson,
+    TrayJson,
+    UnjoinedCardJson,
+)
 
 PATH = "/api/v1/nvlink"
 CELL = "■"
@@ -32,14 +39,14 @@ UNKNOWN = "grey50"
 NO_VIEW = "This control plane has no NVLink view (GET /api/v1/nvlink answered 404)."
 
 
-def unhealthy(card: dict[str, Any]) -> str | None:
+def unhealthy(card: NvlinkCardJson) -> str | None:
     """The fabric health summary of a joined card when it is not Healthy."""
     health = card.get("health")
     summary = health.get("summary") if isinstance(health, dict) else None
     return str(summary) if card.get("joined") is True and summary not in (None, "Healthy") else None
 
 
-def card_colour(card: dict[str, Any]) -> str:
+def card_colour(card: NvlinkCardJson) -> str:
     joined = card.get("joined")
     if joined is True:
         return UNHEALTHY if unhealthy(card) else JOINED
@@ -48,9 +55,9 @@ def card_colour(card: dict[str, Any]) -> str:
     return UNKNOWN
 
 
-def imex_text(imex: dict[str, Any] | None) -> Text:
-    running = (imex or {}).get("running")
-    channels = (imex or {}).get("channels")
+def imex_text(imex: ImexJson | None) -> Text:
+    running = imex.get("running") if imex else None
+    channels = imex.get("channels") if imex else None
     if running is True:
         text = Text("IMEX up", style=JOINED)
     elif running is False:
@@ -76,7 +83,7 @@ def legend() -> Text:
     return text
 
 
-def tray_row(tray: dict[str, Any], name_width: int, most_cards: int) -> Text:
+def tray_row(tray: TrayJson, name_width: int, most_cards: int) -> Text:
     """``gpu-025  [■■■■]  IMEX up (1 channel)  card 2: In Progress``."""
     cards = tray.get("cards") or []
     away = tray.get("connected") is False
@@ -102,12 +109,12 @@ def tray_row(tray: dict[str, Any], name_width: int, most_cards: int) -> Text:
     return text
 
 
-def domain_text(domain: dict[str, Any]) -> Text:
+def domain_text(domain: DomainJson) -> Text:
     trays = domain.get("trays") or []
     cards = [c for t in trays for c in t.get("cards") or []]
     joined = sum(1 for c in cards if c.get("joined") is True)
     not_joined = sum(1 for c in cards if c.get("joined") is False)
-    imex = [(t.get("imex") or {}).get("running") for t in trays]
+    imex = [imex.get("running") if (imex := t.get("imex")) else None for t in trays]
     text = Text()
     text.append(f"Domain {domain.get('cluster_uuid') or domain.get('id')}", style="bold")
     text.append(f" · clique {domain.get('clique_id', DASH)}")
@@ -132,19 +139,16 @@ def domain_text(domain: dict[str, Any]) -> Text:
     return text
 
 
-def unjoined_line(card: Any) -> str:
-    if not isinstance(card, dict):
-        return str(card)
+def unjoined_line(card: UnjoinedCardJson) -> str:
     where = f"{card.get('node') or DASH} card {card.get('index', DASH)}"
     uuid = f" ({card['uuid']})" if card.get("uuid") else ""
     state = card.get("state") or "state not read"
     status = card.get("status")
     tail = f", {status}" if status and status not in ("Success", "N/A") else ""
-    reason = f": {card['reason']}" if card.get("reason") else ""
-    return f"{where}{uuid}: {state}{tail}{reason}"
+    return f"{where}{uuid}: {state}{tail}"
 
 
-def racks_text(found: dict[str, Any]) -> Text:
+def racks_text(found: NvlinkJson) -> Text:
     """Every domain as a rack, then the cards in none."""
     domains = found.get("domains") or []
     unjoined = found.get("unjoined") or []
@@ -165,7 +169,7 @@ def racks_text(found: dict[str, Any]) -> Text:
         text.append(" (cards with an NVLink fabric in no domain)", style="dim")
         for card in unjoined:
             text.append("\n  ")
-            text.append(CELL, style=card_colour(card) if isinstance(card, dict) else UNKNOWN)
+            text.append(CELL, style=card_colour(card))
             text.append(f" {unjoined_line(card)}")
     return text
 
@@ -200,7 +204,7 @@ class NvlinkRacksPane(Pane):
         api = self.console.api
         body = self.query_one("#nvlink-body", Static)
         try:
-            found: dict[str, Any] = await api.get(PATH)
+            found = await api.nvlink()
         except AdminError as exc:
             cause = exc.__cause__
             if isinstance(cause, urllib.error.HTTPError) and cause.code == 404:

@@ -4,15 +4,16 @@ alert a line that names what is wrong and where."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from llmgw.client.ctl_models import NO_STATUS
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import Pane, bar
+from llmgw.wire.admin import NodeJson
 from llmgw.wire.warnings import split_fix
 
 # Replica states in the order they move through, so counts read left to right.
@@ -38,7 +39,7 @@ def alerts(snapshot: Snapshot) -> list[tuple[str, str]]:
             out.append(("warn", f"node {n['id']}: {detail}" + (f" (fix: {fix})" if fix else "")))
     for m in snapshot.models:
         for p in m.get("profiles") or []:
-            note = (p.get("status") or {}).get("note")
+            note = (p.get("status") or NO_STATUS)["note"]
             if note:
                 out.append(("warn", f"model {m['name']} ({p['name']}): {note}"))
         if m.get("parked"):
@@ -57,7 +58,7 @@ def node_line(states: Counter[str], total: int) -> str:
     return line + (f" · {counts(others, ('NotReady',))}" if others else "")
 
 
-def card_load(nodes: list[dict[str, Any]]) -> str:
+def card_load(nodes: list[NodeJson]) -> str:
     cards = [c for n in nodes for c in n.get("gpus") or []]
     if not cards:
         return "none"
@@ -70,7 +71,7 @@ def card_load(nodes: list[dict[str, Any]]) -> str:
 
 def overview(snapshot: Snapshot) -> Text:
     nodes = snapshot.nodes
-    serving = snapshot.status.get("serving", "serving")
+    serving = snapshot.status.get("serving", "serving") if snapshot.status else "serving"
     node_states: Counter[str] = Counter(str(n.get("state") or "unknown") for n in nodes)
     node_states.update(
         "draining" if n.get("draining") else "cordoned"

@@ -3,25 +3,24 @@ download progress."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from textual.app import ComposeResult
 from textual.widgets import DataTable
 
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, fill
+from llmgw.wire.admin import ReplicaJson, ShardJson
 
 COLUMNS = ("REPLICA", "MODEL", "NODE", "STATE", "CARDS", "PORT", "PID", "COMPUTE", "PROGRESS")
 
 
-def compute(r: dict[str, Any]) -> str:
+def compute(r: ShardJson) -> str:
     text = r.get("backend") or DASH
     if r.get("offloaded_layers") is not None:
         text += f" {r['offloaded_layers']}/{r.get('total_layers')} layers"
     return text
 
 
-def progress(r: dict[str, Any]) -> str:
+def progress(r: ReplicaJson) -> str:
     d = r.get("download")
     if not d:
         return r.get("note") or ""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -27,7 +27,7 @@ class InitHooks:
     """What the form needs of the control plane's data dir code."""
 
     # (root, listen=, agent_port=, advertise=) -> (ServerConfig, admin token)
-    init: Callable[..., tuple[Any, str]]
+    init: Callable[..., tuple[ServerConfig, str]]
     # What of a data dir is already there.
     existing: Callable[[Path], list[str]]
     # This machine's addresses, for a host name.

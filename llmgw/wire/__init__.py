@@ -1,6 +1,8 @@
 """The agent stream's language: message dataclasses and their framing, with no IO.
 
 Both the control plane and the agent import this package and nothing of each other.
+The admin API's answers, which the control plane writes and the client and console
+read, are typed shapes in ``llmgw.wire.admin``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from llmgw.cli import build_parser
+from llmgw.client.admin import AdminClient
 from llmgw.client.ctl_adapters import adapters_table, commands
 
 LISTED = [
@@ -18,21 +19,14 @@ LISTED = [
 ]
 
 
-class FakeAdmin:
+class FakeAdmin(AdminClient):
     def __init__(self) -> None:
+        super().__init__("http://cp", "t")
         self.calls: list[tuple[str, str, Any]] = []
 
-    def get(self, path: str) -> Any:
-        self.calls.append(("GET", path, None))
-        return LISTED
-
-    def post(self, path: str, body: Any) -> Any:
-        self.calls.append(("POST", path, body))
-        return LISTED
-
-    def request(self, method: str, path: str) -> Any:
-        self.calls.append((method, path, None))
-        return LISTED[1:]
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        self.calls.append((method, path, body))
+        return LISTED[1:] if method == "DELETE" else LISTED
 
 
 def run(argv: list[str]) -> tuple[FakeAdmin, argparse.Namespace]:

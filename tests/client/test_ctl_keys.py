@@ -9,25 +9,23 @@ from typing import Any
 
 import pytest
 
+from llmgw.client.admin import AdminClient
 from llmgw.client.ctl_keys import add_parsers, keys_table
 
 
-class FakeApi:
+class FakeApi(AdminClient):
     """The admin API's client: what was asked, and an answer to each."""
 
     def __init__(self) -> None:
+        super().__init__("http://cp", "t")
         self.calls: list[tuple[str, str, Any]] = []
-
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        self.calls.append(("POST", path, body))
-        return key_json(id="k1", key="sk-llmgw-x", **body)
-
-    def get(self, path: str) -> Any:
-        self.calls.append(("GET", path, None))
-        return [key_json()]
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         self.calls.append((method, path, body))
+        if method == "POST":
+            return key_json(id="k1", key="sk-llmgw-x", **body)
+        if method == "GET":
+            return [key_json()]
         return key_json(state="revoked")
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from llmgw.cli import main
+from llmgw.client.admin import AdminClient
 from llmgw.client.tables import (
     collect_text,
     nodes_table,
@@ -34,23 +35,16 @@ COLLECTED = [
 ]
 
 
-class Client:
+class Client(AdminClient):
     """The admin API as the commands use it: every call kept, answers from a table."""
 
     def __init__(self, answers: dict[tuple[str, str], Any]) -> None:
+        super().__init__("http://cp", "t")
         self.answers = answers
         self.asked: list[tuple[str, str, Any]] = []
 
-    def get(self, path: str) -> Any:
-        self.asked.append(("GET", path, None))
-        return self.answers[("GET", path)]
-
-    def post(self, path: str, body: Any) -> Any:
-        self.asked.append(("POST", path, body))
-        return self.answers[("POST", path)]
-
-    def request(self, method: str, path: str) -> Any:
-        self.asked.append((method, path, None))
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        self.asked.append((method, path, body))
         return self.answers[(method, path)]
 
     def stream(self, path: str) -> Any:

@@ -10,6 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from llmgw.client import ctl_plan
+from llmgw.client.admin import PLAN, AdminClient
 from llmgw.client.ctl_plan import add_plan_parser, plan_query, plan_text
 from llmgw.modelkit.sizing import GiB
 from llmgw.server.catalog.plan import plan
@@ -39,7 +40,7 @@ def test_query_carries_every_option() -> None:
         + ["--engine", "llama.cpp", "--allow-pickle", "--cpu-cores", "8", "--json"]
     )
     assert args.handler is ctl_plan.cmd_model_plan
-    url = urlsplit(plan_query(args))
+    url = urlsplit(PLAN.at(query=plan_query(args)))
     assert url.path == "/api/v1/plan"
     assert {k: v[0] for k, v in parse_qs(url.query).items()} == {
         "source": "hf:org/m:Q4_K_M",
@@ -71,18 +72,12 @@ def test_command_prints_json_or_report(
     answer = plan(MODEL, NODES, context=2048)
     asked: list[str] = []
 
-    class Client:
-        base_url = "http://cp"
-        token = "t"
-
-        def __init__(self, *args: Any, **kw: Any) -> None:
-            pass
-
-        def get(self, path: str) -> Any:
+    class Client(AdminClient):
+        def request(self, method: str, path: str, body: Any = None) -> Any:
             asked.append(path)
             return answer
 
-    monkeypatch.setattr("llmgw.client.admin.resolve", lambda *a: Client())
+    monkeypatch.setattr("llmgw.client.admin.resolve", lambda *a: Client("http://cp", "t"))
     args = parser().parse_args(["plan", "/models/x.gguf", "--json"])
     assert args.handler(args) == 0
     assert json.loads(capsys.readouterr().out) == answer

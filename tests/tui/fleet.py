@@ -347,9 +347,9 @@ class FleetApi(ConsoleApi):
         # A port nothing listens on: a followed log fails at once and says so.
         super().__init__(AdminClient("http://127.0.0.1:9", "recorded"))
         self.recorded = recorded or snapshot()
-        self.fabrics = fabrics()
+        self.recorded_fabrics = fabrics()
         self.fabric_maps = {FABRIC_B: fabric_map()}
-        self.nvlink = nvlink()
+        self.recorded_nvlink = nvlink()
         self.gets: list[str] = []
 
     async def snapshot(self) -> Snapshot:
@@ -362,7 +362,7 @@ class FleetApi(ConsoleApi):
         if path == "/api/v1/replicas":
             return copy.deepcopy(self.recorded.replicas)
         if path == "/api/v1/fabrics":
-            return copy.deepcopy(self.fabrics)
+            return copy.deepcopy(self.recorded_fabrics)
         if path.startswith("/api/v1/fabrics/") and path.endswith("/topology"):
             fabric_id = unquote(path.removeprefix("/api/v1/fabrics/").removesuffix("/topology"))
             if fabric_id in self.fabric_maps:
@@ -370,7 +370,7 @@ class FleetApi(ConsoleApi):
             why = FABRIC_A_NO_MAP if fabric_id == FABRIC_A else "no map of it has been read yet"
             raise not_found(self.base_url + path, f"fabric {fabric_id!r}: {why}")
         if path == "/api/v1/nvlink":
-            return copy.deepcopy(self.nvlink)
+            return copy.deepcopy(self.recorded_nvlink)
         if path.startswith("/api/v1/nodes/"):
             node_id = path.removeprefix("/api/v1/nodes/")
             for n in self.recorded.nodes:

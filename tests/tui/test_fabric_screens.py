@@ -128,7 +128,7 @@ async def test_a_fabrics_map_is_fetched_when_highlighted_and_drawn_as_tiers() ->
         await until(pilot, lambda: api.gets.count("/api/v1/fabrics") > before, "a refresh")
         await pilot.pause(0.1)
         assert api.gets.count(MAP_PATH) == 1
-        api.fabrics["fabrics"][1]["topology_read_at"] = fleet.MAP_READ_AT + 300
+        api.recorded_fabrics["fabrics"][1]["topology_read_at"] = fleet.MAP_READ_AT + 300
         await pilot.press("r")
         await until(pilot, lambda: api.gets.count(MAP_PATH) == 2, "the newer map")
         # Back on fabric A: its answer is kept, not asked again.

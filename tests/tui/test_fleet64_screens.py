@@ -72,7 +72,7 @@ class Fleet64Api(FleetApi):
     def __init__(self) -> None:
         snapshot, fabrics, maps, nvlink = recorded()
         super().__init__(snapshot)
-        self.fabrics, self.fabric_maps, self.nvlink = fabrics, maps, nvlink
+        self.recorded_fabrics, self.fabric_maps, self.recorded_nvlink = fabrics, maps, nvlink
 
 
 async def show_fabrics(app: ConsoleApp, pilot: Pilot[None]) -> DataTable[Any]:

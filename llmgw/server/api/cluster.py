@@ -16,6 +16,7 @@ from llmgw import __version__, jointoken
 from llmgw.server.admission import JoinTokens
 from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.requests import Enroll, MintToken
+from llmgw.wire.admin import TokenJson, VersionJson
 
 # An enrollment is a token id, a node id, a CSR and a MAC: a few KiB at most.
 ENROLL_BODY = 16 * 1024
@@ -28,7 +29,7 @@ def routes(
     tokens: JoinTokens,
     openapi: Callable[[], object],
 ) -> Ops:
-    async def version(call: Call[None, None]) -> object:
+    async def version(call: Call[None, None]) -> VersionJson:
         return {"version": __version__}
 
     async def healthz(call: Call[None, None]) -> object:
@@ -48,7 +49,7 @@ def routes(
         headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
         return Response(body, media_type=media, headers=headers)
 
-    async def mint(call: Call[MintToken, None]) -> object:
+    async def mint(call: Call[MintToken, None]) -> TokenJson:
         return minted(await tokens.mint(call.body.ttl_seconds, call.principal))
 
     async def enroll(call: Call[Enroll, None]) -> object:
@@ -114,7 +115,7 @@ def routes(
     ]
 
 
-def minted(token: jointoken.JoinToken) -> dict[str, object]:
+def minted(token: jointoken.JoinToken) -> TokenJson:
     """A new token as its route answers it (a node's or a control plane's)."""
     return {
         "token": token.encode(),

@@ -3,29 +3,33 @@ build choice (``ctl engine-build``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.fleet.engines import FleetEngines, PinError
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import EngineBuild, EngineSet
+from llmgw.wire.admin import EnginesJson
 
 DOC = {"type": "object", "required": ["version", "engines", "builds", "nodes"]}
 
 
 def routes(engines: FleetEngines, registry: NodeRegistry) -> Ops:
-    def shown() -> dict[str, Any]:
-        return {**engines.document(), "nodes": engines.nodes(registry.nodes.values())}
+    def shown() -> EnginesJson:
+        # FleetEngines writes the document and each node's rows (fleet/engines.py);
+        # tests/server/api/test_answer_shapes.py holds them to EnginesJson.
+        document = {**engines.document(), "nodes": engines.nodes(registry.nodes.values())}
+        return cast(EnginesJson, document)
 
-    async def get(call: Call[None, None]) -> object:
+    async def get(call: Call[None, None]) -> EnginesJson:
         return shown()
 
-    async def put(call: Call[EngineSet, None]) -> object:
+    async def put(call: Call[EngineSet, None]) -> EnginesJson:
         ask = call.body
         if ask.unset == (ask.version is not None):
             raise Refusal(400, "bad_request", "version: give a version, or unset, not both")
-        value: dict[str, Any] | None = None
+        value: dict[str, object] | None = None
         if ask.version is not None:
             value = {"version": ask.version, "sha256": dict(ask.sha256 or {})}
             if ask.index_url is not None:
@@ -36,7 +40,7 @@ def routes(engines: FleetEngines, registry: NodeRegistry) -> Ops:
             raise Refusal(400, "bad_request", str(exc)) from None
         return shown()
 
-    async def build(call: Call[EngineBuild, None]) -> object:
+    async def build(call: Call[EngineBuild, None]) -> EnginesJson:
         node = call.params["node_id"]
         if node not in registry.nodes:
             raise Refusal(404, "not_found", f"no node {node!r}; `llmgw ctl nodes` lists them")

@@ -8,37 +8,38 @@ from __future__ import annotations
 from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.gateway.keyservice import KeyService, ServingSwitch, key_json
 from llmgw.server.requests import CreateKey, Serving, UpdateKey, UsageQuery
+from llmgw.wire.admin import EnergyJson, KeyJson, NewKeyJson, ServingJson
 
 KEY = {"type": "object", "required": ["id", "name", "state"]}
 
 
 def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
-    async def create(call: Call[CreateKey, None]) -> object:
+    async def create(call: Call[CreateKey, None]) -> NewKeyJson:
         record, key = await keys.create(call.body, call.principal)
         return {**key_json(record), "key": key}
 
-    async def listing(call: Call[None, None]) -> object:
+    async def listing(call: Call[None, None]) -> list[KeyJson]:
         return [key_json(r) for r in keys.records()]
 
-    async def show(call: Call[None, None]) -> object:
+    async def show(call: Call[None, None]) -> KeyJson:
         return key_json(keys.find(call.params["key_id"]))
 
-    async def revoke(call: Call[None, None]) -> object:
+    async def revoke(call: Call[None, None]) -> KeyJson:
         return key_json(await keys.revoke(call.params["key_id"], call.principal))
 
-    async def update(call: Call[UpdateKey, None]) -> object:
+    async def update(call: Call[UpdateKey, None]) -> KeyJson:
         return key_json(await keys.update(call.params["key_id"], call.body, call.principal))
 
-    async def serving(call: Call[None, None]) -> object:
+    async def serving(call: Call[None, None]) -> ServingJson:
         return {"stopped": switch.stopped}
 
-    async def switch_serving(call: Call[Serving, None]) -> object:
+    async def switch_serving(call: Call[Serving, None]) -> ServingJson:
         return {"stopped": await switch.set(call.body.stopped, call.principal)}
 
     async def usage(call: Call[None, UsageQuery]) -> object:
         return await keys.usage(call.query)
 
-    async def energy(call: Call[None, None]) -> object:
+    async def energy(call: Call[None, None]) -> list[EnergyJson]:
         return keys.energy()
 
     switch_answer = {"type": "object", "required": ["stopped"]}

@@ -3,6 +3,7 @@ nodes (cordon, drain, labels) over ``FleetService``."""
 
 from __future__ import annotations
 
+from llmgw.server.api.replicas import node_json
 from llmgw.server.api.routing import Call, Empty, Op, Ops
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.catalog.views import ModelViews
@@ -17,6 +18,7 @@ from llmgw.server.requests import (
     RestartRequest,
     ServeRequest,
 )
+from llmgw.wire.admin import DemandJson, ModelJson, ModelRemovedJson, NodeJson
 
 MODEL = {"type": "object", "required": ["name", "state", "profiles"]}
 MODELS = {"type": "array", "items": MODEL}
@@ -24,60 +26,60 @@ NODE = {"type": "object", "required": ["id", "state"]}
 
 
 def routes(service: ModelService, views: ModelViews, fleet: FleetService) -> Ops:
-    async def list_models(call: Call[None, None]) -> object:
+    async def list_models(call: Call[None, None]) -> list[ModelJson]:
         return views.catalog()
 
-    async def serve(call: Call[ServeRequest, None]) -> object:
+    async def serve(call: Call[ServeRequest, None]) -> ModelJson:
         return views.model_json(await service.serve(call.body, call.principal))
 
-    async def external(call: Call[ExternalRequest, None]) -> object:
+    async def external(call: Call[ExternalRequest, None]) -> ModelJson:
         return views.model_json(await service.add_external(call.body, call.principal))
 
-    async def show(call: Call[None, None]) -> object:
+    async def show(call: Call[None, None]) -> ModelJson:
         return views.model_json(service.find(call.params["name"]))
 
-    async def remove(call: Call[None, RemoveQuery]) -> object:
+    async def remove(call: Call[None, RemoveQuery]) -> ModelRemovedJson:
         model = service.find(call.params["name"])
         with_files = call.query.with_files
         await service.remove(model, with_files, call.principal)
         return {"name": model.name, "removed": True, "with_files": with_files}
 
-    async def stop(call: Call[Empty, None]) -> object:
+    async def stop(call: Call[Empty, None]) -> ModelJson:
         model = service.find(call.params["name"])
         return views.model_json(await service.stop(model, call.principal))
 
-    async def start(call: Call[Empty, None]) -> object:
+    async def start(call: Call[Empty, None]) -> ModelJson:
         model = service.find(call.params["name"])
         return views.model_json(await service.start(model, call.principal))
 
-    async def restart(call: Call[RestartRequest, None]) -> object:
+    async def restart(call: Call[RestartRequest, None]) -> ModelJson:
         model = service.find(call.params["name"])
         return views.model_json(await service.restart(model, call.body, call.principal))
 
-    async def context(call: Call[ContextRequest, None]) -> object:
+    async def context(call: Call[ContextRequest, None]) -> ModelJson:
         model = service.find(call.params["name"])
         return views.model_json(await service.set_context(model, call.body, call.principal))
 
-    async def gpus(call: Call[GpusRequest, None]) -> object:
+    async def gpus(call: Call[GpusRequest, None]) -> ModelJson:
         model = service.served(call.params["name"])
         return views.model_json(await service.set_gpus(model, call.body, call.principal))
 
-    async def replicas(call: Call[ReplicasRequest, None]) -> object:
+    async def replicas(call: Call[ReplicasRequest, None]) -> ModelJson:
         model = service.served(call.params["name"])
         return views.model_json(await service.set_replicas(model, call.body, call.principal))
 
     async def explain(call: Call[None, None]) -> object:
         return service.explain(service.find(call.params["name"]))
 
-    async def demand(call: Call[Empty, None]) -> object:
+    async def demand(call: Call[Empty, None]) -> DemandJson:
         model = service.find(call.params["name"])
         service.demand(model.name, True)
         return {"name": model.name, "on_demand": model.on_demand}
 
     def marking(action: Mark) -> Op[Empty, None]:
-        async def mark(call: Call[Empty, None]) -> object:
+        async def mark(call: Call[Empty, None]) -> NodeJson:
             view = await fleet.mark(call.params["node_id"], action, call.principal)
-            return view.as_json()
+            return node_json(view)
 
         mark.__name__ = action
         return Op(
@@ -91,9 +93,9 @@ def routes(service: ModelService, views: ModelViews, fleet: FleetService) -> Ops
             errors=(404,),
         )
 
-    async def labels(call: Call[LabelsRequest, None]) -> object:
+    async def labels(call: Call[LabelsRequest, None]) -> NodeJson:
         view = await fleet.mark(call.params["node_id"], "labels", call.principal, call.body)
-        return view.as_json()
+        return node_json(view)
 
     named = "/api/v1/models/{name}"
     change_errors = (404, 409)

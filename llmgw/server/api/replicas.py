@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import cast
 
 from starlette.responses import StreamingResponse
 
 from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.catalog.views import ModelViews
+from llmgw.server.fleet.registry import NodeView
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.requests import (
     CollectRequest,
@@ -19,30 +21,37 @@ from llmgw.server.requests import (
     StartShardRequest,
     WeightsQuery,
 )
+from llmgw.wire.admin import NodeJson, ReplicaJson, ShardAskedJson
 
 LIST = {"type": "array", "items": {"type": "object"}}
 NODE = {"type": "object", "required": ["id", "state"]}
 
 
-def routes(fleet: FleetService, views: ModelViews) -> Ops:
-    async def list_nodes(call: Call[None, None]) -> object:
-        return [v.as_json() for v in fleet.nodes()]
+def node_json(view: NodeView) -> NodeJson:
+    """A node as the API shows it. ``NodeView.as_json`` builds it from the agent's maps;
+    tests/server/api/test_answer_shapes.py holds its keys and values to ``NodeJson``."""
+    return cast(NodeJson, view.as_json())
 
-    async def show_node(call: Call[None, None]) -> object:
-        return fleet.node(call.params["node_id"]).as_json()
+
+def routes(fleet: FleetService, views: ModelViews) -> Ops:
+    async def list_nodes(call: Call[None, None]) -> list[NodeJson]:
+        return [node_json(v) for v in fleet.nodes()]
+
+    async def show_node(call: Call[None, None]) -> NodeJson:
+        return node_json(fleet.node(call.params["node_id"]))
 
     async def history(call: Call[None, HistoryQuery]) -> object:
         return fleet.history(call.params["node_id"], call.query.minutes)
 
-    async def replicas(call: Call[None, None]) -> object:
+    async def replicas(call: Call[None, None]) -> list[ReplicaJson]:
         return views.replicas()
 
-    async def start_shard(call: Call[StartShardRequest, None]) -> object:
+    async def start_shard(call: Call[StartShardRequest, None]) -> ShardAskedJson:
         ask = call.body
         view = await fleet.start_shard(call.params["node_id"], ask, call.principal)
         return {"replica_id": ask.replica_id, "node": view.id}
 
-    async def stop_shard(call: Call[None, None]) -> object:
+    async def stop_shard(call: Call[None, None]) -> ShardAskedJson:
         replica_id = call.params["replica_id"]
         view = await fleet.stop_shard(call.params["node_id"], replica_id, call.principal)
         return {"replica_id": replica_id, "node": view.id}

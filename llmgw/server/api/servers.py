@@ -16,6 +16,7 @@ from llmgw.server.ha.leadership import Leadership
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import JoinServer, MintToken
 from llmgw.server.store import Audit
+from llmgw.wire.admin import ServerRemovedJson, TokenJson
 
 # A join is a token id, a name, a CSR, three addresses and their SANs.
 JOIN_BODY = 32 * 1024
@@ -33,7 +34,7 @@ def routes(
     async def servers(call: Call[None, None]) -> object:
         return ha.listing()
 
-    async def token(call: Call[MintToken, None]) -> object:
+    async def token(call: Call[MintToken, None]) -> TokenJson:
         return minted(await tokens.mint(call.body.ttl_seconds, call.principal, server=True))
 
     async def join(call: Call[JoinServer, None]) -> object:
@@ -41,7 +42,7 @@ def routes(
         await ha.reload_servers()  # its certificate opens the link from now on
         return answer
 
-    async def remove(call: Call[None, None]) -> object:
+    async def remove(call: Call[None, None]) -> ServerRemovedJson:
         name = call.params["name"]
         if name == ha.name:
             raise Refusal(

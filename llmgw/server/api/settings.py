@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import cast
 
 import yaml
 
@@ -10,15 +10,20 @@ from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.fleet.agentsettings import AgentSettings, SettingsError
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ConfigQuery, ConfigSet
+from llmgw.wire.admin import NodeSettingsJson, SettingsJson, SettingValueJson
 
 DOC = {"type": "object", "required": ["default", "nodes", "version"]}
 
 
 def routes(settings: AgentSettings) -> Ops:
-    def shown() -> dict[str, Any]:
-        return {**settings.document(), "version": settings.version}
+    def shown() -> SettingsJson:
+        # AgentSettings writes the layers (fleet/agentsettings.py); the shape test holds
+        # them to SettingsJson.
+        return cast(SettingsJson, {**settings.document(), "version": settings.version})
 
-    async def get(call: Call[None, ConfigQuery]) -> object:
+    async def get(
+        call: Call[None, ConfigQuery],
+    ) -> SettingValueJson | NodeSettingsJson | SettingsJson:
         ask = call.query
         try:
             if ask.key is not None:
@@ -29,7 +34,7 @@ def routes(settings: AgentSettings) -> Ops:
             return {"node": ask.node, "settings": settings.for_node(ask.node)}
         return shown()
 
-    async def put(call: Call[ConfigSet, None]) -> object:
+    async def put(call: Call[ConfigSet, None]) -> SettingsJson:
         ask = call.body
         if ask.unset == (ask.value is not None):
             raise Refusal(400, "bad_request", "value: give a value, or unset, not both", "value")

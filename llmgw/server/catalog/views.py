@@ -7,14 +7,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 from llmgw.modelkit import sizing
 from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog.model import Model, Profile
-from llmgw.server.catalog.reconciler import Reconciler
+from llmgw.server.catalog.reconciler import ProfileStatus, Reconciler
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import shard_rows
+from llmgw.wire.admin import (
+    EndpointJson,
+    ModelJson,
+    ModelState,
+    ProfileJson,
+    ProfileStatusJson,
+    ReplicaJson,
+    ShapeJson,
+)
 from llmgw.wire.states import NodeState
 
 
@@ -52,37 +61,45 @@ class ModelViews:
         self.registry = registry
         self.endpoints_of = endpoints_of
 
-    def catalog(self) -> list[dict[str, Any]]:
+    def catalog(self) -> list[ModelJson]:
         """Every model of the catalog, by name."""
         return [self.model_json(m) for _, m in sorted(self.models.items())]
 
-    def replicas(self) -> list[dict[str, Any]]:
+    def replicas(self) -> list[ReplicaJson]:
         """Every shard every node reports, with the catalog's view of it (its model and
         profile, whether it is stale and why) and the cards it holds."""
-        rows = shard_rows([v for _, v in sorted(self.registry.nodes.items())])
-        for row in rows:
+        out: list[ReplicaJson] = []
+        for row in shard_rows([v for _, v in sorted(self.registry.nodes.items())]):
             rid = row["replica_id"]
-            row.update(self.reconciler.describe(rid, self.models, row["fingerprint"]))
-            row["cards"] = self.reconciler.cards_of(rid)
-        return rows
+            seen = self.reconciler.describe(rid, self.models, row["fingerprint"])
+            out.append(
+                {
+                    **row,
+                    "model": seen["model"],
+                    "profile": seen["profile"],
+                    "stale": seen["stale"],
+                    "note": seen["note"],
+                    "cards": self.reconciler.cards_of(rid),
+                }
+            )
+        return out
 
-    def model_json(self, model: Model) -> dict[str, Any]:
-        profiles = []
+    def model_json(self, model: Model) -> ModelJson:
+        profiles: list[ProfileJson] = []
         ready = starting = stale = 0
         for p in model.profiles:
             status = self.reconciler.status_of(model.name, p.name)
-            shown = status.as_json() if status else None
             if status:
                 ready += status.ready
                 starting += status.starting
                 stale += status.stale
             profiles.append(
-                {
-                    **p.to_spec(),
-                    "fingerprint": catalog.fingerprint(model, p),
-                    "status": shown,
-                    "cpu_tokens_per_second": self.cpu_speed(model, p),
-                }
+                profile_json(
+                    p,
+                    catalog.fingerprint(model, p),
+                    status_json(status) if status else None,
+                    self.cpu_speed(model, p),
+                )
             )
         if model.external:
             return self.external_json(model)
@@ -91,6 +108,7 @@ class ModelViews:
             ready = len(self.endpoints_of(model.name))
         now = self.reconciler.now()
         desired = sum(self.reconciler.desired(model, p, now) for p in model.profiles)
+        state: ModelState
         if model.parked:
             state = "parked"
         elif model.stopped:
@@ -122,9 +140,12 @@ class ModelViews:
             "parked": model.parked,
             "allow_pickle": model.allow_pickle,
             "weight_bytes": model.weight_bytes or None,
-            "shape": dict(model.shape),
+            # What ``shape_json`` wrote when the model was inspected (``{}`` if never).
+            "shape": cast(ShapeJson, dict(model.shape)),
             "profiles": profiles,
-            "adapters": [a.to_spec() for a in model.adapters],
+            "adapters": [
+                {"name": a.name, "source": a.source, "scale": a.scale} for a in model.adapters
+            ],
         }
 
     def cpu_speed(self, model: Model, profile: Profile) -> float | None:
@@ -149,11 +170,12 @@ class ModelViews:
                 best = round(speed, 1)
         return best
 
-    def external_json(self, model: Model) -> dict[str, Any]:
+    def external_json(self, model: Model) -> ModelJson:
         """An external provider's model: its endpoints by name and weight, never a key."""
         spec = model.external or {}
+        base_url = spec["base_url"]  # always written with the provider (catalog/service.py)
         live = {e.replica_id: e for e in self.endpoints_of(model.name)}
-        endpoints = []
+        endpoints: list[EndpointJson] = []
         for i, entry in enumerate(spec.get("keys") or [], start=1):
             name = f"external:{model.name}#{i}"
             endpoint = live.get(name)
@@ -170,7 +192,7 @@ class ModelViews:
         usable = sum(1 for e in endpoints if e["state"] == "ok")
         return {
             "name": model.name,
-            "source": spec.get("base_url"),
+            "source": base_url,
             "engine": "external",
             "state": "serving" if usable else "unavailable",
             "replicas": len(endpoints),
@@ -190,8 +212,45 @@ class ModelViews:
             "shape": {},
             "profiles": [],
             "external": {
-                "base_url": spec.get("base_url"),
+                "base_url": base_url,
                 "upstream_model": spec.get("upstream_model"),
                 "endpoints": endpoints,
             },
         }
+
+
+def profile_json(
+    p: Profile, fingerprint: str, status: ProfileStatusJson | None, speed: float | None
+) -> ProfileJson:
+    """A profile as the API shows it: its fields (``Profile.to_spec``, in that order),
+    then its fingerprint, where its replicas stand and a CPU profile's reply speed."""
+    return {
+        "name": p.name,
+        "engine": p.engine,
+        "args": list(p.args),
+        "cards": p.cards,
+        "cpu_cores": p.cpu_cores,
+        "replicas": p.replicas,
+        "priority": p.priority,
+        "selector": dict(p.selector),
+        "role": p.role,
+        "card_class": p.card_class,
+        "memory": p.memory,
+        "card_memory": p.card_memory,
+        "memory_set": p.memory_set,
+        "nodes": p.nodes,
+        "fingerprint": fingerprint,
+        "status": status,
+        "cpu_tokens_per_second": speed,
+    }
+
+
+def status_json(status: ProfileStatus) -> ProfileStatusJson:
+    return {
+        "desired": status.desired,
+        "ready": status.ready,
+        "starting": status.starting,
+        "stale": status.stale,
+        "replacing": status.replacing,
+        "note": status.note,
+    }

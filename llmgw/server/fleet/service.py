@@ -25,6 +25,7 @@ from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import LabelsRequest, LogsQuery, StartShardRequest
 from llmgw.server.store import Audit
+from llmgw.wire.admin import DownloadJson, ShardJson
 from llmgw.wire.messages import Compute, ShardSpec, StartShard, StopShard
 
 Mark = Literal["cordon", "uncordon", "drain", "labels"]
@@ -33,15 +34,21 @@ MARKS: tuple[Mark, ...] = ("cordon", "uncordon", "drain", "labels")
 log = logging.getLogger("llmgw.nodes")
 
 
-def shard_rows(nodes: list[NodeView]) -> list[dict[str, Any]]:
+def shard_rows(nodes: list[NodeView]) -> list[ShardJson]:
     """Every shard every node reports, with its download in progress, as plain fields."""
-    rows = []
+    rows: list[ShardJson] = []
     for view in nodes:
         for replica_id, shard in sorted(view.shards.items()):
-            download = None
+            download: DownloadJson | None = None
             for progress in view.downloads.values():
                 if replica_id in progress.get("replica_ids", []):
-                    download = {k: progress.get(k) for k in ("source", "done", "total", "file")}
+                    download = {
+                        # A DownloadProgress's map: source and done are always there.
+                        "source": progress["source"],
+                        "done": progress["done"],
+                        "total": progress.get("total"),
+                        "file": progress.get("file"),
+                    }
             usage = view.usage.get(replica_id, {})
             compute = shard.compute or Compute()
             rows.append(

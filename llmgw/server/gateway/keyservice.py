@@ -26,14 +26,16 @@ from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import CreateKey, UpdateKey, UsageQuery
 from llmgw.server.store import ApiKeyRecord, Audit, Store, StoreUnavailable
+from llmgw.wire.admin import EnergyJson, KeyJson, KeyState
 
 STOPPED_SETTING = "serving.stopped"
 NO_SUCH_KEY = "no such key; see `llmgw ctl keys list`"
 
 
-def key_json(record: ApiKeyRecord, now: float | None = None) -> dict[str, Any]:
+def key_json(record: ApiKeyRecord, now: float | None = None) -> KeyJson:
     """A key as the admin API shows it: never the key itself."""
     now = time.time() if now is None else now
+    state: KeyState
     if record.revoked_at is not None:
         state = "revoked"
     elif record.expires_at is not None and now >= record.expires_at:
@@ -181,10 +183,10 @@ class KeyService:
             row["key_name"] = names.get(row["key_id"])
         return rows
 
-    def energy(self) -> list[dict[str, Any]]:
+    def energy(self) -> list[EnergyJson]:
         """Each replica's card energy and answered tokens since this control plane
         started, where its cards' power was read."""
-        out = []
+        out: list[EnergyJson] = []
         for (model, replica), tokens in sorted(self.replica_tokens.items()):
             joules = self.joules_of(replica)
             if tokens > 0 and joules > 0:
