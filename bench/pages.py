@@ -44,7 +44,7 @@ def main() -> int:
     )
     for n in (int(x) for x in args.nodes.split(",")):
         views = fleet(n)
-        cards = sum(len(v.facts["gpus"]) for v in views)
+        cards = sum(len(v.facts.gpus) for v in views if v.facts is not None)
 
         def table(views: list[NodeView] = views, n: int = n) -> bytes:
             rows = node_rows(views, "", "name")

@@ -35,6 +35,7 @@ import random
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from llmgw.server.catalog.ports import port_range
 from llmgw.server.catalog.reconciler import Plan, Reconciler
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.fleet.wiring import Wiring
-from llmgw.wire.messages import ShardStatus
+from llmgw.wire.messages import GPU, Disk, EngineInfo, HostFacts, ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
 GIB = 1024**3
@@ -85,36 +86,39 @@ def fleet(n: int, seed: int) -> dict[str, NodeView]:
             memory = max(64 * GIB, count * size * GIB * rng.choice((1, 2, 4)))
             engines = ["llama.cpp", "vllm"]
         gpus = [
-            {
-                "index": k,
-                "uuid": f"GPU-{i:05d}-{k}",
-                "name": CARDS[size],
-                "memory_total": size * GIB,
-                "memory_used": 0,
-            }
+            GPU(
+                index=k,
+                uuid=f"GPU-{i:05d}-{k}",
+                name=CARDS[size],
+                memory_total=size * GIB,
+                memory_used=0,
+            )
             for k in range(count)
         ]
         disk = rng.choice((480, 960, 1920, 3840)) * GB
-        local = {"path": "/", "fstype": "ext4", "total": disk, "free": int(disk * 0.8)}
-        filer = {"path": "/models", "fstype": "nfs", "total": 100_000 * GB, "free": 40_000 * GB}
-        disks = [{**local, "shared": False}, {**filer, "shared": True}]
+        disks = [
+            Disk(path="/", fstype="ext4", total=disk, free=int(disk * 0.8), shared=False),
+            Disk(path="/models", fstype="nfs", total=100_000 * GB, free=40_000 * GB, shared=True),
+        ]
         nodes[nid] = NodeView(
             id=nid,
             cert_serial=i + 1,
             state=NodeState.READY,
             address=f"10.{(i >> 16) & 255}.{(i >> 8) & 255}.{i & 255}",
-            facts={
-                "hostname": nid,
-                "cpu_count": cores,
-                "memory_total": memory,
-                "memory_available": int(memory * 0.9),
-                "gpus": gpus,
-                "disks": disks,
-            },
+            facts=HostFacts(
+                hostname=nid,
+                os="Linux",
+                arch="x86_64",
+                cpu_count=cores,
+                memory_total=memory,
+                memory_available=int(memory * 0.9),
+                gpus=gpus,
+                disks=disks,
+            ),
             last_heartbeat=T0,
             # A connected agent: the reconciler only asks whether there is one.
             session=object(),  # type: ignore[arg-type]
-            engines=[{"name": e, "path": ENGINES[e]} for e in engines],
+            engines=[EngineInfo(name=e, path=ENGINES[e]) for e in engines],
             engines_probed=True,
         )
     return nodes
@@ -172,9 +176,14 @@ def catalog(
     return models
 
 
+def facts_of(view: NodeView) -> HostFacts:
+    assert view.facts is not None, f"{view.id} has no facts"
+    return view.facts
+
+
 def describe(nodes: dict[str, NodeView]) -> str:
-    cards = sum(len(v.facts["gpus"]) for v in nodes.values())
-    cpu_only = sum(1 for v in nodes.values() if not v.facts["gpus"])
+    cards = sum(len(facts_of(v).gpus) for v in nodes.values())
+    cpu_only = sum(1 for v in nodes.values() if not facts_of(v).gpus)
     return f"{cards} cards, {cpu_only} CPU-only nodes"
 
 
@@ -203,19 +212,21 @@ def check_plan(plan: Plan, nodes: dict[str, NodeView], models: Sequence[Model]) 
         assert start.port in allowed, start
         assert (view.address, start.port) not in ports, f"port {start.port} twice on {start.node}"
         ports.add((view.address, start.port))
-        engines = {e["name"] for e in view.engines}
+        engines = {e.name for e in view.engines}
         assert profile.engine in engines, f"{start.node} has no {profile.engine}"
     for nid, used in memory.items():
-        assert used <= nodes[nid].facts["memory_available"], f"{nid}: host memory over-committed"
+        available = nodes[nid].figures().memory_available or 0
+        assert used <= available, f"{nid}: host memory over-committed"
     for nid, used_cores in cores.items():
-        assert used_cores <= nodes[nid].facts["cpu_count"], f"{nid}: cores over-committed"
-    by_uuid = {g["uuid"]: g for v in nodes.values() for g in v.facts["gpus"]}
+        assert used_cores <= (facts_of(nodes[nid]).cpu_count or 0), f"{nid}: cores over-committed"
+    by_uuid = {g.uuid: g for v in nodes.values() for g in v.figures().gpus}
     for uuid, used in card.items():
         g = by_uuid[uuid]
-        assert used <= g["memory_total"] - g["memory_used"], f"{uuid}: card over-committed"
+        room = (g.memory_total or 0) - (g.memory_used or 0)
+        assert used <= room, f"{uuid}: card over-committed"
     weights = {m.source: m.weight_bytes for m in models}
     for nid, held in sources.items():
-        free = max(d["free"] for d in nodes[nid].facts["disks"] if not d["shared"])
+        free = max(d.free for d in facts_of(nodes[nid]).disks if not d.shared)
         assert sum(weights[s] for s in held) <= free, f"{nid}: disk over-committed"
 
 
@@ -234,10 +245,15 @@ def report_ready(
             port=start.port,
             source=model.source,
         )
-        view.facts["memory_available"] -= profile.memory
-        for g in view.facts["gpus"]:
-            if g["uuid"] in start.cards:
-                g["memory_used"] += profile.card_memory
+        # What the node's next heartbeat says: its memory and cards the less.
+        figures = view.figures()
+        view.live.memory_available = (figures.memory_available or 0) - profile.memory
+        view.live.gpus = [
+            replace(g, memory_used=(g.memory_used or 0) + profile.card_memory)
+            if g.uuid in start.cards
+            else g
+            for g in figures.gpus
+        ]
 
 
 # --- measuring ----------------------------------------------------------------------------

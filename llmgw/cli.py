@@ -242,7 +242,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
 
 
 def cmd_node_token(args: argparse.Namespace) -> int:
-    answer = _client(args).post("/api/v1/tokens", {"ttl_seconds": args.ttl})
+    answer = _client(args).node_token(args.ttl)
     if args.json:
         _print_json(answer)
     else:

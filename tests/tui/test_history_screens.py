@@ -30,6 +30,7 @@ from llmgw.tui.gpumap import (
     shade,
 )
 from llmgw.tui.nodepage import GAP, NO_HISTORY, SPARKS, NodePage, history_text, sparkline
+from llmgw.wire.messages import GPU, from_map
 from tests.tui import fleet
 from tests.tui.fleet import FleetApi
 from tests.tui.test_node_screens import colours, open_node, until
@@ -48,14 +49,13 @@ def recorded_history(node: dict[str, Any]) -> dict[str, Any]:
             continue
         gpus = []
         for c, card in enumerate(node["gpus"]):
-            gpus.append(
-                {
-                    **card,
-                    "utilization": (k + c * 10) % 100,
-                    "power": None if c == 1 else 100.0 + k % 500,
-                    "temperature": 40 + k % 40,
-                }
-            )
+            figures = {
+                **card,
+                "utilization": (k + c * 10) % 100,
+                "power": None if c == 1 else 100.0 + k % 500,
+                "temperature": 40 + k % 40,
+            }
+            gpus.append(from_map(GPU, figures))
         history.record(node["id"], at, 30.0, node["memory_total"], node["memory_available"], gpus)
     series = history.series(node["id"], now=NOW)
     assert series is not None

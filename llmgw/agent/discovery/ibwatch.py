@@ -8,8 +8,6 @@ failed discovery.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -17,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TypedDict
 
+from llmgw.agent import command
 from llmgw.agent.discovery.infiniband import SmInfo, normalise_guid, read_ports, read_sminfo
 from llmgw.wire.messages import IbPort
 
@@ -131,22 +130,12 @@ async def run_ibnetdiscover(
         argv += ["-P", str(port)]
     argv += extra
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        done = await command.run(argv, timeout, stderr="apart")
+    except TimeoutError:  # before OSError, of which it is one
+        raise RuntimeError(f"{tool} did not finish in {timeout:.0f} s") from None
     except OSError as exc:
         raise RuntimeError(f"{tool} cannot be run: {exc.strerror or exc}") from exc
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except (TimeoutError, asyncio.CancelledError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
-        raise RuntimeError(f"{tool} did not finish in {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        words = err.decode(errors="replace").strip().splitlines()[-3:]
-        raise RuntimeError(f"{tool} failed (exit {proc.returncode}): {' | '.join(words)}")
-    return out.decode(errors="replace")
+    if done.code != 0:
+        words = done.err.strip().splitlines()[-3:]
+        raise RuntimeError(f"{tool} failed (exit {done.code}): {' | '.join(words)}")
+    return done.out

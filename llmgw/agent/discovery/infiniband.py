@@ -37,7 +37,6 @@ here raises for absence or odd text.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import re
 import shutil
@@ -46,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmgw.agent import command
 from llmgw.wire.messages import IbPort
 
 # ibstat's port state words -> the kernel's (sysfs ``state``), so both sources agree.
@@ -455,22 +455,10 @@ async def _run(args: Sequence[str], timeout: float) -> str | None:
     """What the command printed on stdout when it ran and exited 0, else None; stderr
     (ibwarn lines, umad errors) is dropped so it cannot be read as output."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *args,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
-    except OSError:
+        done = await command.run(args, timeout, stderr="drop")
+    except (OSError, TimeoutError):
         return None
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        return None
-    return out.decode("utf-8", "replace") if proc.returncode == 0 else None
+    return done.out if done.code == 0 else None
 
 
 async def read_ports(

@@ -9,11 +9,11 @@ asked for two hundred fields parses too.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from llmgw.agent import command
 from llmgw.agent.discovery.nvlinktext import parse_nvlink_errors, parse_nvlink_status
 from llmgw.agent.discovery.smicsv import FULL_QUERY_FIELDS, SmiCsvError, parse_full_query_csv
 from llmgw.agent.discovery.smitext import SmiTextError, parse_smi_text
@@ -143,22 +143,8 @@ def parse_query_gpu_csv(text: str, fields: Sequence[str] = QUERY_FIELDS) -> list
 
 
 async def _run(args: Sequence[str], timeout: float) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        try:
-            proc.kill()
-        except ProcessLookupError:
-            pass
-        await proc.wait()
-        raise
-    return proc.returncode or 0, out.decode("utf-8", "replace")
+    done = await command.run(args, timeout)
+    return done.code, done.out
 
 
 def _first_line(output: str) -> str:

@@ -6,13 +6,12 @@ Nothing is reported as an engine until it has been seen to run; this is that see
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from llmgw.agent import command
 from llmgw.agent.engines.base import EngineAdapter
 
 VERSION_TIMEOUT = 30.0
@@ -75,18 +74,13 @@ def missing_library(lib: str, binary: Path | None = None) -> str:
 async def run_ldd(binary: Path) -> str | None:
     """ldd's output for ``binary``; None when the node has no ldd."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            "ldd",
-            str(binary),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+        done = await command.run(["ldd", str(binary)], VERSION_TIMEOUT)
     except FileNotFoundError:
         return None
-    out, _ = await proc.communicate()
+    except TimeoutError:
+        raise EngineCheckError(f"ldd {binary} did not finish in {VERSION_TIMEOUT:.0f}s") from None
     # ldd exits 1 for a static binary or a script; its words say so, not its status.
-    return out.decode(errors="replace")
+    return done.out
 
 
 async def check_libraries(binary: Path, ldd: Ldd = run_ldd) -> None:
@@ -102,29 +96,12 @@ async def check_libraries(binary: Path, ldd: Ldd = run_ldd) -> None:
 async def run_output(argv: list[str], timeout: float = VERSION_TIMEOUT) -> tuple[int, str]:
     """Exit status and output (stdout and stderr together) of a short command."""
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+        done = await command.run(argv, timeout)
+    except TimeoutError:  # before OSError, of which it is one
+        raise EngineCheckError(f"{' '.join(argv)} did not finish in {timeout:.0f}s") from None
     except OSError as exc:
         raise EngineCheckError(f"{argv[0]} cannot be run: {exc.strerror or exc}") from exc
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
-        raise EngineCheckError(f"{' '.join(argv)} did not finish in {timeout:.0f}s") from None
-    except asyncio.CancelledError:
-        # Whoever asked stopped waiting (an install's own time limit): leave nothing running.
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await asyncio.shield(proc.wait())
-        raise
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(errors="replace")
+    return done.code, done.out
 
 
 async def seen_to_run(adapter: EngineAdapter, binary: str) -> tuple[str | None, str]:

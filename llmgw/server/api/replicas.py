@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import cast
 
 from starlette.responses import StreamingResponse
 
@@ -30,7 +29,7 @@ NODE = {"type": "object", "required": ["id", "state"]}
 def node_json(view: NodeView) -> NodeJson:
     """A node as the API shows it. ``NodeView.as_json`` builds it from the agent's maps;
     tests/server/api/test_answer_shapes.py holds its keys and values to ``NodeJson``."""
-    return cast(NodeJson, view.as_json())
+    return view.as_json()
 
 
 def routes(fleet: FleetService, views: ModelViews) -> Ops:

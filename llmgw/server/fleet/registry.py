@@ -13,13 +13,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol, cast
 
 from llmgw.server.fleet.energy import EnergyMeter
 from llmgw.server.fleet.figures import LiveFigures, NodeFigures, plain
 from llmgw.server.fleet.history import FleetHistory
 from llmgw.server.store import Audit, Store, StoreUnavailable
 from llmgw.wire import Heartbeat, HostFacts, Register
+from llmgw.wire.admin import NodeJson, SettingsReportJson
 from llmgw.wire.messages import (
     DownloadProgress,
     EngineInfo,
@@ -49,53 +50,6 @@ class Session(Protocol):
 
 # A record as the wire writes it (``to_map``): its fields, None ones left out.
 WireMap = dict[str, Any]
-
-
-class NodeJson(TypedDict):
-    """A node as the admin API shows it (``GET /api/v1/nodes``): its facts with the latest
-    live figures over them, records as the wire writes them, None (or an empty list) for
-    what was never read."""
-
-    id: str
-    state: NodeState
-    reason: str
-    connected: bool
-    address: str | None
-    version: str
-    last_seen: float | None
-    hostname: str | None
-    os: str | None
-    arch: str | None
-    kernel: str | None
-    cpu_model: str | None
-    cpu_count: int | None
-    cpu_cores: int | None
-    cpu_flags: list[str]
-    cpu_percent: float | None
-    load: list[float] | None
-    memory_total: int | None
-    memory_available: int | None
-    disks: list[WireMap] | None
-    gpus: list[WireMap]
-    gpu_source: str | None
-    cuda_version: str | None
-    warnings: list[str]
-    health_warnings: list[str]
-    gpu_health: list[WireMap] | None
-    vitals: WireMap | None
-    topology: WireMap | None
-    ib_ports: list[WireMap] | None
-    memory_read_gbs: float | None
-    memory_read_one_core_gbs: float | None
-    engines: list[WireMap] | None
-    engine_message: str | None
-    engine_progress: dict[str, str]
-    engines_installable: list[str]
-    cordoned: bool
-    draining: bool
-    labels: dict[str, str]
-    settings: dict[str, Any] | None
-    features: list[str]
 
 
 @dataclass
@@ -211,7 +165,8 @@ class NodeView:
             "cordoned": self.cordoned,
             "draining": self.draining,
             "labels": dict(self.labels),
-            "settings": self.settings,
+            # The agent's own report, passed on as it came (Register.settings).
+            "settings": cast("SettingsReportJson | None", self.settings),
             "features": list(self.features),
         }
 

@@ -1,0 +1,58 @@
+"""Short commands run to their end (nvidia-smi, ibstat, ibnetdiscover, ldd, an engine's
+``--version``): what they printed and how they exited.
+
+A command that overruns its time, or whose caller stops waiting (a discovery pass
+cancelled, an install's own time limit), is killed and reaped before the error goes up,
+so none is left running behind the agent and no half-read pipe is left open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+# Where the command's stderr goes: into its output, nowhere, or apart.
+Stderr = Literal["merge", "drop", "apart"]
+_STDERR = {
+    "merge": asyncio.subprocess.STDOUT,
+    "drop": asyncio.subprocess.DEVNULL,
+    "apart": asyncio.subprocess.PIPE,
+}
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A command that ran to its end: its exit status and what it printed (``err`` is
+    empty unless stderr was kept apart)."""
+
+    code: int
+    out: str
+    err: str = ""
+
+
+async def run(argv: Sequence[str], timeout: float, stderr: Stderr = "merge") -> Finished:
+    """Run ``argv`` with no input; OSError when it cannot be started, TimeoutError when
+    it overran ``timeout`` seconds (killed and reaped by then). TimeoutError is an
+    OSError too: a caller telling them apart catches it first."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=_STDERR[stderr],
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        # Reaped even when the caller was cancelled: shielded, it waits for the exit.
+        await asyncio.shield(proc.wait())
+        raise
+    return Finished(
+        proc.returncode or 0,
+        out.decode("utf-8", "replace"),
+        (err or b"").decode("utf-8", "replace"),
+    )

@@ -1,0 +1,66 @@
+"""Short commands: their output and status, and none left running when it overruns its
+time or its caller stops waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from llmgw.agent import command
+
+# Writes its pid where the test reads it, then waits until killed.
+HANG = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
+SAYS = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
+
+
+async def test_output_status_and_where_stderr_goes() -> None:
+    merged = await command.run([sys.executable, "-c", SAYS], 30)
+    assert merged.code == 3 and sorted(merged.out.split()) == ["err", "out"]
+    dropped = await command.run([sys.executable, "-c", SAYS], 30, stderr="drop")
+    assert (dropped.out, dropped.err) == ("out\n", "")
+    apart = await command.run([sys.executable, "-c", SAYS], 30, stderr="apart")
+    assert (apart.out, apart.err) == ("out\n", "err\n")
+
+
+async def test_a_command_that_cannot_start_is_an_oserror() -> None:
+    with pytest.raises(OSError):
+        await command.run(["/nonexistent/tool"], 5)
+
+
+async def pid_of(path: Path) -> int:
+    while not path.exists() or not path.read_text():
+        await asyncio.sleep(0.01)
+    return int(path.read_text())
+
+
+def gone(pid: int) -> bool:
+    """Reaped: no such process (not even a zombie waiting for its parent)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_DEAD
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_overrunning_its_time_it_is_killed_and_reaped(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    with pytest.raises(TimeoutError):
+        await command.run([sys.executable, "-c", HANG, str(marker)], 1.0)
+    assert gone(await pid_of(marker))
+
+
+async def test_a_caller_that_stops_waiting_leaves_nothing_running(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    task = asyncio.create_task(command.run([sys.executable, "-c", HANG, str(marker)], 600))
+    pid = await pid_of(marker)
+    assert not gone(pid)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gone(pid)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
