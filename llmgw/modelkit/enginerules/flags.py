@@ -57,7 +57,14 @@ class ExactFlags:
 
     def refused_flag(self, args: Sequence[str]) -> str | None:
         for arg in args:
-            if arg.startswith("-") and _key(arg) in self.refused:
+            if not arg.startswith("-"):
+                continue
+            # A dot may be part of llama.cpp's own flag (--fim-qwen-1.5b-default), and is
+            # read as vLLM's sub-key too: refused either way.
+            whole = arg.split("=", 1)[0]
+            if whole.startswith("--"):
+                whole = "--" + whole[2:].replace("_", "-")
+            if whole in self.refused or _key(arg) in self.refused:
                 return arg
         return None
 

@@ -190,11 +190,13 @@ class ModelViews:
                 }
             )
         usable = sum(1 for e in endpoints if e["state"] == "ok")
+        # Stopped, /v1 refuses it (model_stopped) whatever its endpoints could answer.
+        state: ModelState = "stopped" if model.stopped else "serving" if usable else "unavailable"
         return {
             "name": model.name,
             "source": base_url,
             "engine": "external",
-            "state": "serving" if usable else "unavailable",
+            "state": state,
             "replicas": len(endpoints),
             "desired": len(endpoints),
             "ready": usable,

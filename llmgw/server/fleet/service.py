@@ -204,15 +204,16 @@ class FleetService:
         out: list[dict[str, Any]] = []
         wanted = self.registry.wanted_sources()
         for view in self._reachable(node):
-            assert view.session is not None
             try:
-                async for answer in view.session.ask("weights.list", {}):
-                    for entry in answer.result or []:
-                        entry["node"] = view.id
-                        entry["wanted"] = entry.get("source") in wanted
-                        out.append(entry)
-            except (TimeoutError, ConnectionError) as exc:
+                listing = await one_answer(view, "weights.list", {}, timeout=15.0)
+            except NodeAnswerError as exc:
+                # A node that answered with a failure says so, as one that did not answer.
                 out.append({"node": view.id, "error": str(exc)})
+                continue
+            for entry in listing or []:
+                entry["node"] = view.id
+                entry["wanted"] = entry.get("source") in wanted
+                out.append(entry)
         return out
 
     async def collect(self, node: str | None, by: Principal) -> list[dict[str, Any]]:

@@ -5,6 +5,10 @@ point at ``ctl model context``, and neighbouring harmless flags pass."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from llmgw.modelkit.enginerules import RuleError, rules
@@ -63,41 +67,69 @@ def test_the_catalog_gives_context_per_slot() -> None:
     assert set(LLAMA.context_args(4096, 3)) & set(MANAGED) == {"--ctx-size", "--parallel"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="REFUSED misses llama-server flags that fetch weights from the internet: the "
-    "--*-default presets (their help says 'can download weights from the internet') and "
-    "-dr/--docker-repo (Docker Hub); a profile's argument then runs another model than "
-    "the catalog's, fetched by the engine, unchecked (the llama.cpp adapter sets no "
-    "offline mode)",
-)
 @pytest.mark.parametrize(
     "flag",
     [
         "--fim-qwen-7b-default",
         "--embd-bge-small-en-default",
         "--fim-qwen-7b-spec",
+        "--gpt-oss-20b-default",
         "-dr",
         "--docker-repo",
+        "--spec-draft-model",
+        "--spec-draft-hf",
     ],
 )
 def test_flags_that_fetch_weights_are_refused(flag: str) -> None:
     assert LLAMA.refused_flag([flag]) == flag
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="REFUSED refuses -ot/--override-tensor and -devd/--device-draft but not "
-    "-otd/--override-tensor-draft (buffer types, i.e. devices, for the draft model), nor "
-    "--allowed-local-media-path (lets requests read files under a path of the node)",
-)
 @pytest.mark.parametrize(
     "args",
     [
         ["-otd", "exps=CPU"],
         ["--override-tensor-draft", "exps=CPU"],
+        ["--spec-draft-override-tensor", "exps=CPU"],
+        ["--spec-draft-device", "CUDA1"],
+        ["-mmdev", "CUDA1"],
+        ["-td", "64"],
+        ["--spec-draft-cpu-mask", "ff"],
         ["--allowed-local-media-path", "/"],
+        ["--media-path", "/"],
+        ["--video-ffmpeg-dir", "/tmp/evil"],
+        ["--log-prompts-dir", "/var/lib"],
+        ["--reuse-port"],
     ],
 )
 def test_draft_devices_and_local_media_paths_are_refused(args: list[str]) -> None:
     assert LLAMA.refused_flag(args) == args[0]
+
+
+# What an option of llama-server's own --help takes, or says, that makes it one llmgw
+# sets itself or refuses: a file, folder or device, a download, another place to listen.
+TAKES = re.compile(r"\b(FNAME|PATH|DIR|FILE)\b|<dev|download weights|\bDEVICE\b")
+# Options that take a file or device and are still the profile's to give: none reads or
+# writes outside what llmgw hands the engine.
+FREE = {"--chat-template", "--mmproj-auto", "--no-mmproj", "--list-devices"}
+
+
+def test_every_option_of_the_pinned_llama_server_that_takes_a_file_or_device_is_refused(
+    binary: Path,
+) -> None:
+    help_text = subprocess.run(
+        [str(binary), "--help"], capture_output=True, text=True, timeout=60
+    ).stdout
+    assert "--model" in help_text, help_text[:500]
+    caught = []
+    for line in help_text.splitlines():
+        if not line.startswith("-"):
+            continue
+        head, _, said = line.partition("  ")
+        words = head + " " + said
+        # The description may go on beneath: "download weights" is said on the first line.
+        if not TAKES.search(words):
+            continue
+        for spelling in re.findall(r"(?:^|[ ,])(--?[A-Za-z][\w.-]*)", head):
+            if spelling not in REFUSED and spelling not in FREE:
+                caught.append(spelling)
+    assert caught == [], f"llama-server options llmgw does not refuse: {caught}"

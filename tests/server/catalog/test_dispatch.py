@@ -22,9 +22,9 @@ from llmgw.server.catalog.model import Model, Profile
 from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.store import SQLiteStore
-from llmgw.wire.messages import ShardStatus, StartShard, StopShard
+from llmgw.wire.messages import EngineInfo, ShardStatus, StartShard, StopShard
 from llmgw.wire.states import NodeState, ShardState
-from tests.support import wiring
+from tests.support import nodefacts, wiring
 from tests.support.agentsession import FakeSession
 
 GIB = 1024**3
@@ -57,15 +57,12 @@ class Loop:
             cert_serial=1,
             state=NodeState.READY,
             address=address,
-            facts={
-                "cpu_count": 16,
-                "memory_total": 64 * GIB,
-                "memory_available": 64 * GIB,
-                "gpus": [],
-            },
+            facts=nodefacts.facts(
+                cpu_count=16, memory_total=64 * GIB, memory_available=64 * GIB, gpus=[]
+            ),
             last_heartbeat=self.clock.now,
             session=FakeSession() if connected else None,
-            engines=[{"name": "llama.cpp", "path": "/x", "version": "b4321"}],
+            engines=[EngineInfo(name="llama.cpp", path="/x", version="b4321")],
             engines_probed=True,
         )
         self.registry.nodes[node_id] = view

@@ -242,12 +242,6 @@ async def test_the_weights_listing_marks_what_a_shard_uses(fleet: Fleet) -> None
     assert b.kinds() == ["weights.list"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="FleetService.weights reads answer.result without looking at answer.ok: a node "
-    "whose agent answers weights.list with a failure is listed as an empty cache, its error "
-    "dropped (a timeout, and collect, do report the error)",
-)
 async def test_a_node_that_fails_to_list_its_weights_says_so(fleet: Fleet) -> None:
     await fleet.node("a", FakeSession(weights_list=[failed("the cache is not mounted")]))
     assert await fleet.service.weights(None) == [{"node": "a", "error": "the cache is not mounted"}]
