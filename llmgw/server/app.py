@@ -60,6 +60,7 @@ from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.service import bounds_of
 from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
+from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
@@ -179,6 +180,7 @@ class ControlPlane:
             ]
         )
         self.ha = self._leadership()
+        self.members = Membership(self.ha, self.admission)
         self.peer_listener: PeerListener | None = None
 
     def _leadership(self) -> Leadership:
@@ -364,7 +366,7 @@ class ControlPlane:
             "name": self.ha.name,
             "role": self.ha.role,
             "term": self.ha.state()["term"],
-            "control_planes": self.ha.counts(),
+            "control_planes": self.members.counts(),
             "serving": "stopped" if self.gateway.stopped else "serving",
             "store": self.config.store.backend,
             "store_writable": writable.ok,
@@ -430,7 +432,7 @@ class ControlPlane:
         ops += adapters.routes(self.models)
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
-        ops += servers.routes(self.ha, self.tokens, self.admission)
+        ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
         ops += fabrics.routes(self.fabrics)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import cast
 
 from llmgw.server.api.routing import Call, Op, Ops
-from llmgw.server.fleet.engines import FleetEngines, PinError
+from llmgw.server.fleet.engines import FleetEngines
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import EngineBuild, EngineSet
@@ -26,29 +26,14 @@ def routes(engines: FleetEngines, registry: NodeRegistry) -> Ops:
         return shown()
 
     async def put(call: Call[EngineSet, None]) -> EnginesJson:
-        ask = call.body
-        if ask.unset == (ask.version is not None):
-            raise Refusal(400, "bad_request", "version: give a version, or unset, not both")
-        value: dict[str, object] | None = None
-        if ask.version is not None:
-            value = {"version": ask.version, "sha256": dict(ask.sha256 or {})}
-            if ask.index_url is not None:
-                value["index_url"] = ask.index_url
-        try:
-            await engines.set(ask.engine, value, call.actor)
-        except PinError as exc:
-            raise Refusal(400, "bad_request", str(exc)) from None
+        await engines.ask(call.body, call.principal)
         return shown()
 
     async def build(call: Call[EngineBuild, None]) -> EnginesJson:
         node = call.params["node_id"]
         if node not in registry.nodes:
             raise Refusal(404, "not_found", f"no node {node!r}; `llmgw ctl nodes` lists them")
-        ask = call.body
-        try:
-            await engines.set_build(node, ask.build, call.actor)
-        except PinError as exc:
-            raise Refusal(400, "bad_request", str(exc), "build") from None
+        await engines.ask_build(node, call.body, call.principal)
         return shown()
 
     async def history(call: Call[None, None]) -> object:

@@ -3,19 +3,14 @@ keepalived), every control plane, tokens for new ones, their joining, and remova
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
-
 from starlette.responses import JSONResponse
 
 from llmgw.server.admission import JoinTokens
 from llmgw.server.api.cluster import minted
 from llmgw.server.api.routing import Call, Op, Ops
-from llmgw.server.ha.joining import Admission, admit
 from llmgw.server.ha.leadership import Leadership
-from llmgw.server.refusal import Refusal
+from llmgw.server.ha.membership import Membership
 from llmgw.server.requests import JoinServer, MintToken
-from llmgw.server.store import Audit
 from llmgw.wire.admin import ServerRemovedJson, TokenJson
 
 # A join is a token id, a name, a CSR, three addresses and their SANs.
@@ -25,40 +20,24 @@ JOIN_BODY = 32 * 1024
 def routes(
     ha: Leadership,
     tokens: JoinTokens,
-    admission: Callable[[], Awaitable[Admission]],
+    members: Membership,
 ) -> Ops:
     async def leader(call: Call[None, None]) -> object:
         state = ha.state()
         return JSONResponse(state, status_code=200 if state["role"] == "leader" else 503)
 
     async def servers(call: Call[None, None]) -> object:
-        return ha.listing()
+        return members.listing()
 
     async def token(call: Call[MintToken, None]) -> TokenJson:
         return minted(await tokens.mint(call.body.ttl_seconds, call.principal, server=True))
 
     async def join(call: Call[JoinServer, None]) -> object:
-        answer = await admit(await admission(), call.body)
-        await ha.reload_servers()  # its certificate opens the link from now on
-        return answer
+        return await members.join(call.body)
 
     async def remove(call: Call[None, None]) -> ServerRemovedJson:
         name = call.params["name"]
-        if name == ha.name:
-            raise Refusal(
-                409,
-                "server_leads",
-                f"{name} is the control plane answering, and it leads; promote another "
-                "first, then remove this one from there",
-            )
-        known = {s.name for s in await ha.store.list_servers()}
-        if name not in known:
-            raise Refusal(404, "not_found", f"no control plane named {name!r}")
-        removed = await ha.store.remove_server(
-            name, time.time(), Audit(call.actor, "server.remove", name)
-        )
-        await ha.reload_servers()
-        return {"name": name, "removed": removed}
+        return {"name": name, "removed": await members.remove(name, call.principal)}
 
     server_list = {"type": "array", "items": {"type": "object", "required": ["name", "role"]}}
     return [

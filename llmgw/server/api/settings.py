@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import cast
 
-import yaml
-
 from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.fleet.agentsettings import AgentSettings, SettingsError
 from llmgw.server.refusal import Refusal
@@ -35,23 +33,7 @@ def routes(settings: AgentSettings) -> Ops:
         return shown()
 
     async def put(call: Call[ConfigSet, None]) -> SettingsJson:
-        ask = call.body
-        if ask.unset == (ask.value is not None):
-            raise Refusal(400, "bad_request", "value: give a value, or unset, not both", "value")
-        value = None
-        if ask.value is not None:
-            try:
-                value = yaml.safe_load(ask.value)
-            except yaml.YAMLError as exc:
-                raise Refusal(400, "bad_request", f"value: not YAML: {exc}", "value") from None
-            if value is None:
-                raise Refusal(
-                    400, "bad_request", "value: empty; to remove a key, unset it", "value"
-                )
-        try:
-            await settings.set(ask.key, value, ask.node, call.actor)
-        except SettingsError as exc:
-            raise Refusal(400, "bad_request", str(exc), "key") from None
+        await settings.ask(call.body, call.principal)
         return shown()
 
     async def history(call: Call[None, None]) -> object:

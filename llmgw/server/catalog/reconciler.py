@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypedDict
 
 from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import holdings, scheduler
@@ -55,6 +54,7 @@ from llmgw.server.catalog.tracks import (
     Member,
     Plan,
     ProfileStatus,
+    ReplicaNote,
     Start,
     StartMember,
     Stop,
@@ -70,17 +70,6 @@ from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
 __all__ = ["Plan", "ProfileStatus", "Reconciler", "Start", "Stop", "Track"]
-
-
-class ReplicaNote(TypedDict):
-    """What the catalog says of one replica in the replicas listing: its model and
-    profile (None for a shard started by hand or one it cannot name), whether it runs
-    another version of its profile, and why it is as it is."""
-
-    model: str | None
-    profile: str | None
-    stale: bool
-    note: str
 
 
 class Reconciler:

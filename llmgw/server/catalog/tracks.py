@@ -212,3 +212,14 @@ def unreported_workers(
                 w.state, w.reason = ShardState.FAILED, "its node never reported starting it"
         elif home is None or home.session is not None:
             w.state, w.reason = ShardState.FAILED, "it is gone from its node"
+
+
+class ReplicaNote(TypedDict):
+    """What the catalog says of one replica in the replicas listing: its model and
+    profile (None for a shard started by hand or one it cannot name), whether it runs
+    another version of its profile, and why it is as it is."""
+
+    model: str | None
+    profile: str | None
+    stale: bool
+    note: str

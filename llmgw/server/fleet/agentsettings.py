@@ -19,6 +19,8 @@ import json
 from collections.abc import Callable
 from typing import Any, TypedDict
 
+import yaml
+
 from llmgw.config import (
     AGENT_IDENTITY,
     AgentConfig,
@@ -27,6 +29,9 @@ from llmgw.config import (
     build,
     merge_agent_layers,
 )
+from llmgw.server.principal import Principal
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import ConfigSet
 from llmgw.server.store import Store
 
 SETTING = "agents"
@@ -109,7 +114,29 @@ class AgentSettings:
             layer = layer[part]
         return layer
 
-    async def set(self, key: str, value: object, node: str | None, actor: str) -> SettingsDocument:
+    async def ask(self, ask: ConfigSet, by: Principal) -> SettingsDocument:
+        """``ctl config set|unset``: the value read as YAML, then set (or unset) as
+        ``set`` does; a Refusal naming the field when it is bad."""
+        if ask.unset == (ask.value is not None):
+            raise Refusal(400, "bad_request", "value: give a value, or unset, not both", "value")
+        value = None
+        if ask.value is not None:
+            try:
+                value = yaml.safe_load(ask.value)
+            except yaml.YAMLError as exc:
+                raise Refusal(400, "bad_request", f"value: not YAML: {exc}", "value") from None
+            if value is None:
+                raise Refusal(
+                    400, "bad_request", "value: empty; to remove a key, unset it", "value"
+                )
+        try:
+            return await self.set(ask.key, value, ask.node, by)
+        except SettingsError as exc:
+            raise Refusal(400, "bad_request", str(exc), "key") from None
+
+    async def set(
+        self, key: str, value: object, node: str | None, by: Principal
+    ) -> SettingsDocument:
         """Set (or, with ``value`` None, unset) ``key`` in a layer, checked and audited;
         returns the document. Nothing changes when it is refused."""
         parts = check_key(key)
@@ -142,7 +169,7 @@ class AgentSettings:
         action = "agents.unset" if value is None else "agents.set"
         shown = key if value is None else f"{key} = {json.dumps(value)}"
         await self.store.put_setting(SETTING, json.dumps(doc, sort_keys=True))
-        await self.store.audit(actor, action, where, shown)
+        await self.store.audit(by.name, action, where, shown)
         self.default, self.nodes, self.version = default, nodes, version
         self.on_change()
         return self.document()

@@ -28,6 +28,9 @@ from llmgw.enginepins import (
     pinned,
 )
 from llmgw.server.fleet.registry import NodeView
+from llmgw.server.principal import Principal
+from llmgw.server.refusal import Refusal
+from llmgw.server.requests import EngineBuild, EngineSet
 from llmgw.server.store import Store
 from llmgw.wire.messages import WantedEngines
 
@@ -133,7 +136,29 @@ class FleetEngines:
 
     # --- changes ----------------------------------------------------------------------
 
-    async def set(self, engine: str, value: object, actor: str) -> EnginesDocument:
+    async def ask(self, ask: EngineSet, by: Principal) -> EnginesDocument:
+        """``ctl engines set|unset``: a version (with its sha256 and package index) or
+        none; a Refusal saying what is wrong when it is refused."""
+        if ask.unset == (ask.version is not None):
+            raise Refusal(400, "bad_request", "version: give a version, or unset, not both")
+        value: dict[str, object] | None = None
+        if ask.version is not None:
+            value = {"version": ask.version, "sha256": dict(ask.sha256 or {})}
+            if ask.index_url is not None:
+                value["index_url"] = ask.index_url
+        try:
+            return await self.set(ask.engine, value, by)
+        except PinError as exc:
+            raise Refusal(400, "bad_request", str(exc)) from None
+
+    async def ask_build(self, node_id: str, ask: EngineBuild, by: Principal) -> EnginesDocument:
+        """``ctl engines build NODE``: which build of llama.cpp a node installs."""
+        try:
+            return await self.set_build(node_id, ask.build, by)
+        except PinError as exc:
+            raise Refusal(400, "bad_request", str(exc), "build") from None
+
+    async def set(self, engine: str, value: object, by: Principal) -> EnginesDocument:
         """Name ``engine`` at a version (``value``: a version or a map), or with None stop
         naming it (its installs are left where they are). PinError when refused."""
         check_engine(engine)
@@ -148,7 +173,7 @@ class FleetEngines:
         await self._write(
             overrides,
             self.builds,
-            actor,
+            by.name,
             "engines.unset" if want is None else "engines.set",
             engine,
             shown,
@@ -156,13 +181,13 @@ class FleetEngines:
         self.on_change(engine, old, self.version_of(engine))
         return self.document()
 
-    async def set_build(self, node_id: str, build: str, actor: str) -> EnginesDocument:
+    async def set_build(self, node_id: str, build: str, by: Principal) -> EnginesDocument:
         check_build(build)
         builds = {**self.builds, node_id: build}
         if build == "auto":
             builds.pop(node_id)
         await self._write(
-            self.overrides, builds, actor, "engines.build", node_id, f"{node_id}: {build}"
+            self.overrides, builds, by.name, "engines.build", node_id, f"{node_id}: {build}"
         )
         self.on_change(None, None, None)
         return self.document()

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -502,46 +502,7 @@ class Leadership:
         leader = self.leader_record()
         return leader.agent_address if leader and leader.name != self.name else ""
 
-    def listing(self) -> list[dict[str, object]]:
-        """``/api/v1/servers``: every control plane as this one knows it (the others'
-        role, term, lag and problem as they last said them)."""
-        out: list[dict[str, object]] = []
-        for s in sorted(self.servers.values(), key=lambda r: r.name):
-            state: Mapping[str, object] | None
-            if s.name == self.name:
-                state = self.state()
-                contact: float | None = self.clock()
-            else:
-                seen = self.seen.get(s.name)
-                contact, state = seen if seen else (None, None)
-                if contact is not None and self.clock() - contact > 3 * WATCH:
-                    state = None  # not answering now
-            out.append(
-                {
-                    "name": s.name,
-                    "role": state.get("role") if state else ("removed" if s.removed_at else None),
-                    "term": state.get("term") if state else None,
-                    "answers": state is not None,
-                    "api_address": s.api_address,
-                    "agent_address": s.agent_address,
-                    "peer_address": s.peer_address,
-                    "last_contact": contact,
-                    "lag_seconds": state.get("lag_seconds") if state else None,
-                    "problem": state.get("problem") if state else None,
-                    "joined_at": s.joined_at,
-                    "removed_at": s.removed_at,
-                    "this": s.name == self.name,
-                }
-            )
-        return out
-
     # ------------------------------------------------------------------ the link
-
-    def counts(self) -> dict[str, int]:
-        """Control planes of the cluster, and how many answer now (this one included)."""
-        listed = self.listing()
-        current = [s for s in listed if s["removed_at"] is None]
-        return {"total": len(current), "answering": sum(1 for s in current if s["answers"])}
 
     def key_counts(self) -> dict[str, list[int]]:
         return self.hooks.key_counts()

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from llmgw.server.fleet.agentsettings import AgentSettings, SettingsError, settable_keys
+from llmgw.server.principal import Principal
 from llmgw.server.store import SQLiteStore
+
+# The caller, as the audit log names them.
+ADMIN_X = Principal("admin@x", "admin", "token")
 
 
 @pytest.fixture
@@ -25,10 +29,10 @@ async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
 async def test_a_nodes_own_value_wins_on_it_and_sections_merge(store: SQLiteStore) -> None:
     changes: list[int] = []
     settings = AgentSettings(store, on_change=lambda: changes.append(settings.version))
-    await settings.set("heartbeat_interval", 2.0, None, "admin@x")
-    await settings.set("discovery.slow_interval", 30, None, "admin@x")
-    await settings.set("heartbeat_interval", 1.0, "gpu01", "admin@x")
-    await settings.set("discovery.nvidia_smi", "/opt/nv/nvidia-smi", "gpu01", "admin@x")
+    await settings.set("heartbeat_interval", 2.0, None, ADMIN_X)
+    await settings.set("discovery.slow_interval", 30, None, ADMIN_X)
+    await settings.set("heartbeat_interval", 1.0, "gpu01", ADMIN_X)
+    await settings.set("discovery.nvidia_smi", "/opt/nv/nvidia-smi", "gpu01", ADMIN_X)
     assert changes == [1, 2, 3, 4]
     assert settings.for_node("gpu01") == {
         "heartbeat_interval": 1.0,
@@ -46,8 +50,8 @@ async def test_a_nodes_own_value_wins_on_it_and_sections_merge(store: SQLiteStor
     await again.load()
     assert again.document() == settings.document() and again.version == 4
 
-    await settings.set("discovery.nvidia_smi", None, "gpu01", "admin@x")
-    await settings.set("heartbeat_interval", None, "gpu01", "admin@x")
+    await settings.set("discovery.nvidia_smi", None, "gpu01", ADMIN_X)
+    await settings.set("heartbeat_interval", None, "gpu01", ADMIN_X)
     assert "gpu01" not in settings.document()["nodes"]  # an emptied layer goes
     history = await settings.history()
     assert [h["action"] for h in history][:2] == ["agents.unset", "agents.unset"]
@@ -64,7 +68,7 @@ async def test_a_bad_key_or_value_is_refused_naming_it_and_nothing_changes(
     store: SQLiteStore,
 ) -> None:
     settings = AgentSettings(store, on_change=lambda: None)
-    await settings.set("release_source", "https://mirror.example/llama.cpp", None, "admin@x")
+    await settings.set("release_source", "https://mirror.example/llama.cpp", None, ADMIN_X)
     before = (settings.document(), settings.version, len(await settings.history()))
     refusals = [
         ("heartbeat_intervall", 5, "no such agent setting"),
@@ -77,7 +81,7 @@ async def test_a_bad_key_or_value_is_refused_naming_it_and_nothing_changes(
     ]
     for key, value, words in refusals:
         with pytest.raises(SettingsError, match=words):
-            await settings.set(key, value, None, "admin@x")
+            await settings.set(key, value, None, ADMIN_X)
     after = (settings.document(), settings.version, len(await settings.history()))
     assert after == before
 

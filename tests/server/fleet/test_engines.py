@@ -12,11 +12,15 @@ import pytest
 from llmgw.enginepins import LLAMACPP_PIN, PINNED
 from llmgw.server.fleet.engines import SETTING, FleetEngines, PinError, node_row
 from llmgw.server.fleet.registry import NodeView
+from llmgw.server.principal import Principal
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.messages import EngineInfo, WantedEngines
 
 HEX = "cd" * 32
 ASSET = "llama-b6000-bin-ubuntu-x64.tar.gz"
+
+# The caller, as the audit log names them.
+ADMIN_X = Principal("admin@x", "admin", "token")
 
 
 @pytest.fixture
@@ -65,7 +69,7 @@ async def test_set_unset_and_build_change_the_wish_and_are_audited(store: SQLite
         version=0, engines={"llama.cpp": want("b5000")}, build="auto"
     )
 
-    doc = await fleet.set("llama.cpp", {"version": 6000, "sha256": {ASSET: HEX}}, "admin@x")
+    doc = await fleet.set("llama.cpp", {"version": 6000, "sha256": {ASSET: HEX}}, ADMIN_X)
     assert fleet.version == 1 and calls == [("llama.cpp", "b5000", "b6000")]
     assert fleet.wanted == {"llama.cpp": want("b6000", {ASSET: HEX})}
     assert (
@@ -86,17 +90,21 @@ async def test_set_unset_and_build_change_the_wish_and_are_audited(store: SQLite
         }
     )
 
-    await fleet.set("vllm", {"version": "0.11.0", "index_url": "https://pypi.ex/simple"}, "a@x")
+    await fleet.set(
+        "vllm",
+        {"version": "0.11.0", "index_url": "https://pypi.ex/simple"},
+        Principal("a@x", "operator", "session"),
+    )
     assert calls[1:] == [("vllm", None, "0.11.0")]
     assert fleet.version_of("vllm") == "0.11.0"
 
     # Unset: the fleet names no version of it, over server.yaml's too.
-    await fleet.set("llama.cpp", None, "admin@x")
+    await fleet.set("llama.cpp", None, ADMIN_X)
     assert calls[2:] == [("llama.cpp", "b6000", None)]
     assert fleet.version_of("llama.cpp") is None
     assert list(fleet.wanted) == ["vllm"]
 
-    await fleet.set_build("gpu01", "cpu", "admin@x")
+    await fleet.set_build("gpu01", "cpu", ADMIN_X)
     assert calls[3:] == [(None, None, None)]
     assert fleet.build_of("gpu01") == "cpu" and fleet.build_of("gpu02") == "auto"
     msg = fleet.message("gpu01")
@@ -104,7 +112,7 @@ async def test_set_unset_and_build_change_the_wish_and_are_audited(store: SQLite
     assert fleet.message("gpu02").build == "auto"
     assert fleet.document()["builds"] == {"gpu01": "cpu"}
 
-    await fleet.set_build("gpu01", "auto", "admin@x")  # auto is no choice: dropped
+    await fleet.set_build("gpu01", "auto", ADMIN_X)  # auto is no choice: dropped
     assert fleet.builds == {} and fleet.version == 5
 
     history = await fleet.history()
@@ -123,7 +131,7 @@ async def test_set_unset_and_build_change_the_wish_and_are_audited(store: SQLite
 async def test_other_audit_entries_are_not_engine_history(store: SQLiteStore) -> None:
     fleet = FleetEngines(store, None, QUIET)
     await store.audit("admin@x", "model.serve", "m", "")
-    await fleet.set("llama.cpp", "b1", "admin@x")
+    await fleet.set("llama.cpp", "b1", ADMIN_X)
     await store.audit("admin@x", "agents.set", "agents.default", "")
     assert [h["action"] for h in await fleet.history()] == ["engines.set"]
 
@@ -131,8 +139,8 @@ async def test_other_audit_entries_are_not_engine_history(store: SQLiteStore) ->
 async def test_a_refused_change_changes_nothing(store: SQLiteStore) -> None:
     calls: list[Any] = []
     fleet = FleetEngines(store, {"llama.cpp": "b5000"}, lambda *args: calls.append(args))
-    await fleet.set("llama.cpp", "b6000", "admin@x")
-    await fleet.set_build("gpu01", "cpu", "admin@x")
+    await fleet.set("llama.cpp", "b6000", ADMIN_X)
+    await fleet.set_build("gpu01", "cpu", ADMIN_X)
     calls.clear()
     before = (
         fleet.document(),
@@ -143,18 +151,18 @@ async def test_a_refused_change_changes_nothing(store: SQLiteStore) -> None:
         await fleet.history(),
     )
     refusals: list[tuple[Any, str]] = [
-        (fleet.set("tgi", "1.0", "admin@x"), "'tgi' is not an engine"),
-        (fleet.set("tgi", None, "admin@x"), "'tgi' is not an engine"),
-        (fleet.set("llama.cpp", "b 1", "admin@x"), "llama.cpp: 'b 1' is not a version"),
+        (fleet.set("tgi", "1.0", ADMIN_X), "'tgi' is not an engine"),
+        (fleet.set("tgi", None, ADMIN_X), "'tgi' is not an engine"),
+        (fleet.set("llama.cpp", "b 1", ADMIN_X), "llama.cpp: 'b 1' is not a version"),
         (
-            fleet.set("llama.cpp", {"version": "b1", "sha256": {ASSET: "0"}}, "admin@x"),
+            fleet.set("llama.cpp", {"version": "b1", "sha256": {ASSET: "0"}}, ADMIN_X),
             "must be 64 hex digits",
         ),
         (
             fleet.set("llama.cpp", {"version": "b1", "index_url": "https://x/simple"}, "a"),
             "index_url is for vLLM",
         ),
-        (fleet.set_build("gpu01", "cuda", "admin@x"), "'cuda' is not a build"),
+        (fleet.set_build("gpu01", "cuda", ADMIN_X), "'cuda' is not a build"),
     ]
     for change, words in refusals:
         with pytest.raises(PinError, match=words):
@@ -172,9 +180,9 @@ async def test_a_refused_change_changes_nothing(store: SQLiteStore) -> None:
 
 async def test_load_restores_the_changes_from_the_store(store: SQLiteStore) -> None:
     fleet = FleetEngines(store, {"llama.cpp": "b5000", "sglang": "0.5.0"}, QUIET)
-    await fleet.set("llama.cpp", {"version": "b6000", "sha256": {ASSET: HEX}}, "admin@x")
-    await fleet.set("sglang", None, "admin@x")
-    await fleet.set_build("gpu01", "none", "admin@x")
+    await fleet.set("llama.cpp", {"version": "b6000", "sha256": {ASSET: HEX}}, ADMIN_X)
+    await fleet.set("sglang", None, ADMIN_X)
+    await fleet.set_build("gpu01", "none", ADMIN_X)
 
     again = FleetEngines(store, {"llama.cpp": "b5000", "sglang": "0.5.0"}, QUIET)
     assert again.version == 0 and again.version_of("llama.cpp") == "b5000"
@@ -252,7 +260,7 @@ def test_node_row_lists_the_versions_there() -> None:
 
 async def test_nodes_is_a_row_per_node_and_wanted_engine(store: SQLiteStore) -> None:
     fleet = FleetEngines(store, {"llama.cpp": "b6000", "vllm": "0.11.0"}, QUIET)
-    await fleet.set_build("b", "none", "admin@x")
+    await fleet.set_build("b", "none", ADMIN_X)
     views = [
         view([installed("b6000")], nid="b"),
         view([installed("b6000")], {"vllm": "installing: uv pip install"}, nid="a"),

@@ -20,8 +20,10 @@ import pytest
 
 from llmgw.server.ha import lease as lease_module
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING
+from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import WATCH, Hooks, Leadership, PromoteRefused, Seat
 from llmgw.server.ha.lease import ROUND
+from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerError
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.store import Audit, ServerRecord, StoreError
@@ -536,6 +538,15 @@ async def test_an_old_leader_started_again_follows_the_new_one_and_never_leads(
     await a.loops.settle("follow", 0)
 
 
+def members(plane: Plane) -> Membership:
+    """The control planes as ``ctl servers`` lists them, from ``plane``'s leadership."""
+
+    async def no_admission() -> Admission:
+        raise AssertionError("listing asks nothing of a joiner's admission")
+
+    return Membership(plane.ha, no_admission)
+
+
 async def test_a_control_plane_that_stops_answering_is_listed_as_not_answering(
     planes: Callable[..., Plane], clock: Clock, tables: Tables, peers: Peers
 ) -> None:
@@ -543,19 +554,19 @@ async def test_a_control_plane_that_stops_answering_is_listed_as_not_answering(
     a = planes("cp-a", postgres=False, role="leader")
     peers.states[SEATS["cp-b"].peer_address] = {"name": "cp-b", "role": "standby", "term": 1}
     await a.ha.start()
-    listed = {s["name"]: s for s in a.ha.listing()}
+    listed = {s["name"]: s for s in members(a).listing()}
     assert listed["cp-b"]["answers"] and listed["cp-b"]["last_contact"] == clock.now
     assert listed["cp-a"]["this"] and listed["cp-a"]["role"] == "leader"
-    assert a.ha.counts() == {"total": 2, "answering": 2}
+    assert members(a).counts() == {"total": 2, "answering": 2}
 
     del peers.states[SEATS["cp-b"].peer_address]
     clock.advance(3 * WATCH)
     await a.ha.look()  # no answer: what it said last stands, for three rounds
-    assert {s["name"]: s["answers"] for s in a.ha.listing()} == {"cp-a": True, "cp-b": True}
+    assert {s["name"]: s["answers"] for s in members(a).listing()} == {"cp-a": True, "cp-b": True}
     clock.advance(0.1)
-    listed = {s["name"]: s for s in a.ha.listing()}
+    listed = {s["name"]: s for s in members(a).listing()}
     assert not listed["cp-b"]["answers"] and listed["cp-b"]["role"] is None
-    assert a.ha.counts() == {"total": 2, "answering": 1}
+    assert members(a).counts() == {"total": 2, "answering": 1}
 
 
 async def test_the_leader_tells_the_agents_when_the_control_planes_change(
