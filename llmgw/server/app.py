@@ -209,7 +209,7 @@ class ControlPlane:
             announce=self._announce,
             stepped_down=self._stepped_down,
             key_counts=self.gateway.keys.counts,
-            elsewhere=self._elsewhere,
+            elsewhere=self.gateway.keys.heard,
         )
         return Leadership(
             self.store,
@@ -282,9 +282,6 @@ class ControlPlane:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    def _elsewhere(self, counts: dict[str, tuple[int, int]]) -> None:
-        self.gateway.keys.elsewhere = counts
-
     async def _announce(self) -> None:
         if self.agent_port is not None:
             await self.agent_port.announce()
@@ -327,7 +324,7 @@ class ControlPlane:
 
     def _apply_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
-        self.gateway.stopped = stopped
+        self.gateway.halt(stopped)
         self.models.halt(stopped)
 
     async def inspect_shape(self, source: str, allow_pickle: bool) -> ModelShape:

@@ -176,6 +176,11 @@ class KeyBook:
         # planes, as they said last (limits are the cluster's, not each one's).
         self.elsewhere: dict[str, tuple[int, int]] = {}
 
+    def heard(self, elsewhere: dict[str, tuple[int, int]]) -> None:
+        """The other control planes' last minute of each limited key (requests, tokens),
+        summed: a key's limits are the cluster's, not each control plane's."""
+        self.elsewhere = elsewhere
+
     def load(self, records: list[ApiKeyRecord]) -> None:
         """The keys as the store has them; a key already known keeps its windows."""
         old = self.keys

@@ -102,6 +102,10 @@ class Gateway:
 
     # ------------------------------------------------------------------ state
 
+    def halt(self, stopped: bool) -> None:
+        """``llmgw stop`` (True): /v1 refuses every request; False serves again."""
+        self.stopped = stopped
+
     async def load(self) -> None:
         self.keys.load(await self.store.list_api_keys())
         await self.usage.load_month()
