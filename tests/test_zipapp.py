@@ -130,6 +130,9 @@ def test_server_init_and_run_answer_health(zipapp: Path, tmp_path: Path) -> None
         f"127.0.0.1:{http_port}",
         "--agent-port",
         str(_free_port()),
+        # Not the default 8444: another test's control plane may hold it meanwhile.
+        "--peer-port",
+        str(_free_port()),
         "--yes",
     )
     assert proc.returncode == 0, proc.stderr

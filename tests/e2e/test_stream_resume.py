@@ -17,7 +17,7 @@ import openai
 import psutil
 import pytest
 
-from tests.e2e.catalog import ctl_json, join, scheduled, serve, wait_ready
+from tests.e2e.catalog import ctl_json, join, replicas, scheduled, serve, wait_ready
 from tests.e2e.cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -109,7 +109,8 @@ def stream_and_kill(
 
 def live_engines(cluster: Cluster) -> dict[str, int]:
     """Both replicas Ready with their engines alive: after an attempt's kill, the control
-    plane shows the killed one Ready until its agent has seen it exit."""
+    plane shows the killed one Ready until its agent has seen it exit, then failed ("the
+    engine exited") until its replacement is Ready."""
 
     def alive(pid: int | None) -> bool:
         try:
@@ -118,10 +119,11 @@ def live_engines(cluster: Cluster) -> dict[str, int]:
             return False
 
     def check() -> dict[str, int] | None:
-        pids = {r["replica_id"]: r["pid"] for r in wait_ready(cluster, "tiny", 2)}
-        return pids if all(alive(pid) for pid in pids.values()) else None
+        ready = [r for r in replicas(cluster, "tiny") if r["state"] == "ready"]
+        pids = {r["replica_id"]: r["pid"] for r in ready}
+        return pids if len(pids) == 2 and all(alive(pid) for pid in pids.values()) else None
 
-    found: dict[str, int] = wait_for(check, 60, "two replicas with live engines")
+    found: dict[str, int] = wait_for(check, 120, "two replicas with live engines")
     return found
 
 
