@@ -52,6 +52,8 @@ class BandwidthServers:
     def __init__(self, tool: str = TOOL) -> None:
         self.tool = tool
         self._reapers: set[asyncio.Task[None]] = set()
+        # Servers started and not yet reaped.
+        self._running: set[asyncio.subprocess.Process] = set()
 
     async def serve(self, device: str, ib_port: int, tcp_port: int, seconds: int) -> None:
         """Start a server and return once it listens (RuntimeError with its words if it
@@ -80,28 +82,46 @@ class BandwidthServers:
                         )
                     said.append(line)
         except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+            await _end(proc)
             raise RuntimeError(f"{self.tool} server on {device} did not listen in 15 s") from None
+        except asyncio.CancelledError:
+            # Whoever asked stopped waiting: no server is left behind on its port.
+            await _end(proc)
+            raise
+        self._running.add(proc)
         task = asyncio.create_task(self._reap(proc, seconds + GRACE))
         self._reapers.add(task)
         task.add_done_callback(self._reapers.discard)
 
     async def _reap(self, proc: asyncio.subprocess.Process, limit: float) -> None:
+        """A server's end: when its client is done, else killed at ``limit`` or when the
+        servers are closed (the agent stopping)."""
         assert proc.stdout is not None
         try:
             async with asyncio.timeout(limit):
                 await proc.stdout.read()
                 await proc.wait()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        except (TimeoutError, asyncio.CancelledError):
+            await _end(proc)
+        finally:
+            self._running.discard(proc)
 
     async def close(self) -> None:
-        for task in list(self._reapers):
+        """End every server still waiting for its client, and wait until each is gone:
+        killed here, since a reaper cancelled before it first ran does nothing."""
+        reapers = list(self._reapers)
+        for task in reapers:
             task.cancel()
+        await asyncio.gather(*reapers, return_exceptions=True)
+        for proc in list(self._running):
+            await _end(proc)
+
+
+async def _end(proc: asyncio.subprocess.Process) -> None:
+    """Kill a server and reap it, even while whoever waits on it is being cancelled."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    await asyncio.shield(proc.wait())
 
 
 async def run_client(

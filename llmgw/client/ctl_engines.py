@@ -57,6 +57,15 @@ def parse_pins(values: list[str]) -> dict[str, str]:
     return pins
 
 
+def keep_given(action: argparse.ArgumentParser) -> None:
+    """An action's copies of ``engines``' own options (``--json``, ``--server``...) keep
+    what was given before the action: argparse writes a subcommand's defaults over its
+    parent's values, so theirs are left unset unless given after it."""
+    for option in action._actions:
+        if option.dest in ("json", "server", "token", "data_dir"):
+            option.default = argparse.SUPPRESS
+
+
 def add_parsers(
     ctl_cmds: Subcommands,
     client: Client,
@@ -137,15 +146,18 @@ def add_parsers(
     p.add_argument("--index-url", help="vLLM, SGLang: the package index to install from")
     p.add_argument("--json", action="store_true", help="print the API's JSON")
     client_options(p)
+    keep_given(p)
     p.set_defaults(handler=change(False))
     p = sub.add_parser("history", help="every change: when, who, what")
     p.add_argument("--json", action="store_true", help="print the API's JSON")
     client_options(p)
+    keep_given(p)
     p.set_defaults(handler=history)
     p = sub.add_parser("unset", help="stop naming ENGINE (nodes keep what they have)")
     p.add_argument("engine")
     p.add_argument("--json", action="store_true", help="print the API's JSON")
     client_options(p)
+    keep_given(p)
     p.set_defaults(handler=change(True))
 
     p = ctl_cmds.add_parser(

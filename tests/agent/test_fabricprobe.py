@@ -238,13 +238,6 @@ async def test_available_finds_the_tool_by_its_path_or_on_path(
     assert not available()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llmgw/agent/fabricprobe.py:102-104 (and _reap, 91-100): close() cancels the "
-    "reapers, and a cancelled reaper does not kill its server, so an agent that stops "
-    "leaves each ib_write_bw server still waiting for a client (and holding its TCP "
-    "port) behind it",
-)
 async def test_close_ends_the_servers_still_waiting_for_a_client(
     tool: StandIn, servers: BandwidthServers
 ) -> None:
@@ -258,12 +251,6 @@ async def test_close_ends_the_servers_still_waiting_for_a_client(
             await asyncio.sleep(0.02)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llmgw/agent/fabricprobe.py:70-86: a serve() cancelled while its server has "
-    "not yet said it listens (the request dropped, the agent stopping) neither kills "
-    "nor hands that server to a reaper: it is left running",
-)
 async def test_a_serve_cancelled_before_the_server_listens_leaves_no_server(
     tool: StandIn, servers: BandwidthServers
 ) -> None:

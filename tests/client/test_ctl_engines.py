@@ -241,13 +241,6 @@ def test_a_refusal_exits_1_with_the_control_planes_words(
     assert len(admin.asked) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llmgw/client/ctl_engines.py:121-148: `ctl engines` and each of its actions "
-    "declare --json and --server/--token/--data-dir; argparse lets the action's defaults "
-    "overwrite what was given before the action, so `ctl engines --server cp:1 --json "
-    "history` asks the default control plane and prints a table",
-)
 def test_options_given_before_the_action_are_not_dropped(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
