@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input, Static
+from textual.widgets import Button, DataTable, Input, Static
 
 from llmgw.client.admin import AdminClient
 from llmgw.tui.api import ConsoleApi
@@ -19,7 +19,7 @@ from llmgw.tui.app import ConsoleApp
 from llmgw.tui.dialogs import ConfirmDialog, FormDialog, MessageDialog, Tick
 from llmgw.tui.models import ServeDialog
 from tests.e2e.catalog import join, replicas, scheduled
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, wait_for
 from tests.support.engines import Mirror
 from tests.support.tinymodel import write_tiny_model
 
@@ -34,6 +34,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, binary: Path) -> Iterator[
     c = scheduled(tmp_path_factory.mktemp("console-actions"))
     try:
         join(c, "a", binary)
+        # The planner's speed needs the node's memory read rate, measured by its agent
+        # in the background once it has joined.
+        wait_for(
+            lambda: c.api("/api/v1/nodes/a").get("memory_read_gbs"),
+            120,
+            "node a to measure its memory read rate",
+        )
         yield c
     finally:
         c.stop()
@@ -59,16 +66,20 @@ def console(cluster: Cluster) -> ConsoleApp:
 
 
 async def until(
-    pilot: Pilot[None], check: Callable[[], T | None], what: str, timeout: float = 30
+    pilot: Pilot[None],
+    check: Callable[[], T | None],
+    what: str | Callable[[], str],
+    timeout: float = 30,
 ) -> T:
-    """Let the app run until ``check`` gives something, and return that."""
+    """Let the app run until ``check`` gives something, and return that; ``what`` is
+    said when it never does (worked out then, when it is a function)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
         await pilot.pause(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
 
 
 def ready(cluster: Cluster, name: str, count: int) -> Callable[[], list[Any] | None]:
@@ -100,6 +111,20 @@ async def open_pane(app: ConsoleApp, pilot: Pilot[None], key: str, table: str) -
     return shown
 
 
+def form_state(app: ConsoleApp, cluster: Cluster) -> str:
+    """Why a form may still be open: what it says went wrong, whether it is still
+    sending (its submit button off), its workers, and what the catalog holds."""
+    screen = app.screen
+    error = screen.query("#form-error")
+    sending = screen.query("#submit")
+    return (
+        f"it says {text(error.first(Static)) if error else ''!r}; "
+        f"sending: {sending.first(Button).disabled if sending else None}; "
+        f"workers: {[(w.name, str(w.state)) for w in screen.workers]}; "
+        f"models: {[m['name'] for m in cluster.api('/api/v1/models')]}"
+    )
+
+
 def fill_in(app: ConsoleApp, **values: str) -> None:
     for name, value in values.items():
         app.screen.query_one(f"#field-{name}", Input).value = value
@@ -121,7 +146,14 @@ async def test_serve_change_stop_start_scale_and_remove_a_model(
         assert "Memory per replica:" in text(plan) and "a: fits on the CPU" in text(plan)
         assert "tokens/s" in text(plan)
         await pilot.click("#submit")
-        await until(pilot, lambda: not isinstance(app.screen, ServeDialog), "the form to close")
+        # Serving reads the model and judges every node: on a loaded machine that takes a
+        # while; a refusal would stay in the form, and is said if the form stays open.
+        await until(
+            pilot,
+            lambda: not isinstance(app.screen, ServeDialog),
+            lambda: f"the form to close ({form_state(app, cluster)})",
+            timeout=90,
+        )
         assert the_model(cluster, "tiny")["context"] == 256
         await until(pilot, ready(cluster, "tiny", 1), "tiny to be ready")
         await until(pilot, lambda: table.row_count and str(table.get_row_at(0)[2]) == "1/1", "1/1")
