@@ -74,10 +74,13 @@ llama-server: apt venv
 # The suite on TEST_WORKERS processes (pytest-xdist): most end-to-end tests wait on the
 # processes they start, so more workers than cores pays; tests that share one resource
 # run in one worker (tests/conftest.py, GROUPS). The 15 slowest are listed at the end.
+# Tests that assert how long something takes (marked timing) run after, alone, so the
+# others' load is not what they measure.
 TEST_WORKERS ?= 4
 
 test: apt venv llama-server
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing"
+	$(BIN)/python -m pytest -q -m timing
 
 check: venv
 	$(BIN)/ruff check llmgw llmgw.py tests bench packaging

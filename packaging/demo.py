@@ -39,7 +39,8 @@ def port_free(port: int) -> bool:
 
 
 def pick_port(wanted: int) -> int:
-    if port_free(wanted):
+    """``wanted`` when it is free, else (or for 0) a port the system gives."""
+    if wanted and port_free(wanted):
         return wanted
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -158,9 +159,10 @@ def main() -> int:
                 f"127.0.0.1:{pick_port(8080)}",
                 "--agent-port",
                 str(pick_port(8443)),
-                # The control planes' link: the demo has one, but its port must be free.
+                # The control planes' link: the demo has one control plane, so any free
+                # port will do (8444 may be another llmgw's on this machine).
                 "--peer-port",
-                str(pick_port(8444)),
+                str(pick_port(0)),
                 "--yes",
             ],
             check=True,

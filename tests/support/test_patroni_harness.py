@@ -15,7 +15,8 @@ import pytest
 
 from tests.support.patroni import PatroniCluster, running_cluster, shared_cluster
 
-pytestmark = pytest.mark.e2e
+# Timing: it measures how long Patroni takes to fail over, so it runs alone.
+pytestmark = [pytest.mark.e2e, pytest.mark.timing]
 
 
 @pytest.fixture
