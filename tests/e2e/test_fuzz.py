@@ -116,14 +116,30 @@ def test_known_hostile_bodies_are_refused_and_the_replica_serves_on(
 CPYTHON_AST_BUG = "AST constructor recursion depth mismatch"
 
 
+# Schemathesis imports its transports (and anyio, which parses its own source
+# with ``ast`` as it loads) lazily, in whichever worker thread asks first. Two
+# threads doing that at once trip CPython 3.11's ast race, and the loser is left
+# with a half-imported module: "cannot import name 'ASGI_TRANSPORT'". Its CLI,
+# started with those modules already loaded, has nothing left to race over.
+ST_WITH_TRANSPORTS_LOADED = (
+    "import sys\n"
+    "import schemathesis.transport.asgi, schemathesis.transport.requests\n"
+    "import schemathesis.transport.wsgi\n"
+    "from schemathesis.cli import schemathesis\n"
+    "sys.argv[0] = 'st'\n"
+    "sys.exit(schemathesis())\n"
+)
+
+
 def schemathesis(
     cluster: Cluster, token: str, paths: str, out: Path, seconds: int, exclude: str = ""
 ) -> dict[str, Any]:
     """One Schemathesis run (its CLI) over the paths matching ``paths``: every
     operation's examples, boundary values and fuzzing, the response checks below."""
-    st_bin = Path(sys.executable).with_name("st")
     args = [
-        str(st_bin),
+        sys.executable,
+        "-c",
+        ST_WITH_TRANSPORTS_LOADED,
         "run",
         f"http://{cluster.listen}/api/v1/openapi.json",
         "--url",
