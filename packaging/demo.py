@@ -157,10 +157,11 @@ def main() -> int:
                 str(data_dir),
                 "--listen",
                 f"127.0.0.1:{pick_port(8080)}",
+                # The demo's own agent and the control planes' link (the demo has one
+                # control plane): any free ports will do (8443 and 8444 may be another
+                # llmgw's on this machine).
                 "--agent-port",
-                str(pick_port(8443)),
-                # The control planes' link: the demo has one control plane, so any free
-                # port will do (8444 may be another llmgw's on this machine).
+                str(pick_port(0)),
                 "--peer-port",
                 str(pick_port(0)),
                 "--yes",

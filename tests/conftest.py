@@ -51,13 +51,15 @@ def group_of(path: str) -> str | None:
     return None
 
 
+# First: xdist's own hook (loadgroup) reads the marker to put the group into the
+# test's id, which is what sends a group to one worker; marked after it, a group is
+# spread over every worker.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         group = group_of(Path(item.path).relative_to(REPO).as_posix())
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
-        if group == "host-firewall":
-            item.add_marker(pytest.mark.usefixtures("no_firewall_table_left"))
 
 
 def run_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -102,14 +104,15 @@ def binary() -> Path:
     return llama_server_binary()
 
 
-@pytest.fixture
-def no_firewall_table_left() -> Iterator[None]:
+@pytest.fixture(autouse=True)
+def no_firewall_table_left(request: pytest.FixtureRequest) -> Iterator[None]:
     """Agents of tests that run a cluster as `server init` writes it (the demo, `node add`)
     keep llmgw's nftables table in this machine's own namespace, as root agents do: one
     that was not there when such a test began is taken out when it ends, so the machine
     is left as it was found (a real agent's table on this machine is left alone). Those
     tests are the ``host-firewall`` group, so no other worker's test is running one."""
-    able = os.geteuid() == 0 and shutil.which("nft") is not None
+    group = group_of(Path(request.node.path).relative_to(REPO).as_posix())
+    able = group == "host-firewall" and os.geteuid() == 0 and shutil.which("nft") is not None
 
     def present() -> bool:
         listed = subprocess.run(["nft", "list", "table", "inet", "llmgw"], capture_output=True)

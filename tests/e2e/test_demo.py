@@ -127,3 +127,13 @@ def test_demo_builds_from_source_only_when_the_release_cannot_be_reached(tmp_pat
     )
     assert "building llama-server from source instead" in said
     assert re.search(r"URL:\s+\S+/v1", said), said
+
+
+def test_the_demo_tests_are_one_group_that_xdist_keeps_on_one_worker(
+    request: pytest.FixtureRequest,
+) -> None:
+    # Two demos at once would fight over 8080 and the host's nftables table.
+    mark = request.node.get_closest_marker("xdist_group")
+    assert mark is not None and mark.args == ("host-firewall",)
+    if request.config.getoption("dist", "no") == "loadgroup":
+        assert request.node.nodeid.endswith("@host-firewall"), request.node.nodeid

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser, expect, sync_playwright
 
 DEBIAN_CHROMIUM = Path("/usr/bin/chromium")
 
@@ -50,6 +50,9 @@ def chromium_path() -> str:
 def launched(*, timeout_ms: float = 30_000) -> Iterator[Browser]:
     """A headless chromium driven by Playwright's sync API, closed on exit."""
     executable = chromium_path()
+    # What a page is expected to show, it shows within 15 s: Playwright's 5 s is short
+    # for a tiny model's answer on 2 cores that run four test workers.
+    expect.set_options(timeout=15_000)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=executable,
