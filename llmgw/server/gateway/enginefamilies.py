@@ -41,6 +41,8 @@ _NAME: Final = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL: Final = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|\})')
 _NOT_NAME: Final = re.compile(r"[^a-zA-Z0-9_]")
 _UNESCAPE: Final = re.compile(r"\\(.)")
+_ESCAPES: Final = {"n": "\n", "\\": "\\", '"': '"'}
+_VALUE: Final = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?Inf|NaN")
 # Our own labels, written first on every engine sample.
 _OURS: Final = ("model", "replica")
 
@@ -129,6 +131,15 @@ def _esc(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def _esc_help(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _unescape(text: str) -> str:
+    """The text format's escapes undone; a backslash before anything else is kept."""
+    return _UNESCAPE.sub(lambda e: _ESCAPES.get(e[1], e[0]), text)
+
+
 def _labels(text: str) -> list[tuple[str, str]] | None:
     """The pairs of ``{a="x",b="y"}`` (values unescaped), or None when it does not parse."""
     pairs: list[tuple[str, str]] = []
@@ -138,8 +149,7 @@ def _labels(text: str) -> list[tuple[str, str]] | None:
         if m is None:
             # The end: ``}``, after the last pair's comma or none.
             return pairs if text[at:].strip() == "}" else None
-        value = _UNESCAPE.sub(lambda e: "\n" if e[1] == "n" else e[1], m[2])
-        pairs.append((m[1], value))
+        pairs.append((m[1], _unescape(m[2])))
         at = m.end()
         if m[3] == "}":
             return pairs if not text[at:].strip() else None
@@ -183,14 +193,14 @@ class EngineFamilies:
                 current = declared.setdefault(parts[2], _Family(parts[2]))
                 rest = parts[3].strip() if len(parts) > 3 else ""
                 if parts[1] == "HELP":
-                    current.help = rest
+                    current.help = _esc_help(_unescape(rest))
                 elif rest in KINDS:
                     current.kind = cast(Kind, rest)
                 continue
-            m = _NAME.match(line)
-            if m is None:
-                continue  # blank, or not a sample
-            name, after = m[0], line[m.end() :]
+            sample = _sample_of(line)
+            if sample is None:
+                continue  # blank, or not a sample the text format allows
+            name, pairs, value = sample
             family = current
             suffix = family.owns(name) if family is not None else None
             if family is None or suffix is None:
@@ -198,21 +208,11 @@ class EngineFamilies:
                 suffix = family.owns(name)
                 if suffix is None:
                     continue
-            pairs: list[tuple[str, str]] = []
-            if after.startswith("{"):
-                close = _labels_end(after)
-                parsed = _labels(after[:close]) if close else None
-                if parsed is None:
-                    continue
-                pairs, after = parsed, after[close:]
-            value = after.split()
-            if not value or not _number(value[0]):
-                continue
             if not family.ours:
                 family.ours = prometheus_name(family.name, family.kind)
             if claimed.setdefault(family.ours, family.name) != family.name:
                 continue  # two of this engine's families would have one name
-            self._sample(family, suffix, ours, pairs, " ".join(value))
+            self._sample(family, suffix, ours, pairs, value)
 
     def _sample(
         self, family: _Family, suffix: str, ours: str, pairs: list[tuple[str, str]], value: str
@@ -249,6 +249,30 @@ class EngineFamilies:
         return out
 
 
+def _sample_of(line: str) -> tuple[str, list[tuple[str, str]], str] | None:
+    """A sample line's name, label pairs and value (with its timestamp, if it has one),
+    or None when it is not one."""
+    m = _NAME.match(line)
+    if m is None:
+        return None
+    name, after = m[0], line[m.end() :]
+    pairs: list[tuple[str, str]] = []
+    if after.startswith("{"):
+        close = _labels_end(after)
+        parsed = _labels(after[:close]) if close else None
+        if parsed is None:
+            return None
+        pairs, after = parsed, after[close:]
+    elif not after[:1].isspace():
+        return None
+    value = after.split()
+    if not 1 <= len(value) <= 2 or _VALUE.fullmatch(value[0]) is None:
+        return None
+    if len(value) == 2 and re.fullmatch(r"-?[0-9]+", value[1]) is None:
+        return None
+    return name, pairs, " ".join(value)
+
+
 def _labels_end(text: str) -> int:
     """Where the label set ``text`` starts with ends (past its ``}``), or 0 if it does not."""
     quoted = escaped = False
@@ -262,11 +286,3 @@ def _labels_end(text: str) -> int:
         elif c == "}" and not quoted:
             return i + 1
     return 0
-
-
-def _number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True

@@ -126,27 +126,33 @@ def test_the_table_follows_the_rule_and_the_docs_show_it() -> None:
 
 def test_labels_are_parsed_and_escaped_and_ours_come_first() -> None:
     text = (
-        "# HELP e:info An engine's facts.\n# TYPE e:info gauge\n"
+        # A backslash before anything but n, \\ or " is kept as a backslash.
+        "# HELP e:info An engine's facts\\nin C:\\\\x or C:\\y.\n# TYPE e:info gauge\n"
         'e:info{model="its own",path="C:\\\\models\\\\x}, y",quote="say \\"hi\\"",} 1\n'
-        'e:info{replica="r0",replica="dup"} 1 1700000000000\n'
+        'e:info{replica="r0",replica="dup",raw="a\\qb"} 1 1700000000000\n'
         # Not samples: the gateway leaves them out rather than write what promtool refuses.
         'e:info{broken="no end} 1\n'
         "e:info{x=unquoted} 1\n"
         "e:info not_a_number\n"
+        "e:info 1_000\n"
+        "e:info-1 2\n"
+        "e:info 1 2 3\n"
+        "e:info 1 2.5\n"
         "# a comment\n"
         "e:info\n"
     )
     out = renamed(text, text)
     assert out.splitlines() == [
-        "# HELP e_info An engine's facts. (named e:info by the engine)",
+        "# HELP e_info An engine's facts\\nin C:\\\\x or C:\\\\y. (named e:info by the engine)",
         "# TYPE e_info gauge",
         f'e_info{{model="{ODD_ESCAPED}",replica="m.default.0",exported_model="its own",'
         'path="C:\\\\models\\\\x}, y",quote="say \\"hi\\""} 1',
-        f'e_info{{model="{ODD_ESCAPED}",replica="m.default.0",exported_replica="r0"}} '
-        "1 1700000000000",
+        f'e_info{{model="{ODD_ESCAPED}",replica="m.default.0",exported_replica="r0",'
+        'raw="a\\\\qb"} 1 1700000000000',
         'e_info{model="m",replica="m.default.1",exported_model="its own",'
         'path="C:\\\\models\\\\x}, y",quote="say \\"hi\\""} 1',
-        'e_info{model="m",replica="m.default.1",exported_replica="r0"} 1 1700000000000',
+        'e_info{model="m",replica="m.default.1",exported_replica="r0",raw="a\\\\qb"} '
+        "1 1700000000000",
     ]
     assert promtool_check(out) == (0, "")
 
