@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import shutil
 import signal
+import subprocess
 import threading
 import time
 import urllib.error
@@ -148,8 +151,18 @@ def test_sdk_chat_stream_embeddings_and_models(cluster: Cluster, binary: Path, m
     assert 'llmgw_time_to_first_token_seconds_bucket{model="tiny",le="+Inf"}' in metrics
     assert 'llmgw_tokens_total{model="tiny",kind="completion"}' in metrics
     assert 'llmgw_replica_inflight{model="tiny",replica="tiny.default.' in metrics
-    # llama-server's own metrics, scraped with the replica's key and relabelled.
-    assert 'llamacpp:prompt_tokens_total{model="tiny",replica="tiny.default.' in metrics
+    # llama-server's own metrics, scraped with the replica's key, relabelled and renamed
+    # to Prometheus's rules (llama.cpp's colons and its counter without _total).
+    assert 'llamacpp_prompt_tokens_total{model="tiny",replica="tiny.default.' in metrics
+    assert "# TYPE llamacpp_n_tokens_max_total counter" in metrics
+    assert not re.search(r"^(# TYPE )?llamacpp:", metrics, re.M)
+    # With an engine serving, the whole of /metrics is clean to promtool: nothing said.
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=metrics, capture_output=True, text=True, timeout=30
+    )
+    assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
 
 
 def test_keys_revoked_expired_not_allowed_and_over_rpm(cluster: Cluster, binary: Path) -> None:

@@ -3,20 +3,21 @@
 The gateway counts in plain dicts on the request path (a few dictionary updates and a
 bisect a request) and this module writes them out when scraped. Each Ready replica's
 engine is scraped then too, with its key, and its samples re-exported with ``model``
-and ``replica`` labels added.
+and ``replica`` labels added, under Prometheus names (``enginefamilies.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 import aiohttp
+
+from llmgw.server.gateway.enginefamilies import EngineFamilies
 
 # A sample's key: its one label's value, or a tuple of them in the order of the labels.
 _Key = TypeVar("_Key", bound=str | tuple[str, ...])
@@ -33,7 +34,6 @@ ERROR_TYPES = {
     429: "rate_limit_error",
     504: "timeout_error",
 }
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(.*)$")
 
 
 @dataclass
@@ -249,38 +249,11 @@ class Metrics:
         return "\n".join(out) + "\n"
 
 
-def relabel(text: str, model: str, replica: str, seen: set[str]) -> list[str]:
-    """An engine's metrics with model and replica labels added to every sample; HELP
-    and TYPE lines once per family across replicas."""
-    extra = f'model="{_esc(model)}",replica="{_esc(replica)}"'
-    out = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        if line.startswith("#"):
-            parts = line.split(None, 3)
-            if len(parts) >= 3 and parts[1] in ("HELP", "TYPE"):
-                mark = f"{parts[1]} {parts[2]}"
-                if mark in seen:
-                    continue
-                seen.add(mark)
-            out.append(line)
-            continue
-        m = _SAMPLE.match(line)
-        if m is None:
-            continue
-        name, labels, value = m.groups()
-        inner = labels[1:-1] if labels else ""
-        merged = f"{extra},{inner}" if inner else extra
-        out.append(f"{name}{{{merged}}} {value}")
-    return out
-
-
 async def scrape(
     session: aiohttp.ClientSession, targets: list[tuple[str, str, str, str]]
 ) -> list[str]:
-    """(model, replica, url, key) of each Ready replica: its /metrics, relabelled."""
-    seen: set[str] = set()
+    """(model, replica, url, key) of each Ready replica: its /metrics, relabelled and
+    renamed to Prometheus's rules (enginefamilies.py), each family once."""
 
     async def one(url: str, key: str) -> str | None:
         try:
@@ -294,11 +267,11 @@ async def scrape(
             return None
 
     texts = await asyncio.gather(*(one(url, key) for _, _, url, key in targets))
-    out: list[str] = []
+    families = EngineFamilies()
     for (model, replica, _, _), text in zip(targets, texts, strict=True):
         if text:
-            out.extend(relabel(text, model, replica, seen))
-    return out
+            families.add(text, model, replica)
+    return families.lines()
 
 
 def family(

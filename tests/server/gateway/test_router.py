@@ -110,24 +110,26 @@ def test_budget_resets_at_the_next_month() -> None:
 
 
 def test_engine_metrics_are_relabelled_and_families_said_once() -> None:
-    from llmgw.server.gateway.metrics import relabel
+    from llmgw.server.gateway.enginefamilies import EngineFamilies
 
     text = (
         "# HELP llamacpp:tokens_total Tokens.\n# TYPE llamacpp:tokens_total counter\n"
         'llamacpp:tokens_total 12\nvllm:running{engine="0"} 1\n\n'
     )
-    seen: set[str] = set()
-    first = relabel(text, "m", "m.default.1", seen)
-    again = relabel(text, "m", "m.default.2", seen)
-    assert first == [
-        "# HELP llamacpp:tokens_total Tokens.",
-        "# TYPE llamacpp:tokens_total counter",
-        'llamacpp:tokens_total{model="m",replica="m.default.1"} 12',
-        'vllm:running{model="m",replica="m.default.1",engine="0"} 1',
-    ]
-    assert again == [
-        'llamacpp:tokens_total{model="m",replica="m.default.2"} 12',
-        'vllm:running{model="m",replica="m.default.2",engine="0"} 1',
+    families = EngineFamilies()
+    families.add(text, "m", "m.default.1")
+    families.add(text, "m", "m.default.2")
+    # Each family once, its samples from every replica together, under its Prometheus
+    # name; the family with no HELP or TYPE is untyped, with a HELP that says so.
+    assert families.lines() == [
+        "# HELP llamacpp_tokens_total Tokens. (named llamacpp:tokens_total by the engine)",
+        "# TYPE llamacpp_tokens_total counter",
+        'llamacpp_tokens_total{model="m",replica="m.default.1"} 12',
+        'llamacpp_tokens_total{model="m",replica="m.default.2"} 12',
+        "# HELP vllm_running The engine gave no help text. (named vllm:running by the engine)",
+        "# TYPE vllm_running untyped",
+        'vllm_running{model="m",replica="m.default.1",engine="0"} 1',
+        'vllm_running{model="m",replica="m.default.2",engine="0"} 1',
     ]
 
 
