@@ -43,6 +43,10 @@ class EngineAdapter(abc.ABC):
     leader_waits: ClassVar[bool] = False
     # Whether it loads LoRA adapters (``ShardSpec.adapters``) beside the model.
     serves_lora: ClassVar[bool] = False
+    # Whether the ranks of a replica spanning nodes meet over NCCL and torch's gloo,
+    # which listen on ports the kernel picks (``llmgw.agent.ephemeral``); llama.cpp's
+    # RPC workers listen only on the port they are given.
+    collective: ClassVar[bool] = False
 
     @property
     def multi_card(self) -> bool:
