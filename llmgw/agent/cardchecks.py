@@ -90,11 +90,14 @@ def _card_check(
             f"(`nvidia-smi -i {gpu.index} -mig 0`)"
         )
     detail = f"{gpu.name}: " + "; ".join(parts)
+    # Persistence mode off is no warning of discovery's, so its fix joins theirs here
+    # (it was dropped whenever the card had another warning).
+    persistence = [PERSISTENCE_FIX] if h is not None and h.persistence_mode is False else []
     if mine:
         said, fixes = zip(*(split_fix(w) for w in mine), strict=True)
-        fix = " / ".join(f for f in fixes if f) or None
+        fix = " / ".join([*(f for f in fixes if f), *persistence]) or None
         return Check(name, "warn", detail + ". " + "; ".join(said), fix)
-    if h is not None and h.persistence_mode is False:
+    if persistence:
         return Check(name, "warn", detail, PERSISTENCE_FIX)
     return Check(name, "ok", detail)
 

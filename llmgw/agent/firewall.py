@@ -48,6 +48,8 @@ class PlanMap(TypedDict):
     engine_ports: str
     agent_port: int | None
     peers: dict[str, list[str]]  # engine port (as JSON's key, a string) -> addresses
+    # "LO-HI" -> addresses: where NCCL's and gloo's ports may fall (``ephemeral``).
+    peer_ranges: NotRequired[dict[str, list[str]]]
 
 
 class FirewallStatus(TypedDict):
@@ -111,6 +113,9 @@ class FirewallPlan:
     engine_ports: str = "41000-41999"
     agent_port: int | None = None
     peers: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    # Ranges of the engine ports a replica's member nodes are let in to, beside its own
+    # ports: where NCCL and gloo listen on ports the kernel picks (``ephemeral``).
+    peer_ranges: Mapping[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _nets("networks", self.networks, hosts=True)
@@ -129,6 +134,12 @@ class FirewallPlan:
                     f"peers: port {port} is outside engine_ports {self.engine_ports}"
                 )
             _nets(f"peers[{port}]", addresses)
+        for (lo, hi), addresses in self.peer_ranges.items():
+            if not first <= lo <= hi <= last:
+                raise FirewallError(
+                    f"peer_ranges: {lo}-{hi} is not a range within engine_ports {self.engine_ports}"
+                )
+            _nets(f"peer_ranges[{lo}-{hi}]", addresses)
 
     @classmethod
     def from_map(cls, data: Mapping[str, object]) -> FirewallPlan:
@@ -152,6 +163,11 @@ class FirewallPlan:
         peers = data.get("peers") or {}
         if not isinstance(peers, Mapping):
             raise FirewallError(f"peers: expected a map of port to addresses, got {peers!r}")
+        ranges = data.get("peer_ranges") or {}
+        if not isinstance(ranges, Mapping):
+            raise FirewallError(
+                f"peer_ranges: expected a map of LO-HI to addresses, got {ranges!r}"
+            )
         return cls(
             enabled=enabled,
             networks=strings("networks", data.get("networks") or []),
@@ -159,6 +175,9 @@ class FirewallPlan:
             engine_ports=str(data.get("engine_ports") or "41000-41999"),
             agent_port=None if agent_port is None else port("agent_port", agent_port),
             peers={port("peers", p): strings(f"peers[{p}]", a) for p, a in peers.items()},
+            peer_ranges={
+                _port_range(str(r)): strings(f"peer_ranges[{r}]", a) for r, a in ranges.items()
+            },
         )
 
     def to_map(self) -> PlanMap:
@@ -169,6 +188,9 @@ class FirewallPlan:
             "engine_ports": self.engine_ports,
             "agent_port": self.agent_port,
             "peers": {str(p): list(a) for p, a in sorted(self.peers.items())},
+            "peer_ranges": {
+                f"{lo}-{hi}": list(a) for (lo, hi), a in sorted(self.peer_ranges.items())
+            },
         }
 
 
@@ -220,11 +242,12 @@ def _model(plan: FirewallPlan) -> _Table:
     )
     engines = _port_range(plan.engine_ports)
     rules = [_Rule("accept", head='iif "lo"'), _Rule("accept", head="ct state established,related")]
-    for port, addresses in sorted(plan.peers.items()):
-        peers = _nets(f"peers[{port}]", addresses)
+    ranges = [((p, p), a) for p, a in plan.peers.items()] + list(plan.peer_ranges.items())
+    for ports, addresses in sorted(ranges):
+        peers = _nets(f"peers[{ports[0]}]", addresses)
         for family, version in (("ip", 4), ("ip6", 6)):
             if same := _canonical(peers, version):
-                rules.append(_Rule("accept", ports=(port, port), family=family, source=same))
+                rules.append(_Rule("accept", ports=ports, family=family, source=same))
     guarded = [(engines, "cp")]
     if plan.agent_port is not None and plan.networks:
         guarded.append(((plan.agent_port, plan.agent_port), "nets"))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from llmgw.agent.ephemeral import PROC, overlap, read_ephemeral
 from llmgw.agent.firewall import (
     ROOT_NOTE,
     FirewallError,
@@ -80,15 +81,20 @@ def plan_of(msg: Firewall) -> FirewallPlan:
 
 
 class NodeFirewall:
-    def __init__(self, state_dir: Path, nft: Nft | None = None) -> None:
+    def __init__(self, state_dir: Path, nft: Nft | None = None, proc: Path = PROC) -> None:
         self.state_dir = state_dir
         self.nft = nft or Nft()
+        # Where the kernel's ephemeral port sysctls are read (``ephemeral``).
+        self.proc = proc
         # Why the table is not as the cluster wants it, in words; None when it is.
         self.problem: str | None = None
         self.plan: FirewallPlan | None = None
         self._asked: FirewallPlan | None = None
         # Ports of replicas spanning nodes and the member nodes let in to each.
         self._peers: dict[int, tuple[str, ...]] = {}
+        # The member nodes of replicas whose ranks meet over NCCL and gloo: let in to
+        # the part of the engine ports the kernel may pick for those.
+        self._collective: tuple[str, ...] = ()
 
     async def keep(self, msg: Firewall) -> None:
         try:
@@ -99,11 +105,15 @@ class NodeFirewall:
             return
         await self._apply()
 
-    async def peers(self, peers: dict[int, tuple[str, ...]]) -> None:
-        """The shards' peers changed (a replica spanning nodes started or stopped)."""
-        if peers == self._peers:
+    async def peers(
+        self, peers: dict[int, tuple[str, ...]], collective: tuple[str, ...] = ()
+    ) -> None:
+        """The shards' peers changed (a replica spanning nodes started or stopped):
+        ``peers`` by the port they reach, ``collective`` the member nodes of replicas
+        whose ranks listen on ports the kernel picks (NCCL, gloo)."""
+        if (peers, collective) == (self._peers, self._collective):
             return
-        self._peers = dict(peers)
+        self._peers, self._collective = dict(peers), tuple(collective)
         if self._asked is not None:
             await self._apply()
 
@@ -111,9 +121,15 @@ class NodeFirewall:
         asked = self._asked
         assert asked is not None
         first, last = (int(x) for x in asked.engine_ports.split("-"))
+        ranges: dict[tuple[int, int], tuple[str, ...]] = {}
+        if self._collective:
+            local, reserved = await asyncio.to_thread(read_ephemeral, self.proc)
+            ranges = {r: self._collective for r in overlap((first, last), local, reserved)}
         try:
             plan = replace(
-                asked, peers={p: a for p, a in self._peers.items() if first <= p <= last}
+                asked,
+                peers={p: a for p, a in self._peers.items() if first <= p <= last},
+                peer_ranges=ranges,
             )
         except FirewallError as exc:
             self.problem = f"a replica's peers cannot be let in: {exc}"

@@ -241,10 +241,10 @@ class NodeRuntime:
     async def handle(self, msg: Message) -> None:
         if isinstance(msg, StartShard):
             self.supervisor.start(msg.spec)
-            await self.firewall.peers(self.supervisor.peers())
+            await self.firewall.peers(self.supervisor.peers(), self.supervisor.collective_peers())
         elif isinstance(msg, StopShard):
             await self.supervisor.stop(msg.replica_id, msg.grace)
-            await self.firewall.peers(self.supervisor.peers())
+            await self.firewall.peers(self.supervisor.peers(), self.supervisor.collective_peers())
         elif isinstance(msg, AgentSettings):
             self._settings(msg)
         elif isinstance(msg, WantedEngines):

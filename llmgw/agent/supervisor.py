@@ -440,6 +440,23 @@ class Supervisor:
                 out[group.rendezvous_port] = tuple(group.peers)
         return out
 
+    def collective_peers(self) -> tuple[str, ...]:
+        """The member nodes of this node's replicas spanning nodes whose ranks meet over
+        NCCL and gloo (vLLM, SGLang): those listen on ports the kernel picks, which the
+        firewall must let the members reach (``llmgw.agent.ephemeral``)."""
+        found: set[str] = set()
+        for shard in self.shards.values():
+            group = shard.spec.group
+            if group is None or shard.state in (ShardState.FAILED, ShardState.STOPPED):
+                continue
+            try:
+                collective = adapter(shard.spec.engine).collective
+            except EngineError:
+                continue
+            if collective:
+                found.update(group.peers)
+        return tuple(sorted(found))
+
     def binaries(self) -> list[str]:
         """What the shards still here run from: the binary each was started with, or,
         for one adopted, the first words of its process's command line."""

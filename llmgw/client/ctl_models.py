@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from llmgw.client import Client, Subcommands, UsageError
-from llmgw.client.tables import binary, count, render
-from llmgw.wire.admin import ExplainJson, ModelJson, NodeJson, ProfileStatusJson, SpanJson
+from llmgw.client.tables import binary, count, render, span_line
+from llmgw.wire.admin import ExplainJson, ModelJson, NodeJson, ProfileStatusJson
 
 Shown = TypeVar("Shown")
 # A profile the reconciler has not counted yet: nothing ready, nothing to say.
@@ -157,18 +157,6 @@ def external_text(m: ModelJson) -> str:
         problem = f" ({e['problem']})" if e.get("problem") else ""
         lines.append(f"  {e['name']}: weight {e['weight']:g}, {e['state']}{problem}")
     return "\n".join(lines)
-
-
-def span_line(span: SpanJson) -> str:
-    """One set of nodes a replica spanning nodes could go to, as `ctl explain` says it."""
-    kind = {"nvlink": "NVLink domain", "fabric": "InfiniBand fabric"}.get(span["kind"])
-    where = f"{kind} {span['id']}" if kind else "nodes without InfiniBand"
-    if span["ok"]:
-        said = f"fits on {', '.join(span['chosen'])}"
-    else:
-        said = f"no: {span['reason']} ({', '.join(span['fitting']) or 'none'})"
-    notes = "".join(f"; {n}" for n in span["notes"])
-    return f"{where}: {said}{notes}"
 
 
 def explain_text(profiles: list[ExplainJson]) -> str:

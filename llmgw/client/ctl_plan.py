@@ -3,7 +3,9 @@
 Asks the control plane (``GET /api/v1/plan``) and prints the model's shape, the memory a
 replica needs in all and per card, each node's verdict with its reasons, and the CPU
 speed from each node's measured memory read rate (with a warning when a reply would
-take minutes); ``--json`` prints the answer as it came.
+take minutes); ``--json`` prints the answer as it came. With ``--nodes N`` it plans one
+replica spanning N nodes: each node's verdict is on its share (the layers cut over the
+nodes, ``--gpus`` cards on each), then the sets of nodes it could go to, best first.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from llmgw.client.tables import DASH, render
+from llmgw.client.tables import DASH, render, span_line
 from llmgw.wire.admin import PlanJson
 
 GIB = 2**30
@@ -26,7 +28,15 @@ def add_plan_parser(model_sub: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("source", help="hf:ORG/REPO[:QUANT|:FILE.gguf], https://.../FILE.gguf or /PATH")
     p.add_argument("--context", type=int, help="tokens per request (default: the trained one)")
     p.add_argument("--slots", type=int, default=1, help="requests served at once (default 1)")
-    p.add_argument("--gpus", type=int, help="cards per replica (0: the CPU only)")
+    p.add_argument(
+        "--gpus", type=int, help="cards per replica, per node with --nodes (0: the CPU only)"
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        help="nodes one replica spans, its layers split over them (default 1; with it, "
+        "--gpus defaults to 1 a node)",
+    )
     p.add_argument("--cpu-cores", type=int, help="CPU cores a CPU replica may use")
     p.add_argument("--engine", help="llama.cpp, vllm or sglang (default: by the format)")
     p.add_argument("--allow-pickle", action="store_true", help="plan pickled weights too")
@@ -40,7 +50,7 @@ def add_plan_parser(model_sub: argparse._SubParsersAction[argparse.ArgumentParse
 def plan_query(args: argparse.Namespace) -> dict[str, str]:
     """``GET /api/v1/plan``'s query for the command's options."""
     query: dict[str, str] = {"source": args.source}
-    for name in ("context", "slots", "gpus", "cpu_cores", "engine"):
+    for name in ("context", "slots", "gpus", "cpu_cores", "engine", "nodes"):
         value = getattr(args, name, None)
         if value is not None:
             query[name] = str(value)
@@ -96,17 +106,26 @@ def plan_text(plan: PlanJson) -> str:
         lines.append(f"  {label + ':':<18}{value if value is not None else DASH}")
     memory = plan["memory"]
     cards = memory["cards"] or 1
+    spans = plan.get("spans")
+    spread = plan.get("replica_nodes", 1)
+    across = f", spanning {spread} nodes (layers split over them)" if spread > 1 else ""
     lines += [
         "",
         f"Replica: engine {plan.get('engine')}, context {_num(plan.get('context'))} "
-        f"({plan.get('context_basis')}) x {plan.get('slots')} slot(s)",
+        f"({plan.get('context_basis')}) x {plan.get('slots')} slot(s){across}",
         f"  weights {_gib(memory.get('weights'))} + KV cache {_gib(memory.get('kv_cache'))} "
         f"+ overhead {_gib(memory.get('overhead'))} = {_gib(memory.get('total'))}",
     ]
     if cards > 1:
         per_card = ", ".join(_gib(b) for b in memory["per_card"])
-        lines.append(f"  on {cards} cards ({memory.get('split')} split): {per_card}")
-    lines.append(f"  on the CPU: {_gib(plan['memory_cpu']['total'])} of host memory")
+        where = f", {cards // spread} on each node" if spread > 1 else ""
+        lines.append(f"  on {cards} cards{where} ({memory.get('split')} split): {per_card}")
+    cpu_memory = plan["memory_cpu"]
+    if spread > 1:
+        shares = ", ".join(_gib(b) for b in cpu_memory["per_card"])
+        lines.append(f"  on the CPUs: {shares} of host memory, one share a node")
+    else:
+        lines.append(f"  on the CPU: {_gib(cpu_memory['total'])} of host memory")
     rows = []
     speed_warnings: list[str] = []
     for node in plan["nodes"]:
@@ -144,9 +163,19 @@ def plan_text(plan: PlanJson) -> str:
         lines.append("No nodes.")
     fits = plan["fits_on"]
     lines.append("")
-    lines.append(
-        f"Fits now on: {', '.join(fits)}" if fits else "Fits now on: no node (reasons above)"
-    )
+    if spans is not None:
+        lines.append(f"One replica spans {spread} nodes; the sets it could go to, best first:")
+        lines += [f"  {span_line(s)}" for s in spans] or ["  no node fits its share"]
+        lines.append("")
+        lines.append(
+            f"Fits now on: {', '.join(fits)} (one replica across them)"
+            if fits
+            else f"Fits now on: no set of {spread} nodes (reasons above)"
+        )
+    else:
+        lines.append(
+            f"Fits now on: {', '.join(fits)}" if fits else "Fits now on: no node (reasons above)"
+        )
     for warning in [*plan["warnings"], *speed_warnings]:
         lines.append(f"warning: {warning}")
     return "\n".join(lines)

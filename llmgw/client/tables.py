@@ -11,6 +11,7 @@ from llmgw.wire.admin import (
     DiskJson,
     NodeJson,
     ReplicaJson,
+    SpanJson,
     StatusJson,
     WeightsEntry,
 )
@@ -245,3 +246,15 @@ def collect_text(result: list[Collected]) -> str:
         for name in node.get("still_listed", []):
             lines.append(f"    still listed after collecting: {name}")
     return "\n".join(lines) or "Nothing to collect."
+
+
+def span_line(span: SpanJson) -> str:
+    """One set of nodes a replica spanning nodes could go to, as `ctl explain` says it."""
+    kind = {"nvlink": "NVLink domain", "fabric": "InfiniBand fabric"}.get(span["kind"])
+    where = f"{kind} {span['id']}" if kind else "nodes without InfiniBand"
+    if span["ok"]:
+        said = f"fits on {', '.join(span['chosen'])}"
+    else:
+        said = f"no: {span['reason']} ({', '.join(span['fitting']) or 'none'})"
+    notes = "".join(f"; {n}" for n in span["notes"])
+    return f"{where}: {said}{notes}"

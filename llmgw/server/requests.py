@@ -184,6 +184,9 @@ class PlanQuery:
     cpu_cores: int | None = spec(None, minimum=1, maximum=4096)
     engine: str | None = spec(None, pattern=ENGINE_NAME)
     allow_pickle: bool = False
+    nodes: int | None = spec(
+        None, doc="nodes one replica spans (its layers split over them)", minimum=1, maximum=64
+    )
 
 
 # -------------------------------------------------------------------------- nodes

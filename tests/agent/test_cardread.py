@@ -476,6 +476,7 @@ def test_from_smi_xml_h100() -> None:
     assert h0 == GpuHealth(
         uuid=first.uuid,
         index=0,
+        persistence_mode=True,
         ecc_mode=True,
         ecc_volatile_corrected=7,
         ecc_volatile_uncorrected=1,
@@ -492,8 +493,9 @@ def test_from_smi_xml_h100() -> None:
         fabric_clique_id=0,
     )
     assert (h1.uuid, h1.ecc_volatile_uncorrected, h1.remap_pending) == (second.uuid, 0, False)
-    # What nvidia-smi -q -x does not give stays absent.
-    assert (h0.persistence_mode, h0.nvlink_links, h0.xids) == (None, None, None)
+    # What nvidia-smi -q -x does not give stays absent (NVLink, Xids); persistence
+    # mode it does give.
+    assert (h0.persistence_mode, h0.nvlink_links, h0.xids) == (True, None, None)
 
 
 def test_from_smi_xml_rtx4090_absent_figures_are_none() -> None:

@@ -30,6 +30,7 @@ FULL = {
     "engine_ports": "41000-41999",
     "agent_port": 8443,
     "peers": {"41001": ["10.213.40.7", "fd00:213::7"], "41002": ["10.213.41.0/28"]},
+    "peer_ranges": {"41100-41999": ["10.213.40.7", "10.213.40.8"]},
 }
 
 
@@ -50,6 +51,9 @@ FULL = {
         ({"peers": {"41001": ["10.0.0.300"]}}, "peers[41001]", "10.0.0.300"),
         ({"peers": {"8080": ["10.0.0.3"]}}, "peers", "8080"),  # outside the range
         ({"peers": {"x": ["10.0.0.3"]}}, "peers", "x"),
+        ({"peer_ranges": {"41100-41999": ["10.0.0.300"]}}, "peer_ranges[41100-41999]", "300"),
+        ({"peer_ranges": {"40000-41999": ["10.0.0.3"]}}, "peer_ranges", "40000-41999"),
+        ({"peer_ranges": ["10.0.0.3"]}, "peer_ranges", "10.0.0.3"),
         ({"enabled": "yes"}, "enabled", "yes"),
     ],
 )
@@ -70,6 +74,7 @@ def test_a_plan_made_directly_is_checked_too() -> None:
 def test_round_trip_through_its_map_and_the_state_dir(tmp_path: Path) -> None:
     plan = FirewallPlan.from_map(FULL)
     assert plan.peers == {41001: ("10.213.40.7", "fd00:213::7"), 41002: ("10.213.41.0/28",)}
+    assert plan.peer_ranges == {(41100, 41999): ("10.213.40.7", "10.213.40.8")}
     assert FirewallPlan.from_map(plan.to_map()) == plan
     assert FirewallPlan.from_map(json.loads(json.dumps(plan.to_map()))) == plan
     assert FirewallPlan.from_map({}) == FirewallPlan()
@@ -100,6 +105,8 @@ def test_the_script_replaces_the_table_in_one_load() -> None:
         "tcp dport 41001 ip saddr { 10.213.40.7 } accept",
         "tcp dport 41001 ip6 saddr { fd00:213::7 } accept",
         "tcp dport 41002 ip saddr { 10.213.41.0/28 } accept",
+        # Where NCCL's ports may fall: the replica's members only, before the reset.
+        "tcp dport 41100-41999 ip saddr { 10.213.40.7, 10.213.40.8 } accept",
         "tcp dport 41000-41999 ip saddr @cp4 accept",
         "tcp dport 41000-41999 ip6 saddr @cp6 accept",
         "tcp dport 41000-41999 reject with tcp reset",

@@ -21,7 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.agent import nodewall
 from llmgw.agent.firewall import FirewallPlan, Nft, save_plan
+from llmgw.agent.nodewall import NodeFirewall
+from llmgw.wire.messages import Firewall
 from tests.e2e.cluster import wait_for
 from tests.support.netns import ip, reach, run_in
 from tests.support.procs import stop_process
@@ -214,3 +217,57 @@ def test_the_command_line_syncs_the_saved_plan(node: Net, tmp_path: Path) -> Non
     synced = run("sync")
     assert synced.returncode == 0 and "removed" in synced.stdout, synced.stdout
     assert node.reach(node.out, NODE_OUT, 41001) == "answered"
+
+
+async def test_a_replicas_members_reach_the_ports_nccl_gets_from_the_kernel(
+    node: Net, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NCCL and gloo listen on ports the kernel picks. The node's namespace hands them
+    out inside the engine range, as Linux's default 32768-60999 does for 41000-41999; a
+    listener bound to port 0 stands for one. The replica's member (here the machine
+    "outside") reaches it through the agent's table; anyone else does not."""
+    sysctl = node.in_node("sysctl", "-w", "net.ipv4.ip_local_port_range=41500 41509")
+    assert sysctl.returncode == 0, sysctl.stderr
+    serve = [sys.executable, "-u", "-m", "http.server", "0", "--bind", "0.0.0.0"]
+    listener = subprocess.Popen(
+        ["ip", "netns", "exec", node.node, *serve],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=REPO / "tests",
+        text=True,
+    )
+    try:
+        assert listener.stdout is not None
+        said = listener.stdout.readline()  # "Serving HTTP on 0.0.0.0 port 41503 ..."
+        port = int(said.split(" port ")[1].split()[0])
+        assert 41500 <= port <= 41509, said
+        # The agent reads the node's sysctls where it runs; here, copied out of its
+        # namespace.
+        proc = tmp_path / "proc"
+        proc.mkdir()
+        for name in ("ip_local_port_range", "ip_local_reserved_ports"):
+            (proc / name).write_text(node.in_node("cat", f"/proc/sys/net/ipv4/{name}").stdout)
+        monkeypatch.setattr(nodewall, "available", lambda: True)
+        monkeypatch.setattr(nodewall, "own_addresses", lambda: {NODE_CP})
+        wall = NodeFirewall(tmp_path / "state", node.nft, proc=proc)
+        (tmp_path / "state").mkdir()
+        await wall.keep(Firewall(control_planes=[CP], engine_ports="41000-41999"))
+
+        # Before: the replica's own port alone is opened to its member (as it was).
+        await wall.peers({41002: (OUT,)})
+        assert wall.problem is None
+        assert node.reach(node.out, NODE_OUT, 41002) == "answered"
+        assert node.reach(node.out, NODE_OUT, port) == "refused"
+
+        # Its ranks meet over NCCL: the member is let in where the kernel picks ports.
+        await wall.peers({41002: (OUT,)}, (OUT,))
+        assert wall.problem is None and wall.plan is not None
+        assert wall.plan.peer_ranges == {(41500, 41509): (OUT,)}
+        assert node.reach(node.out, NODE_OUT, port) == "answered"
+        assert node.reach(node.out, NODE_OUT, 41001) == "refused"  # not another engine
+        assert node.nft.status(wall.plan)["in_sync"] is True
+    finally:
+        stop_process(listener)
+        if listener.stdout is not None:
+            listener.stdout.close()
+        node.in_node("sysctl", "-w", "net.ipv4.ip_local_port_range=32768 60999")

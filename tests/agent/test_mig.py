@@ -10,6 +10,7 @@ from llmgw.agent.discovery.mig import (
     ListedCard,
     MigInstance,
     MigXmlError,
+    cuda_visible_devices,
     merge_instances,
     mig_cuda_visible,
     mig_enabled_cards,
@@ -334,3 +335,23 @@ def test_cuda_visible_devices_refuses_what_cannot_select_a_mig_device() -> None:
         mig_cuda_visible(from_xml(A100_CARVED, 0, 0, 2, 40192))
     with pytest.raises(ValueError, match="card's UUID"):
         mig_cuda_visible(listed("GPU-x", 0, "GPU-x", "3g.40gb", 0))
+
+
+def test_an_engines_visible_devices_name_a_mig_device_by_its_mig_uuid() -> None:
+    new = "MIG-7a2e51c4-09bd-5f3e-8c61-2b4d7e90f158"
+    assert cuda_visible_devices([new]) == new
+    assert cuda_visible_devices([f"MIG-{OLD_0}/1/0"]) == f"MIG-{OLD_0}/1/0"
+    assert cuda_visible_devices(["GPU-a", "GPU-b"]) == "GPU-a,GPU-b"
+    assert cuda_visible_devices([]) == ""  # no card: the engine sees none, not all
+
+
+@pytest.mark.parametrize(
+    "cards",
+    [
+        ["MIG-7a2e51c4-09bd-5f3e-8c61-2b4d7e90f158", "MIG-c4819f07-3a6e-5d21-b9f4-60e2a7c31d8b"],
+        ["GPU-a", "MIG-7a2e51c4-09bd-5f3e-8c61-2b4d7e90f158"],
+    ],
+)
+def test_a_mig_device_beside_another_card_is_refused(cards: list[str]) -> None:
+    with pytest.raises(ValueError, match="CUDA gives a process one MIG device"):
+        cuda_visible_devices(cards)

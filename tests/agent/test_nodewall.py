@@ -12,7 +12,14 @@ from typing import Any
 import pytest
 
 from llmgw.agent import nodewall
-from llmgw.agent.firewall import ROOT_NOTE, STATE_FILE, FirewallError, FirewallPlan, load_plan
+from llmgw.agent.firewall import (
+    ROOT_NOTE,
+    STATE_FILE,
+    FirewallError,
+    FirewallPlan,
+    load_plan,
+    render,
+)
 from llmgw.agent.nodewall import NodeFirewall, addresses_of, plan_of
 from llmgw.wire.messages import Firewall
 
@@ -216,3 +223,43 @@ async def test_a_replicas_peers_are_let_in_to_its_ports_and_taken_out_after(
     await wall.peers({41006: ("not an address",)})
     assert wall.problem is not None and "peers" in wall.problem
     assert applied[-1].peers == {}
+
+
+async def test_members_of_an_nccl_replica_are_let_in_where_the_kernel_picks_ports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NCCL and gloo listen on ports the kernel picks; where those fall in the engine
+    range, the replica's member nodes (and only they) are let in."""
+    monkeypatch.setattr(nodewall, "available", lambda: True)
+    applied: list[FirewallPlan] = []
+
+    class Nft:
+        def apply(self, plan: FirewallPlan) -> None:
+            applied.append(plan)
+
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "ip_local_port_range").write_text("32768\t60999\n")
+    (proc / "ip_local_reserved_ports").write_text("41000-41099\n")
+    wall = NodeFirewall(tmp_path, Nft(), proc=proc)  # type: ignore[arg-type]
+    await wall.keep(Firewall(control_planes=["10.0.0.2"], engine_ports="41000-41999"))
+    members = ("10.0.0.7", "10.0.0.8")
+    await wall.peers({41005: members}, members)
+    plan = applied[-1]
+    assert plan.peers == {41005: members}
+    assert plan.peer_ranges == {(41100, 41999): members}
+    rules = render(plan).splitlines()
+    rule = "    tcp dport 41100-41999 ip saddr { 10.0.0.7, 10.0.0.8 } accept"
+    assert rule in rules
+    assert rules.index(rule) < rules.index("    tcp dport 41000-41999 reject with tcp reset")
+    assert load_plan(tmp_path) == plan  # kept for `llmgw firewall sync`
+
+    # The replica gone: its members are let in nowhere.
+    await wall.peers({}, ())
+    assert (applied[-1].peers, applied[-1].peer_ranges) == ({}, {})
+
+    # The admin reserved the whole engine range: the kernel never picks one of its ports,
+    # so only the replica's own ports are opened.
+    (proc / "ip_local_reserved_ports").write_text("41000-41999\n")
+    await wall.peers({41005: members}, members)
+    assert (applied[-1].peers, applied[-1].peer_ranges) == ({41005: members}, {})

@@ -72,6 +72,7 @@ async def test_xml_slow_read_gives_health(tmp_path: Path) -> None:
     assert h0 == GpuHealth(
         uuid=H100_0,
         index=0,
+        persistence_mode=True,
         ecc_mode=True,
         ecc_volatile_corrected=7,
         ecc_volatile_uncorrected=1,

@@ -27,6 +27,7 @@ NOT_NUMBERS = {
     "throttle_reasons",
     "ecc_mode_current",
     "mig_mode_current",
+    "persistence_mode",
     "processes",
     "fabric_state",
     "fabric_status",

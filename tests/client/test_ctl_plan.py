@@ -38,6 +38,7 @@ def test_query_carries_every_option() -> None:
     args = parser().parse_args(
         ["plan", "hf:org/m:Q4_K_M", "--context", "4096", "--slots", "2", "--gpus", "1"]
         + ["--engine", "llama.cpp", "--allow-pickle", "--cpu-cores", "8", "--json"]
+        + ["--nodes", "2"]
     )
     assert args.handler is ctl_plan.cmd_model_plan
     url = urlsplit(PLAN.at(query=plan_query(args)))
@@ -50,7 +51,10 @@ def test_query_carries_every_option() -> None:
         "cpu_cores": "8",
         "engine": "llama.cpp",
         "allow_pickle": "true",
+        "nodes": "2",
     }
+    # Not asked: not sent, so an older control plane is asked as before.
+    assert "nodes" not in plan_query(parser().parse_args(["plan", "hf:org/m:Q4_K_M"]))
 
 
 def test_report_names_memory_verdicts_and_speed() -> None:
@@ -85,3 +89,57 @@ def test_command_prints_json_or_report(
     assert args.handler(args) == 0
     assert "Fits now on:" in capsys.readouterr().out
     assert asked[0].startswith("/api/v1/plan?source=%2Fmodels%2Fx.gguf")
+
+
+def card8(uuid: str, used: float = 0) -> dict[str, Any]:
+    return {
+        "index": 0,
+        "uuid": uuid,
+        "name": "C",
+        "memory_total": 8 * GiB,
+        "memory_used": int(used * GiB),
+    }
+
+
+SPAN_NODES = [
+    plan_node("a", memory_available=16 * GiB, gpus=[card8("A0")]),  # type: ignore[list-item]
+    plan_node("b", memory_available=16 * GiB, gpus=[card8("B0")]),  # type: ignore[list-item]
+]
+
+
+def test_a_replica_spanning_nodes_is_reported_share_by_share_and_set_by_set() -> None:
+    text = plan_text(plan(MODEL, SPAN_NODES, context=4096, nodes_per_replica=2))
+    assert "x 1 slot(s), spanning 2 nodes (layers split over them)" in text
+    assert "  on 2 cards, 1 on each node (layer split): " in text
+    assert "  on the CPUs: " in text and "of host memory, one share a node" in text
+    assert "One replica spans 2 nodes; the sets it could go to, best first:" in text
+    assert "  nodes without InfiniBand: fits on a, b; no InfiniBand between these nodes" in text
+    assert text.rstrip().endswith("Fits now on: a, b (one replica across them)")
+
+    short = plan_text(plan(MODEL, SPAN_NODES, context=4096, nodes_per_replica=3))
+    assert "  nodes without InfiniBand: no: 2 node(s) fit, 3 needed (a, b)" in short
+    assert "Fits now on: no set of 3 nodes (reasons above)" in short
+    assert "warning: no set of 3 nodes joined by one wire" in short
+
+
+def test_the_command_sends_nodes_and_prints_the_spanning_plan(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer = plan(MODEL, SPAN_NODES, context=4096, nodes_per_replica=2)
+    asked: list[str] = []
+
+    class Client(AdminClient):
+        def request(self, method: str, path: str, body: Any = None) -> Any:
+            asked.append(path)
+            return answer
+
+    monkeypatch.setattr("llmgw.client.admin.resolve", lambda *a: Client("http://cp", "t"))
+    args = parser().parse_args(["plan", "hf:org/test:Q8_0", "--nodes", "2", "--json"])
+    assert args.handler(args) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["replica_nodes"] == 2 and shown["fits_on"] == ["a", "b"]
+    assert shown["spans"][0]["chosen"] == ["a", "b"]
+    assert parse_qs(urlsplit(asked[0]).query)["nodes"] == ["2"]
+    args = parser().parse_args(["plan", "hf:org/test:Q8_0", "--nodes", "2"])
+    assert args.handler(args) == 0
+    assert "Fits now on: a, b (one replica across them)" in capsys.readouterr().out

@@ -341,6 +341,9 @@ def _health_from_smi(card: CardHealth, uuid: str) -> GpuHealth:
     return GpuHealth(
         uuid=uuid,
         index=card.index,
+        persistence_mode=(
+            None if card.persistence_mode is None else card.persistence_mode == "Enabled"
+        ),
         ecc_mode=None if card.ecc_mode_current is None else card.ecc_mode_current == "Enabled",
         ecc_volatile_corrected=card.ecc_volatile_corrected,
         ecc_volatile_uncorrected=card.ecc_volatile_uncorrected,

@@ -16,6 +16,8 @@ Two sources, each partial, so both are read and can be joined:
   card in MIG mode with no instance carved (True, and no instances) from a card not in
   MIG mode (False).
 - ``merge_instances`` joins the two on (card UUID, MIG device index).
+- ``cuda_visible_devices`` is what an engine placed on cards is given: a MIG device's
+  UUID through ``mig_cuda_visible``, and one MIG device alone, as CUDA allows.
 
 Figures nvidia-smi does not give are None, never 0 (the "no figure" words are those of
 ``smixml``). XML declaring entities or a DOCTYPE internal subset is refused with
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from llmgw.agent.discovery.smixml import SmiXmlError, _bytes, _int, _text, smi_root
@@ -288,3 +291,26 @@ def mig_cuda_visible(instance: MigInstance) -> str:
     if uuid.startswith("GPU-"):
         raise ValueError(f"{uuid} is a card's UUID, not a MIG device's")
     return f"MIG-{uuid}"
+
+
+def cuda_visible_devices(cards: Sequence[str]) -> str:
+    """``CUDA_VISIBLE_DEVICES`` for an engine given ``cards``, the UUIDs its shard was
+    placed on as the node reported them: a card's ``GPU-<uuid>``, or a MIG device's
+    UUID, which NVML and ``nvidia-smi -L`` both give with its ``MIG-`` prefix (R470 on:
+    ``MIG-<uuid>``; before: ``MIG-GPU-<card uuid>/<gi>/<ci>``) and which goes through
+    ``mig_cuda_visible``. Empty for no card (the engine then sees none, not all).
+
+    Raises ValueError for a MIG device beside any other card: CUDA enumerates one MIG
+    device per process, so the engine would run on the first and leave the rest idle.
+    """
+    migs = [c for c in cards if c.startswith("MIG-")]
+    if migs and len(cards) > 1:
+        raise ValueError(
+            f"a shard on MIG device {migs[0]} cannot use other cards too ({len(cards)} "
+            "given): CUDA gives a process one MIG device. Give the profile 1 card, or "
+            "serve it on cards with MIG off"
+        )
+    if migs:
+        (card,) = migs
+        return mig_cuda_visible(MigInstance(card, 0, card, None, None, None, None, None))
+    return ",".join(cards)

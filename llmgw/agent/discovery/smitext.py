@@ -162,6 +162,7 @@ _GPU = _section(
         "Serial Number": "serial",
         "GPU UUID": "uuid",
         "Minor Number": "minor_number",
+        "Persistence Mode": "persistence_mode",
         "MIG Mode": _section("mig_mode", {"Current": "current_mig", "Pending": "pending_mig"}),
         "PCI": _section(
             "pci",

@@ -107,6 +107,8 @@ class CardHealth:
     fabric_clique_id: int | None = None
     fabric_cluster_uuid: str | None = None
     fabric_health: dict[str, str] | None = None
+    # "Enabled"/"Disabled" as nvidia-smi says it (Linux only; N/A elsewhere).
+    persistence_mode: str | None = None
 
 
 @dataclass(frozen=True)
@@ -361,6 +363,7 @@ def _card(gpu: ET.Element, position: int) -> CardHealth:
         fabric_clique_id=_int(fabric, "cliqueId"),
         fabric_cluster_uuid=cluster.lower() if cluster else None,
         fabric_health=_fabric_health(fabric),
+        persistence_mode=_mode(gpu, "persistence_mode"),
     )
 
 

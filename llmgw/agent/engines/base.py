@@ -16,6 +16,7 @@ from typing import ClassVar
 
 import aiohttp
 
+from llmgw.agent.discovery.mig import cuda_visible_devices
 from llmgw.modelkit.enginerules import RULES
 from llmgw.wire.messages import AdapterSpec, Compute, ShardSpec
 
@@ -42,6 +43,10 @@ class EngineAdapter(abc.ABC):
     leader_waits: ClassVar[bool] = False
     # Whether it loads LoRA adapters (``ShardSpec.adapters``) beside the model.
     serves_lora: ClassVar[bool] = False
+    # Whether the ranks of a replica spanning nodes meet over NCCL and torch's gloo,
+    # which listen on ports the kernel picks (``llmgw.agent.ephemeral``); llama.cpp's
+    # RPC workers listen only on the port they are given.
+    collective: ClassVar[bool] = False
 
     @property
     def multi_card(self) -> bool:
@@ -63,6 +68,10 @@ class EngineAdapter(abc.ABC):
             )
         if len(spec.cards) > 1 and not self.multi_card:
             raise EngineError(f"{self.name} runs on one card; give the profile 1 card")
+        try:
+            cuda_visible_devices(spec.cards)
+        except ValueError as exc:
+            raise EngineError(str(exc)) from exc
         if spec.adapters and not self.serves_lora:
             raise EngineError(
                 f"{self.name} is not given LoRA adapters by llmgw; serve the model with "
@@ -94,8 +103,9 @@ class EngineAdapter(abc.ABC):
         # engine given "" would demand an empty bearer token instead.
         if self.key_env and spec.key:
             env[self.key_env] = spec.key
-        # Always set, so a shard given no card sees none rather than all of them.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(spec.cards)
+        # Always set, so a shard given no card sees none rather than all of them; a MIG
+        # device is named by its MIG UUID, the form CUDA selects it by.
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(spec.cards)
         if spec.group is not None and spec.group.nvlink:
             # Every card in one NVLink domain: NCCL joins them over NVLink across the
             # trays (through IMEX) rather than the network; cuMem must stay on for it.

@@ -40,6 +40,7 @@ def dist_init_addr(host: str, port: int) -> str:
 class SglangAdapter(EngineAdapter):
     name = "sglang"
     key_env = None
+    collective = True
 
     def check(self, spec: ShardSpec) -> None:
         super().check(spec)

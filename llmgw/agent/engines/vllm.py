@@ -85,6 +85,7 @@ def below(version: str, floor: tuple[int, ...]) -> bool:
 class VllmAdapter(EngineAdapter):
     name = "vllm"
     key_env = "VLLM_API_KEY"
+    collective = True
     # A headless worker starts only the executor's workers: it listens on no port.
     worker_probe = "process"
     serves_lora = True

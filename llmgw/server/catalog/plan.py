@@ -30,8 +30,9 @@ from llmgw.modelkit.sizing import (
 )
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.inspector import Inspection, PlanError
-from llmgw.server.catalog.model import CARD_HOST_MEMORY
+from llmgw.server.catalog.model import CARD_HOST_MEMORY, MAX_NODES
 from llmgw.server.catalog.scheduler import NodeCapacity, Verdict
+from llmgw.server.catalog.spanning import SpanJson
 from llmgw.server.fleet.registry import NodeView
 
 # A context to plan for when the model does not say what it was trained on.
@@ -122,6 +123,11 @@ class PlanJson(TypedDict):
     fits_on: list[str]
     nodes: list[NodePlanJson]
     warnings: list[str]
+    # Nodes one replica spans (``--nodes``); each node's verdict is on its share.
+    replica_nodes: int
+    # For a replica spanning nodes: every set of nodes it could go to, best first
+    # (``ctl explain``'s); None for one node.
+    spans: list[SpanJson] | None
 
 
 @dataclass(frozen=True)
@@ -209,6 +215,9 @@ class _Ask:
     multi_card: bool
     tensor_split: bool
     cpu_cores: int | None
+    # Nodes one replica spans: the model is cut in layers over them, and every figure
+    # of a node (its cards, its memory) is its share, as ``model.check_profile`` makes.
+    nodes: int = 1
 
     def card_counts(self, available: int) -> list[int]:
         if self.cards is not None:
@@ -220,17 +229,26 @@ class _Ask:
         return list(counts)
 
     def on_cards(self, context: int, n: int) -> MemoryEstimate:
-        return memory_estimate(self.shape, context, self.slots, cards=n, split=self.split)
+        """The replica on ``n`` cards a node (on every node it spans)."""
+        split: Split = self.split if self.nodes == 1 else "layer"
+        return memory_estimate(self.shape, context, self.slots, cards=n * self.nodes, split=split)
 
     def on_cpu(self, context: int) -> MemoryEstimate:
-        return memory_estimate(self.shape, context, self.slots, cards=1, split=self.split)
+        """The replica on the CPU: one share a node it spans."""
+        split: Split = self.split if self.nodes == 1 else "layer"
+        return memory_estimate(self.shape, context, self.slots, cards=self.nodes, split=split)
+
+    def cpu_share(self, context: int) -> int:
+        """The host memory one node needs for its share on the CPU."""
+        found = self.on_cpu(context)
+        return found.total if self.nodes == 1 else max(found.per_card)
 
     def request(self, context: int, cards: int) -> scheduler.Request:
         """The replica the catalog would place for this context on ``cards`` cards."""
         if cards:
             memory, card_memory = CARD_HOST_MEMORY, max(self.on_cards(context, cards).per_card)
         else:
-            memory, card_memory = self.on_cpu(context).total, 0
+            memory, card_memory = self.cpu_share(context), 0
         return scheduler.Request(
             model="(plan)",
             profile="(plan)",
@@ -241,6 +259,7 @@ class _Ask:
             cpu_cores=float(self.cpu_cores or 0),
             cards=cards,
             card_memory=card_memory,
+            nodes=self.nodes,
         )
 
 
@@ -307,7 +326,8 @@ def _gpu_verdict(ask: _Ask, node: PlanNode, context: int) -> tuple[GpuVerdictJso
     verdict: Verdict | None = None
     for n in counts:
         verdict = _judge(ask.request(context, n), node)
-        needed = sorted(ask.on_cards(context, n).per_card, reverse=True)
+        # A node's own cards: the largest shares when the replica spans nodes.
+        needed = sorted(ask.on_cards(context, n).per_card, reverse=True)[:n]
         out["needed_per_card"] = needed
         if verdict.ok:
             out["fits"], out["cards"] = True, _card_json(verdict, node)
@@ -321,7 +341,7 @@ def _cpu_verdict(
     ask: _Ask, inspection: Inspection, node: PlanNode, context: int
 ) -> tuple[CpuVerdictJson, list[str]]:
     """The CPU's verdict as the plan shows it, and its reasons when it does not fit."""
-    needed = ask.on_cpu(context).total
+    needed = ask.cpu_share(context)
     reasons: list[str] = []
     if ask.cards is not None and ask.cards > 0:
         reasons = [f"{ask.cards} card(s) asked"]
@@ -385,8 +405,11 @@ def plan(
     cards: int | None = None,
     cpu_cores: int | None = None,
     engine: str | None = None,
+    nodes_per_replica: int = 1,
 ) -> PlanJson:
-    """Memory per replica and per card, and each node's verdict with its reasons."""
+    """Memory per replica and per card, and each node's verdict with its reasons; for a
+    replica spanning ``nodes_per_replica`` nodes, each node's verdict on its share and
+    the sets of nodes it could go to."""
     shape = inspection.shape
     if slots < 1:
         raise PlanError(f"slots must be at least 1, not {slots}")
@@ -405,6 +428,17 @@ def plan(
             "splits a model over cards (vllm, sglang)"
         )
     split: Split = "tensor" if rules.tensor_split else "layer"
+    spanning = nodes_per_replica > 1
+    if not 1 <= nodes_per_replica <= MAX_NODES:
+        raise PlanError(f"nodes must be 1 to {MAX_NODES} per replica, not {nodes_per_replica}")
+    if spanning:
+        # As ``model.check_profile`` has it: a count of cards a node (1 unless said), and
+        # only llama.cpp spans nodes on their CPUs.
+        cards = 1 if cards is None else cards
+        if cards == 0 and engine_name != "llama.cpp":
+            raise PlanError(
+                f"{engine_name} spans nodes only on cards: give --gpus 1 or more per node"
+            )
     if cards is not None and cards > 1 and rules.tensor_split:
         problem = check_cards_vs_kv_heads(shape, cards)
         if problem is not None:
@@ -429,6 +463,7 @@ def plan(
         multi_card=rules.multi_card,
         tensor_split=rules.tensor_split,
         cpu_cores=cpu_cores,
+        nodes=nodes_per_replica,
     )
     ready = [n for n in nodes if n.capacity.ready and not n.capacity.cordoned]
     warnings: list[str] = []
@@ -474,6 +509,22 @@ def plan(
                 "cpu": cpu,
             }
         )
+    fits_on = [v["node"] for v in verdicts if v["fits"]]
+    spans: list[SpanJson] | None = None
+    if spanning:
+        request = ask.request(chosen, n_cards if cards else 0)
+        found = scheduler.explain_spans(request, [n.capacity for n in nodes])
+        spans = [s.as_json() for s in found]
+        placed = found[0] if found and found[0].ok else None
+        # A replica spanning nodes fits on a set of them, not on one.
+        fits_on = list(placed.chosen) if placed is not None else []
+        if placed is None:
+            shares = sum(v["fits"] for v in verdicts)
+            warnings.append(
+                f"no set of {nodes_per_replica} nodes joined by one wire (an NVLink domain, "
+                f"an InfiniBand fabric, or Ethernet alone) holds a share each: {shares} "
+                "node(s) fit a share (the sets and their reasons above)"
+            )
     return {
         "source": inspection.source,
         "format": inspection.format,
@@ -491,7 +542,9 @@ def plan(
         "trained_context": trained,
         "memory": _memory_json(ask.on_cards(chosen, n_cards)),
         "memory_cpu": _memory_json(ask.on_cpu(chosen)),
-        "fits_on": [v["node"] for v in verdicts if v["fits"]],
+        "fits_on": fits_on,
         "nodes": verdicts,
         "warnings": warnings,
+        "replica_nodes": nodes_per_replica,
+        "spans": spans,
     }

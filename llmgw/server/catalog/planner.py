@@ -35,6 +35,7 @@ class Planner:
                 cards=ask.gpus,
                 cpu_cores=ask.cpu_cores,
                 engine=ask.engine,
+                nodes_per_replica=ask.nodes or 1,
             )
         except PlanError as exc:
             raise Refusal(400, "plan_refused", str(exc)) from None

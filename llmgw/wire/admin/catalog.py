@@ -379,6 +379,8 @@ class PlanJson(TypedDict):
     trained_context: int | None
     memory: MemoryJson
     memory_cpu: MemoryJson
-    fits_on: list[str]
+    fits_on: list[str]  # for a replica spanning nodes: the set it would go to
     nodes: list[PlanNodeJson]
     warnings: list[str]
+    replica_nodes: int  # nodes one replica spans; each node's verdict is on its share
+    spans: list[SpanJson] | None  # the sets of nodes it could go to; None for one node

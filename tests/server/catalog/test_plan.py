@@ -314,6 +314,68 @@ def test_tensor_split_over_cards() -> None:
     assert verdict["cpu"]["reason"] == "2 card(s) asked"
 
 
+# A node with one 8 GiB card: the 8B model (8 GiB of weights) fits on no one of them,
+# but its layers cut over two nodes do.
+SPAN_FLEET = [
+    node("a", gpus=[card(0, 8, 0)], memory_available=16 * GiB),
+    node("b", gpus=[card(0, 8, 0)], memory_available=16 * GiB),
+    node("c", gpus=[card(0, 8, 4)], memory_available=16 * GiB),
+    node("cpu", memory_available=64 * GiB),
+]
+
+
+def test_a_replica_spanning_nodes_is_planned_on_each_nodes_share() -> None:
+    alone = plan(MODEL, SPAN_FLEET, context=4096, cards=1)
+    assert alone["fits_on"] == [] and alone["spans"] is None and alone["replica_nodes"] == 1
+
+    result = plan(MODEL, SPAN_FLEET, context=4096, cards=1, nodes_per_replica=2)
+    json.dumps(result)
+    assert result["replica_nodes"] == 2
+    memory = result["memory"]
+    # One card a node, two nodes: the layers cut in two shares, each under 8 GiB.
+    assert (memory["cards"], memory["split"], len(memory["per_card"])) == (2, "layer", 2)
+    assert memory["total"] == sum(memory["per_card"])  # each card's overhead its own
+    share = max(memory["per_card"])
+    assert share < 8 * GiB < memory["total"]
+    nodes = by_node(result)
+    for name in ("a", "b"):
+        assert nodes[name]["where"] == "cards", nodes[name]
+        assert nodes[name]["gpu"]["needed_per_card"] == [share]
+    # c's card has 4 GiB free: less than half the model's 5 GiB a card.
+    assert not nodes["c"]["fits"] and nodes["c"]["reasons"][0].startswith("on cards: needs 1")
+    assert nodes["cpu"]["cpu"]["reason"] == "1 card(s) asked"
+    # The sets it could go to, as placement judges them; it fits on the best one's nodes.
+    (span,) = result["spans"]
+    assert (span["kind"], span["ok"], span["needed"]) == ("ethernet", True, 2)
+    assert sorted(span["fitting"]) == ["a", "b"]
+    assert result["fits_on"] == span["chosen"] and sorted(span["chosen"]) == ["a", "b"]
+    assert result["warnings"] == []
+
+
+def test_a_replica_spanning_more_nodes_than_fit_says_so() -> None:
+    result = plan(MODEL, SPAN_FLEET, context=4096, nodes_per_replica=3)
+    assert result["cards"] == 1  # one card a node unless said
+    # A third of the layers (3.6 GiB a card) fits on c's 4 GiB too.
+    (span,) = result["spans"]
+    assert span["ok"] and sorted(span["chosen"]) == ["a", "b", "c"]
+    result = plan(MODEL, SPAN_FLEET, context=4096, nodes_per_replica=4)
+    (span,) = result["spans"]
+    assert not span["ok"] and span["reason"] == "3 node(s) fit, 4 needed"
+    assert result["fits_on"] == []
+    assert result["warnings"][-1].startswith("no set of 4 nodes joined by one wire")
+
+
+def test_a_replica_spanning_nodes_is_refused_as_serve_refuses_it() -> None:
+    with pytest.raises(PlanError, match="vllm spans nodes only on cards: give --gpus 1"):
+        plan(MODEL, SPAN_FLEET, context=4096, cards=0, engine="vllm", nodes_per_replica=2)
+    with pytest.raises(PlanError, match="nodes must be 1 to 64 per replica, not 65"):
+        plan(MODEL, SPAN_FLEET, context=4096, nodes_per_replica=65)
+    # llama.cpp spans nodes on their CPUs too: each node holds half on the CPU.
+    cpus = plan(MODEL, SPAN_FLEET, context=4096, cards=0, nodes_per_replica=2)
+    assert len(cpus["memory_cpu"]["per_card"]) == 2
+    assert by_node(cpus)["cpu"]["cpu"]["needed"] == max(cpus["memory_cpu"]["per_card"])
+
+
 # -------------------------------------------------------------------------- nodes
 
 
@@ -364,4 +426,16 @@ async def test_plan_route(tiny: Path) -> None:
         assert past.status_code == 400 and "trained context" in past.json()["error"]["message"]
         missing = await client.get("/api/v1/plan", headers=auth)
         assert missing.status_code == 400
+        # --nodes: one replica over 2 nodes; with one node in the fleet no set fits.
+        spread = await client.get(
+            "/api/v1/plan", params={"source": str(tiny), "nodes": "2", "gpus": "0"}, headers=auth
+        )
+        assert spread.status_code == 200, spread.text
+        body = spread.json()
+        assert body["replica_nodes"] == 2 and body["fits_on"] == []
+        assert [s["reason"] for s in body["spans"]] == ["1 node(s) fit, 2 needed"]
+        zero = await client.get(
+            "/api/v1/plan", params={"source": str(tiny), "nodes": "0"}, headers=auth
+        )
+        assert zero.status_code == 400 and "nodes" in zero.json()["error"]["message"]
     await inspector.close()
