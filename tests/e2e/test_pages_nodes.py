@@ -178,6 +178,11 @@ def test_every_card_shape_from_the_captures_renders_its_node_page(
     # Every figure absent: each shown as not read, none as a zero.
     (unread,) = card_rows(shown["unread-csv"])
     assert unread[2:] == ["not read"] * 4, unread
+    # utilization.gpu is "busy" on every page, as in the console and docs/telemetry.md.
+    heads = shown["h100x8-xml"].locator("#node article.wide").first.locator("th")
+    assert heads.all_inner_texts()[:3] == ["Card", "Model", "Busy"]
+    login.goto(f"{base}/admin")
+    expect(login.locator("#overview")).to_contain_text("Mean busy")
     for node in (NO_CARDS, FAILING):
         expect(shown[node].locator("#node")).to_contain_text("No cards.")
     expect(shown[FAILING].locator("#node .alerts")).to_contain_text("nvidia-smi: failed (exit 9)")
