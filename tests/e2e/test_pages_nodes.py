@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Response, expect
 
+from llmgw.server.sessions import COOKIE
 from tests.e2e.cluster import Cluster, wait_for
 from tests.e2e.pages import Site, sign_in, watch_console
 from tests.support import fleet64
@@ -80,7 +81,7 @@ def shapes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
 
 def cards_read(cluster: Cluster) -> dict[str, dict[str, Any]]:
     """Every node, once each is Ready and every shape's cards are in its figures."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     while True:
         nodes = cluster.nodes()
         short = [
@@ -92,7 +93,7 @@ def cards_read(cluster: Cluster) -> dict[str, dict[str, Any]]:
         if not short:
             return nodes
         if time.monotonic() > deadline:
-            raise AssertionError(f"after 60 s, nodes not Ready with their cards: {short}")
+            raise AssertionError(f"after 90 s, nodes not Ready with their cards: {short}")
         time.sleep(0.5)
 
 
@@ -112,6 +113,8 @@ def open_node(context: BrowserContext, base: str, node: str) -> Opened:
     answer = page.goto(url)
     assert answer is not None and answer.status == 200, f"{url}: {answer and answer.status}"
     expect(page.locator("h1")).to_contain_text(node)
+    # Marks the live part as loaded; htmx's swap (outerHTML) puts a new one in its place.
+    page.evaluate("document.getElementById('node').dataset.loaded = 'first'")
     return Opened(node, page, errors, polled)
 
 
@@ -121,14 +124,15 @@ def walk_nodes(context: BrowserContext, base: str, nodes: list[str]) -> dict[str
     shown: dict[str, Page] = {}
     for first in range(0, len(nodes), TABS):
         batch = [open_node(context, base, n) for n in nodes[first : first + TABS]]
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 20
         for opened in batch:
             while not opened.polled and time.monotonic() < deadline:
                 opened.page.wait_for_timeout(100)
-            assert opened.polled, f"{opened.node}: its live part was not polled in 15 s"
+            assert opened.polled, f"{opened.node}: its live part was not polled in 20 s"
             status = opened.polled[0].status
             assert status == 200, f"{opened.node}: its live part answered {status}"
-            # The fragment swapped in is the node's (and htmx logged nothing doing it).
+            # The fragment was swapped in (and htmx logged nothing doing it).
+            opened.page.wait_for_function("!document.getElementById('node').dataset.loaded")
             expect(opened.page.locator("#node")).to_contain_text("Cards")
             expect(opened.page.locator(".charts .chart").first).to_be_visible()
             assert opened.errors == [], f"{opened.node}: {opened.errors}"
@@ -193,7 +197,9 @@ def test_every_node_of_the_recorded_fleet_renders_its_node_page(pages_browser: B
     maps = fleet64.fabric_maps()
     with serving(maps) as served:
         context = pages_browser.new_context(viewport={"width": 1440, "height": 900})
-        context.add_cookies([served.cookie])  # type: ignore[list-item]
+        context.add_cookies(
+            [{"name": COOKIE, "value": served.session, "url": f"{served.base}/admin"}]
+        )
         shown = walk_nodes(context, served.base, list(fleet64.NODES))
         # Not the overview: it reads the catalog and the gateway, which this fleet has none
         # of (tests/server/pages/test_fleetpages.py counts its figures over 100 nodes).

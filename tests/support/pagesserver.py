@@ -27,7 +27,7 @@ from llmgw.server.fleet.service import FleetService
 from llmgw.server.front import AsgiBridge
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
-from llmgw.server.sessions import COOKIE, Sessions
+from llmgw.server.sessions import Sessions
 
 TOKEN_HASH = "pages-test"
 
@@ -35,8 +35,8 @@ TOKEN_HASH = "pages-test"
 @dataclass(frozen=True)
 class Served:
     base: str
-    # The session cookie of a signed-in viewer, for ``BrowserContext.add_cookies``.
-    cookie: dict[str, str]
+    # The value of a signed-in viewer's session cookie (``COOKIE``).
+    session: str
 
 
 def _app(maps: FabricMaps, sessions: Sessions) -> Starlette:
@@ -82,8 +82,7 @@ def serving(maps: FabricMaps) -> Iterator[Served]:
     try:
         port = server.sockets[0].getsockname()[1]
         base = f"http://127.0.0.1:{port}"
-        value = sessions.open("viewer@test", "viewer", TOKEN_HASH)
-        yield Served(base, {"name": COOKIE, "value": value, "url": f"{base}/admin"})
+        yield Served(base, sessions.open("viewer@test", "viewer", TOKEN_HASH))
     finally:
         asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
