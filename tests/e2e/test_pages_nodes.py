@@ -18,6 +18,7 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -54,8 +55,10 @@ class Opened:
 
 
 @pytest.fixture(scope="module")
-def shapes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A control plane and one agent per card shape, each Ready with its cards."""
+def shapes_cluster(tmp_path_factory: pytest.TempPathFactory, binary: Path) -> Iterator[Cluster]:
+    """A control plane and one agent per card shape, each Ready with its cards. Each
+    agent is given the built llama-server, as the pages' own cluster's is, so none tries
+    to download one."""
     root = tmp_path_factory.mktemp("node-shapes")
     cluster = Cluster(root)
     cluster.init()
@@ -63,7 +66,8 @@ def shapes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
     try:
         # The first agent measures this machine's memory read rate (seconds of every
         # core); the others find it in their state folder, as a restarted agent does.
-        cluster.start_agent(NO_CARDS, cluster.token())
+        engine = ["--engine", f"llama.cpp={binary}"]
+        cluster.start_agent(NO_CARDS, cluster.token(), engine)
         measured = cluster.state_dir(NO_CARDS) / "memrate.json"
         wait_for(measured.is_file, 60, "the first agent's memory read rate")
         path = os.environ["PATH"]
@@ -73,7 +77,7 @@ def shapes_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster
             cluster.state_dir(node).mkdir()
             shutil.copy(measured, cluster.state_dir(node) / measured.name)
             env = {**os.environ, "PATH": f"{root / 'bin' / node}:{path}"}
-            cluster.start_agent(node, cluster.token(), env=env)
+            cluster.start_agent(node, cluster.token(), engine, env=env)
         yield cluster
     finally:
         cluster.stop()
