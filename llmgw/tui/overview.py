@@ -65,8 +65,8 @@ def card_load(nodes: list[NodeJson]) -> str:
     utils = [c["utilization"] for c in cards if c.get("utilization") is not None]
     used = sum(c.get("memory_used") or 0 for c in cards)
     total = sum(c.get("memory_total") or 0 for c in cards)
-    work = bar(sum(utils) / len(utils), 100.0, 8) if utils else "not read"
-    return f"{len(cards)} · work {work} · memory {bar(used, total, 8)} of {total / 2**30:.0f} GiB"
+    busy = bar(sum(utils) / len(utils), 100.0, 8) if utils else "not read"
+    return f"{len(cards)} · busy {busy} · memory {bar(used, total, 8)} of {total / 2**30:.0f} GiB"
 
 
 def overview(snapshot: Snapshot) -> Text:

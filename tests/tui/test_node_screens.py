@@ -205,7 +205,7 @@ async def test_overview_names_the_alerts() -> None:
         body = plain(app.query_one("#overview-body", Static))
         assert body.startswith("Serving")
         assert "Nodes     39 Ready of 40 · 1 NotReady · 1 cordoned" in body
-        assert "Cards     320 · work" in body
+        assert "Cards     320 · busy" in body
         assert "Replicas  10: 9 ready · 1 failed" in body
         assert "Alerts (3)" in body
         assert "✗ node gpu-007 is NotReady: no heartbeat for 45 s" in body

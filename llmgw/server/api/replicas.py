@@ -87,8 +87,9 @@ def routes(fleet: FleetService, views: ModelViews) -> Ops:
             "GET",
             "/api/v1/nodes/{node_id}/history",
             history,
-            "A node's last hour at 10 s steps: CPU, memory, each card's work, memory, "
-            "power and temperature (absent points are null)",
+            "A node's last hour at 10 s steps: CPU, memory, each card's busy "
+            "(utilization.gpu), SM active, memory, power and temperature (absent points "
+            "are null)",
             query=HistoryQuery,
             answer={"type": "object", "required": ["node", "step_seconds", "t", "gpus"]},
             errors=(404,),

@@ -140,12 +140,13 @@ def node_rows(views: Iterable[NodeView], query: str, sort: str) -> list[NodeRow]
 
 
 class CardModel(TypedDict):
-    """The cards of one model across the fleet: how many, their mean work and memory in
-    use (shares 0..1; None where no card's figure was read)."""
+    """The cards of one model across the fleet: how many, their mean busy
+    (``utilization.gpu``) and memory in use (shares 0..1; None where no card's figure was
+    read)."""
 
     model: str
     count: int
-    work: float | None
+    busy: float | None
     memory: float | None
 
 
@@ -158,7 +159,7 @@ class Overview(TypedDict):
 
 
 def overview_figures(registry: NodeRegistry) -> Overview:
-    """Nodes by state, cards by model with mean work and memory, and every alert."""
+    """Nodes by state, cards by model with mean busy and memory, and every alert."""
     states: Counter[str] = Counter()
     cards: dict[str, list[tuple[float | None, float | None]]] = {}
     alerts: list[tuple[str, str, str | None]] = []
@@ -167,10 +168,10 @@ def overview_figures(registry: NodeRegistry) -> Overview:
         if view.cordoned:
             states["cordoned"] += 1
         for g in view.figures().gpus:
-            work = g.utilization
+            busy = g.utilization
             cards.setdefault(_card_name(g), []).append(
                 (
-                    float(work) / 100 if work is not None else None,
+                    float(busy) / 100 if busy is not None else None,
                     _share(g.memory_used, g.memory_total),
                 )
             )
@@ -187,7 +188,7 @@ def overview_figures(registry: NodeRegistry) -> Overview:
         {
             "model": name,
             "count": len(figures),
-            "work": mean([w for w, _ in figures]),
+            "busy": mean([b for b, _ in figures]),
             "memory": mean([m for _, m in figures]),
         }
         for name, figures in sorted(cards.items())

@@ -71,7 +71,7 @@ def test_the_overview_counts_states_cards_and_lists_each_warning_with_its_fix() 
     assert states["Ready"] == 98 and states["NotReady"] == 2 and states["cordoned"] == 3
     (h100,) = figures["cards"]
     assert h100["model"] == "NVIDIA H100 80GB HBM3" and h100["count"] == 720
-    assert 0 < h100["work"] < 1 and 0 < h100["memory"] < 1
+    assert 0 < h100["busy"] < 1 and 0 < h100["memory"] < 1
     node, what, fix = figures["alerts"][0]
     assert node == "gpu00000" and what.startswith("pcie: card 3") and fix == "reseat card 3 on gpu0"
 

@@ -98,7 +98,7 @@
     var gpus = h.gpus || [];
     if (!gpus.length) { return; }
     var figures = [
-      ["utilization", labels.utilization || "Work", " %", function (g) { return g.utilization; }],
+      ["utilization", labels.utilization || "Busy", " %", function (g) { return g.utilization; }],
       ["memory", labels.memory || "Memory", " %", function (g) { return share(g.memory_used, g.memory_total); }],
       ["power", labels.power || "Power", " W", function (g) { return g.power; }],
       ["temperature", labels.temperature || "Temperature", " °C", function (g) { return g.temperature; }],
