@@ -23,6 +23,7 @@ from llmgw.server.api import (
     cluster,
     engines,
     fabrics,
+    firewall,
     keys,
     models,
     nvlink,
@@ -46,6 +47,7 @@ from llmgw.server.fleet.engines import FleetEngines
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
 from llmgw.server.fleet.fabricservice import FabricService
+from llmgw.server.fleet.firewall import FleetFirewall
 from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.front import (
@@ -118,6 +120,8 @@ class ControlPlane:
         self.agent_settings = AgentSettings(store, on_change=self._settings_changed)
         # The engines the fleet runs (server.yaml's engines:, ctl engines over it).
         self.engines = FleetEngines(store, config.engines, on_change=self._engines_changed)
+        # llmgw's firewall on every node (server.yaml's firewall:, the API's over it).
+        self.firewall = FleetFirewall(store, config.firewall, on_change=self._settings_changed)
         # The InfiniBand fabrics, from what the nodes' ports see.
         self.fabric_watch = FabricWatch()
         self.fabric_maps = FabricMaps(self.registry, self.fabric_watch)
@@ -238,7 +242,7 @@ class ControlPlane:
         """What the cluster decides for a node: its settings, engines and firewall
         (``local``: the address the node reached this control plane at)."""
         s = self.agent_settings
-        wall = self.config.firewall
+        wall = self.firewall.current
         planes = self.agent_port.control_planes() if self.agent_port else []
         hosts = {parse_hostport(a)[0] for a in planes} | ({local} if local else set())
         return [
@@ -308,6 +312,7 @@ class ControlPlane:
             await self.serving.load()
             await self.agent_settings.load()
             await self.engines.load()
+            await self.firewall.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -320,6 +325,7 @@ class ControlPlane:
         await self.gateway.load()
         await self.agent_settings.load()
         await self.engines.load()
+        await self.firewall.load()
         await self.serving.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
@@ -432,6 +438,7 @@ class ControlPlane:
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
+        ops += firewall.routes(self.firewall)
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         return ops

@@ -361,6 +361,21 @@ class EngineSet:
 
 
 @dataclass(frozen=True)
+class FirewallSet:
+    """llmgw's firewall on every node: on or off, the networks agents may reach a
+    control plane's agents' port from; or, with unset, server.yaml's again."""
+
+    enabled: bool | None = spec(None, doc="keep llmgw's nftables table on every node")
+    networks: tuple[str, ...] | None = spec(
+        None,
+        doc="networks (CIDR) agents may reach the agents' port from; empty: any",
+        max_items=256,
+        items=Spec(max_length=64),
+    )
+    unset: bool = spec(False, doc="go back to server.yaml's firewall")
+
+
+@dataclass(frozen=True)
 class EngineBuild:
     """Which build of the engines a node installs."""
 

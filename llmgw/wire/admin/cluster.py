@@ -235,6 +235,25 @@ class EngineChangeJson(TypedDict):
     change: str
 
 
+class FirewallJson(TypedDict):
+    """``GET /api/v1/firewall`` (and ``POST``): llmgw's firewall on every node, and
+    whether server.yaml or the API (``ctl``) set each part."""
+
+    version: int
+    enabled: bool
+    networks: list[str]
+    source: dict[str, Literal["server.yaml", "ctl"]]
+
+
+class FirewallChangeJson(TypedDict):
+    """Each of ``GET /api/v1/firewall/history``, newest first."""
+
+    at: float
+    actor: str
+    action: str
+    change: str
+
+
 # -------------------------------------------------------------- fabrics and NVLink
 
 
