@@ -60,6 +60,7 @@ from llmgw.server.front import (
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.service import bounds_of
+from llmgw.server.ha.demand import DemandRelay
 from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.membership import Membership
@@ -147,7 +148,7 @@ class ControlPlane:
             self.models,
             self.cluster_secret,
             config.gateway,
-            self.models.demand,
+            self._demand,
             kv=kv,
             # Counted on a standby, usage goes to the leader; on the leader, to the store.
             write_usage=self._write_usage,
@@ -184,6 +185,8 @@ class ControlPlane:
             ]
         )
         self.ha = self._leadership()
+        # A standby's on-demand requests, for the leader's catalog.
+        self.demand_relay = DemandRelay(self.ha.client, lambda: self.ha.follower.leader)
         self.members = Membership(self.ha, self.admission)
         self.peer_listener: PeerListener | None = None
 
@@ -207,9 +210,13 @@ class ControlPlane:
             applied=self.reload,
             followed=self.registry.follow,
             fleet=self.registry.followable,
+            demand=self.models.demand,
             usage=self._usage_from_standby,
             remember=data.remember_role,
-            standby_duties=lambda ha: [Duty("usage", self.gateway.run, self.gateway.flush)],
+            standby_duties=lambda ha: [
+                Duty("usage", self.gateway.run, self.gateway.flush),
+                Duty("on-demand requests", self.demand_relay.run, self.demand_relay.close),
+            ],
             announce=self._announce,
             stepped_down=self._stepped_down,
             key_counts=self.gateway.keys.counts,
@@ -233,6 +240,14 @@ class ControlPlane:
         month = self.gateway.usage.month
         for _, key_id, _, _, _, prompt, completion in rows:
             month[key_id] = month.get(key_id, 0) + prompt + completion
+
+    def _demand(self, model: str, start: bool) -> None:
+        """A request for an on-demand model: the catalog's on the leader; a standby
+        passes it to the leader, whose catalog places replicas."""
+        if self.ha.leading:
+            self.models.demand(model, start)
+        else:
+            self.demand_relay.ask(model, start)
 
     def _stepped_down(self, why: str) -> None:
         if self.agent_port is not None:
