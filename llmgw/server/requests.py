@@ -357,6 +357,13 @@ class EngineSet:
     index_url: str | None = spec(
         None, doc="vLLM and SGLang: the package index to install from", max_length=2048
     )
+    packages: dict[str, tuple[str, ...]] | None = spec(
+        None,
+        doc="the OS packages it needs per package manager ({apt: [libgomp1], dnf: "
+        "[libgomp]}), installed by each node from its own package sources",
+        max_items=2,
+        items=Spec(max_items=64, items=Spec(max_length=128)),
+    )
     unset: bool = spec(False, doc="stop naming this engine (its installs stay)")
 
 

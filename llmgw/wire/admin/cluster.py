@@ -200,6 +200,7 @@ class WantedEngineJson(TypedDict):
     version: str
     sha256: dict[str, str]
     index_url: str | None
+    packages: dict[str, list[str]]  # package manager (apt, dnf) -> OS package names
     source: str
 
 
