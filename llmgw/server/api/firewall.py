@@ -1,4 +1,4 @@
-"""``/api/v1/firewall``: llmgw's firewall on every node changed live."""
+"""``/api/v1/firewall``: llmgw's firewall on every node (``ctl firewall``), changed live."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 agents may reach a control plane's agents' port from.
 
 server.yaml's ``firewall:`` is the base; what an operator sets at run time
-(``POST /api/v1/firewall``) is one JSON document in the store's
+(``llmgw ctl firewall``, ``POST /api/v1/firewall``) is one JSON document in the store's
 settings (``firewall``) over it, written with its audit entry (``firewall.set``,
 ``firewall.unset``) and announced through ``on_change``: the leader sends every
 connected agent its ``Firewall`` message again and each loads its table at once, the
@@ -92,7 +92,7 @@ class FleetFirewall:
         }
 
     async def ask(self, ask: FirewallSet, by: Principal) -> FirewallJson:
-        """``POST /api/v1/firewall``: turn it on or off, name the networks, or (unset)
+        """``ctl firewall set|unset``: turn it on or off, name the networks, or (unset)
         go back to server.yaml's; a Refusal naming the field when it is bad. Nothing
         changes when it is refused."""
         overrides = dict(self.overrides)
