@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from llmgw.agent.firewall import FirewallPlan, Nft, save_plan
+from llmgw.agent.nodewall import NodeFirewall
+from llmgw.wire.messages import Firewall
 from tests.e2e.cluster import wait_for
 from tests.support.netns import ip, reach, run_in
 from tests.support.procs import stop_process
@@ -213,4 +215,30 @@ def test_the_command_line_syncs_the_saved_plan(node: Net, tmp_path: Path) -> Non
     save_plan(tmp_path, FirewallPlan(enabled=False))
     synced = run("sync")
     assert synced.returncode == 0 and "removed" in synced.stdout, synced.stdout
+    assert node.reach(node.out, NODE_OUT, 41001) == "answered"
+
+
+async def test_the_agent_takes_a_changed_firewall_at_once(node: Net, tmp_path: Path) -> None:
+    """What the control plane pushes when the firewall is changed (``ctl firewall``):
+    the running agent's table follows each message, no restart. Sent with no control
+    plane address, the node counts as a control plane's machine: its agents' port (here
+    8099) is kept to the networks."""
+    wall = NodeFirewall(tmp_path, node.nft)
+
+    def told(enabled: bool, networks: list[str]) -> Firewall:
+        return Firewall(enabled=enabled, networks=networks, agent_port=8099)
+
+    await wall.keep(told(True, ["10.213.40.0/24"]))
+    assert wall.problem is None
+    assert node.reach(node.cp, NODE_CP, 8099) == "answered"
+    assert node.reach(node.out, NODE_OUT, 8099) == "refused"
+
+    await wall.keep(told(True, ["10.213.41.0/24"]))
+    assert node.reach(node.out, NODE_OUT, 8099) == "answered"
+    assert node.reach(node.cp, NODE_CP, 8099) == "refused"
+    assert node.nft.status(wall.plan)["in_sync"] is True
+
+    await wall.keep(told(False, ["10.213.41.0/24"]))
+    assert node.nft.status(wall.plan)["present"] is False
+    assert node.reach(node.cp, NODE_CP, 8099) == "answered"
     assert node.reach(node.out, NODE_OUT, 41001) == "answered"
