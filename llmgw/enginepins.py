@@ -7,11 +7,15 @@ or to a map::
     engines:
       llama.cpp: b6000                  # or {version: b6000, sha256: {ASSET: HEX}}
       vllm: {version: 0.11.0, index_url: https://pypi.example/simple}
+      llama.cpp: {version: b6000, packages: {apt: [libgomp1], dnf: [libgomp]}}
 
 ``sha256`` pins the digest of each release archive by its file name, so a node checks
 what it downloads against what the operator named and not only against what the release
 source publishes beside it. ``index_url`` is the package index vLLM and SGLang are
-installed from (PyPI when unset).
+installed from (PyPI when unset). ``packages`` names the OS packages the engine needs,
+per package manager (``apt`` on Debian and Ubuntu, ``dnf`` on RHEL-likes): each node
+installs the missing ones from its own package sources before the engine
+(``agent/engines/ospackages.py``).
 
 Unset, a fleet runs ``PINNED``: the llama.cpp release this llmgw release names, so a
 "latest" never changes a fleet behind its operator's back. Its digests are filled in at
@@ -29,6 +33,8 @@ ENGINES = ("llama.cpp", "vllm", "sglang")
 # Per node: which build of an engine to install. ``none`` installs nothing there.
 BUILDS = ("auto", "cu13", "cu129", "cpu", "none")
 PYTHON_ENGINES = ("vllm", "sglang")
+# The package managers an engine's OS packages are named for.
+MANAGERS = ("apt", "dnf")
 
 # The llama.cpp release this llmgw names by default (release archives on GitHub).
 LLAMACPP_PIN = "b10598"
@@ -37,6 +43,8 @@ PINNED: dict[str, dict[str, Any]] = {"llama.cpp": {"version": LLAMACPP_PIN, "sha
 _VERSION = re.compile(r"^[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}\Z")
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}\Z")
 _ASSET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,200}\Z")
+# A Debian or RPM package name (never an option: it starts with a letter or digit).
+_PACKAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}\Z")
 
 
 class EngineWant(TypedDict, total=False):
@@ -46,6 +54,7 @@ class EngineWant(TypedDict, total=False):
     version: str
     sha256: dict[str, str]  # release archive's file name -> hex digest
     index_url: str | None
+    packages: dict[str, list[str]]  # package manager (apt, dnf) -> OS package names
 
 
 def want_of(value: Mapping[str, object]) -> EngineWant:
@@ -60,6 +69,13 @@ def want_of(value: Mapping[str, object]) -> EngineWant:
     if "index_url" in value:
         index = value["index_url"]
         out["index_url"] = index if isinstance(index, str) else None
+    packages = value.get("packages")
+    if isinstance(packages, dict):
+        out["packages"] = {
+            str(manager): [str(n) for n in names]
+            for manager, names in packages.items()
+            if isinstance(names, list)
+        }
     return out
 
 
@@ -104,9 +120,11 @@ def parse_want(name: str, value: object) -> dict[str, Any]:
         value = {"version": str(value)}
     if not isinstance(value, Mapping):
         raise PinError(f"{name}: give a version or a map with version, sha256, index_url")
-    unknown = sorted(set(value) - {"version", "sha256", "index_url"})
+    unknown = sorted(set(value) - {"version", "sha256", "index_url", "packages"})
     if unknown:
-        raise PinError(f"{name}: unknown key(s) {', '.join(unknown)} (version, sha256, index_url)")
+        raise PinError(
+            f"{name}: unknown key(s) {', '.join(unknown)} (version, sha256, index_url, packages)"
+        )
     version = value.get("version")
     if not isinstance(version, str | int) or isinstance(version, bool):
         raise PinError(f"{name}: version is missing")
@@ -128,11 +146,44 @@ def parse_want(name: str, value: object) -> dict[str, Any]:
             )
         if not isinstance(index, str) or not re.match(r"^https?://[^\s]+\Z", index):
             raise PinError(f"{name}: index_url must be an http(s) URL, not {index!r}")
-    return {
+    out: dict[str, Any] = {
         "version": normalise_version(name, str(version)),
         "sha256": checked,
         "index_url": index,
     }
+    packages = parse_packages(name, value.get("packages"))
+    if packages:
+        out["packages"] = packages
+    return out
+
+
+def parse_packages(name: str, value: object) -> dict[str, list[str]]:
+    """An engine's OS packages, ``{apt: [NAME...], dnf: [NAME...]}``; PinError naming
+    what is wrong."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise PinError(
+            f"{name}: packages maps a package manager ({', '.join(MANAGERS)}) to package "
+            "names, like {apt: [libgomp1], dnf: [libgomp]}"
+        )
+    out: dict[str, list[str]] = {}
+    for manager, names in value.items():
+        if manager not in MANAGERS:
+            raise PinError(
+                f"{name}: packages: {manager!r} is not a package manager llmgw uses "
+                f"({', '.join(MANAGERS)})"
+            )
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, list | tuple):
+            raise PinError(f"{name}: packages: {manager} takes a list of package names")
+        for package in names:
+            if not isinstance(package, str) or not _PACKAGE.match(package):
+                raise PinError(f"{name}: packages: {package!r} is not a package name")
+        if names:
+            out[str(manager)] = [str(n) for n in names]
+    return out
 
 
 def parse_wanted(data: Mapping[str, object]) -> dict[str, dict[str, Any]]:

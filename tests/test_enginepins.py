@@ -17,6 +17,7 @@ from llmgw.enginepins import (
     parse_want,
     parse_wanted,
     pinned,
+    want_of,
 )
 
 HEX = "ab" * 32
@@ -127,13 +128,46 @@ def test_a_version_alone_a_number_or_a_map_read_as_one_shape() -> None:
         (
             "vllm",
             {"version": "0.11.0", "sha": {}, "url": "x"},
-            r"^vllm: unknown key\(s\) sha, url \(version, sha256, index_url\)",
+            r"^vllm: unknown key\(s\) sha, url \(version, sha256, index_url, packages\)",
+        ),
+        (
+            "llama.cpp",
+            {"version": "b1", "packages": {"yum": ["libgomp"]}},
+            r"^llama.cpp: packages: 'yum' is not a package manager llmgw uses \(apt, dnf\)",
+        ),
+        (
+            "llama.cpp",
+            {"version": "b1", "packages": {"apt": ["-oAPT::Get::x=1"]}},
+            r"^llama.cpp: packages: '-oAPT::Get::x=1' is not a package name",
+        ),
+        (
+            "llama.cpp",
+            {"version": "b1", "packages": {"apt": {"libgomp1": 1}}},
+            r"^llama.cpp: packages: apt takes a list of package names",
+        ),
+        (
+            "llama.cpp",
+            {"version": "b1", "packages": ["libgomp1"]},
+            r"^llama.cpp: packages maps a package manager \(apt, dnf\) to package names",
         ),
     ],
 )
 def test_each_refusal_names_the_engine_and_the_problem(name: str, value: Any, words: str) -> None:
     with pytest.raises(PinError, match=words):
         parse_want(name, value)
+
+
+def test_an_engines_os_packages_are_kept_per_manager_and_left_out_when_none() -> None:
+    want = parse_want("llama.cpp", {"version": 6000, "packages": {"apt": "libgomp1", "dnf": []}})
+    assert want == {
+        "version": "b6000",
+        "sha256": {},
+        "index_url": None,
+        "packages": {"apt": ["libgomp1"]},
+    }
+    assert "packages" not in parse_want("llama.cpp", {"version": 6000, "packages": {}})
+    # What an agent takes of the fleet's message.
+    assert want_of(want)["packages"] == {"apt": ["libgomp1"]}
 
 
 def test_a_whole_map_drops_null_entries_and_refuses_a_bad_one_by_name() -> None:

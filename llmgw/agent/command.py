@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -33,15 +34,22 @@ class Finished:
     err: str = ""
 
 
-async def run(argv: Sequence[str], timeout: float, stderr: Stderr = "merge") -> Finished:
-    """Run ``argv`` with no input; OSError when it cannot be started, TimeoutError when
-    it overran ``timeout`` seconds (killed and reaped by then). TimeoutError is an
-    OSError too: a caller telling them apart catches it first."""
+async def run(
+    argv: Sequence[str],
+    timeout: float,
+    stderr: Stderr = "merge",
+    env: Mapping[str, str] | None = None,
+) -> Finished:
+    """Run ``argv`` with no input (``env``: variables added to the agent's own);
+    OSError when it cannot be started, TimeoutError when it overran ``timeout`` seconds
+    (killed and reaped by then). TimeoutError is an OSError too: a caller telling them
+    apart catches it first."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=_STDERR[stderr],
+        env={**os.environ, **env} if env else None,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)

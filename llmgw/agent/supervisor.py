@@ -21,7 +21,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 import aiohttp
 import psutil
@@ -35,6 +35,7 @@ from llmgw.agent.weights import WeightsError, lora, parse_source
 from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
 from llmgw.wire.messages import (
+    Compute,
     DownloadProgress,
     EngineInfo,
     Message,
@@ -60,6 +61,9 @@ class ShardRecord(TypedDict):
     pid: int | None
     create_time: float | None
     started_at: float | None
+    # What the engine said it runs on, once it was ready (Compute's wire map): kept
+    # here because its start-up lines leave the log's tail as requests are logged.
+    compute: NotRequired[dict[str, object] | None]
 
 
 class EngineProvider(Protocol):
@@ -116,6 +120,7 @@ class Supervisor:
             "pid": shard.pid,
             "create_time": shard.create_time,
             "started_at": shard.started_at,
+            "compute": to_map(shard.compute) if shard.compute is not None else None,
         }
         # The spec holds the engine key: readable by the agent's user alone.
         write_private(self._spec_path(shard.spec.replica_id), json.dumps(record).encode())
@@ -276,6 +281,7 @@ class Supervisor:
         problem = self._compute_problem(shard)
         if problem:
             raise RuntimeError(problem)
+        self._save(shard)  # with its compute, for the agent that adopts it
         self._set(shard, ShardState.READY)
 
     async def _await_workers(self, shard: Shard, workers: list[str]) -> None:
@@ -410,9 +416,7 @@ class Supervisor:
                         follow_file(self.log_path(spec.replica_id), shard.ring, shard.stop_tail)
                     )
                 )
-                shard.compute = engine.parse_startup(
-                    last_lines_of(self.log_path(spec.replica_id), ENGINE_LINES)
-                )
+                shard.compute = self._compute_of(record, engine, spec.replica_id)
                 shard.task = asyncio.create_task(self._watch(shard))
                 if self.cache is not None and wants_events(spec):
                     self.cache.adopt(spec.replica_id)
@@ -425,6 +429,17 @@ class Supervisor:
                 log.info("shard %s from before is gone; forgetting it", spec.replica_id)
                 self._forget(spec.replica_id)
         return adopted
+
+    def _compute_of(self, record: ShardRecord, engine: EngineAdapter, replica_id: str) -> Compute:
+        """An adopted shard's compute: as kept when it became ready; read again from its
+        log's tail only for a record an older agent wrote without it."""
+        kept = record.get("compute")
+        if isinstance(kept, dict):
+            try:
+                return message_from_map(Compute, kept)
+            except (ValueError, TypeError) as exc:
+                log.warning("shard %s: its kept compute is unreadable (%s)", replica_id, exc)
+        return engine.parse_startup(last_lines_of(self.log_path(replica_id), ENGINE_LINES))
 
     def peers(self) -> dict[int, tuple[str, ...]]:
         """Ports of this node's shards that a replica's other nodes must reach (a

@@ -42,6 +42,8 @@ from llmgw.wire.admin import (
     FabricMapJson,
     FabricsJson,
     FabricTestJson,
+    FirewallChangeJson,
+    FirewallJson,
     HistoryJson,
     KeyJson,
     LogBatch,
@@ -143,6 +145,9 @@ ENGINES: Route[EnginesJson] = Route("GET", "/api/v1/engines")
 SET_ENGINE: Route[EnginesJson] = Route("POST", "/api/v1/engines")
 ENGINE_BUILD: Route[EnginesJson] = Route("POST", "/api/v1/nodes/{}/engine-build")
 ENGINES_HISTORY: Route[list[EngineChangeJson]] = Route("GET", "/api/v1/engines/history")
+FIREWALL: Route[FirewallJson] = Route("GET", "/api/v1/firewall")
+SET_FIREWALL: Route[FirewallJson] = Route("POST", "/api/v1/firewall")
+FIREWALL_HISTORY: Route[list[FirewallChangeJson]] = Route("GET", "/api/v1/firewall/history")
 
 FABRICS: Route[FabricsJson] = Route("GET", "/api/v1/fabrics")
 FABRIC_MAP: Route[FabricMapJson] = Route("GET", "/api/v1/fabrics/{}/topology")
@@ -365,6 +370,15 @@ class AdminClient:
 
     def engines_history(self) -> list[EngineChangeJson]:
         return self.call(ENGINES_HISTORY)
+
+    def firewall(self) -> FirewallJson:
+        return self.call(FIREWALL)
+
+    def set_firewall(self, body: Body) -> FirewallJson:
+        return self.call(SET_FIREWALL, body=body)
+
+    def firewall_history(self) -> list[FirewallChangeJson]:
+        return self.call(FIREWALL_HISTORY)
 
     # --- fabrics and NVLink
 

@@ -57,6 +57,19 @@ def parse_pins(values: list[str]) -> dict[str, str]:
     return pins
 
 
+def parse_packages(values: list[str]) -> dict[str, list[str]]:
+    """``--package apt=libgomp1`` (repeated) as ``{apt: [libgomp1]}``."""
+    packages: dict[str, list[str]] = {}
+    for value in values:
+        manager, sep, name = value.partition("=")
+        if not sep or manager not in ("apt", "dnf") or not name:
+            raise SystemExit(
+                f"--package takes apt=NAME or dnf=NAME (apt=libgomp1, dnf=libgomp), not {value!r}"
+            )
+        packages.setdefault(manager, []).append(name)
+    return packages
+
+
 def keep_given(action: argparse.ArgumentParser) -> None:
     """An action's copies of ``engines``' own options (``--json``, ``--server``...) keep
     what was given before the action: argparse writes a subcommand's defaults over its
@@ -89,6 +102,8 @@ def add_parsers(
                 body["sha256"] = parse_pins(args.sha256 or [])
                 if args.index_url:
                     body["index_url"] = args.index_url
+                if args.package:
+                    body["packages"] = parse_packages(args.package)
             doc = client(args).set_engine(body)
             if args.json:
                 print(json.dumps(doc, indent=2))
@@ -144,6 +159,13 @@ def add_parsers(
         help="the digest a release archive must have (repeat per platform)",
     )
     p.add_argument("--index-url", help="vLLM, SGLang: the package index to install from")
+    p.add_argument(
+        "--package",
+        action="append",
+        metavar="MANAGER=NAME",
+        help="an OS package the engine needs, for apt or dnf (apt=libgomp1; repeat): each "
+        "node installs the missing ones from its own package sources",
+    )
     p.add_argument("--json", action="store_true", help="print the API's JSON")
     client_options(p)
     keep_given(p)

@@ -23,6 +23,7 @@ from llmgw.server.api import (
     cluster,
     engines,
     fabrics,
+    firewall,
     keys,
     models,
     nvlink,
@@ -46,6 +47,7 @@ from llmgw.server.fleet.engines import FleetEngines
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
 from llmgw.server.fleet.fabricservice import FabricService
+from llmgw.server.fleet.firewall import FleetFirewall
 from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.front import (
@@ -58,6 +60,7 @@ from llmgw.server.front import (
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.service import bounds_of
+from llmgw.server.ha.demand import DemandRelay
 from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.membership import Membership
@@ -118,6 +121,8 @@ class ControlPlane:
         self.agent_settings = AgentSettings(store, on_change=self._settings_changed)
         # The engines the fleet runs (server.yaml's engines:, ctl engines over it).
         self.engines = FleetEngines(store, config.engines, on_change=self._engines_changed)
+        # llmgw's firewall on every node (server.yaml's firewall:, the API's over it).
+        self.firewall = FleetFirewall(store, config.firewall, on_change=self._settings_changed)
         # The InfiniBand fabrics, from what the nodes' ports see.
         self.fabric_watch = FabricWatch()
         self.fabric_maps = FabricMaps(self.registry, self.fabric_watch)
@@ -143,7 +148,7 @@ class ControlPlane:
             self.models,
             self.cluster_secret,
             config.gateway,
-            self.models.demand,
+            self._demand,
             kv=kv,
             # Counted on a standby, usage goes to the leader; on the leader, to the store.
             write_usage=self._write_usage,
@@ -180,6 +185,8 @@ class ControlPlane:
             ]
         )
         self.ha = self._leadership()
+        # A standby's on-demand requests, for the leader's catalog.
+        self.demand_relay = DemandRelay(self.ha.client, lambda: self.ha.follower.leader)
         self.members = Membership(self.ha, self.admission)
         self.peer_listener: PeerListener | None = None
 
@@ -203,9 +210,13 @@ class ControlPlane:
             applied=self.reload,
             followed=self.registry.follow,
             fleet=self.registry.followable,
+            demand=self.models.demand,
             usage=self._usage_from_standby,
             remember=data.remember_role,
-            standby_duties=lambda ha: [Duty("usage", self.gateway.run, self.gateway.flush)],
+            standby_duties=lambda ha: [
+                Duty("usage", self.gateway.run, self.gateway.flush),
+                Duty("on-demand requests", self.demand_relay.run, self.demand_relay.close),
+            ],
             announce=self._announce,
             stepped_down=self._stepped_down,
             key_counts=self.gateway.keys.counts,
@@ -230,6 +241,14 @@ class ControlPlane:
         for _, key_id, _, _, _, prompt, completion in rows:
             month[key_id] = month.get(key_id, 0) + prompt + completion
 
+    def _demand(self, model: str, start: bool) -> None:
+        """A request for an on-demand model: the catalog's on the leader; a standby
+        passes it to the leader, whose catalog places replicas."""
+        if self.ha.leading:
+            self.models.demand(model, start)
+        else:
+            self.demand_relay.ask(model, start)
+
     def _stepped_down(self, why: str) -> None:
         if self.agent_port is not None:
             self.agent_port.drop_all(f"this control plane no longer leads: {why}")
@@ -238,7 +257,7 @@ class ControlPlane:
         """What the cluster decides for a node: its settings, engines and firewall
         (``local``: the address the node reached this control plane at)."""
         s = self.agent_settings
-        wall = self.config.firewall
+        wall = self.firewall.current
         planes = self.agent_port.control_planes() if self.agent_port else []
         hosts = {parse_hostport(a)[0] for a in planes} | ({local} if local else set())
         return [
@@ -308,6 +327,7 @@ class ControlPlane:
             await self.serving.load()
             await self.agent_settings.load()
             await self.engines.load()
+            await self.firewall.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -320,6 +340,7 @@ class ControlPlane:
         await self.gateway.load()
         await self.agent_settings.load()
         await self.engines.load()
+        await self.firewall.load()
         await self.serving.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
@@ -432,6 +453,7 @@ class ControlPlane:
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
+        ops += firewall.routes(self.firewall)
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         return ops

@@ -360,7 +360,29 @@ class EngineSet:
     index_url: str | None = spec(
         None, doc="vLLM and SGLang: the package index to install from", max_length=2048
     )
+    packages: dict[str, tuple[str, ...]] | None = spec(
+        None,
+        doc="the OS packages it needs per package manager ({apt: [libgomp1], dnf: "
+        "[libgomp]}), installed by each node from its own package sources",
+        max_items=2,
+        items=Spec(max_items=64, items=Spec(max_length=128)),
+    )
     unset: bool = spec(False, doc="stop naming this engine (its installs stay)")
+
+
+@dataclass(frozen=True)
+class FirewallSet:
+    """llmgw's firewall on every node: on or off, the networks agents may reach a
+    control plane's agents' port from; or, with unset, server.yaml's again."""
+
+    enabled: bool | None = spec(None, doc="keep llmgw's nftables table on every node")
+    networks: tuple[str, ...] | None = spec(
+        None,
+        doc="networks (CIDR) agents may reach the agents' port from; empty: any",
+        max_items=256,
+        items=Spec(max_length=64),
+    )
+    unset: bool = spec(False, doc="go back to server.yaml's firewall")
 
 
 @dataclass(frozen=True)

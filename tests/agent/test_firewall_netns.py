@@ -271,3 +271,29 @@ async def test_a_replicas_members_reach_the_ports_nccl_gets_from_the_kernel(
         if listener.stdout is not None:
             listener.stdout.close()
         node.in_node("sysctl", "-w", "net.ipv4.ip_local_port_range=32768 60999")
+
+
+async def test_the_agent_takes_a_changed_firewall_at_once(node: Net, tmp_path: Path) -> None:
+    """What the control plane pushes when the firewall is changed (``ctl firewall``):
+    the running agent's table follows each message, no restart. Sent with no control
+    plane address, the node counts as a control plane's machine: its agents' port (here
+    8099) is kept to the networks."""
+    wall = NodeFirewall(tmp_path, node.nft)
+
+    def told(enabled: bool, networks: list[str]) -> Firewall:
+        return Firewall(enabled=enabled, networks=networks, agent_port=8099)
+
+    await wall.keep(told(True, ["10.213.40.0/24"]))
+    assert wall.problem is None
+    assert node.reach(node.cp, NODE_CP, 8099) == "answered"
+    assert node.reach(node.out, NODE_OUT, 8099) == "refused"
+
+    await wall.keep(told(True, ["10.213.41.0/24"]))
+    assert node.reach(node.out, NODE_OUT, 8099) == "answered"
+    assert node.reach(node.cp, NODE_CP, 8099) == "refused"
+    assert node.nft.status(wall.plan)["in_sync"] is True
+
+    await wall.keep(told(False, ["10.213.41.0/24"]))
+    assert node.nft.status(wall.plan)["present"] is False
+    assert node.reach(node.cp, NODE_CP, 8099) == "answered"
+    assert node.reach(node.out, NODE_OUT, 41001) == "answered"

@@ -150,6 +150,15 @@ def test_set_sends_the_version_its_pins_and_index(
     }
 
 
+def test_set_sends_the_engines_os_packages_per_manager(admin: FakeAdmin) -> None:
+    admin.answer("POST", "/api/v1/engines", ENGINES)
+    argv = ["ctl", "engines", "set", "llama.cpp", "b6000", "--package", "apt=libgomp1"]
+    assert main([*argv, "--package", "dnf=libgomp", "--package", "apt=libcurl4"]) == 0
+    assert admin.asked[-1][2]["packages"] == {"apt": ["libgomp1", "libcurl4"], "dnf": ["libgomp"]}
+    with pytest.raises(SystemExit, match="--package takes apt=NAME or dnf=NAME"):
+        main([*argv[:-2], "--package", "yum=libgomp"])
+
+
 @pytest.mark.parametrize("pin", ["no-equals-sign", "=deadbeef", "asset="])
 def test_a_malformed_pin_is_refused_before_anything_is_sent(pin: str, admin: FakeAdmin) -> None:
     with pytest.raises(SystemExit) as caught:

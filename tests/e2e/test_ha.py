@@ -20,7 +20,16 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.catalog import SCHEDULING, ctl_json, join, scheduled, serve, wait_ready
+from tests.e2e.catalog import (
+    SCHEDULING,
+    ctl_json,
+    join,
+    passes,
+    replicas,
+    scheduled,
+    serve,
+    wait_ready,
+)
 from tests.e2e.cluster import Cluster, run, wait_for
 from tests.e2e.test_agent_death import Load
 from tests.support.tinymodel import write_tiny_model
@@ -148,6 +157,36 @@ def test_a_standby_serves_through_the_leaders_death_and_takes_over(
     assert {"load", "after"} <= names
     assert audit_count(leader) >= before
     assert "standby: took cp-b's store" in leader.server.text()
+
+
+def test_a_standby_passes_an_on_demand_request_to_the_leader_and_serves_it(
+    pair: tuple[Cluster, Cluster], binary: Path
+) -> None:
+    """Only the leader places replicas: a standby asked for an on-demand model at zero
+    tells the leader, which starts it; the standby then serves the request itself."""
+    leader, standby = pair
+    join(leader, "n1", binary)
+    serve(leader, write_tiny_model(leader.root / "tiny.gguf"), "lazy", "--on-demand")
+    passes(leader)
+    assert replicas(leader, "lazy") == []
+    key = ctl_json(leader, "keys", "create", "--name", "lazy-user")["key"]
+    # The key and the model reach the standby's copy of the store.
+    wait_for(
+        lambda: "lazy" in {m["id"] for m in standby.api("/v1/models", token=key)["data"]},
+        15,
+        "the standby to know the key and the model",
+    )
+    body = json.dumps(
+        {"model": "lazy", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    )
+    started = time.monotonic()
+    status, _, answer = standby.post("/v1/chat/completions", body.encode(), key, timeout=120)
+    assert status == 200, answer
+    assert answer["choices"], answer
+    assert time.monotonic() - started < 90
+    # The leader started it (the standby places nothing), and keeps it up.
+    (row,) = wait_ready(leader, "lazy", 1, timeout=10)
+    assert row["node"] == "n1"
 
 
 def test_a_keys_rate_limit_is_the_clusters_not_each_control_planes(

@@ -125,6 +125,8 @@ def test_shard_runs_with_its_key_survives_the_agent_and_is_adopted(
     wait_for(lambda: "adopted shard r1" in cluster.agents["n1"].text(), 30, "adoption")
     row = wait_replica(cluster, "r1", "ready", 15)
     assert row["pid"] == pid and process.is_running()
+    # What it runs on comes back with it (kept with the shard, not read from a log tail).
+    assert (row["backend"], row["devices"], row["offloaded_layers"]) == ("CPU", [], None)
     assert client.models.list().data
 
     # Stop: the process group goes, the replica with it.

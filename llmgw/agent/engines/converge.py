@@ -26,6 +26,7 @@ from typing import Any, TypedDict
 
 from llmgw.agent.engines.base import EngineError
 from llmgw.agent.engines.install import InstallError, release_tag
+from llmgw.agent.engines.ospackages import OsPackages
 from llmgw.agent.engines.provision import NodeEngines, llamacpp_build, python_build
 from llmgw.enginepins import EngineWant, want_of
 from llmgw.jsonvalue import JSON
@@ -76,6 +77,7 @@ class EngineConvergence:
         *,
         said: Callable[[], None] = lambda: None,
         retry: float = RETRY_FIRST,
+        packages: OsPackages | None = None,
     ) -> None:
         self.engines = engines
         self.state_dir = state_dir
@@ -86,6 +88,8 @@ class EngineConvergence:
         # Paths of what running shards were started from (binaries, interpreters).
         self.in_use = in_use
         self.retry = retry
+        # The engines' OS packages, from the machine's own package sources.
+        self.packages = packages or OsPackages()
         self.progress: dict[str, str] = {}
         self.wish: WantedEngines | None = None
         self._task: asyncio.Task[None] | None = None
@@ -192,6 +196,8 @@ class EngineConvergence:
     async def _install(self, name: str, want: EngineWant, build: str) -> EngineInfo:
         report = self._reporter(name)
         version = str(want["version"])
+        # What the engine needs from the OS first: its check after install runs it.
+        await self.packages.ensure(name, want.get("packages") or {}, report)
         if name == "llama.cpp":
             assert self.engines.llamacpp is not None
             return await self.engines.llamacpp.ensure(

@@ -45,6 +45,8 @@ class WantedJson(TypedDict):
     version: str
     sha256: dict[str, str]
     index_url: str | None
+    # The OS packages it needs, per package manager (apt, dnf); empty when none named.
+    packages: dict[str, list[str]]
     source: Literal["server.yaml", "ctl"]
 
 
@@ -127,6 +129,7 @@ class FleetEngines:
                     "version": want["version"],
                     "sha256": dict(want["sha256"]),
                     "index_url": want.get("index_url"),
+                    "packages": {m: list(n) for m, n in (want.get("packages") or {}).items()},
                     "source": self.source_of(name),
                 }
                 for name, want in self.wanted.items()
@@ -146,6 +149,8 @@ class FleetEngines:
             value = {"version": ask.version, "sha256": dict(ask.sha256 or {})}
             if ask.index_url is not None:
                 value["index_url"] = ask.index_url
+            if ask.packages is not None:
+                value["packages"] = {m: list(n) for m, n in ask.packages.items()}
         try:
             return await self.set(ask.engine, value, by)
         except PinError as exc:

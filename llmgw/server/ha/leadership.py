@@ -74,6 +74,8 @@ class Hooks:
     followed: Callable[[list[JSONObject]], None]
     # The fleet as this leader sees it, for standbys.
     fleet: Callable[[], list[dict[str, object]]]
+    # An on-demand model a standby was asked for (``start``: started if at zero).
+    demand: Callable[[str, bool], None]
     # Usage rows from a standby, for the store.
     usage: Callable[[list[tuple[str, str, str, str, int, int, int]]], Awaitable[None]]
     # The role in server.yaml: ("leader", None) or ("standby", leader's peer address).
@@ -566,6 +568,14 @@ class Leadership:
                 )
             )
         await self.hooks.usage(clean)
+
+    def demand(self, models: dict[str, bool], sender: str) -> None:
+        """On-demand models a standby was asked for: the catalog starts or keeps them."""
+        if not self.leading:
+            raise NotLeading(self._not_leading())
+        for model, start in models.items():
+            log.debug("%s asks for on-demand model %s (start: %s)", sender, model, start)
+            self.hooks.demand(model, start)
 
     def _not_leading(self) -> str:
         leader = self.leader_record()

@@ -14,6 +14,8 @@ What goes over it, always asked by a standby of its leader:
   S seconds for one (410 when they were pruned: take a snapshot again);
 - ``GET /peer/fleet``: which replicas run Ready where, as the leader's agents say;
 - ``POST /peer/usage``: requests and tokens counted on a standby, for the store;
+- ``POST /peer/demand``: on-demand models a standby was asked for, for the leader's
+  catalog to start or keep up (``demand.py``);
 - ``POST /peer/promote``: asked by ``llmgw server promote`` on the same machine, with
   that control plane's own certificate.
 """
@@ -111,7 +113,19 @@ class PeerHost(Protocol):
 
     async def usage(self, rows: list[list[JSON]], sender: str) -> None: ...
 
+    def demand(self, models: dict[str, bool], sender: str) -> None: ...
+
     async def promote(self, force: bool) -> PromoteAnswer: ...
+
+
+def read_demand(body: JSON) -> dict[str, bool]:
+    """``/peer/demand``'s body, ``{"models": {NAME: START}}``; ValueError when it is not."""
+    models = body.get("models") if isinstance(body, dict) else None
+    if not isinstance(models, dict) or not all(
+        isinstance(k, str) and isinstance(v, bool) for k, v in models.items()
+    ):
+        raise ValueError('demand is {"models": {NAME: true or false}}')
+    return {str(k): bool(v) for k, v in models.items()}
 
 
 def _peer(request: web.Request) -> tuple[str, int] | None:
@@ -181,6 +195,14 @@ def peer_app(host: PeerHost) -> web.Application:
         await host.usage(rows, request["peer"])
         return web.json_response({"rows": len(rows)})
 
+    async def demand(request: web.Request) -> web.Response:
+        try:
+            models = read_demand(await request.json())
+        except ValueError as exc:
+            return _error(400, "bad_request", str(exc))
+        host.demand(models, request["peer"])
+        return web.json_response({"models": len(models)})
+
     async def promote(request: web.Request) -> web.Response:
         if request["peer"] != host.name:
             return _error(403, "forbidden", "only this control plane's own certificate promotes it")
@@ -193,6 +215,7 @@ def peer_app(host: PeerHost) -> web.Application:
     app.router.add_get("/peer/changes", changes)
     app.router.add_get("/peer/fleet", fleet)
     app.router.add_post("/peer/usage", usage)
+    app.router.add_post("/peer/demand", demand)
     app.router.add_post("/peer/promote", promote)
     return app
 

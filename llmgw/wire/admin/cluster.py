@@ -200,6 +200,7 @@ class WantedEngineJson(TypedDict):
     version: str
     sha256: dict[str, str]
     index_url: str | None
+    packages: dict[str, list[str]]  # package manager (apt, dnf) -> OS package names
     source: str
 
 
@@ -232,6 +233,25 @@ class EngineChangeJson(TypedDict):
     actor: str
     action: str
     target: str
+    change: str
+
+
+class FirewallJson(TypedDict):
+    """``GET /api/v1/firewall`` (and ``POST``): llmgw's firewall on every node, and
+    whether server.yaml or the API (``ctl``) set each part."""
+
+    version: int
+    enabled: bool
+    networks: list[str]
+    source: dict[str, Literal["server.yaml", "ctl"]]
+
+
+class FirewallChangeJson(TypedDict):
+    """Each of ``GET /api/v1/firewall/history``, newest first."""
+
+    at: float
+    actor: str
+    action: str
     change: str
 
 

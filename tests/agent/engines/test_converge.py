@@ -19,6 +19,7 @@ from llmgw.agent.engines.provision import NodeEngines
 from llmgw.wire.messages import WantedEngines
 
 from .conftest import FAKE_SERVER, Mirror, release_tar
+from .test_ospackages import APT_GET, DPKG_QUERY, Machine
 
 
 def asset(tag: str) -> str:
@@ -208,6 +209,29 @@ async def test_a_failure_is_tried_again_later(tmp_path: Path, mirror: Mirror) ->
         mirror.publish("b1", asset("b1"), release_tar())
         await until(lambda: node.conv.passes[-1] is True)
         assert node.has("b1") and node.conv.progress == {}
+    finally:
+        await node.conv.close()
+
+
+async def test_an_engines_os_packages_come_first_and_their_failure_is_said(
+    tmp_path: Path, published: Mirror, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    debian = Machine(tmp_path / "os", {"apt-get": APT_GET, "dpkg-query": DPKG_QUERY}, monkeypatch)
+    debian.mode("offline")
+    node = Node(tmp_path, published, retry=0.05)
+    node.conv.packages = debian.packages()
+    try:
+        node.want("b1", packages={"apt": ["libgomp1"]})
+        await node.passed(1)
+        words = node.conv.progress["llama.cpp"]
+        assert words.startswith("install failed: llama.cpp needs the OS package(s) libgomp1")
+        assert "`sudo apt-get install -y libgomp1`" in words
+        assert not node.has("b1")  # the engine waits for what it needs
+        # The package sources answer again: the next try installs both.
+        debian.mode("ok")
+        await until(lambda: node.conv.passes[-1] is True)
+        assert (debian.state / "libgomp1").exists() and node.has("b1")
+        assert "installing OS package(s) libgomp1 with apt-get" in node.said
     finally:
         await node.conv.close()
 

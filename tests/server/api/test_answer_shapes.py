@@ -350,6 +350,8 @@ async def fleet(
         "/api/v1/engines", json={"engine": "llama.cpp", "version": "b6001"}
     )
     assert set_engine.status_code == 200, set_engine.text
+    set_firewall = await client.post("/api/v1/firewall", json={"enabled": False})
+    assert set_firewall.status_code == 200, set_firewall.text
     # A map of the fabric as one of its nodes read it.
     read = (time.time(), "gpu-1", parse_ibnetdiscover(FABRIC_MAP.read_text()))
     cp.fabric_maps.maps[SM_GUID] = read
@@ -398,6 +400,8 @@ READS: list[Ask] = [
     ("SETTINGS_HISTORY", (), None),
     ("ENGINES", (), None),
     ("ENGINES_HISTORY", (), None),
+    ("FIREWALL", (), None),
+    ("FIREWALL_HISTORY", (), None),
     ("FABRICS", (), None),
     ("FABRIC_MAP", (SM_GUID,), None),
     ("NVLINK", (), None),
@@ -433,6 +437,7 @@ CHANGES: list[Ask] = [
     ("SET_SETTING", (), {"key": "discovery.slow_interval", "unset": True}),
     ("SET_ENGINE", (), {"engine": "llama.cpp", "unset": True}),
     ("ENGINE_BUILD", ("gpu-1",), {"build": "cpu"}),
+    ("SET_FIREWALL", (), {"networks": ["10.0.0.0/8"]}),
     ("FABRIC_TEST", (), {"a": "gpu-1", "b": "gpu-2"}),
 ]
 

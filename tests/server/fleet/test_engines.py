@@ -83,6 +83,7 @@ async def test_set_unset_and_build_change_the_wish_and_are_audited(store: SQLite
                     "version": "b6000",
                     "sha256": {ASSET: HEX},
                     "index_url": None,
+                    "packages": {},
                     "source": "ctl",
                 }
             ],

@@ -24,7 +24,7 @@ from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import WATCH, Hooks, Leadership, PromoteRefused, Seat
 from llmgw.server.ha.lease import ROUND
 from llmgw.server.ha.membership import Membership
-from llmgw.server.ha.peerlink import PeerError
+from llmgw.server.ha.peerlink import NotLeading, PeerError
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.store import Audit, ServerRecord, StoreError
 
@@ -204,6 +204,7 @@ class Recorded:
         self.stepped_down: list[str] = []
         self.follows = 0  # standby_duties: once each time following begins
         self.announced = 0
+        self.demanded: list[tuple[str, bool]] = []
 
     def hooks(self) -> Hooks:
         async def applied(tables: set[str]) -> None:
@@ -223,6 +224,7 @@ class Recorded:
             applied=applied,
             followed=lambda fleet: None,
             fleet=list,
+            demand=lambda model, start: self.demanded.append((model, start)),
             usage=usage,
             remember=lambda role, peer: self.remembered.append((role, peer)),
             standby_duties=standby_duties,
@@ -603,3 +605,19 @@ def test_hooks_must_all_be_given() -> None:
     assert defaulted == []
     with pytest.raises(TypeError):
         Hooks()  # type: ignore[call-arg]
+
+
+async def test_on_demand_requests_from_a_standby_reach_the_leaders_catalog_only(
+    planes: Callable[..., Plane], tables: Tables
+) -> None:
+    tables.settings[TERM_SETTING] = "1"
+    b = planes("cp-b", postgres=False, leader=SEATS["cp-a"].peer_address)
+    await b.ha.start()
+    # A standby places nothing: what it is sent is refused, naming the leader.
+    with pytest.raises(NotLeading, match="cp-b is a standby"):
+        b.ha.demand({"lazy": True}, "cp-c")
+    assert b.hooks.demanded == []
+
+    await b.ha.promote(force=False)
+    b.ha.demand({"lazy": True, "warm": False}, "cp-c")
+    assert b.hooks.demanded == [("lazy", True), ("warm", False)]

@@ -1,0 +1,182 @@
+"""Adoption keeps a replica's compute: an agent started again while its engine runs
+reports what the engine runs on, even once the start-up lines have left the log's tail.
+
+The engine is a stand-in llama-server (a Python script): it prints llama.cpp's start-up
+lines, answers /health, and /v1/models only with its key, as the real one does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+
+from llmgw.agent.logbook import ENGINE_LINES
+from llmgw.agent.supervisor import Supervisor
+from llmgw.wire.messages import Compute, DownloadProgress, EngineInfo, Message, ShardSpec
+from llmgw.wire.states import ShardState
+from tests.e2e.cluster import free_port
+
+ENGINE = r"""#!{python}
+import http.server, os, sys
+
+print("build: 6000 (abcdef0) with cc for x86_64-linux-gnu", flush=True)
+print("load_backend: loaded CPU backend from /opt/llama/libggml-cpu-haswell.so", flush=True)
+print("system_info: n_threads = 1 (n_threads_batch = 1) / 2 | CPU : SSE3 = 1 |", flush=True)
+port = int(sys.argv[sys.argv.index("--port") + 1])
+key = os.environ["LLAMA_API_KEY"]
+
+
+class Engine(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        keyed = self.headers.get("authorization") == "Bearer " + key
+        status = 200 if self.path == "/health" or keyed else 401
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{{"status": "ok"}}')
+
+    def log_message(self, *args):
+        pass
+
+
+print("main: server is listening on http://127.0.0.1:%d" % port, flush=True)
+http.server.HTTPServer(("127.0.0.1", port), Engine).serve_forever()
+"""
+
+
+class Installed:
+    def __init__(self, binary: Path) -> None:
+        self.binary = binary
+
+    async def ensure(
+        self, name: str, report: Callable[[str], None], version: str | None = None
+    ) -> EngineInfo:
+        return EngineInfo(name=name, path=str(self.binary), version="b6000", build="cpu")
+
+
+class Fetched:
+    def __init__(self, model: Path) -> None:
+        self.model = model
+
+    async def fetch(
+        self,
+        source: str,
+        *,
+        allow_pickle: bool,
+        replica_id: str,
+        progress: Callable[[DownloadProgress], None],
+    ) -> Path:
+        return self.model
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Path:
+    binary = tmp_path / "llama-server"
+    binary.write_text(ENGINE.format(python=sys.executable))
+    binary.chmod(0o755)
+    return binary
+
+
+def supervisor(root: Path, engine: Path, sent: list[Message]) -> Supervisor:
+    model = root.parent / "tiny.gguf"
+    model.write_bytes(b"GGUF")
+    return Supervisor(root, Installed(engine), Fetched(model), sent.append, host="127.0.0.1")
+
+
+async def ended(pid: int) -> None:
+    """The engine killed and reaped (the loop's child watcher reaps the test's child)."""
+    os.killpg(pid, signal.SIGKILL)
+    async with asyncio.timeout(10):
+        while psutil.pid_exists(pid):
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # the watcher's word reaches the loop
+
+
+async def until_ready(sup: Supervisor, replica_id: str) -> None:
+    async with asyncio.timeout(30):
+        while sup.shards[replica_id].state != ShardState.READY:
+            failed = sup.shards[replica_id]
+            assert failed.state != ShardState.FAILED, failed.reason
+            await asyncio.sleep(0.1)
+
+
+async def test_an_adopted_replica_keeps_its_compute_after_its_log_moved_on(
+    tmp_path: Path, engine: Path
+) -> None:
+    root = tmp_path / "shards"
+    spec = ShardSpec(
+        replica_id="r1",
+        engine="llama.cpp",
+        source=str(tmp_path / "tiny.gguf"),
+        port=free_port(),
+        key="k-r1",
+        fingerprint="f",
+        cpu_cores=1,
+    )
+    first = supervisor(root, engine, [])
+    first.start(spec)
+    pid: int | None = None
+    try:
+        await until_ready(first, "r1")
+        pid = first.shards["r1"].pid
+        ran_on = first.shards["r1"].compute
+        assert ran_on == Compute(backend="CPU")
+        await first.close()  # the old agent goes, leaving its engine running
+        # The engine logs its requests: the start-up lines leave the tail kept.
+        with first.log_path("r1").open("a") as log:
+            for n in range(ENGINE_LINES * 3):
+                log.write(f"srv  log_server_r: request: GET /v1/models 127.0.0.1 200 #{n}\n")
+
+        sent: list[Message] = []
+        second = supervisor(root, engine, sent)
+        assert await second.adopt() == ["r1"]
+        adopted = second.shards["r1"]
+        assert adopted.pid == pid and adopted.state == ShardState.READY
+        assert adopted.compute == ran_on
+        assert adopted.status().compute == Compute(backend="CPU")
+        await second.close()
+    finally:
+        if pid is not None:
+            await ended(pid)
+
+
+async def test_a_record_of_an_older_agent_reads_compute_from_the_log(
+    tmp_path: Path, engine: Path
+) -> None:
+    root = tmp_path / "shards"
+    spec = ShardSpec(
+        replica_id="r2",
+        engine="llama.cpp",
+        source=str(tmp_path / "tiny.gguf"),
+        port=free_port(),
+        key="k-r2",
+        fingerprint="f",
+    )
+    first = supervisor(root, engine, [])
+    first.start(spec)
+    pid: int | None = None
+    try:
+        await until_ready(first, "r2")
+        pid = first.shards["r2"].pid
+        await first.close()
+        record_path = root / "r2.json"
+        record = json.loads(record_path.read_text())
+        assert record["compute"] == {"backend": "CPU", "devices": []}
+        del record["compute"]  # as an agent before this one wrote it
+        record_path.write_text(json.dumps(record))
+
+        second = supervisor(root, engine, [])
+        assert await second.adopt() == ["r2"]
+        assert second.shards["r2"].compute == Compute(backend="CPU")
+        await second.close()
+    finally:
+        if pid is not None:
+            await ended(pid)
