@@ -4,8 +4,9 @@ A session is a cookie the control plane signs with a key derived from the cluste
 secret, so every control plane of the cluster (a standby too) honours it and nothing is
 stored: ``base64url(json) "." base64url(HMAC-SHA256)``. It names who signed in, their
 role, when it ends, a random id, and a binding to the admin token it was opened with:
-when that token is rotated, its sessions end with it. Signing out ends the session on
-this control plane at once (its id is kept, refused, until the session would have ended).
+when that token is rotated, its sessions end with it. Signing out ends the session here
+at once (its id is kept, refused, until the session would have ended) and, through the
+store, on every other control plane (``revocations.py`` hands their ids to ``ended``).
 
 Each session's CSRF token is an HMAC of its id: a form or an htmx request that changes
 anything must carry it (field ``csrf`` or header ``X-CSRF-Token``). The cookie is
@@ -24,7 +25,7 @@ import json
 import secrets
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from llmgw.server.principal import ROLES, Principal, Role, is_role
@@ -140,9 +141,13 @@ class Sessions:
 
     def end(self, session: Session, now: float | None = None) -> None:
         """Sign out: the session is refused from now on, here."""
+        self.ended({session.sid: session.expires}, now)
+
+    def ended(self, sessions: Mapping[str, float], now: float | None = None) -> None:
+        """Sessions signed out (here or elsewhere), each id with when it would have ended:
+        refused from now on. Those that have ended by now are forgotten."""
         now = time.time() if now is None else now
-        self._ended = {sid: t for sid, t in self._ended.items() if t > now}
-        self._ended[session.sid] = session.expires
+        self._ended = {sid: t for sid, t in {**self._ended, **sessions}.items() if t > now}
 
     def csrf(self, session: Session) -> str:
         return self._sign(b"csrf:" + session.sid.encode())[:32]

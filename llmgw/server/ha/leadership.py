@@ -76,6 +76,8 @@ class Hooks:
     fleet: Callable[[], list[dict[str, object]]]
     # Usage rows from a standby, for the store.
     usage: Callable[[list[tuple[str, str, str, str, int, int, int]]], Awaitable[None]]
+    # An admin page session signed out on a standby (id, when it ends, who), for the store.
+    signed_out: Callable[[str, float, str], Awaitable[None]]
     # The role in server.yaml: ("leader", None) or ("standby", leader's peer address).
     remember: Callable[[str, str | None], None]
     # Duties a standby runs besides following (shipping its usage to the leader).
@@ -566,6 +568,11 @@ class Leadership:
                 )
             )
         await self.hooks.usage(clean)
+
+    async def sign_out(self, sid: str, expires: float, actor: str) -> None:
+        if not self.leading:
+            raise NotLeading(self._not_leading())
+        await self.hooks.signed_out(sid, expires, actor)
 
     def _not_leading(self) -> str:
         leader = self.leader_record()

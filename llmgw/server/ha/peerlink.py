@@ -14,6 +14,8 @@ What goes over it, always asked by a standby of its leader:
   S seconds for one (410 when they were pruned: take a snapshot again);
 - ``GET /peer/fleet``: which replicas run Ready where, as the leader's agents say;
 - ``POST /peer/usage``: requests and tokens counted on a standby, for the store;
+- ``POST /peer/signout``: an admin page session signed out on a standby, for the store
+  (so every control plane refuses it);
 - ``POST /peer/promote``: asked by ``llmgw server promote`` on the same machine, with
   that control plane's own certificate.
 """
@@ -111,6 +113,8 @@ class PeerHost(Protocol):
 
     async def usage(self, rows: list[list[JSON]], sender: str) -> None: ...
 
+    async def sign_out(self, sid: str, expires: float, actor: str) -> None: ...
+
     async def promote(self, force: bool) -> PromoteAnswer: ...
 
 
@@ -181,6 +185,18 @@ def peer_app(host: PeerHost) -> web.Application:
         await host.usage(rows, request["peer"])
         return web.json_response({"rows": len(rows)})
 
+    async def sign_out(request: web.Request) -> web.Response:
+        body = await request.json()
+        if not isinstance(body, dict):
+            return _error(400, "bad_request", "a sign-out is an object")
+        sid, expires, actor = body.get("sid"), body.get("expires"), body.get("actor")
+        if not isinstance(sid, str) or not sid or len(sid) > 64 or not isinstance(actor, str):
+            return _error(400, "bad_request", "a sign-out names the session (sid) and actor")
+        if not isinstance(expires, int | float) or isinstance(expires, bool):
+            return _error(400, "bad_request", "a sign-out says when its session ends (expires)")
+        await host.sign_out(sid, float(expires), f"{actor[:200]} via {request['peer']}")
+        return web.json_response({"sid": sid})
+
     async def promote(request: web.Request) -> web.Response:
         if request["peer"] != host.name:
             return _error(403, "forbidden", "only this control plane's own certificate promotes it")
@@ -193,6 +209,7 @@ def peer_app(host: PeerHost) -> web.Application:
     app.router.add_get("/peer/changes", changes)
     app.router.add_get("/peer/fleet", fleet)
     app.router.add_post("/peer/usage", usage)
+    app.router.add_post("/peer/signout", sign_out)
     app.router.add_post("/peer/promote", promote)
     return app
 

@@ -50,6 +50,7 @@ from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.pages import i18n
 from llmgw.server.principal import Principal, Role
 from llmgw.server.refusal import Refusal
+from llmgw.server.revocations import Revocations
 from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Session
 from llmgw.server.store import Store
 
@@ -142,6 +143,8 @@ class Services:
     planner: Planner
     fabrics: FabricService
     admin_token_ok: Callable[[str], bool]
+    # Signing out, on every control plane.
+    revocations: Revocations
     # server.yaml's pages_behind_tls: the session cookie is Secure.
     behind_tls: bool = False
     body_timeout: float = 30.0

@@ -130,7 +130,7 @@ def routes(
                 _ = i18n.translator(frame.lang(request))
                 text = _("The form token is missing or old; reload the page and send it again.")
                 return secured(frame.refuse(request, session, 403, text))
-            sessions.end(session)
+            await services.revocations.end(session, session.actor)
         answer.delete_cookie(COOKIE, path="/admin", httponly=True, samesite="strict")
         return secured(answer)
 
