@@ -1,6 +1,8 @@
 """Signing out of the admin pages ends the session on every control plane.
 
-A leader and a standby on SQLite, as real processes on loopback (no node is needed).
+A leader and a standby, as real processes on loopback (no node is needed), on SQLite
+(the standby follows the leader's store by its changes) and on PostgreSQL (both read one
+store; the standby reads it again every second).
 Signed in on the leader, the same cookie opens the standby's pages (a session is a
 signed cookie every control plane of the cluster honours). Signed out on the leader,
 the standby refuses that cookie within 2 s; signed out on a standby, the leader does
@@ -11,7 +13,6 @@ open on both throughout.
 from __future__ import annotations
 
 import re
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,8 @@ import pytest
 
 from tests.e2e.cluster import Cluster
 from tests.e2e.test_ha import standby_of
+from tests.e2e.test_ha_postgres import pair as postgres_pair
+from tests.support.postgres import PostgresServer, missing, start_postgres
 
 pytestmark = pytest.mark.e2e
 
@@ -28,19 +31,49 @@ pytestmark = pytest.mark.e2e
 WITHIN = 2.0
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Cluster, Cluster]]:
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PostgresServer]:
+    problem = missing()
+    if problem:
+        pytest.fail(problem)
+    server = start_postgres()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Cluster, Cluster]]:
+    """A leader (cp-a) and a standby (cp-b) joined to it, on the backend of the param."""
+    if request.param == "postgres":
+        server: PostgresServer = request.getfixturevalue("pg")
+        dsn = server.create_database(f"llmgw_sessions_{int(time.time() * 1000)}")
+        leader, standby = postgres_pair(tmp_path, dsn, dsn)
+        try:
+            yield leader, standby
+        finally:
+            standby.stop()
+            leader.stop()
+        return
     leader = Cluster(tmp_path / "a")
     leader.init()
     leader.start_server()
-    standby: Cluster | None = None
+    follower: Cluster | None = None
     try:
-        standby = standby_of(leader, tmp_path / "b")
-        yield leader, standby
+        follower = standby_of(leader, tmp_path / "b")
+        yield leader, follower
     finally:
-        if standby is not None:
-            standby.stop()
+        if follower is not None:
+            follower.stop()
         leader.stop()
+
+
+def audited_sign_outs(leader: Cluster) -> list[str]:
+    """Who signed out, oldest first, as the leader's audit trail says (its own page)."""
+    page = httpx.get(f"{base(leader)}/admin/audit", headers={"cookie": sign_in(leader)})
+    assert page.status_code == 200, page.text
+    return re.findall(r"<td>([^<]*)</td>\s*<td>admin\.sign_out</td>", page.text)[::-1]
 
 
 def base(cluster: Cluster) -> str:
@@ -112,9 +145,7 @@ def test_signing_out_on_either_control_plane_ends_the_session_on_both(
 
     # Only the sessions signed out ended; the audit trail names both sign-outs.
     assert opens(leader, bystander) and opens(standby, bystander)
-    with sqlite3.connect(leader.data_dir / "store.db") as db:
-        sql = "SELECT actor FROM audit WHERE action = 'admin.sign_out' ORDER BY id"
-        outs = [str(row[0]) for row in db.execute(sql)]
+    outs = audited_sign_outs(leader)
     assert len(outs) == 2 and outs[1].endswith("via cp-b"), outs
 
     # A standby started again still refuses what was signed out before.
