@@ -66,8 +66,7 @@ from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.principal import Principal
-from llmgw.server.revocations import Revocations, SignOut
-from llmgw.server.sessions import Sessions
+from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.store import Store, open_store
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
 from llmgw.wire.messages import Firewall, Message

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.config import ServerConfig, StoreConfig
-from llmgw.server.revocations import Revocations, SignOut
-from llmgw.server.sessions import Sessions
+from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.store import Store, open_store
 
 SECRET = b"k" * 32

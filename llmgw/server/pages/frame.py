@@ -50,8 +50,7 @@ from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.pages import i18n
 from llmgw.server.principal import Principal, Role
 from llmgw.server.refusal import Refusal
-from llmgw.server.revocations import Revocations
-from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Session
+from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Revocations, Session
 from llmgw.server.store import Store
 
 log = logging.getLogger("llmgw.pages")

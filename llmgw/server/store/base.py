@@ -246,7 +246,7 @@ class Store(abc.ABC):
     async def remove_server(self, name: str, at: float, audit: Audit) -> bool:
         """Mark a control plane removed; False when there is none or it already was."""
 
-    # admin page sessions signed out before their end (server/revocations.py)
+    # admin page sessions signed out before their end (server/sessions.py, Revocations)
     @abc.abstractmethod
     async def revoke_session(self, sid: str, expires_at: float, at: float, audit: Audit) -> bool:
         """Keep a signed-out session's id until ``expires_at`` (when it would have ended),

@@ -1,4 +1,4 @@
--- Admin page sessions signed out before they would have ended (server/revocations.py).
+-- Admin page sessions signed out before they would have ended (server/sessions.py, Revocations).
 -- A session is a signed cookie every control plane honours; its id here makes every
 -- control plane refuse it, a standby too (captured below, so it is shipped). A row is
 -- of no use once its session would have ended (`expires_at`): signing out removes

@@ -1,4 +1,4 @@
--- Admin page sessions signed out before they would have ended (server/revocations.py).
+-- Admin page sessions signed out before they would have ended (server/sessions.py, Revocations).
 -- Every control plane reads this list (standbys every second), so a signed-out cookie
 -- is refused everywhere. A row is of no use once its session would have ended
 -- (`expires_at`): signing out removes those, so the list holds at most the sessions
