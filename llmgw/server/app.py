@@ -64,12 +64,12 @@ from llmgw.server.ha.demand import DemandRelay
 from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.membership import Membership
-from llmgw.server.ha.peerlink import PeerClient, PeerListener
+from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.principal import Principal
-from llmgw.server.sessions import Sessions
+from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.store import Store, open_store
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
 from llmgw.wire.messages import Firewall, Message
@@ -188,6 +188,12 @@ class ControlPlane:
         # A standby's on-demand requests, for the leader's catalog.
         self.demand_relay = DemandRelay(self.ha.client, lambda: self.ha.follower.leader)
         self.members = Membership(self.ha, self.admission)
+        # The admin pages' sessions, one set for every listener that serves pages; a
+        # sign-out reaches the other control planes through the store.
+        self.sessions = Sessions(self.cluster_secret, lambda: self._admin_hashes)
+        self.revocations = Revocations(
+            self.sessions, store, lambda: self.ha.leading, self._sign_out_on_leader
+        )
         self.peer_listener: PeerListener | None = None
 
     def _leadership(self) -> Leadership:
@@ -212,6 +218,9 @@ class ControlPlane:
             fleet=self.registry.followable,
             demand=self.models.demand,
             usage=self._usage_from_standby,
+            signed_out=lambda sid, expires, actor: self.revocations.record(
+                SignOut(sid, expires, actor)
+            ),
             remember=data.remember_role,
             standby_duties=lambda ha: [
                 Duty("usage", self.gateway.run, self.gateway.flush),
@@ -314,6 +323,17 @@ class ControlPlane:
             raise ConnectionError("a standby that knows no leader keeps its usage")
         await self.ha.client.json("POST", leader, "/peer/usage", [list(r) for r in rows])
 
+    async def _sign_out_on_leader(self, signed_out: SignOut) -> None:
+        leader = self.ha.follower.leader
+        if not leader:
+            raise ConnectionError("this standby knows no leader")
+        body = {"sid": signed_out.sid, "expires": signed_out.expires, "actor": signed_out.actor}
+        try:
+            # Short: the user waits for the sign-out page, which ends the session here anyway.
+            await self.ha.client.json("POST", leader, "/peer/signout", body, timeout=5)
+        except PeerError as exc:
+            raise ConnectionError(f"the leader at {leader} did not take it: {exc}") from exc
+
     async def reload(self, tables: set[str]) -> None:
         """A standby's store changed under it: take again what is kept in memory."""
         every = "*" in tables
@@ -332,9 +352,12 @@ class ControlPlane:
             await self.registry.reload_marks()
         if every or "servers" in tables:
             await self.ha.reload_servers()
+        if every or "session_revocations" in tables:
+            await self.revocations.load()
 
     async def load(self) -> None:
         self._admin_hashes = set(await self.store.admin_token_hashes())
+        await self.revocations.load()
         await self.registry.load()
         await self.models.load()
         await self.gateway.load()
@@ -460,8 +483,7 @@ class ControlPlane:
 
     def admin_app(self) -> AdminApp:
         """The admin API and pages as an ASGI app: every route behind the one gate."""
-        sessions = Sessions(self.cluster_secret, lambda: self._admin_hashes)
-        gate = Gate(self.admin_token_ok, self._standby, sessions)
+        gate = Gate(self.admin_token_ok, self._standby, self.sessions)
         services = Services(
             registry=self.registry,
             gateway=self.gateway,
@@ -474,6 +496,7 @@ class ControlPlane:
             planner=self.planner,
             fabrics=self.fabrics,
             admin_token_ok=self.admin_token_ok,
+            revocations=self.revocations,
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,
         )

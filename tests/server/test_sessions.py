@@ -93,3 +93,19 @@ def test_the_way_back_after_sign_in_stays_on_the_admin_pages() -> None:
         "/admin\r\nSet-Cookie: x",
     ):
         assert safe_next(bad) == "/admin", bad
+
+
+def test_sessions_signed_out_elsewhere_are_refused_until_they_would_have_ended() -> None:
+    s = sessions(["hash-a"])
+    first = s.read(s.open("admin@x", "admin", "hash-a", now=1000.0), now=1000.0)
+    second_cookie = s.open("admin@y", "admin", "hash-a", now=1000.0)
+    assert first is not None
+    s.end(first, now=1001.0)
+    # What the store says was signed out joins what was signed out here.
+    second = s.read(second_cookie, now=1001.0)
+    assert second is not None
+    s.ended({second.sid: second.expires}, now=1001.0)
+    assert s.read(second_cookie, now=1002.0) is None
+    # An id past its end is forgotten (the cookie is refused by its end anyway).
+    s.ended({"long-gone": 999.0, "later": 5000.0}, now=1002.0)
+    assert set(s._ended) == {first.sid, second.sid, "later"}

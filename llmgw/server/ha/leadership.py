@@ -78,6 +78,8 @@ class Hooks:
     demand: Callable[[str, bool], None]
     # Usage rows from a standby, for the store.
     usage: Callable[[list[tuple[str, str, str, str, int, int, int]]], Awaitable[None]]
+    # An admin page session signed out on a standby (id, when it ends, who), for the store.
+    signed_out: Callable[[str, float, str], Awaitable[None]]
     # The role in server.yaml: ("leader", None) or ("standby", leader's peer address).
     remember: Callable[[str, str | None], None]
     # Duties a standby runs besides following (shipping its usage to the leader).
@@ -576,6 +578,11 @@ class Leadership:
         for model, start in models.items():
             log.debug("%s asks for on-demand model %s (start: %s)", sender, model, start)
             self.hooks.demand(model, start)
+
+    async def sign_out(self, sid: str, expires: float, actor: str) -> None:
+        if not self.leading:
+            raise NotLeading(self._not_leading())
+        await self.hooks.signed_out(sid, expires, actor)
 
     def _not_leading(self) -> str:
         leader = self.leader_record()

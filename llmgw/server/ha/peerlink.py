@@ -16,6 +16,8 @@ What goes over it, always asked by a standby of its leader:
 - ``POST /peer/usage``: requests and tokens counted on a standby, for the store;
 - ``POST /peer/demand``: on-demand models a standby was asked for, for the leader's
   catalog to start or keep up (``demand.py``);
+- ``POST /peer/signout``: an admin page session signed out on a standby, for the store
+  (so every control plane refuses it);
 - ``POST /peer/promote``: asked by ``llmgw server promote`` on the same machine, with
   that control plane's own certificate.
 """
@@ -115,6 +117,8 @@ class PeerHost(Protocol):
 
     def demand(self, models: dict[str, bool], sender: str) -> None: ...
 
+    async def sign_out(self, sid: str, expires: float, actor: str) -> None: ...
+
     async def promote(self, force: bool) -> PromoteAnswer: ...
 
 
@@ -203,6 +207,18 @@ def peer_app(host: PeerHost) -> web.Application:
         host.demand(models, request["peer"])
         return web.json_response({"models": len(models)})
 
+    async def sign_out(request: web.Request) -> web.Response:
+        body = await request.json()
+        if not isinstance(body, dict):
+            return _error(400, "bad_request", "a sign-out is an object")
+        sid, expires, actor = body.get("sid"), body.get("expires"), body.get("actor")
+        if not isinstance(sid, str) or not sid or len(sid) > 64 or not isinstance(actor, str):
+            return _error(400, "bad_request", "a sign-out names the session (sid) and actor")
+        if not isinstance(expires, int | float) or isinstance(expires, bool):
+            return _error(400, "bad_request", "a sign-out says when its session ends (expires)")
+        await host.sign_out(sid, float(expires), f"{actor[:200]} via {request['peer']}")
+        return web.json_response({"sid": sid})
+
     async def promote(request: web.Request) -> web.Response:
         if request["peer"] != host.name:
             return _error(403, "forbidden", "only this control plane's own certificate promotes it")
@@ -216,6 +232,7 @@ def peer_app(host: PeerHost) -> web.Application:
     app.router.add_get("/peer/fleet", fleet)
     app.router.add_post("/peer/usage", usage)
     app.router.add_post("/peer/demand", demand)
+    app.router.add_post("/peer/signout", sign_out)
     app.router.add_post("/peer/promote", promote)
     return app
 

@@ -52,6 +52,7 @@ REPLICATED = frozenset(
         "api_keys",
         "usage",
         "servers",
+        "session_revocations",
     }
 )
 Op = Literal["upsert", "delete"]

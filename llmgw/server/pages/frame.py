@@ -8,8 +8,10 @@ wraps each in the same steps, so no page can skip one:
    sent to ``/admin/login?next=...`` (htmx is told with ``HX-Redirect``), anything else
    is sent there too and changes nothing;
 2. a role short of the page's: 403, saying which role it needs;
-3. a change (any method but GET): the session's CSRF token in the form or the
-   ``X-CSRF-Token`` header, or 403; on a standby, refused with where the leader is;
+3. a change (any method but GET): sent by this site's own page (``foreign_origin``: its
+   ``Origin``, else its ``Sec-Fetch-Site``), and carrying the session's CSRF token in
+   the form or the ``X-CSRF-Token`` header, or 403; on a standby, refused with where the
+   leader is;
 4. run the handler; every answer gets a strict Content-Security-Policy (scripts and
    styles from this origin only, no inline ones), ``X-Frame-Options: DENY``, no
    sniffing, no referrer across origins and no caching.
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 import jinja2
 from starlette.requests import Request
@@ -48,7 +50,7 @@ from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.pages import i18n
 from llmgw.server.principal import Principal, Role
 from llmgw.server.refusal import Refusal
-from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Session
+from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Revocations, Session
 from llmgw.server.store import Store
 
 log = logging.getLogger("llmgw.pages")
@@ -68,6 +70,11 @@ MAX_FORM = 64 * 1024
 # Said by several pages (and translated: the templates hold the same words).
 STANDBY = "This control plane is a standby: make changes on the leader, {leader}."
 STALE_FORM = "The form token is missing or old; reload the page and send it again."
+FOREIGN_FORM = (
+    "This form was sent by another site's page ({origin}), not by this control plane's "
+    "own ({site}); nothing was changed. Open the page at {site} and send it from there."
+)
+DEFAULT_PORTS = {"http": 80, "https": 443}
 STATIC_TYPES = {
     ".js": "text/javascript; charset=utf-8",
     ".css": "text/css; charset=utf-8",
@@ -135,6 +142,8 @@ class Services:
     planner: Planner
     fabrics: FabricService
     admin_token_ok: Callable[[str], bool]
+    # Signing out, on every control plane.
+    revocations: Revocations
     # server.yaml's pages_behind_tls: the session cookie is Secure.
     behind_tls: bool = False
     body_timeout: float = 30.0
@@ -182,12 +191,16 @@ class Frame:
         gate: Gate,
         standby: Callable[[], Mapping[str, object] | None],
         body_timeout: float = 30.0,
+        behind_tls: bool = False,
     ) -> None:
         if gate.sessions is None:
             raise ValueError("the admin pages need a gate that reads sessions")
         self.gate = gate
         # A form must arrive within this: a slow one cannot hold a connection.
         self.body_timeout = body_timeout
+        # server.yaml's pages_behind_tls: the browser's page is https:// whatever the
+        # connection here is.
+        self.behind_tls = behind_tls
         self.sessions = gate.sessions
         self.standby = standby
         self.assets = Assets()
@@ -249,6 +262,9 @@ class Frame:
             try:
                 form: dict[str, str] = {}
                 if page.method != "GET":
+                    refused = self.refuse_foreign(request, session)
+                    if refused is not None:
+                        return secured(refused)
                     form = await read_form(request, self.body_timeout)
                     token = form.get(CSRF_FIELD) or request.headers.get(CSRF_HEADER)
                     if not self.sessions.csrf_ok(session, token):
@@ -275,6 +291,63 @@ class Frame:
 
     def refuse(self, request: Request, session: Session | None, status: int, text: str) -> Response:
         return self.render(request, "refused.html", session, status=status, message=text)
+
+    def refuse_foreign(self, request: Request, session: Session | None) -> Response | None:
+        """A 403 for a change another site's page sent (``foreign_origin``), else None."""
+        origin = foreign_origin(request, self.behind_tls)
+        if origin is None:
+            return None
+        _ = i18n.translator(self.lang(request))
+        text = _(FOREIGN_FORM, origin=origin, site=site_origin(request, self.behind_tls))
+        return self.refuse(request, session, 403, text)
+
+
+def site_origin(request: Request, behind_tls: bool) -> str:
+    """This site as the browser names it, for a message: the ``Host`` it asked for, over
+    https when that is known (a TLS connection, or ``pages_behind_tls``)."""
+    scheme = "https" if behind_tls or request.url.scheme == "https" else "http"
+    return f"{scheme}://{request.headers.get('host', '')}"
+
+
+def _host_port(netloc: str, scheme: str) -> tuple[str, int] | None:
+    """(host, port) of a ``Host`` header or an origin's, its port filled in from the
+    scheme; None when unreadable."""
+    try:
+        parts = urlsplit(f"{scheme}://{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname or parts.username is not None or parts.path or parts.query:
+        return None
+    return parts.hostname.lower(), port or DEFAULT_PORTS[scheme]
+
+
+def foreign_origin(request: Request, behind_tls: bool) -> str | None:
+    """Who sent a change, when it was not this site's own page; None when it was.
+
+    Same origin: the request's ``Origin`` names the host and port the browser asked for
+    (its ``Host`` header, which a VIP, or a proxy that passes ``Host`` on, keeps), over
+    https when the connection is TLS or ``pages_behind_tls`` says a proxy ends TLS, else
+    over http or https (a proxy may end TLS without saying so). ``null``, another host,
+    port or scheme: refused. Without an ``Origin``, ``Sec-Fetch-Site`` must be
+    ``same-origin`` (or ``none``: the user's own action); ``same-site`` and
+    ``cross-site`` are refused. A request with neither is not from a browser (browsers
+    send ``Origin`` with every POST), so no other site can have made it with the user's
+    cookie: it is let through, and still needs the session's CSRF token."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        fetch_site = request.headers.get("sec-fetch-site")
+        if fetch_site is None or fetch_site in ("same-origin", "none"):
+            return None
+        return f"Sec-Fetch-Site: {fetch_site}"[:200]
+    tls = behind_tls or request.url.scheme == "https"
+    scheme, sep, netloc = origin.strip().partition("://")
+    if sep and scheme in (("https",) if tls else tuple(DEFAULT_PORTS)) and "/" not in netloc:
+        theirs = _host_port(netloc, scheme)
+        ours = _host_port(request.headers.get("host", ""), scheme)
+        if theirs is not None and theirs == ours:
+            return None
+    return origin[:200] or "Origin: (empty)"
 
 
 async def read_form(request: Request, timeout: float) -> dict[str, str]:

@@ -53,6 +53,14 @@ TURKISH: dict[str, str] = {
         "Oturumunuzun form belirteci eksik ya da eski; sayfayı yenileyip yeniden gönderin."
     ),
     "You may not do this: it needs the {role} role.": "Bunu yapamazsınız: {role} rolü gerekir.",
+    (
+        "This form was sent by another site's page ({origin}), not by this control plane's "
+        "own ({site}); nothing was changed. Open the page at {site} and send it from there."
+    ): (
+        "Bu form bu denetim düzleminin kendi sayfasından ({site}) değil, başka bir sitenin "
+        "sayfasından ({origin}) gönderildi; hiçbir şey değişmedi. Sayfayı {site} adresinde "
+        "açıp oradan gönderin."
+    ),
     "Not found": "Bulunamadı",
     # Overview
     "Serving": "Hizmette",

@@ -51,7 +51,7 @@ def gateway_totals(gateway: Gateway) -> fleetpages.GatewayTotals:
 def routes(
     services: Services, gate: Gate, standby: Callable[[], Mapping[str, object] | None]
 ) -> list[BaseRoute]:
-    frame = Frame(gate, standby, services.body_timeout)
+    frame = Frame(gate, standby, services.body_timeout, services.behind_tls)
     sessions = frame.sessions
     limiter = SignInLimiter()
 
@@ -70,11 +70,11 @@ def routes(
     async def sign_in(request: Request) -> Response:
         _ = i18n.translator(frame.lang(request))
         address = request.client.host if request.client else "?"
-        if not same_origin(request):
-            # Another site's page posting here (login CSRF) could only spend this
-            # address's tries and lock its admins out: refused, and not counted.
-            text = "a sign-in from another site's page is refused"
-            return secured(frame.refuse(request, None, 403, text))
+        # Another site's page posting here (login CSRF) could only spend this address's
+        # tries and lock its admins out: refused, and not counted.
+        foreign = frame.refuse_foreign(request, None)
+        if foreign is not None:
+            return secured(foreign)
         try:
             form = await read_form(request, frame.body_timeout)
         except Refusal as exc:
@@ -119,6 +119,9 @@ def routes(
         session = gate.session(request)
         answer = RedirectResponse("/admin/login", status_code=303)
         if session is not None:
+            foreign = frame.refuse_foreign(request, session)
+            if foreign is not None:
+                return secured(foreign)
             try:
                 form = await read_form(request, frame.body_timeout)
             except Refusal as exc:
@@ -127,7 +130,7 @@ def routes(
                 _ = i18n.translator(frame.lang(request))
                 text = _("The form token is missing or old; reload the page and send it again.")
                 return secured(frame.refuse(request, session, 403, text))
-            sessions.end(session)
+            await services.revocations.end(session, session.actor)
         answer.delete_cookie(COOKIE, path="/admin", httponly=True, samesite="strict")
         return secured(answer)
 
@@ -171,13 +174,3 @@ def routes(
     # Last: any other path under /admin is a page that does not exist, with the headers.
     out.append(Route("/admin/{rest:path}", not_found, methods=["GET", "POST"]))
     return out
-
-
-def same_origin(request: Request) -> bool:
-    """Whether a form came from this site's own page: its ``Origin`` (sent by browsers
-    with every POST) names this host, or it has none (a client that is not a browser)."""
-    origin = request.headers.get("origin")
-    if origin is None:
-        return request.headers.get("sec-fetch-site", "same-origin") in ("same-origin", "none")
-    host = request.headers.get("host", "")
-    return origin in (f"http://{host}", f"https://{host}")

@@ -246,6 +246,16 @@ class Store(abc.ABC):
     async def remove_server(self, name: str, at: float, audit: Audit) -> bool:
         """Mark a control plane removed; False when there is none or it already was."""
 
+    # admin page sessions signed out before their end (server/sessions.py, Revocations)
+    @abc.abstractmethod
+    async def revoke_session(self, sid: str, expires_at: float, at: float, audit: Audit) -> bool:
+        """Keep a signed-out session's id until ``expires_at`` (when it would have ended),
+        with its audit entry, and drop those ended by ``at``; False when it already was."""
+
+    @abc.abstractmethod
+    async def revoked_sessions(self, now: float) -> dict[str, float]:
+        """Each signed-out session not yet ended by ``now``: its id and when it ends."""
+
     # audit
     @abc.abstractmethod
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None: ...

@@ -301,6 +301,23 @@ class SQLStore(Store):
         sql = "UPDATE servers SET removed_at = ? WHERE name = ? AND removed_at IS NULL"
         return bool(await self._audited(sql, (at, name), audit, if_changed=True))
 
+    # admin page sessions signed out
+
+    async def revoke_session(self, sid: str, expires_at: float, at: float, audit: Audit) -> bool:
+        sql = (
+            "INSERT INTO session_revocations (sid, expires_at, revoked_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (sid) DO NOTHING"
+        )
+        added = await self._audited(sql, (sid, expires_at, at), audit, if_changed=True)
+        await self._execute("DELETE FROM session_revocations WHERE expires_at <= ?", (at,))
+        return bool(added)
+
+    async def revoked_sessions(self, now: float) -> dict[str, float]:
+        rows = await self._read(
+            "SELECT sid, expires_at FROM session_revocations WHERE expires_at > ?", (now,)
+        )
+        return {str(r["sid"]): float(r["expires_at"]) for r in rows}
+
     # audit
 
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:

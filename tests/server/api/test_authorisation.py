@@ -208,3 +208,60 @@ async def test_the_pages_answer_odd_and_hostile_requests_without_failing(
         static = await client.get(script.group(1))
         assert static.status_code == 200 and csp(static)
         assert "immutable" in static.headers["cache-control"]
+
+
+async def test_a_page_change_from_another_sites_page_is_refused_with_a_valid_token(
+    cp: ControlPlane, data_dir: tuple[Path, str]
+) -> None:
+    _, token = data_dir
+    transport = httpx.ASGITransport(app=cp.admin_app())
+    async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
+        signed = await client.post(
+            "/admin/login", data={"token": token}, headers={"origin": "http://cp"}
+        )
+        assert signed.status_code == 303
+        session = {"cookie": signed.headers["set-cookie"].split(";")[0]}
+        page = await client.get("/admin/keys", headers=session)
+        found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert found is not None
+        form = {"csrf": found.group(1), "name": "from-evil"}
+
+        async def names() -> set[str]:
+            return {k.name for k in await cp.store.list_api_keys()}
+
+        for foreign in (
+            {"origin": "https://evil.example"},
+            {"origin": "null"},
+            {"origin": "http://cp:8081"},
+            {"sec-fetch-site": "cross-site"},
+            {"sec-fetch-site": "same-site"},
+        ):
+            refused = await client.post("/admin/keys", data=form, headers={**session, **foreign})
+            assert refused.status_code == 403, foreign
+            assert "nothing was changed" in refused.text, foreign
+            assert "default-src 'none'" in refused.headers["content-security-policy"]
+        # htmx's own requests carry the token as a header: the origin is checked the same.
+        htmx = {**session, "x-csrf-token": found.group(1), "hx-request": "true"}
+        refused = await client.post(
+            "/admin/keys", data={"name": "from-evil"}, headers={**htmx, "origin": "https://e.x"}
+        )
+        assert refused.status_code == 403
+        assert "from-evil" not in await names()
+        # The same form from this site's own page is taken.
+        taken = await client.post(
+            "/admin/keys", data=form, headers={**session, "origin": "http://cp"}
+        )
+        assert taken.status_code == 200 and "from-evil" in await names()
+        ours = {**session, "sec-fetch-site": "same-origin"}
+        form["name"] = "fetched-here"
+        assert (await client.post("/admin/keys", data=form, headers=ours)).status_code == 200
+        assert "fetched-here" in await names()
+        # Sign-out is a change too: another site cannot end the session...
+        out = {"csrf": found.group(1)}
+        evil = {**session, "origin": "https://evil.example"}
+        assert (await client.post("/admin/logout", data=out, headers=evil)).status_code == 403
+        assert (await client.get("/admin/nodes", headers=session)).status_code == 200
+        # ...this site's page can.
+        here = {**session, "origin": "http://cp"}
+        assert (await client.post("/admin/logout", data=out, headers=here)).status_code == 303
+        assert (await client.get("/admin/nodes", headers=session)).status_code == 303

@@ -205,6 +205,7 @@ class Recorded:
         self.follows = 0  # standby_duties: once each time following begins
         self.announced = 0
         self.demanded: list[tuple[str, bool]] = []
+        self.signed_out: list[tuple[str, float, str]] = []
 
     def hooks(self) -> Hooks:
         async def applied(tables: set[str]) -> None:
@@ -216,6 +217,9 @@ class Recorded:
         async def announce() -> None:
             self.announced += 1
 
+        async def signed_out(sid: str, expires: float, actor: str) -> None:
+            self.signed_out.append((sid, expires, actor))
+
         def standby_duties(ha: Leadership) -> list[Duty]:
             self.follows += 1
             return []
@@ -226,6 +230,7 @@ class Recorded:
             fleet=list,
             demand=lambda model, start: self.demanded.append((model, start)),
             usage=usage,
+            signed_out=signed_out,
             remember=lambda role, peer: self.remembered.append((role, peer)),
             standby_duties=standby_duties,
             announce=announce,
@@ -479,6 +484,20 @@ async def test_a_standby_follows_until_it_is_promoted(
     await b.loops.settle("follow", 0)
     with pytest.raises(PromoteRefused, match="already leads"):
         await b.ha.promote(force=False)
+
+
+async def test_a_sign_out_sent_by_a_standby_is_kept_by_the_leader_alone(
+    planes: Callable[..., Plane], tables: Tables
+) -> None:
+    tables.settings[TERM_SETTING] = "1"
+    b = planes("cp-b", postgres=False, leader=SEATS["cp-a"].peer_address)
+    await b.ha.start()
+    with pytest.raises(NotLeading, match="cp-b is a standby"):
+        await b.ha.sign_out("s1", 100.0, "admin@x via cp-c")
+    assert b.hooks.signed_out == []
+    await b.ha.promote(force=False)
+    await b.ha.sign_out("s1", 100.0, "admin@x via cp-c")
+    assert b.hooks.signed_out == [("s1", 100.0, "admin@x via cp-c")]
 
 
 async def test_promote_is_refused_while_the_leader_answers_unless_forced(

@@ -103,6 +103,7 @@ async def reads(store: SQLiteStore) -> dict[str, Any]:
         "usage": await store.usage(""),
         "audit": await store.audit_log(1000),
         "servers": await store.list_servers(),
+        "revoked": await store.revoked_sessions(0.0),
     }
 
 
@@ -190,6 +191,18 @@ WRITES: list[tuple[str, Write]] = [
         ),
     ),
     ("remove_server", lambda s: s.remove_server("cp2", NOW + 6, by("a", "remove", "cp2"))),
+    (
+        "revoke_session",
+        lambda s: s.revoke_session("sid-1", NOW + 43200, NOW + 7, by("a", "sign_out", "/")),
+    ),
+    (
+        "revoke_session 2",
+        lambda s: s.revoke_session("sid-2", NOW + 7.5, NOW + 7, by("a", "sign_out", "/")),
+    ),
+    (
+        "revoke_session, dropping the ended",
+        lambda s: s.revoke_session("sid-3", NOW + 43200, NOW + 8, by("a", "sign_out", "/")),
+    ),
 ]
 
 

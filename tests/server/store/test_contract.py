@@ -450,6 +450,35 @@ async def test_control_planes_are_kept_by_name_removed_once_and_rejoin(store: St
     ]
 
 
+# ------------------------------------------------------- signed-out page sessions
+
+
+async def test_a_signed_out_session_is_kept_until_it_would_have_ended(store: Store) -> None:
+    assert await store.revoked_sessions(0.0) == {}
+    out = Audit("admin@10.0.0.7", "admin.sign_out", "/admin")
+    assert await store.revoke_session("s1", 1000.5, 10.0, out) is True
+    assert await store.revoke_session("s2", 2000.25, 11.0, out) is True
+    # Signed out twice (two tabs, or a standby's and the leader's): kept once, audited once.
+    assert await store.revoke_session("s1", 1000.5, 12.0, out) is False
+    assert await store.revoked_sessions(0.0) == {"s1": 1000.5, "s2": 2000.25}
+    # A session past its end is refused anyway: it is not handed back.
+    assert await store.revoked_sessions(1000.5) == {"s2": 2000.25}
+    assert [x[1:3] for x in await audits(store)] == [
+        ("admin.sign_out", "/admin"),
+        ("admin.sign_out", "/admin"),
+    ]
+
+
+async def test_signing_out_drops_the_sessions_that_have_ended(store: Store) -> None:
+    out = Audit("admin", "admin.sign_out", "/admin")
+    await store.revoke_session("old", 100.0, 50.0, out)
+    await store.revoke_session("older", 90.0, 50.0, out)
+    await store.revoke_session("later", 500.0, 60.0, out)
+    # The list stays small: a sign-out at 100 removes what ended by then, and only that.
+    await store.revoke_session("new", 900.0, 100.0, out)
+    assert await store.revoked_sessions(0.0) == {"later": 500.0, "new": 900.0}
+
+
 async def test_the_audit_trail_is_newest_first_and_limited(store: Store) -> None:
     assert await store.audit_log() == []
     before = time.time()
