@@ -365,6 +365,7 @@ class EngineSet:
         doc="the OS packages it needs per package manager ({apt: [libgomp1], dnf: "
         "[libgomp]}), installed by each node from its own package sources",
         max_items=2,
+        keys=Spec(pattern=re.compile(r"apt|dnf"), pattern_doc="apt or dnf", max_length=3),
         items=Spec(max_items=64, items=Spec(max_length=128)),
     )
     unset: bool = spec(False, doc="stop naming this engine (its installs stay)")

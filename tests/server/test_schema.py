@@ -108,7 +108,8 @@ def _valid(tp: Any, rules: Spec) -> st.SearchStrategy[Any]:
         )
     if origin is dict:
         keys = _valid(str, rules.keys or Spec())
-        return st.dictionaries(keys, _valid(args[1], rules.items or Spec()), max_size=3)
+        most = min(rules.max_items or 3, 3)
+        return st.dictionaries(keys, _valid(args[1], rules.items or Spec()), max_size=most)
     raise TypeError(tp)
 
 
