@@ -190,6 +190,12 @@ WRITES: list[tuple[str, Write]] = [
         ),
     ),
     ("remove_server", lambda s: s.remove_server("cp2", NOW + 6, by("a", "remove", "cp2"))),
+    (
+        "set_node_replicas",
+        lambda s: s.set_node_replicas(
+            [("n1", [{"replica_id": "m.default.a1", "state": "ready", "port": 8001}])]
+        ),
+    ),
 ]
 
 
