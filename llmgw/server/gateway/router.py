@@ -343,6 +343,11 @@ class Router:
             self.decisions[key] = self.decisions.get(key, 0) + 1
         return best
 
+    def other(self, model: str, exclude: Endpoint) -> Endpoint | None:
+        """A usable replica of the model other than ``exclude``, not counted as a pick
+        (a resumed stream asks one to count its prompt's tokens)."""
+        return self._pick(model, exclude, (), None)[0]
+
     def _pick(
         self,
         model: str,
