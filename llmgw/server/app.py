@@ -547,6 +547,9 @@ class ControlPlane:
         try:
             # The role first: an old leader started again learns here that another leads.
             await self.ha.start()
+            # Engines that ran before this start answer their probe before /v1 opens,
+            # so the first requests find them (no 503 until their agents come back).
+            await self.gateway.probe.first_round()
             for listener in self.listeners:
                 await listener.start()
             log.info(

@@ -2,7 +2,10 @@
 
 What only agents know (live figures, whether a node answers) is held here in memory and
 rebuilt from their reports after a restart; the store keeps who is enrolled, the last
-facts and state, written in batches so heartbeats never wait on a disk.
+facts and state, and the replicas each agent last reported Ready, written in batches so
+heartbeats never wait on a disk. Those replicas are only *remembered* after a restart:
+the gateway routes to one once its engine answers the control plane's probe, until the
+node's agent registers and its word replaces them (``NodeView.routable``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from llmgw.server.fleet.energy import EnergyMeter
@@ -70,6 +73,9 @@ class NodeView:
     session: Session | None = None
     # What the agent reports of its shards, downloads and engines (latest of each).
     shards: dict[str, ShardStatus] = field(default_factory=dict)
+    # The Ready replicas the store kept from before this control plane started: routed
+    # to only on the probe's proof, and dropped when the agent registers.
+    remembered: dict[str, ShardStatus] = field(default_factory=dict)
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     downloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     engines: list[EngineInfo] = field(default_factory=list)
@@ -95,6 +101,13 @@ class NodeView:
 
     def figures(self) -> NodeFigures:
         return NodeFigures.read(self.facts, self.live)
+
+    def routable(self) -> dict[str, ShardStatus]:
+        """The shards the gateway may route to: the agent's word, and until its agent
+        first registers after a control plane start, what the store remembered."""
+        if not self.remembered:
+            return self.shards
+        return {**self.remembered, **self.shards}
 
     def engine_names(self) -> frozenset[str]:
         """Engines the node has (installed or configured), by name."""
@@ -195,6 +208,31 @@ def _stored_facts(node_id: str, stored: dict[str, Any] | None) -> HostFacts | No
         return None
 
 
+def _stored_replicas(node_id: str, stored: list[dict[str, Any]] | None) -> dict[str, ShardStatus]:
+    """The Ready replicas the store kept of a node, typed again; one it cannot read is
+    left out (its node's agent will report it)."""
+    out: dict[str, ShardStatus] = {}
+    for item in stored or ():
+        try:
+            shard = from_map(ShardStatus, item)
+        except MessageError as exc:
+            log.warning("node %s: a stored replica cannot be read (%s)", node_id, exc)
+            continue
+        out[shard.replica_id] = shard
+    return out
+
+
+def serving_replicas(shards: dict[str, ShardStatus]) -> list[WireMap]:
+    """What the store keeps of a node's shards: those a client's request can go to
+    (Ready, with a port, a whole replica or a spanning one's leader), as the wire
+    writes them, in a stable order so that an unchanged set is not written again."""
+    return [
+        to_map(replace(s, last_lines=None))
+        for _, s in sorted(shards.items())
+        if s.state == ShardState.READY and s.port and not s.rank
+    ]
+
+
 def _facts_json(view: NodeView) -> dict[str, Any]:
     """A registered node's facts as the store keeps them (JSON)."""
     facts: dict[str, Any] = to_map(view.facts) if view.facts is not None else {}
@@ -216,6 +254,9 @@ class NodeRegistry:
         self.nodes: dict[str, NodeView] = {}
         self._dirty: dict[str, NodeView] = {}
         self._registered: dict[str, NodeView] = {}
+        # The serving replicas last written per node, and nodes whose shards changed since.
+        self._replicas_written: dict[str, list[WireMap]] = {}
+        self._replicas_dirty: dict[str, NodeView] = {}
         self.handle_times: deque[float] = deque(maxlen=50_000)
         # The last hour of each node's figures at 10 s steps (the console's sparklines).
         self.history = FleetHistory()
@@ -239,7 +280,9 @@ class NodeRegistry:
                 cordoned=rec.cordoned,
                 draining=rec.draining,
                 labels=dict(rec.labels or {}),
+                remembered=_stored_replicas(rec.id, rec.replicas),
             )
+            self._replicas_written[rec.id] = list(rec.replicas or [])
             self.nodes[rec.id] = view
             if rec.state != NodeState.NOT_READY:
                 self._dirty[rec.id] = view
@@ -314,6 +357,8 @@ class NodeRegistry:
         view.settings = msg.settings
         # What the node runs now is the truth; statuses from before the reconnect go.
         view.shards = {s.replica_id: s for s in msg.shards}
+        view.remembered = {}
+        self._replicas_dirty[view.id] = view
         view.usage = {}
         self._dirty.pop(view.id, None)
         # Written with the next flush, in one transaction with every other node that
@@ -368,6 +413,7 @@ class NodeRegistry:
             self.version += 1
             self.hooks.changed()
         if isinstance(msg, ShardStatus):
+            self._replicas_dirty[node_id] = view
             if msg.state == ShardState.STOPPED:
                 view.shards.pop(msg.replica_id, None)
                 view.usage.pop(msg.replica_id, None)
@@ -412,9 +458,12 @@ class NodeRegistry:
 
     async def flush(self) -> None:
         """Write registrations, then state changes (a node lost after registering must
-        end NotReady in the store)."""
+        end NotReady in the store), then the serving replicas that changed."""
         registered, self._registered = self._registered, {}
         dirty, self._dirty = self._dirty, {}
+        touched, self._replicas_dirty = self._replicas_dirty, {}
+        replicas = [(v.id, serving_replicas(v.shards)) for v in touched.values()]
+        replicas = [(i, r) for i, r in replicas if r != self._replicas_written.get(i)]
         try:
             await self.store.register_nodes(
                 [
@@ -426,11 +475,15 @@ class NodeRegistry:
                 await self.store.set_node_states(
                     [(v.id, v.state, v.reason, v.last_seen) for v in dirty.values()]
                 )
+            if replicas:
+                await self.store.set_node_replicas(replicas)
         except Exception:
             # Nothing is lost: what was not written is written with the next flush.
             self._registered = {**registered, **self._registered}
             self._dirty = {**dirty, **self._dirty}
+            self._replicas_dirty = {**touched, **self._replicas_dirty}
             raise
+        self._replicas_written.update(replicas)
 
     async def monitor(self, stop: asyncio.Event) -> None:
         """Sweep every second and write changes; runs until ``stop`` is set."""
@@ -459,6 +512,7 @@ class NodeRegistry:
                 "address": v.address,
                 "last_seen": v.last_seen,
                 "shards": [to_map(s) for s in v.shards.values()],
+                "remembered": [to_map(s) for s in v.remembered.values()],
             }
             for v in self.nodes.values()
         ]
@@ -483,6 +537,10 @@ class NodeRegistry:
             view.last_seen = item.get("last_seen")
             view.last_heartbeat = now
             view.shards = shards
+            remembered = _stored_replicas(view.id, item.get("remembered"))
+            if remembered != view.remembered:
+                changed = True
+            view.remembered = remembered
         if changed:
             self.version += 1
 

@@ -151,3 +151,41 @@ async def tokenize(
     if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
         return None
     return tokens
+
+
+async def prompt_tokens(
+    session: aiohttp.ClientSession, url: str, key: str, engine: str, body: JSONObject
+) -> int | None:
+    """How many tokens a chat request's prompt is, by the replica at ``url`` (its
+    ``/v1`` base), counted as its engine counts a request's ``prompt_tokens``: the chat
+    template applied as for an answer, special tokens added; None when it cannot say.
+    llama.cpp renders the template (``/apply-template``) and counts the text with its
+    BOS (``add_special``); vLLM and SGLang tokenize the messages themselves."""
+    if engine != "llama.cpp":
+        request = tokenize_body(body)
+        tokens = await tokenize(session, url, key, request) if request is not None else None
+        return None if tokens is None else len(tokens)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or len(json.dumps(messages)) > TOKENIZE_MAX_CHARS:
+        return None
+    rendered: JSONObject = {"messages": messages}
+    if "chat_template_kwargs" in body:
+        rendered["chat_template_kwargs"] = body["chat_template_kwargs"]
+    base = url[:-3] if url.endswith("/v1") else url
+    try:
+        async with session.post(
+            base + "/apply-template",
+            json=rendered,
+            headers={"Authorization": f"Bearer {key}"},
+            timeout=aiohttp.ClientTimeout(total=TOKENIZE_TIMEOUT),
+        ) as resp:
+            answer = await resp.json(content_type=None) if resp.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        log.debug("apply-template at %s: %s", base, exc)
+        return None
+    prompt = answer.get("prompt") if isinstance(answer, dict) else None
+    if not isinstance(prompt, str):
+        return None
+    request = {"content": prompt, "add_special": True, "parse_special": True}
+    tokens = await tokenize(session, url, key, request)
+    return None if tokens is None else len(tokens)

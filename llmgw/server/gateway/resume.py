@@ -28,13 +28,15 @@ answer's.
 
 The usage is counted once, under the replica that ended the stream. Completion tokens:
 the content events sent before the failure, plus the continuation's. Prompt tokens: the
-continuation's less the tokens of what it continued, as the continuing replica's own
-tokenizer counts them (``/tokenize``; the content events when it does not answer). The
-approximation: tokenized alone the prefix may differ from the same text after the
-chat template by a token at the seam (SentencePiece's leading space), so the prompt
-is the original's to about a token. A stream cut short and not continued counts its
-content events and no prompt tokens (an engine says those only at the stream's end),
-as any stream cut short always did.
+request's own, counted at the first failure by the continuing replica's tokenizer as
+its engine counts a request's (``kvroute.prompt_tokens``: llama.cpp's
+``/apply-template`` then ``/tokenize`` with its BOS, vLLM's ``/tokenize`` of the
+messages), or by another usable replica's when the gateway ends the stream itself (its
+answer was whole, or its length used up). Only when no tokenizer answers is it the
+continuation's prompt less the tokens of what it continued (to about a token: the
+prefix tokenized alone may differ at the seam), and 0 when nothing was continued. A
+stream cut short and not continued counts its content events and no prompt tokens
+(an engine says those only at the stream's end), as any stream cut short always did.
 
 Any other failure mid-stream ends the stream with an error event in OpenAI's shape
 (``errors.stream_error``), counted by reason. The healthy path pays a list append a
@@ -290,6 +292,7 @@ class Resume:
         "parts",
         "carried",
         "prefix_tokens",
+        "prompt",
         "owed",
         "first",
         "role_pending",
@@ -311,6 +314,7 @@ class Resume:
         self.parts = 0  # continuations so far
         self.carried = 0  # content events sent before the current part
         self.prefix_tokens = 0  # those events' text, in the continuing replica's tokens
+        self.prompt: int | None = None  # the request's prompt tokens, once counted
         self.owed: str | None = None  # a broken part's replica, its tokens unrecorded
         self.first = Sent()
         self.role_pending = False
@@ -373,6 +377,8 @@ class Resume:
         """A part's usage as the whole answer's."""
         if not self.parts:
             return prompt, completion
+        if self.prompt is not None:
+            return self.prompt, completion + self.carried
         return (max(0, prompt - self.prefix_tokens) if prompt else 0), completion + self.carried
 
     def record(self, replica: str, prompt: int, completion: int) -> None:
@@ -384,7 +390,7 @@ class Resume:
         """A broken part that nothing continued: what it sent is counted."""
         if self.owed is not None:
             replica, self.owed = self.owed, None
-            self._record(replica, 0, self.carried)
+            self._record(replica, self.prompt or 0, self.carried)
 
     # --------------------------------------------------------- a failure
 
@@ -399,11 +405,13 @@ class Resume:
         self.carried = sent.tokens
         if self.parts == 0:
             self.first = sent
-        if sent.finished or sent.done:
-            await self._end(sent, None)  # the answer was whole: only its end was lost
-            return None
         found: jsonvalue.JSON = json.loads(self.raw) if self.chat else None
         body = found if isinstance(found, dict) else None
+        if sent.finished or sent.done:
+            # The answer was whole: only its end was lost.
+            await self._count(session, body, router.other(self.model, endpoint))
+            await self._end(sent, None)
+            return None
         if body is None:
             reason: str | None = "not_chat"
         elif self.kept > KEEP_MAX:
@@ -416,12 +424,14 @@ class Resume:
             await self.fail(reason or "not_chat")
             return None
         if used_up(body, sent.tokens):
+            await self._count(session, body, router.other(self.model, endpoint))
             await self._end(sent, "length")
             return None
         nxt = router.pick(self.model, exclude=endpoint)
         if nxt is None:
             await self.fail("no_replica")
             return None
+        await self._count(session, body, nxt)
         going_on = continuation(body, sent.text, sent.tokens, nxt.engine)
         assert going_on is not None
         self.prefix_tokens = sent.tokens
@@ -440,6 +450,14 @@ class Resume:
             nxt.replica_id,
         )
         return nxt
+
+    async def _count(
+        self, session: aiohttp.ClientSession, body: JSONObject | None, on: Endpoint | None
+    ) -> None:
+        """The request's prompt tokens, counted once, by ``on``'s tokenizer."""
+        if self.prompt is not None or body is None or on is None or on.external:
+            return
+        self.prompt = await kvroute.prompt_tokens(session, on.url, on.key, on.engine, body)
 
     async def answered(self, answer: web.StreamResponse) -> web.StreamResponse:
         """The answer of a part: a continuation's stream is the client's; a refusal of
@@ -479,9 +497,10 @@ class Resume:
         if finish is not None:
             out += _event({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         if not self.strip and not sent.usage:
-            # The prompt's tokens are not known here: an engine says them at the end.
-            usage: JSONObject = {"prompt_tokens": 0, "completion_tokens": self.carried}
-            usage["total_tokens"] = self.carried
+            # No engine said the usage: the prompt as counted (0 when none could count).
+            prompt = self.prompt or 0
+            usage: JSONObject = {"prompt_tokens": prompt, "completion_tokens": self.carried}
+            usage["total_tokens"] = prompt + self.carried
             out += _event({**head, "choices": [], "usage": usage})
         if not sent.done:
             out += b"data: [DONE]\n\n"

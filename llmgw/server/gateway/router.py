@@ -3,12 +3,15 @@
 The table maps each model to the replicas that serve it: every Ready shard on a Ready
 node, and every Ready shard on a node whose agent has gone silent as long as its engine
 still answers the control plane's own probe (``probe.py``) — an agent's death never
-takes a model down. It is rebuilt only when nodes, the catalog or the probe's verdicts
-change. A pick takes the highest-priority pool that has a usable replica, within it the
-one holding the longest shared prompt prefix unless that one is much busier, else the
-least outstanding. What a replica holds is known from vLLM's KV events where the model
-asks for them (``kvroute.py``), else guessed from the prompts sent to it lately; each
-pick is counted by the reason it was made (``decisions``).
+takes a model down. After a control plane start, before a node's agent registers, the
+replicas the store remembered of it are routed to once their engine has answered the
+probe, so a restart does not take a model down either. The table is rebuilt only when
+nodes, the catalog or the probe's verdicts change. A pick takes the highest-priority
+pool that has a usable replica, within it the one holding the longest shared prompt
+prefix unless that one is much busier, else the least outstanding. What a replica
+holds is known from vLLM's KV events where the model asks for them (``kvroute.py``),
+else guessed from the prompts sent to it lately; each pick is counted by the reason it
+was made (``decisions``).
 
 A breaker opens on a replica after BREAKER_FAILURES failures of the replica itself in a
 row (refused or reset connections, a connect timeout, a 5xx to a request the gateway
@@ -74,6 +77,8 @@ class Verdicts(Protocol):
     version: int
 
     def answers(self, replica_id: str) -> bool: ...
+
+    def proven(self, replica_id: str) -> bool: ...
 
 
 @dataclass
@@ -226,10 +231,10 @@ class Router:
             if not view.address:
                 continue
             silent = view.state != NodeState.READY
-            for rid, shard in view.shards.items():
+            for rid, shard in view.routable().items():
                 if shard.state != ShardState.READY or not shard.port:
                     continue
-                if silent and not self.probe.answers(rid):
+                if silent and not self._vouched(rid, rid in view.shards):
                     continue
                 parsed = parse_replica_id(rid)
                 model = models.get(parsed[0]) if parsed else None
@@ -262,6 +267,14 @@ class Router:
         self._adapted = _adapter_routes(models, table)
         self._endpoints, self._table, self._version = seen, table, version
         return table
+
+    def _vouched(self, replica_id: str, reported: bool) -> bool:
+        """Whether a replica on a node whose agent is silent is routed to: one its agent
+        reported Ready until the probe finds its engine gone; one only remembered from
+        the store once the probe has found its engine answering."""
+        if reported:
+            return self.probe.answers(replica_id)
+        return self.probe.proven(replica_id)
 
     def serving(self, name: str) -> Sequence[Endpoint]:
         """The replicas a name routes to: a model's own, or for one of its LoRA adapters
@@ -329,6 +342,11 @@ class Router:
             key = (model, reason)
             self.decisions[key] = self.decisions.get(key, 0) + 1
         return best
+
+    def other(self, model: str, exclude: Endpoint) -> Endpoint | None:
+        """A usable replica of the model other than ``exclude``, not counted as a pick
+        (a resumed stream asks one to count its prompt's tokens)."""
+        return self._pick(model, exclude, (), None)[0]
 
     def _pick(
         self,

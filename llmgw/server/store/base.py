@@ -86,6 +86,8 @@ class NodeRecord:
     cordoned: bool = False
     draining: bool = False
     labels: dict[str, str] | None = None
+    # The replicas its agent last reported Ready, as the wire writes shard statuses.
+    replicas: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def set_node_states(self, changes: list[tuple[str, str, str, float | None]]) -> None:
         """Write (node id, state, reason, last seen) for several nodes in one transaction."""
+
+    @abc.abstractmethod
+    async def set_node_replicas(
+        self, changes: Sequence[tuple[str, Sequence[Mapping[str, object]]]]
+    ) -> None:
+        """Write (node id, the replicas its agent reports Ready) for several nodes in one
+        transaction: what a control plane started again routes to until the agent speaks."""
 
     @abc.abstractmethod
     async def set_node_scheduling(

@@ -64,6 +64,7 @@ def _node(row: dict[str, Any]) -> NodeRecord:
     data["labels"] = json.loads(data.get("labels") or "{}")
     data["cordoned"] = bool(data.get("cordoned"))
     data["draining"] = bool(data.get("draining"))
+    data["replicas"] = json.loads(data.get("replicas") or "[]")
     return NodeRecord(**data)
 
 
@@ -184,6 +185,19 @@ class SQLStore(Store):
             "UPDATE nodes SET state = ?, state_reason = ?, "
             "last_seen = COALESCE(CAST(? AS DOUBLE PRECISION), last_seen) WHERE id = ?",
             [(state, reason, seen, node_id) for node_id, state, reason, seen in changes],
+        )
+
+    async def set_node_replicas(
+        self, changes: Sequence[tuple[str, Sequence[Mapping[str, object]]]]
+    ) -> None:
+        if not changes:
+            return
+        await self._execute_many(
+            "UPDATE nodes SET replicas = ? WHERE id = ?",
+            [
+                (json.dumps(list(replicas), sort_keys=True), node_id)
+                for node_id, replicas in changes
+            ],
         )
 
     async def set_node_scheduling(

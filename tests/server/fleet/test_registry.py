@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
 from llmgw.server.store import Audit, SQLiteStore
 from llmgw.wire import GPU, Disk, Heartbeat, HostFacts, Register
-from llmgw.wire.messages import CardLinks, GpuTopology, KvBlocks
-from llmgw.wire.states import NodeState
+from llmgw.wire.messages import CardLinks, GpuTopology, KvBlocks, ShardStatus
+from llmgw.wire.states import NodeState, ShardState
 from tests.support import wiring
 
 
@@ -286,3 +287,97 @@ async def test_a_replicas_cache_goes_to_the_router_and_changes_nothing_else(
     assert reg.version == version  # the routing table is not rebuilt for it
     assert reg.nodes["n1"].shards == {}
     await reg.store.close()
+
+
+def _shard(rid: str, state: ShardState, port: int | None, rank: int | None = None) -> ShardStatus:
+    return ShardStatus(
+        replica_id=rid, state=state, port=port, pid=7, rank=rank, last_lines=["loading"]
+    )
+
+
+async def test_the_replicas_an_agent_reports_ready_are_remembered_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    """What a control plane started again routes to before the agents speak: the store
+    keeps each node's Ready replicas (leaders only, with a port), written when they
+    change; loaded, they are remembered, not reported, and the agent's word replaces
+    them."""
+    reg = await _registry(tmp_path)
+    writes: list[object] = []
+    write = reg.store.set_node_replicas
+
+    async def counted(changes: Any) -> None:
+        writes.append(changes)
+        await write(changes)
+
+    reg.store.set_node_replicas = counted  # type: ignore[method-assign]
+    ready = _shard("m.default.a1", ShardState.READY, 8001)
+    shards = [
+        ready,
+        _shard("m.default.b2", ShardState.STARTING, 8002),
+        _shard("m.span.c3~1", ShardState.READY, 8003, rank=1),  # a worker serves no HTTP
+    ]
+    await reg.register(replace(_register(), shards=shards), FakeSession())
+    await reg.flush()
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.replicas == [
+        {
+            "replica_id": "m.default.a1",
+            "state": "ready",
+            "reason": "",
+            "port": 8001,
+            "pid": 7,
+            "cards": [],
+        }
+    ]
+    assert len(writes) == 1
+    reg.report("n1", _shard("m.default.b2", ShardState.LOADING, 8002))
+    await reg.flush()
+    assert len(writes) == 1  # what serves did not change: nothing written
+    reg.report("n1", _shard("m.default.b2", ShardState.READY, 8002))
+    await reg.flush()
+    stored = await reg.store.get_node("n1")
+    assert stored is not None and stored.replicas is not None
+    assert [r["replica_id"] for r in stored.replicas] == ["m.default.a1", "m.default.b2"]
+    # The node goes silent: its engines may still run, so the store keeps them.
+    assert reg.sweep(now=(reg.nodes["n1"].last_heartbeat or 0) + 16) == ["n1"]
+    await reg.flush()
+    await reg.store.close()
+
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.open()
+    again = wiring.registry(store)
+    await again.load()
+    view = again.nodes["n1"]
+    assert view.state == NodeState.NOT_READY and view.shards == {}
+    assert set(view.remembered) == {"m.default.a1", "m.default.b2"}
+    assert view.remembered["m.default.a1"] == replace(ready, last_lines=None)
+    assert view.routable() == view.remembered
+    # The agent registers: its word is the truth, the remembered ones go.
+    await again.register(replace(_register(), shards=[ready]), FakeSession())
+    assert view.remembered == {} and view.routable() == {"m.default.a1": ready}
+    await again.flush()
+    stored = await store.get_node("n1")
+    assert stored is not None and stored.replicas is not None
+    assert [r["replica_id"] for r in stored.replicas] == ["m.default.a1"]
+    await store.close()
+
+
+async def test_a_standby_follows_the_leaders_remembered_replicas(tmp_path: Path) -> None:
+    """A standby serves /v1 from the leader's word: a leader started again passes on the
+    replicas it remembers, and the standby drops them when the leader does."""
+    (tmp_path / "leader").mkdir()
+    (tmp_path / "standby").mkdir()
+    leader = await _registry(tmp_path / "leader")
+    standby = await _registry(tmp_path / "standby")
+    shard = _shard("m.default.a1", ShardState.READY, 8001)
+    leader.nodes["n1"].remembered = {shard.replica_id: shard}
+    before = standby.version
+    standby.follow(leader.followable())
+    assert standby.nodes["n1"].remembered == {shard.replica_id: shard}
+    assert standby.nodes["n1"].shards == {} and standby.version == before + 1
+    leader.nodes["n1"].remembered = {}
+    standby.follow(leader.followable())
+    assert standby.nodes["n1"].remembered == {} and standby.version == before + 2
+    await leader.store.close()
+    await standby.store.close()

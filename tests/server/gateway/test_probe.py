@@ -4,6 +4,8 @@ answers its health route to anyone) is not taken for it."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,7 +13,10 @@ import aiohttp
 from aiohttp import web
 
 from llmgw import pki
+from llmgw.server.catalog.model import Model, Profile
+from llmgw.server.fleet.registry import NodeView
 from llmgw.server.gateway.probe import EngineProbe
+from llmgw.server.gateway.router import Router
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
@@ -41,9 +46,14 @@ async def engine(key: str) -> tuple[web.AppRunner, int]:
     return runner, int(port)
 
 
+def model_named(name: str) -> Model:
+    profile = Profile(name="default", engine="llama.cpp", replicas=1)
+    return Model(name=name, source="hf:a/b", engine="llama.cpp", profiles=(profile,), context=512)
+
+
 def silent_node(port: int) -> Any:
     shard = ShardStatus(replica_id=RID, state=ShardState.READY, port=port)
-    view = SimpleNamespace(state=NodeState.NOT_READY, address="127.0.0.1", shards={RID: shard})
+    view = NodeView("a", 1, NodeState.NOT_READY, address="127.0.0.1", shards={RID: shard})
     return SimpleNamespace(nodes={"a": view}, version=1)
 
 
@@ -63,3 +73,64 @@ async def test_only_the_replicas_own_engine_is_vouched_for() -> None:
     finally:
         await own.cleanup()
         await stranger.cleanup()
+
+
+async def test_a_replica_remembered_from_the_store_is_routed_to_once_its_engine_answers() -> None:
+    """A control plane started while engines run: the replicas the store remembers of a
+    node whose agent has not registered yet are routed to only once their engine has
+    answered the probe with the replica's key; the agent's word takes over when it
+    registers. A replica its agent reported is routed to until the probe finds it gone."""
+    own, own_port = await engine(pki.engine_key(SECRET, RID))
+    stranger, stranger_port = await engine("someone else's key")
+    shard = ShardStatus(replica_id=RID, state=ShardState.READY, port=own_port)
+    view = NodeView("a", 1, NodeState.NOT_READY, address="127.0.0.1", remembered={RID: shard})
+    nodes: Any = SimpleNamespace(nodes={"a": view}, version=1)
+    catalog: Any = SimpleNamespace(models={"tiny": model_named("tiny")}, version=1)
+    try:
+        async with aiohttp.ClientSession() as http:
+            probe = EngineProbe(nodes, SECRET)
+            router = Router(nodes, catalog, probe, SECRET)
+            assert router.pick("tiny") is None  # not yet proven
+            await probe.round(http)
+            assert probe.proven(RID) and probe.version == 1
+            picked = router.pick("tiny")
+            assert picked is not None and picked.replica_id == RID and picked.vouched
+            assert picked.key == pki.engine_key(SECRET, RID)
+
+            # Its engine died and another process took its port: not used.
+            view.remembered = {RID: replace(shard, port=stranger_port)}
+            nodes.version = 2
+            await probe.round(http)
+            assert not probe.proven(RID) and router.pick("tiny") is None
+
+            # Nothing listens there at all: the same.
+            await stranger.cleanup()
+            await probe.round(http)
+            assert router.pick("tiny") is None
+
+            # The agent registers and reports the replica: its word, no probe needed.
+            view.state, view.remembered, view.shards = NodeState.READY, {}, {RID: shard}
+            nodes.version = 3
+            await probe.round(http)
+            assert probe.targets() == []
+            picked = router.pick("tiny")
+            assert picked is not None and not picked.vouched
+
+            # Its agent falls silent: reported Ready, it serves until a probe says not.
+            view.state = NodeState.NOT_READY
+            nodes.version = 4
+            assert router.pick("tiny") is not None
+    finally:
+        await own.cleanup()
+        await stranger.cleanup()
+
+
+async def test_the_first_round_is_waited_for_and_bounded() -> None:
+    probe = EngineProbe(SimpleNamespace(nodes={}, version=1), SECRET)
+    waiting = asyncio.create_task(probe.first_round())
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    async with aiohttp.ClientSession() as http:
+        await probe.round(http)
+    await asyncio.wait_for(waiting, 1)
+    assert probe.rounds == 1

@@ -164,17 +164,26 @@ def resume_of(
 
 
 def router_of(*endpoints: Endpoint) -> Any:
-    return SimpleNamespace(
-        pick=lambda model, exclude=None: next((e for e in endpoints if e is not exclude), None)
-    )
+    def pick(model: str, exclude: Endpoint | None = None) -> Endpoint | None:
+        return next((e for e in endpoints if e is not exclude), None)
+
+    return SimpleNamespace(pick=pick, other=pick)
 
 
-async def tokenizer(tokens: int) -> tuple[RawTestServer, str]:
-    """An engine's /tokenize answering ``tokens`` tokens, whatever it is asked."""
+async def tokenizer(tokens: int, prompt: int | None = None) -> tuple[RawTestServer, str]:
+    """An engine's /tokenize answering ``tokens`` tokens for a text, and ``prompt`` for a
+    chat's messages (vLLM's; 400 when None: a tokenizer that takes no messages)."""
 
     async def answer(request: web.BaseRequest) -> web.Response:
         assert request.path == "/tokenize"
         assert request.headers["Authorization"] == "Bearer key-b"
+        asked = await request.json()
+        if "messages" in asked:
+            if prompt is None:
+                return web.json_response({"error": "no messages here"}, status=400)
+            assert asked["add_generation_prompt"] is True and "continue_final_message" not in asked
+            assert asked["messages"] == ASKED["messages"]  # the request's own, not continued
+            return web.json_response({"count": prompt, "tokens": list(range(prompt))})
         return web.json_response({"tokens": list(range(tokens))})
 
     server = RawTestServer(answer)
@@ -414,3 +423,89 @@ async def test_a_client_that_leaves_mid_stream_is_no_failure_of_the_replica(
         assert h.gateway.router.failures == {}
         resumes = h.gateway.upstream.resumes
         assert resumes.resumed == {} and resumes.failed == {}
+
+
+# ------------------------------------------------- the request's own prompt tokens
+
+
+async def llama_tokenizer(prompt: int) -> tuple[RawTestServer, str, list[Any]]:
+    """llama.cpp's /apply-template and /tokenize: the request's messages rendered, then
+    ``prompt`` tokens for the rendered text with its BOS; a word a token otherwise."""
+    asked: list[Any] = []
+    rendered = "<|user|>hi<|assistant|>"
+
+    async def answer(request: web.BaseRequest) -> web.Response:
+        assert request.headers["Authorization"] == "Bearer key-b"
+        body = await request.json()
+        asked.append((request.path, body))
+        if request.path == "/apply-template":
+            assert body == {"messages": ASKED["messages"]}
+            return web.json_response({"prompt": rendered})
+        assert request.path == "/tokenize"
+        if body["content"] == rendered:
+            assert body["add_special"] is True  # counted with its BOS, as for an answer
+            return web.json_response({"tokens": list(range(prompt))})
+        return web.json_response({"tokens": list(range(len(body["content"].split())))})
+
+    server = RawTestServer(answer)
+    await server.start_server()
+    return server, str(server.make_url("/v1")), asked
+
+
+async def test_a_continued_streams_usage_has_the_requests_own_prompt_tokens() -> None:
+    """The continuation's prompt holds what it continues: its engine's count less the
+    prefix's was the prompt only to a token, and 0 when the prefix counted more. The
+    request's own prompt, counted by the continuing replica, is the usage's."""
+    resume, recorded, _, _ = resume_of(ASKED)
+    resume.passing(sse(chunk(role=True, **FIRST), chunk(" one", **FIRST), chunk(" two", **FIRST)))
+    server, url = await tokenizer(50, prompt=9)  # the prefix tokenized: more than it is
+    a = Endpoint("m.default.a", "http://127.0.0.1:1/v1", "key-a", 0)
+    b = Endpoint("m.default.b", url, "key-b", 0, engine="vllm")
+    try:
+        async with aiohttp.ClientSession() as session:
+            assert await resume.broke(a, router_of(a, b), session) is b
+    finally:
+        await server.close()
+    assert resume.prompt == 9
+    usage = {"prompt_tokens": 30, "completion_tokens": 8, "total_tokens": 38}
+    out = resume.passing(sse(chunk(" three", **SECOND), {**SECOND, "choices": [], "usage": usage}))
+    events = [json.loads(e[6:]) for e in out.split(b"\n\n") if e.startswith(b"data: {")]
+    assert events[-1]["usage"] == {"prompt_tokens": 9, "completion_tokens": 10, "total_tokens": 19}
+    resume.record("m.default.b", 30, 8)
+    assert recorded == [("m.default.b", 9, 10)]
+
+
+async def test_a_stream_the_gateway_ends_itself_reports_its_prompt_tokens() -> None:
+    """An answer whose length was used up when its replica broke, and one that was whole
+    (only its end lost): no engine says their usage, so the gateway does, with the
+    prompt counted by another replica of the model (llama.cpp here)."""
+    server, url, asked = await llama_tokenizer(28)
+    a = Endpoint("m.default.a", "http://127.0.0.1:1/v1", "key-a", 0, engine="llama.cpp")
+    b = Endpoint("m.default.b", url, "key-b", 0, engine="llama.cpp")
+    try:
+        for body, events in (
+            ({**ASKED, "max_tokens": 2}, [chunk(" a", **FIRST), chunk(" b", **FIRST)]),
+            (ASKED, [chunk(" a", **FIRST), chunk(" b", finish="stop", **FIRST)]),
+        ):
+            resume, recorded, counts, client = resume_of(body)
+            resume.passing(sse(chunk(role=True, **FIRST), *events))
+            async with aiohttp.ClientSession() as session:
+                assert await resume.broke(a, router_of(a, b), session) is None
+            usage = [json.loads(e[6:]) for e in client.data.split(b"\n\n") if b'"usage"' in e]
+            assert [u["usage"] for u in usage] == [
+                {"prompt_tokens": 28, "completion_tokens": 2, "total_tokens": 30}
+            ]
+            assert recorded == [("m.default.a", 28, 2)] and counts.resumed == {"m": 1}
+    finally:
+        await server.close()
+    assert [path for path, _ in asked] == ["/apply-template", "/tokenize"] * 2
+
+
+async def test_with_no_tokenizer_answering_the_prompt_is_what_it_always_was() -> None:
+    resume, recorded, _, client = resume_of({**ASKED, "max_tokens": 1})
+    resume.passing(sse(chunk(role=True, **FIRST), chunk(" a", **FIRST)))
+    a = Endpoint("m.default.a", "http://127.0.0.1:1/v1", "key", 0, engine="llama.cpp")
+    b = Endpoint("m.default.b", "http://127.0.0.1:1/v1", "key", 0, engine="llama.cpp")
+    async with aiohttp.ClientSession() as session:
+        assert await resume.broke(a, router_of(a, b), session) is None
+    assert resume.prompt is None and recorded == [("m.default.a", 0, 1)]

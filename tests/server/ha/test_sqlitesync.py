@@ -203,6 +203,12 @@ WRITES: list[tuple[str, Write]] = [
         "revoke_session, dropping the ended",
         lambda s: s.revoke_session("sid-3", NOW + 43200, NOW + 8, by("a", "sign_out", "/")),
     ),
+    (
+        "set_node_replicas",
+        lambda s: s.set_node_replicas(
+            [("n1", [{"replica_id": "m.default.a1", "state": "ready", "port": 8001}])]
+        ),
+    ),
 ]
 
 

@@ -106,6 +106,13 @@ async def test_nodes_enroll_register_and_states(store: Store) -> None:
         "missed 3 heartbeats",
         9.0,
     )
+    # The replicas its agent reports Ready: none until written, then as written.
+    assert node.replicas == []
+    served = [{"replica_id": "m.default.a1", "state": "ready", "port": 8001}]
+    await store.set_node_replicas([("n1", served)])
+    await store.set_node_replicas([])
+    node = await store.get_node("n1")
+    assert node is not None and node.replicas == served
     # Enrolling again replaces the certificate and keeps what is known of the node.
     await store.enroll_node("n1", "222", 3.0)
     node = await store.get_node("n1")
