@@ -150,6 +150,11 @@ class Store(abc.ABC):
     async def add_admin_token(self, token_id: str, token_hash: str) -> None: ...
 
     @abc.abstractmethod
+    async def replace_admin_tokens(self, token_id: str, token_hash: str, audit: Audit) -> None:
+        """Make this the one admin token: every other goes, in one transaction with the
+        audit entry (which names neither the token nor its hash)."""
+
+    @abc.abstractmethod
     async def admin_token_hashes(self) -> list[str]: ...
 
     # join tokens

@@ -462,3 +462,14 @@ class PostgresStore(SQLStore):
             return touched
 
         return await self._write(work)
+
+    async def _audited_all(self, steps: Sequence[tuple[str, Params]], audit: Audit) -> None:
+        async def work(conn: Conn) -> None:
+            for sql, params in steps:
+                await conn.execute(pyformat(sql), params)
+            await conn.execute(
+                pyformat(INSERT_AUDIT),
+                (time.time(), audit.actor, audit.action, audit.target, audit.detail),
+            )
+
+        await self._write(work)

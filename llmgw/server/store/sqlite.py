@@ -306,3 +306,13 @@ class SQLiteStore(SQLStore):
             return int(cur.rowcount)
 
         return await self._write(work)
+
+    async def _audited_all(self, steps: Sequence[tuple[str, Params]], audit: Audit) -> None:
+        async def work(db: aiosqlite.Connection) -> None:
+            for sql, params in steps:
+                await db.execute(sql, params)
+            await db.execute(
+                INSERT_AUDIT, (time.time(), audit.actor, audit.action, audit.target, audit.detail)
+            )
+
+        await self._write(work)

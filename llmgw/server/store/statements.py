@@ -8,9 +8,9 @@ sqlite3 takes ``?``, psycopg ``%s``, with ``%%`` for a ``%`` of the statement's 
 statements are written with ``?``, as SQLite runs them, and ``pyformat`` gives
 PostgreSQL's.
 
-``SQLStore`` is the interface (``base.Store``) over four steps each backend gives: read
-rows, run a statement as one change, run one for many rows as one change, and run one
-with its audit entry. Each backend keeps how those run (its connection, transactions,
+``SQLStore`` is the interface (``base.Store``) over five steps each backend gives: read
+rows, run a statement as one change, run one for many rows as one change, run one with
+its audit entry, and run several in order with their audit entry. Each backend keeps how those run (its connection, transactions,
 retries, what it says when the store cannot be written), its migrations, and what only
 it does: SQLite's change capture for standbys, PostgreSQL's leader lease.
 """
@@ -76,7 +76,7 @@ def _api_key(row: dict[str, Any]) -> ApiKeyRecord:
 
 class SQLStore(Store):
     """The interface, each method one statement of SQL written here (with ``?``): what a
-    backend adds is how a statement runs, in the four steps below."""
+    backend adds is how a statement runs, in the five steps below."""
 
     @abc.abstractmethod
     async def _read(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
@@ -97,6 +97,11 @@ class SQLStore(Store):
         """One statement and its audit entry (``INSERT_AUDIT``) as one change; the rows it
         touched. With ``if_changed`` a statement that touched nothing is not audited."""
 
+    @abc.abstractmethod
+    async def _audited_all(self, steps: Sequence[tuple[str, Params]], audit: Audit) -> None:
+        """Several statements, in order, and their audit entry as one change: all of
+        them, or none when one fails."""
+
     # settings
 
     async def get_setting(self, key: str) -> str | None:
@@ -112,6 +117,18 @@ class SQLStore(Store):
         await self._execute(
             "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES (?, ?, ?)",
             (token_id, token_hash, time.time()),
+        )
+
+    async def replace_admin_tokens(self, token_id: str, token_hash: str, audit: Audit) -> None:
+        await self._audited_all(
+            [
+                ("DELETE FROM admin_tokens", ()),
+                (
+                    "INSERT INTO admin_tokens (id, token_hash, created_at) VALUES (?, ?, ?)",
+                    (token_id, token_hash, time.time()),
+                ),
+            ],
+            audit,
         )
 
     async def admin_token_hashes(self) -> list[str]:

@@ -49,6 +49,21 @@ async def test_an_admin_token_id_or_hash_is_taken_once(store: Store, backend: Ba
     assert await store.admin_token_hashes() == ["hash-1"]
 
 
+async def test_replacing_the_admin_tokens_leaves_the_new_one_alone_and_audited(
+    store: Store,
+) -> None:
+    await store.add_admin_token("initial", "hash-1")
+    await store.add_admin_token("second", "hash-2")
+    rotated = Audit("admin@10.0.0.7", "admin_token.rotate", "admin token", "old tokens: 2")
+    await store.replace_admin_tokens("r1", "hash-3", rotated)
+    assert await store.admin_token_hashes() == ["hash-3"]
+    # Again, to the hash it replaced: the id and hash of the token it removes are free.
+    await store.replace_admin_tokens("r1", "hash-1", rotated)
+    assert await store.admin_token_hashes() == ["hash-1"]
+    trail = await audits(store)
+    assert trail == [("admin@10.0.0.7", "admin_token.rotate", "admin token", "old tokens: 2")] * 2
+
+
 # --------------------------------------------------------------------- join tokens
 
 

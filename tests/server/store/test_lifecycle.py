@@ -58,6 +58,19 @@ async def test_a_key_whose_audit_entry_fails_is_not_added_nor_revoked(
     assert await audits(store) == [("admin", "key.add", "k2", "")]
 
 
+async def test_a_failed_admin_token_rotation_keeps_the_old_tokens(
+    store: Store, backend: Backend
+) -> None:
+    await store.add_admin_token("initial", "hash-1")
+    # The old tokens are removed first, then the new one fails: nothing of it is kept.
+    with pytest.raises(backend.conflict):
+        await store.replace_admin_tokens("r1", MISSING, Audit("admin", "x", "y"))
+    with pytest.raises(backend.conflict):
+        await store.replace_admin_tokens("r1", "hash-2", BAD_AUDIT)
+    assert await store.admin_token_hashes() == ["hash-1"]
+    assert await store.audit_log() == []
+
+
 async def test_node_scheduling_whose_audit_entry_fails_is_not_written(
     store: Store, backend: Backend
 ) -> None:
