@@ -347,6 +347,11 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def new_admin_token() -> str:
+    """An admin token (``server init`` makes the first, a rotation each next one)."""
+    return "llmgw-admin-" + secrets.token_urlsafe(32)
+
+
 def same(a: str, b: str) -> bool:
     return hmac.compare_digest(a.encode(), b.encode())
 
@@ -398,6 +403,18 @@ def write_private(path: Path, data: bytes) -> None:
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
     os.chmod(path, 0o600)
+
+
+def replace_private(path: Path, data: bytes) -> None:
+    """Replace a file only its owner can read, atomically: a reader finds the old
+    contents or the new, never a part, and never a moment the file is readable by
+    others (the new one is written beside it, 0600 from the start, then renamed)."""
+    part = path.with_name(f".{path.name}.{secrets.token_hex(4)}.part")
+    try:
+        write_private(part, data)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def engine_key(cluster_secret: bytes, replica_id: str) -> str:

@@ -55,6 +55,7 @@ from llmgw.wire.admin import (
     NvlinkJson,
     PlanJson,
     ReplicaJson,
+    RotatedTokenJson,
     ServerJson,
     ServerRemovedJson,
     ServingJson,
@@ -131,6 +132,7 @@ REVOKE_KEY: Route[KeyJson] = Route("DELETE", "/api/v1/keys/{}")
 SERVING: Route[ServingJson] = Route("POST", "/api/v1/serving")
 USAGE: Route[list[UsageJson]] = Route("GET", "/api/v1/usage")
 ENERGY: Route[list[EnergyJson]] = Route("GET", "/api/v1/energy")
+ROTATE_ADMIN_TOKEN: Route[RotatedTokenJson] = Route("POST", "/api/v1/admin-token/rotate")
 
 SERVERS: Route[list[ServerJson]] = Route("GET", "/api/v1/servers")
 SERVER_TOKEN: Route[TokenJson] = Route("POST", "/api/v1/servers/tokens")
@@ -330,6 +332,10 @@ class AdminClient:
 
     def energy(self) -> list[EnergyJson]:
         return self.call(ENERGY)
+
+    def rotate_admin_token(self) -> RotatedTokenJson:
+        """A new admin token, answered this once; the old one ends everywhere."""
+        return self.call(ROTATE_ADMIN_TOKEN)
 
     # --- control planes
 

@@ -13,12 +13,14 @@ from typing import Any
 from llmgw import __version__, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.modelkit.sizing import ModelShape
+from llmgw.server.admintokens import AdminTokens
 from llmgw.server.admission import JoinTokens
 from llmgw.server.api import (
     AdminApp,
     Gate,
     Ops,
     adapters,
+    admintoken,
     build_app,
     cluster,
     engines,
@@ -100,7 +102,8 @@ class ControlPlane:
         _, http_port = parse_hostport(config.listen)
         self.api_addresses = [format_hostport(a, http_port) for a in config.advertise]
         self.agent_addresses = [format_hostport(a, config.agent_port) for a in config.advertise]
-        self._admin_hashes: set[str] = set()
+        # The admin token: which open the admin API and pages; rotating it.
+        self.admin_tokens = AdminTokens(store, lambda: self.ha.leading, data.admin_token)
         self.started = time.time()
         self.stopping = asyncio.Event()
         self.agent_port: AgentPort | None = None
@@ -190,7 +193,7 @@ class ControlPlane:
         self.members = Membership(self.ha, self.admission)
         # The admin pages' sessions, one set for every listener that serves pages; a
         # sign-out reaches the other control planes through the store.
-        self.sessions = Sessions(self.cluster_secret, lambda: self._admin_hashes)
+        self.sessions = Sessions(self.cluster_secret, self.admin_tokens.hashes)
         self.revocations = Revocations(
             self.sessions, store, lambda: self.ha.leading, self._sign_out_on_leader
         )
@@ -338,7 +341,7 @@ class ControlPlane:
         """A standby's store changed under it: take again what is kept in memory."""
         every = "*" in tables
         if every or "admin_tokens" in tables:
-            self._admin_hashes = set(await self.store.admin_token_hashes())
+            await self.admin_tokens.load()
         if every or "api_keys" in tables:
             self.gateway.keys.load(await self.store.list_api_keys())
         if every or "models" in tables:
@@ -356,7 +359,7 @@ class ControlPlane:
             await self.revocations.load()
 
     async def load(self) -> None:
-        self._admin_hashes = set(await self.store.admin_token_hashes())
+        await self.admin_tokens.load()
         await self.revocations.load()
         await self.registry.load()
         await self.models.load()
@@ -374,9 +377,6 @@ class ControlPlane:
     async def inspect_shape(self, source: str, allow_pickle: bool) -> ModelShape:
         """What a model is, read from the hub, the control plane's disk, or a node."""
         return (await self.inspector.inspect(source, allow_pickle=allow_pickle)).shape
-
-    def admin_token_ok(self, token: str) -> bool:
-        return pki.token_hash(token) in self._admin_hashes
 
     async def admission(self) -> Admission:
         return Admission(
@@ -473,6 +473,7 @@ class ControlPlane:
         ops += adapters.routes(self.models)
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
+        ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
@@ -483,7 +484,7 @@ class ControlPlane:
 
     def admin_app(self) -> AdminApp:
         """The admin API and pages as an ASGI app: every route behind the one gate."""
-        gate = Gate(self.admin_token_ok, self._standby, self.sessions)
+        gate = Gate(self.admin_tokens.ok, self._standby, self.sessions)
         services = Services(
             registry=self.registry,
             gateway=self.gateway,
@@ -495,7 +496,7 @@ class ControlPlane:
             fleet=self.fleet,
             planner=self.planner,
             fabrics=self.fabrics,
-            admin_token_ok=self.admin_token_ok,
+            admin_token_ok=self.admin_tokens.ok,
             revocations=self.revocations,
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,

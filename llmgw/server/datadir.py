@@ -4,7 +4,8 @@ Layout::
 
     server.yaml      settings (strictly checked)
     cluster.key      32 random bytes: seals secrets in the store, derives engine keys (0600)
-    admin.token      the first admin token, for ctl on this machine (0600)
+    admin.token      the admin token, for ctl on this machine (0600; the leader rewrites it
+                     when the token is rotated)
     pki/ca.crt ca.key server.crt server.key
     pki/peer.crt peer.key   this control plane on the control planes' link
     store.db         SQLite (the default store)
@@ -13,7 +14,6 @@ Layout::
 from __future__ import annotations
 
 import asyncio
-import secrets
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,7 +191,7 @@ def init(
     pki.write_private(data.peer_key, peer.key_pem)
     data.peer_cert.write_bytes(peer.cert_pem)
 
-    token = "llmgw-admin-" + secrets.token_urlsafe(32)
+    token = pki.new_admin_token()
     asyncio.run(_create_store(data, config, token))
     pki.write_private(data.admin_token, (token + "\n").encode())
     data.config_path.write_text(

@@ -10,9 +10,10 @@ PostgreSQL's.
 
 ``SQLStore`` is the interface (``base.Store``) over five steps each backend gives: read
 rows, run a statement as one change, run one for many rows as one change, run one with
-its audit entry, and run several in order with their audit entry. Each backend keeps how those run (its connection, transactions,
-retries, what it says when the store cannot be written), its migrations, and what only
-it does: SQLite's change capture for standbys, PostgreSQL's leader lease.
+its audit entry, and run several in order with their audit entry. Each backend keeps
+how those run (its connection, transactions, retries, what it says when the store
+cannot be written), its migrations, and what only it does: SQLite's change capture for
+standbys, PostgreSQL's leader lease.
 """
 
 from __future__ import annotations

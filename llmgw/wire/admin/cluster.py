@@ -32,6 +32,14 @@ class NewKeyJson(KeyJson):
     key: str
 
 
+class RotatedTokenJson(TypedDict):
+    """``POST /api/v1/admin-token/rotate``: the new admin token, this once, and the data
+    dir file of the leader's machine it was also written to (null: none was)."""
+
+    token: str
+    token_file: str | None
+
+
 class UsageJson(TypedDict):
     """Each of ``GET /api/v1/usage``: a day's use of one model's replica by one key."""
 

@@ -439,6 +439,8 @@ CHANGES: list[Ask] = [
     ("ENGINE_BUILD", ("gpu-1",), {"build": "cpu"}),
     ("SET_FIREWALL", (), {"networks": ["10.0.0.0/8"]}),
     ("FABRIC_TEST", (), {"a": "gpu-1", "b": "gpu-2"}),
+    # Last: the token this client holds is refused from then on (it takes the new one).
+    ("ROTATE_ADMIN_TOKEN", (), None),
 ]
 
 
@@ -481,6 +483,8 @@ async def test_every_answer_the_client_reads_is_the_shape_it_reads_it_as(
         else:
             found = problems(shape, answer, f"{route.method} {route.at(*parts)}")
         assert not found, "\n".join(found)
+        if name == "ROTATE_ADMIN_TOKEN":
+            client.headers["authorization"] = f"Bearer {answer['token']}"
     # What the client reads nowhere but scripts do.
     check(admin.VersionJson, (await client.get("/api/v1/version")).json())
     check(admin.ServingJson, (await client.get("/api/v1/serving")).json())
