@@ -1,5 +1,6 @@
-"""``llmgw ctl keys ...`` and ``llmgw stop|start|status``: gateway keys and the serving
-switch, thin calls of the admin API with ``--json``."""
+"""``llmgw ctl keys ...``, ``llmgw ctl admin-token rotate`` and ``llmgw
+stop|start|status``: gateway keys, the admin token and the serving switch, thin calls
+of the admin API with ``--json``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Literal, TypeVar
 
 from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render, store_line
-from llmgw.wire.admin import EnergyJson, KeyJson, StatusJson, UsageJson
+from llmgw.wire.admin import EnergyJson, KeyJson, RotatedTokenJson, StatusJson, UsageJson
 
 Shown = TypeVar("Shown")
 # The usage rows' fields a table may sum by.
@@ -86,6 +87,23 @@ def usage_table(rows: list[UsageJson], by: str, energy: list[EnergyJson] | None 
     return render(heads, table)
 
 
+def rotated_text(answer: RotatedTokenJson) -> str:
+    """What ``ctl admin-token rotate`` says beside the new token, shown this once."""
+    kept = answer["token_file"]
+    where = (
+        f"It was written to {kept} on the leader's machine, so ctl there goes on working."
+        if kept
+        else "The leader's admin.token could not be rewritten (its log says why)."
+    )
+    return (
+        f"{answer['token']}\n\n"
+        "The new admin token, shown this once (kept only as a hash). The old one is refused "
+        "on every control plane from now on (standbys within 2 s), and every page session "
+        f"opened with it has ended. {where} Replace every other copy by hand: the "
+        "standbys' admin.token files, LLMGW_TOKEN, scripts and secrets stores."
+    )
+
+
 def add_parsers(
     roles: Subcommands,
     ctl_cmds: Subcommands,
@@ -129,6 +147,9 @@ def add_parsers(
     def revoke(args: argparse.Namespace) -> int:
         done = client(args).revoke_key(args.id)
         return show(args, done, lambda k: f"key {k['id']} ({k['name']}) is {k['state']}")
+
+    def rotate(args: argparse.Namespace) -> int:
+        return show(args, client(args).rotate_admin_token(), rotated_text)
 
     def serving(stopped: bool | None) -> Callable[[argparse.Namespace], int]:
         def run(args: argparse.Namespace) -> int:
@@ -184,6 +205,15 @@ def add_parsers(
     p.add_argument("id")
     p.add_argument("--priority", type=int, required=True, help=PRIORITY_HELP)
     leaf(sub, "revoke", revoke, "revoke a key (at once)").add_argument("id")
+
+    admin_token = ctl_cmds.add_parser("admin-token", help="the admin token: rotate")
+    sub = admin_token.add_subparsers(dest="admin_token_command", metavar="ACTION")
+    leaf(
+        sub,
+        "rotate",
+        rotate,
+        "a new admin token (shown once); the old one and its page sessions end everywhere",
+    )
 
     p = leaf(ctl_cmds, "usage", usage, "requests and tokens by key, model or replica")
     p.add_argument("--days", type=int, default=30, help="this many days back (default 30)")
