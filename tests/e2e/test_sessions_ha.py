@@ -8,19 +8,25 @@ signed cookie every control plane of the cluster honours). Signed out on the lea
 the standby refuses that cookie within 2 s; signed out on a standby, the leader does
 (the standby sends the sign-out over the control planes' link). Another session stays
 open on both throughout.
+
+Rotating the admin token on the leader (``llmgw ctl admin-token rotate`` on its machine)
+ends the old token and every session opened with it: the standby refuses both within
+2 s, the new token opens the API and signs in on both, and the leader's admin.token
+holds it, so ctl there goes on working.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, run
 from tests.e2e.test_ha import standby_of
 from tests.e2e.test_ha_postgres import pair as postgres_pair
 from tests.support.postgres import PostgresServer, missing, start_postgres
@@ -80,11 +86,12 @@ def base(cluster: Cluster) -> str:
     return f"http://{cluster.listen}"
 
 
-def sign_in(cluster: Cluster) -> str:
-    """A session opened on ``cluster``: its cookie, as the browser sends it back."""
+def sign_in(cluster: Cluster, token: str | None = None) -> str:
+    """A session opened on ``cluster`` (with its data dir's admin token, or ``token``):
+    its cookie, as the browser sends it back."""
     answer = httpx.post(
         f"{base(cluster)}/admin/login",
-        data={"token": cluster.admin_token},
+        data={"token": token or cluster.admin_token},
         headers={"origin": base(cluster)},
     )
     assert answer.status_code == 303, answer.text
@@ -116,11 +123,23 @@ def sign_out(cluster: Cluster, cookie: str) -> float:
 
 def refused_within(cluster: Cluster, cookie: str, since: float) -> float:
     """Poll until ``cluster`` refuses ``cookie``; how long after ``since`` it did."""
-    while opens(cluster, cookie):
+    return until_refused(lambda: opens(cluster, cookie), f"{cluster.name}'s pages", since)
+
+
+def until_refused(admitted: Callable[[], bool], what: str, since: float) -> float:
+    """Poll until ``admitted`` says no; how long after ``since`` it did."""
+    while admitted():
         waited = time.monotonic() - since
-        assert waited < WITHIN, f"{cluster.name} still opens pages {waited:.2f} s after sign-out"
+        assert waited < WITHIN, f"{what} still open {waited:.2f} s after it ended"
         time.sleep(0.05)
     return time.monotonic() - since
+
+
+def bearer_opens(cluster: Cluster, token: str) -> bool:
+    """Whether ``token`` opens ``cluster``'s admin API (else 401)."""
+    answer = httpx.get(f"{base(cluster)}/api/v1/keys", headers={"authorization": f"Bearer {token}"})
+    assert answer.status_code in (200, 401), answer.text
+    return answer.status_code == 200
 
 
 def test_signing_out_on_either_control_plane_ends_the_session_on_both(
@@ -152,3 +171,36 @@ def test_signing_out_on_either_control_plane_ends_the_session_on_both(
     standby.start_server()
     assert not opens(standby, cookie) and not opens(standby, second)
     assert opens(standby, bystander)
+
+
+def test_rotating_the_admin_token_ends_the_old_one_and_its_sessions_on_both(
+    pair: tuple[Cluster, Cluster],
+) -> None:
+    leader, standby = pair
+    old = leader.admin_token
+    cookie = sign_in(leader)
+    assert opens(standby, cookie) and bearer_opens(standby, old)
+
+    # A standby cannot write the store: it names the leader and changes nothing.
+    status, refused = standby.api_error("/api/v1/admin-token/rotate", body={})
+    assert status == 409 and refused["error"]["type"] == "not_leader", refused
+    assert bearer_opens(leader, old) and bearer_opens(standby, old)
+
+    # On the leader's machine, as its operator types it (the token from its data dir).
+    out = run("ctl", "admin-token", "rotate", "--json", "--data-dir", str(leader.data_dir))
+    said = time.monotonic()
+    new = json.loads(out.stdout)["token"]
+    assert new != old and old not in out.stdout
+    # The leader refuses the old token and its session at once; the standby within 2 s.
+    assert not bearer_opens(leader, old) and not opens(leader, cookie)
+    until_refused(lambda: bearer_opens(standby, old), "the old token on cp-b", said)
+    refused_within(standby, cookie, said)
+
+    # The new token opens the API and signs in on both.
+    for cluster in (leader, standby):
+        assert bearer_opens(cluster, new)
+        assert opens(cluster, sign_in(cluster, new))
+    # The leader's admin.token holds it, so ctl there goes on working; the standby's copy
+    # is the old one, to be replaced by hand (docs/ha.md).
+    assert leader.admin_token == new and standby.admin_token == old
+    assert json.loads(run("ctl", "status", "--json", "--data-dir", str(leader.data_dir)).stdout)
