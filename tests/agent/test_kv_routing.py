@@ -99,7 +99,13 @@ async def test_conversations_go_back_to_the_replica_whose_cache_holds_them(
             assert str(cache.watched[rid].port) in " ".join(cmdline)
 
         statuses = {rid: sup.shards[rid].status() for rid in ids}
-        node = SimpleNamespace(id="n1", address="127.0.0.1", state=NodeState.READY, shards=statuses)
+        node = SimpleNamespace(
+            id="n1",
+            address="127.0.0.1",
+            state=NodeState.READY,
+            shards=statuses,
+            routable=lambda: statuses,  # the agent's word alone: no control plane restart
+        )
         model = Model(
             "m", "/w/model", "vllm", (Profile("default", "vllm"),), 4096, slots=4, kv_events=True
         )

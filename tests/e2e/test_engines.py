@@ -96,6 +96,7 @@ def test_engine_versions_converge_one_replica_at_a_time(tmp_path: Path, mirror: 
                 "version": "b1",
                 "sha256": {},
                 "index_url": None,
+                "packages": {},
                 "source": "server.yaml",
             }
         ]

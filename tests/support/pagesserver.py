@@ -54,6 +54,8 @@ def _app(maps: FabricMaps, sessions: Sessions) -> Starlette:
         planner=absent,
         fabrics=FabricService(maps.watch, maps, registry),
         admin_token_ok=lambda token: False,
+        # Pages only read here: nobody signs out.
+        revocations=absent,
     )
     gate = Gate(lambda token: False, lambda: None, sessions)
     return Starlette(routes=site.routes(services, gate, lambda: None))

@@ -125,6 +125,14 @@ def form_state(app: ConsoleApp, cluster: Cluster) -> str:
     )
 
 
+async def submit(app: ConsoleApp, pilot: Pilot[None]) -> None:
+    """Send the form as a keyboard user does (focus on its button, Enter): a click is
+    aimed where the button was drawn, and the plan's text, still growing as its figures
+    arrive, can move the button before the click lands."""
+    app.screen.query_one("#submit", Button).focus()
+    await pilot.press("enter")
+
+
 def fill_in(app: ConsoleApp, **values: str) -> None:
     for name, value in values.items():
         app.screen.query_one(f"#field-{name}", Input).value = value
@@ -145,7 +153,7 @@ async def test_serve_change_stop_start_scale_and_remove_a_model(
         await until(pilot, lambda: "Fits now on: a" in text(plan), "the plan")
         assert "Memory per replica:" in text(plan) and "a: fits on the CPU" in text(plan)
         assert "tokens/s" in text(plan)
-        await pilot.click("#submit")
+        await submit(app, pilot)
         # Serving reads the model and judges every node: on a loaded machine that takes a
         # while; a refusal would stay in the form, and is said if the form stays open.
         await until(
@@ -162,7 +170,7 @@ async def test_serve_change_stop_start_scale_and_remove_a_model(
         # The control plane's refusal shows in the form, which stays open.
         await pilot.press("s")
         fill_in(app, source=model, name="tiny")
-        await pilot.click("#submit")
+        await submit(app, pilot)
         error = app.screen.query_one("#form-error", Static)
         await until(pilot, lambda: text(error), "the refusal")
         assert "tiny" in text(error) and isinstance(app.screen, ServeDialog)
@@ -195,7 +203,7 @@ async def test_serve_change_stop_start_scale_and_remove_a_model(
         # A new profile name adds a CPU profile.
         await pilot.press("p")
         fill_in(app, replicas="1", profile="cpu2")
-        await pilot.click("#submit")
+        await submit(app, pilot)
         await until(
             pilot,
             lambda: "cpu2" in [p["name"] for p in the_model(cluster, "tiny")["profiles"]],
@@ -214,7 +222,7 @@ async def test_serve_change_stop_start_scale_and_remove_a_model(
         assert isinstance(app.screen, FormDialog)
         assert app.screen.query_one("#field-with_files", Tick).has_focus
         await pilot.press("space")
-        await pilot.click("#submit")
+        await submit(app, pilot)
         await until(pilot, lambda: cluster.api("/api/v1/models") == [], "the model to go")
         await until(pilot, lambda: not replicas(cluster, "tiny"), "its replicas to stop")
         await until(pilot, lambda: table.row_count == 0, "the row to go")
