@@ -71,6 +71,10 @@ class LiveFigures(Protocol):
     def health_warnings(self) -> list[str] | None: ...
     @property
     def ib_ports(self) -> list[IbPort] | None: ...
+    @property
+    def ages(self) -> dict[str, float] | None: ...
+    @property
+    def unread(self) -> list[str] | None: ...
 
 
 class FactSource(Protocol):
@@ -272,6 +276,8 @@ class AgentSession:
                 vitals=live.vitals,
                 health_warnings=live.health_warnings,
                 ib_ports=live.ib_ports,
+                ages=live.ages,
+                unread=live.unread,
                 **(self.hooks.heartbeat_fields() if self.hooks else {}),
             )
             pipe.flush()

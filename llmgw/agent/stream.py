@@ -72,6 +72,8 @@ class HeartbeatFigures(TypedDict, total=False):
     health_warnings: list[str] | None
     settings: dict[str, object] | None
     ib_ports: list[IbPort] | None
+    ages: dict[str, float] | None
+    unread: list[str] | None
 
 
 @dataclass(frozen=True)

@@ -386,6 +386,13 @@ class Heartbeat(Message):
     # The node's InfiniBand and RoCE ports with their counters ([] when it has none);
     # None when not read this time.
     ib_ports: list[IbPort] | None = None
+    # Seconds since the agent read each figure it collects apart from the heartbeat, by
+    # this message's field name ("gpus", "gpu_health", "disks", "ib_ports"), whether
+    # or not this heartbeat carries it; a figure with no age was read for this one.
+    ages: dict[str, float] | None = None
+    # Figures the agent could not read lately (their tool hangs or fails): the control
+    # plane keeps its copy but shows none of it as live. Absent: all were read.
+    unread: list[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -84,16 +84,21 @@ async def test_a_hung_disk_scan_does_not_hold_the_heartbeat(
     discovery = Discovery([tmp_path], FakeNvml(), str(tmp_path / "no-smi"), disk_timeout=0.05)
     try:
         first = await discovery.live()
+        await discovery.collect()  # the disks' collector tries again
         second = await discovery.live()
         assert first.disks is None and second.disks is None
         assert first.warnings[0].startswith("disk: no answer in 0.05 s")
+        assert first.unread == ["disks"]
         assert len(calls) == 1  # the hung scan is waited on again, not started twice
         release.set()
+        await discovery.collect()
         third = await discovery.live()
         assert third.disks is not None and third.disks[0].path == "/srv"
+        assert third.warnings == [] and third.unread is None
+        await discovery.collect()
         fourth = await discovery.live()
         assert fourth.disks is not None
-        assert len(calls) == 2  # a finished scan is not reused: each beat reads afresh
+        assert len(calls) == 2  # a finished scan is not reused: each read reads afresh
     finally:
         release.set()
         await discovery.close()

@@ -94,6 +94,11 @@ class NvidiaCards:
         self._nvlink: dict[str, tuple[int, int, dict[str, int] | None]] = {}
         self.xids = xids if xids is not None else XidWatch()
 
+    @property
+    def tool(self) -> str:
+        """What the cards are read through now, as warnings name it."""
+        return "NVML" if self._state == "ok" else "nvidia-smi"
+
     async def _start_nvml(self) -> None:
         try:
             await asyncio.to_thread(self._nvml.init)
