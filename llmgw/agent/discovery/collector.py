@@ -171,8 +171,7 @@ class Collector(Generic[T]):
             log.warning("%s: %s", self.tool, detail)
         self.latest = None
         self.warning = (
-            f"{self.tool}: {detail} (since {_utc(self._failing_since)}). "
-            f"Fix: {fix or self._fix}"
+            f"{self.tool}: {detail} (since {_utc(self._failing_since)}). Fix: {fix or self._fix}"
         )
 
     async def close(self) -> None:
