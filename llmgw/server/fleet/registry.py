@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from llmgw.server.fleet.energy import EnergyMeter
-from llmgw.server.fleet.figures import LiveFigures, NodeFigures, plain
+from llmgw.server.fleet.figures import LiveFigures, NodeFigures, node_warnings, plain
 from llmgw.server.fleet.history import FleetHistory
 from llmgw.server.store import Audit, Store, StoreUnavailable
 from llmgw.wire import Heartbeat, HostFacts, Register
@@ -122,6 +122,17 @@ class NodeView:
             cpu = facts.cpu_percent if cpu is None else cpu
             available = facts.memory_available if available is None else available
         health_warnings = list(live.health_warnings or [])
+        now = time.time()
+        shown = {
+            "memory_available": available,
+            "cpu_percent": cpu,
+            "load": load,
+            "disks": disks,
+            "gpus": gpus or None,
+            "gpu_health": live.gpu_health,
+            "vitals": live.vitals,
+            "ib_ports": live.ib_ports,
+        }
         return {
             "id": self.id,
             "state": self.state,
@@ -147,7 +158,7 @@ class NodeView:
             "gpu_source": facts.gpu_source if facts else None,
             "cuda_version": facts.cuda_version if facts else None,
             # Discovery's warnings and the cards' health warnings, each with its fix.
-            "warnings": [*(facts.warnings if facts else []), *health_warnings],
+            "warnings": node_warnings(facts, live),
             "health_warnings": health_warnings,
             "gpu_health": self._plain("gpu_health", live.gpu_health),
             "vitals": self._plain("vitals", live.vitals),
@@ -157,6 +168,10 @@ class NodeView:
             # GB/s, measured once by the agent; None until it has.
             "memory_read_gbs": live.memory_read_gbs,
             "memory_read_one_core_gbs": live.memory_read_one_core_gbs,
+            "figure_ages": live.ages(now),
+            "stale_figures": [
+                name for name, v in shown.items() if v is not None and not live.is_live(name, now)
+            ],
             # None until the agent has looked; then [] means it has none.
             "engines": plain(self.engines) if self.engines_probed else None,
             "engine_message": self.engine_message,
@@ -300,9 +315,9 @@ class NodeRegistry:
         view.address = msg.address
         view.version = msg.version
         view.facts = msg.host
-        view.live = LiveFigures()
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
+        view.live = LiveFigures.registered(view.last_seen)
         if view.state != NodeState.READY:
             log.info("node %s is Ready (%s)", view.id, "registered")
         view.state, view.reason = NodeState.READY, ""
@@ -326,7 +341,7 @@ class NodeRegistry:
         """Hot path: in memory only; the monitor writes what changed in batches."""
         view = self.nodes[node_id]
         live = view.live
-        live.take(msg)
+        live.take(msg, time.time())
         if msg.gpus is not None and view.shards:
             self.energy.heartbeat(
                 msg.gpus, ((r, s.cards) for r, s in view.shards.items() if s.cards)

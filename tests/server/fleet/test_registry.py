@@ -155,10 +155,14 @@ async def test_a_restarted_control_plane_shows_each_node_as_it_did(tmp_path: Pat
     after = again.nodes["n1"].as_json()
     await store.close()
     assert again.nodes["n1"].facts == _rich_host()
-    moved = {"state", "reason", "connected", "last_seen"}
+    moved = {"state", "reason", "connected", "last_seen", "figure_ages", "stale_figures"}
     assert {k: v for k, v in after.items() if k not in moved} == {
         k: v for k, v in before.items() if k not in moved
     }
+    # Read as it registered, then; after the restart, of no known age: not live.
+    assert before["stale_figures"] == [] and set(before["figure_ages"]) >= {"gpus", "disks"}
+    assert after["figure_ages"] == {}
+    assert {"gpus", "disks"} <= set(after["stale_figures"])
     assert after["topology"] == {
         "cards": [{"index": 0, "numa_node": 0, "gpus": {}, "nics": {"mlx5_0": "PIX"}}]
     }
