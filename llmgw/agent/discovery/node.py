@@ -140,11 +140,12 @@ class Discovery:
         self._full = False
         self._taken: Reading[CardRead] | None = None
         interval = collect_interval
+        deadline = card_deadline if card_deadline is not None else nvidia_smi_timeout
         self._card_reads = Collector(
             lambda: self._cards.tool,
             self._read_cards,
             interval=interval,
-            deadline=card_deadline if card_deadline is not None else nvidia_smi_timeout,
+            deadline=deadline,
             fix=DRIVER_FIX,
         )
         self._disk_reads = Collector(
@@ -162,7 +163,7 @@ class Discovery:
             "ibstat",
             self._ports.read,
             interval=interval,
-            deadline=nvidia_smi_timeout,
+            deadline=deadline,
             fix="run `ibstat` by hand; check the RDMA drivers (`lsmod | grep ib_`)",
         )
         self._prof_reads = Collector(
