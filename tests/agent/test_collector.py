@@ -16,11 +16,13 @@ import re
 import stat
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from llmgw.agent.discovery import Discovery, FakeNvml, Live
 from llmgw.agent.discovery.collector import Collector, ReadFailed
+from llmgw.agent.discovery.ibwatch import PortWatch
 from llmgw.wire.codec import from_map, to_map
 from llmgw.wire.messages import Heartbeat
 
@@ -320,3 +322,44 @@ def test_ages_and_unread_cross_the_wire_and_an_old_heartbeat_has_neither() -> No
     assert (back.ages, back.unread) == ({"gpus": 2.5}, ["gpus", "gpu_health"])
     old = from_map(Heartbeat, {"seq": 2, "memory_available": 1})  # an older agent's
     assert (old.ages, old.unread) == (None, None)
+
+
+class HungPorts:
+    """InfiniBand ports whose read (ibstat) never answers."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def read(self) -> list[object]:
+        self.reads += 1
+        await asyncio.Event().wait()
+        return []
+
+
+async def test_after_register_no_heartbeat_waits_for_a_first_read(tmp_path: Path) -> None:
+    """Register's facts() sets every collector going; the first heartbeat after it
+    takes what there is, even while a tool's very first read still hangs."""
+    smi = stand_in(tmp_path)
+    sysfs = tmp_path / "sys" / "class"
+    sysfs.mkdir(parents=True)
+    ports = HungPorts()
+    d = Discovery(
+        [tmp_path],
+        FakeNvml(unavailable=True),
+        str(smi),
+        card_deadline=DEADLINE,
+        collect_interval=INTERVAL,
+        sysfs=sysfs,
+        ports=cast(PortWatch, ports),
+    )
+    try:
+        await d.facts("gpu-node")
+        live, took = await timed_beat(d)
+        assert took < BEAT_BUDGET and ports.reads == 1
+        assert live.gpus is not None and live.ib_ports is None
+        failed = await beats_until(d, lambda live: live.unread is not None, 5, "ibstat")
+        assert failed[-1].unread == ["ib_ports"] and failed[-1].gpus is not None
+        (said,) = [w for w in failed[-1].warnings if w.startswith("ibstat:")]
+        assert said.startswith(f"ibstat: no answer in {DEADLINE:g} s (since ")
+    finally:
+        await d.close()

@@ -95,10 +95,15 @@ async def test_a_hung_disk_scan_does_not_hold_the_heartbeat(
         third = await discovery.live()
         assert third.disks is not None and third.disks[0].path == "/srv"
         assert third.warnings == [] and third.unread is None
+        # Whether that read still found the hung scan running (and took its answer) or
+        # started a new one depends on when its thread's end reached the loop; from
+        # here each read scans afresh.
+        scanned = len(calls)
+        assert scanned in (1, 2)
         await discovery.collect()
         fourth = await discovery.live()
         assert fourth.disks is not None
-        assert len(calls) == 2  # a finished scan is not reused: each read reads afresh
+        assert len(calls) == scanned + 1  # a finished scan is not reused
     finally:
         release.set()
         await discovery.close()

@@ -102,6 +102,11 @@ class Collector(Generic[T]):
         return self._failing_since is not None
 
     @property
+    def scheduled(self) -> bool:
+        """Whether ``start`` (or ``next``) set it going."""
+        return self._loop is not None
+
+    @property
     def in_flight(self) -> bool:
         return self._current is not None and not self._current.done()
 

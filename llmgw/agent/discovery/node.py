@@ -271,11 +271,11 @@ class Discovery:
 
     async def live(self) -> Live:
         """The moving figures, for a heartbeat: what the collectors last read (waited
-        for only before their first read ends), the slow ones when due or changed."""
+        for only when nothing started them yet), the slow ones when due or changed."""
         now = self._clock()
-        for c in self._collectors:
-            c.start()
-        first = [c.next(c.deadline + 1) for c in self._collectors if c.ended == 0]
+        # Collectors not yet going (no facts() before: doctor, a test) are waited for
+        # once; after Register's facts() started them, a heartbeat waits for none.
+        first = [c.next(c.deadline + 1) for c in self._collectors if not c.scheduled]
         if first:
             await asyncio.gather(*first)
         memory, load, vitals = await asyncio.to_thread(
