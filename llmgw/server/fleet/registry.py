@@ -11,17 +11,24 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from llmgw.server.fleet.energy import EnergyMeter
-from llmgw.server.fleet.figures import LiveFigures, NodeFigures, node_warnings, plain
+from llmgw.server.fleet.figures import (
+    LiveFigures,
+    NodeFigures,
+    card_identity,
+    node_warnings,
+    plain,
+)
 from llmgw.server.fleet.history import FleetHistory
 from llmgw.server.store import Audit, Store, StoreUnavailable
 from llmgw.wire import Heartbeat, HostFacts, Register
 from llmgw.wire.admin import NodeJson, SettingsReportJson
 from llmgw.wire.messages import (
+    GPU,
     DownloadProgress,
     EngineInfo,
     EngineStatus,
@@ -353,13 +360,18 @@ class NodeRegistry:
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
         facts = view.facts
-        gpus = live.gpus if live.gpus is not None else facts.gpus if facts else ()
+        now = view.last_seen
+        gpus: Sequence[GPU] = live.gpus if live.gpus is not None else facts.gpus if facts else ()
+        # The history keeps what is live: a card's last figures while its tool hangs
+        # are not this heartbeat's, and leave a gap rather than repeat.
+        if gpus and not live.is_live("gpus", now):
+            gpus = [card_identity(g) for g in gpus]
         self.history.record(
             node_id,
-            view.last_seen,
-            live.cpu_percent,
+            now,
+            live.cpu_percent if live.is_live("cpu_percent", now) else None,
             facts.memory_total if facts else None,
-            live.memory_available,
+            live.memory_available if live.is_live("memory_available", now) else None,
             gpus,
         )
         if view.state != NodeState.READY:

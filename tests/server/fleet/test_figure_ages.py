@@ -152,6 +152,26 @@ async def test_the_api_gives_each_figure_its_age_and_says_which_are_stale(
     await store.close()
 
 
+async def test_the_history_keeps_no_old_figure_as_a_heartbeats(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "s.db")
+    await store.open()
+    reg = NodeRegistry(store, heartbeat_interval=5.0, missed_heartbeats=3, hooks=wiring.QUIET)
+    for node in ("hung", "fine"):
+        await reg.enrolled(node, 1)
+        host = HostFacts(hostname=node, os="linux", arch="x86_64", memory_total=100, gpus=[CARD])
+        await reg.register(Register(node_id=node, version="0.1", host=host), FakeSession())
+    # The agent's latest card read is 40 s old (its nvidia-smi hangs): not this beat's.
+    reg.heartbeat("hung", Heartbeat(seq=1, cpu_percent=3.0, ages={"gpus": 40.0}))
+    reg.heartbeat("fine", Heartbeat(seq=1, cpu_percent=3.0, gpus=[CARD], ages={"gpus": 1.0}))
+    hung, fine = reg.history.series("hung", 1), reg.history.series("fine", 1)
+    assert hung is not None and fine is not None
+    assert hung["gpus"][0]["temperature"][-1] is None
+    assert hung["gpus"][0]["memory_total"][-1] == 80 << 30  # what the card is
+    assert hung["cpu_percent"][-1] == 3.0  # read for this heartbeat
+    assert fine["gpus"][0]["temperature"][-1] == 31
+    await store.close()
+
+
 def test_the_heartbeats_warnings_replace_the_registers_on_the_same_tool() -> None:
     said = "nvidia-smi: no answer in 10 s (since 01:02:03 UTC). Fix: run `nvidia-smi` by hand"
     avx = "cpu: no AVX2. Fix: use another node"
