@@ -14,13 +14,14 @@ import asyncio
 import os
 import re
 import stat
+import threading
 import time
 from pathlib import Path
 from typing import cast
 
 import pytest
 
-from llmgw.agent.discovery import Discovery, FakeNvml, Live
+from llmgw.agent.discovery import Discovery, FakeCard, FakeNvml, Live
 from llmgw.agent.discovery.collector import Collector, ReadFailed
 from llmgw.agent.discovery.ibwatch import PortWatch
 from llmgw.wire.codec import from_map, to_map
@@ -362,4 +363,51 @@ async def test_after_register_no_heartbeat_waits_for_a_first_read(tmp_path: Path
         (said,) = [w for w in failed[-1].warnings if w.startswith("ibstat:")]
         assert said.startswith(f"ibstat: no answer in {DEADLINE:g} s (since ")
     finally:
+        await d.close()
+
+
+async def test_nvml_stuck_in_the_driver_is_one_thread_not_one_per_read(tmp_path: Path) -> None:
+    """NVML answers in a worker thread, which no deadline can stop: a call stuck in the
+    driver is waited on again by the next read, never joined by another; the figures
+    are absent and the warning names NVML until it answers."""
+    gate = threading.Event()
+    hung = threading.Event()
+    calls: list[float] = []
+    nvml = FakeNvml([FakeCard("GPU-a", CARD, 80 << 30, 1 << 30, 12, (9, 0))])
+    counted = nvml.device_count
+
+    def device_count() -> int:
+        if hung.is_set():  # Register's read answered; from then on the driver hangs
+            calls.append(time.monotonic())
+            gate.wait(30)
+        return counted()
+
+    nvml.device_count = device_count  # type: ignore[method-assign]
+    sysfs = tmp_path / "sys" / "class"
+    sysfs.mkdir(parents=True)
+    d = Discovery(
+        [tmp_path],
+        nvml,
+        str(tmp_path / "no-smi"),
+        card_deadline=0.3,
+        collect_interval=0.1,
+        sysfs=sysfs,
+    )
+    try:
+        facts = await d.facts("gpu-node")
+        assert facts.gpu_source == "nvml" and len(facts.gpus) == 1
+        hung.set()
+        failed = await beats_until(d, lambda live: live.gpus is None, 5, "the cards absent")
+        (said,) = [w for w in failed[-1].warnings if w.startswith("NVML:")]
+        assert said.startswith("NVML: no answer in 0.3 s (since ")
+        assert failed[-1].unread == ["gpus", "gpu_health"]
+        # Many deadlines later, still the one stuck call.
+        await beats_until(d, lambda live: time.monotonic() - calls[0] > 1.5, 5, "1.5 s more")
+        assert len(calls) == 1
+        gate.set()
+        back = await beats_until(d, lambda live: live.gpus is not None, 5, "the cards back")
+        assert back[-1].gpus is not None and back[-1].gpus[0].utilization == 12
+        assert not any(w.startswith("NVML:") for w in back[-1].warnings)
+    finally:
+        gate.set()
         await d.close()
