@@ -31,8 +31,9 @@ FIXTURES = Path(__file__).parent / "fixtures"
 CAPTURE = FIXTURES / "smi" / "h100-hgx_8cards_580.105.08_verbatim.xml"
 CARD = "NVIDIA H100 80GB HBM3"
 # A heartbeat's own work (memory, load, hwmon) is quick; this much leaves room for a
-# loaded test machine and is still far below any card read's deadline.
-BEAT_BUDGET = 0.5
+# loaded test machine and is still half a card read's deadline (a beat that waited for a
+# hung read would take all of it).
+BEAT_BUDGET = 1.0
 # Room for a read of the 200 KB capture on a loaded machine: one that answers must not
 # be taken for one that hangs.
 DEADLINE = 2.0
@@ -357,6 +358,9 @@ async def test_after_register_no_heartbeat_waits_for_a_first_read(tmp_path: Path
     )
     try:
         await d.facts("gpu-node")
+        async with asyncio.timeout(5):
+            while ports.reads == 0:  # its first read under way, and hanging
+                await asyncio.sleep(0.01)
         live, took = await timed_beat(d)
         assert took < BEAT_BUDGET and ports.reads == 1
         assert live.gpus is not None and live.ib_ports is None
