@@ -72,17 +72,8 @@ from llmgw.agent.identity import enroll
 from llmgw.agent.session import AgentSession, SessionEnded, SessionSettings
 from llmgw.client.admin import AdminClient
 from llmgw.wire import HostFacts
-from llmgw.wire.messages import (
-    GPU,
-    Disk,
-    GpuHealth,
-    GpuProcess,
-    Heartbeat,
-    IbPort,
-    NodeVitals,
-    XidSeen,
-    encode_message,
-)
+from llmgw.wire.hardware import GPU, Disk, GpuHealth, GpuProcess, IbPort, NodeVitals, XidSeen
+from llmgw.wire.messages import Heartbeat, encode_message
 
 REPO = Path(__file__).resolve().parent.parent
 SILENT = 3600.0  # an interval long enough that nothing is sent within a window

@@ -46,7 +46,8 @@ from llmgw.server.catalog.ports import port_range
 from llmgw.server.catalog.reconciler import Plan, Reconciler
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.fleet.wiring import Wiring
-from llmgw.wire.messages import GPU, Disk, EngineInfo, HostFacts, ShardStatus
+from llmgw.wire.hardware import GPU, Disk, HostFacts
+from llmgw.wire.messages import EngineInfo, ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
 GIB = 1024**3

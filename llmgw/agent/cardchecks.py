@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from llmgw.agent.doctor import Check
-from llmgw.wire.messages import GPU, GpuHealth
+from llmgw.wire.hardware import GPU, GpuHealth
 from llmgw.wire.warnings import split_fix
 
 PERSISTENCE_FIX = (

@@ -56,8 +56,13 @@ async def run(
     except (TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
-        # Reaped even when the caller was cancelled: shielded, it waits for the exit.
-        await asyncio.shield(proc.wait())
+        # Reaped even when the caller was cancelled: shielded, it waits for the exit and
+        # its pipes' end (a child of its own may hold them a moment). A second cancel (a
+        # caller closing down) waits too: the first word goes up once it is reaped.
+        reap = asyncio.ensure_future(proc.wait())
+        while not reap.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(reap)
         raise
     return Finished(
         proc.returncode or 0,

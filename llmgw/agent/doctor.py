@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from llmgw.agent.discovery import AVX2_FIX, is_gpu_warning, is_x86, normalise_arch
-from llmgw.wire.messages import Disk, HostFacts
+from llmgw.wire.hardware import Disk, HostFacts
 from llmgw.wire.warnings import split_fix
 
 GiB = 1 << 30

@@ -132,6 +132,8 @@ async def run_agent(opts: AgentOptions) -> None:
         nvidia_smi=found.nvidia_smi,
         slow_interval=found.slow_interval,
         dcgm_exporter=found.dcgm_exporter,
+        card_deadline=found.read_deadline,
+        collect_interval=opts.heartbeat_interval,
     )
     runtime = NodeRuntime(runtime_opts)
     source.engine_groups = runtime.engine_groups

@@ -25,17 +25,8 @@ from llmgw import __version__
 from llmgw.agent.stream import Accepted, AgentStream, Deliver
 from llmgw.config import parse_hostport
 from llmgw.wire import HostFacts, Register
-from llmgw.wire.messages import (
-    GPU,
-    Disk,
-    EngineInfo,
-    GpuHealth,
-    IbPort,
-    Message,
-    NodeVitals,
-    ShardStatus,
-    ShardUsage,
-)
+from llmgw.wire.hardware import GPU, Disk, GpuHealth, IbPort, NodeVitals
+from llmgw.wire.messages import EngineInfo, Message, ShardStatus, ShardUsage
 
 log = logging.getLogger("llmgw.agent.session")
 
@@ -71,6 +62,10 @@ class LiveFigures(Protocol):
     def health_warnings(self) -> list[str] | None: ...
     @property
     def ib_ports(self) -> list[IbPort] | None: ...
+    @property
+    def ages(self) -> dict[str, float] | None: ...
+    @property
+    def unread(self) -> list[str] | None: ...
 
 
 class FactSource(Protocol):
@@ -272,6 +267,8 @@ class AgentSession:
                 vitals=live.vitals,
                 health_warnings=live.health_warnings,
                 ib_ports=live.ib_ports,
+                ages=live.ages,
+                unread=live.unread,
                 **(self.hooks.heartbeat_fields() if self.hooks else {}),
             )
             pipe.flush()

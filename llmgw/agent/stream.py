@@ -39,15 +39,11 @@ from h2.exceptions import ProtocolError
 from llmgw.wire.channel import FrameChannel, header_map
 from llmgw.wire.codec import MessageError
 from llmgw.wire.framing import FrameError
+from llmgw.wire.hardware import GPU, Disk, GpuHealth, IbPort, NodeVitals
 from llmgw.wire.messages import (
-    GPU,
-    Disk,
     Goodbye,
-    GpuHealth,
     Heartbeat,
-    IbPort,
     Message,
-    NodeVitals,
     Register,
     Registered,
     ShardUsage,
@@ -72,6 +68,8 @@ class HeartbeatFigures(TypedDict, total=False):
     health_warnings: list[str] | None
     settings: dict[str, object] | None
     ib_ports: list[IbPort] | None
+    ages: dict[str, float] | None
+    unread: list[str] | None
 
 
 @dataclass(frozen=True)

@@ -147,8 +147,11 @@ def node_block(n: NodeJson, mode: str, name_width: int) -> Text:
     if len(name) > name_width:
         name = name[: name_width - 1] + "…"
     text = Text(f"{name:<{name_width}} ", style="" if n.get("state") == "Ready" else "red")
+    # Figures that are not live (too old, or nvidia-smi not answering) are not coloured.
+    live = "gpus" not in (n.get("stale_figures") or [])
     for card in n.get("gpus") or []:
-        text.append(CELL, style=shade(card_share(card, mode), MODE_SHADES[mode]))
+        share = card_share(card, mode) if live else None
+        text.append(CELL, style=shade(share, MODE_SHADES[mode]))
     return text
 
 
@@ -157,7 +160,10 @@ def fleet_map(nodes: list[NodeJson], mode: str, width: int) -> Text:
     nodes with cards packed into as many columns as fit."""
     with_cards = [n for n in nodes if n.get("gpus")]
     cards = [c for n in with_cards for c in n["gpus"]]
-    shares = [s for s in (card_share(c, mode) for c in cards) if s is not None]
+    live = [
+        c for n in with_cards if "gpus" not in (n.get("stale_figures") or []) for c in n["gpus"]
+    ]
+    shares = [s for s in (card_share(c, mode) for c in live) if s is not None]
     text = Text()
     if not cards:
         text.append("No cards in the fleet.")

@@ -266,12 +266,26 @@ def history_text(history: HistoryJson, cards_now: list[CardJson], width: int) ->
     return text
 
 
+def stale_note(n: NodeJson, name: str) -> str | None:
+    """ "not live, read 40 s ago" when the node's figure ``name`` ("gpus", "disks") is
+    the last one read, not the figure of now (older than 30 s, or its tool is not
+    answering); None when it is live."""
+    if name not in (n.get("stale_figures") or []):
+        return None
+    age = (n.get("figure_ages") or {}).get(name)
+    return "not live, read " + ("at an unknown time" if age is None else f"{age:.0f} s ago")
+
+
 def summary(n: NodeJson) -> str:
     cpu = n.get("cpu_percent")
+    cpu_note = stale_note(n, "cpu_percent")
+    ram_note = stale_note(n, "memory_available")
     parts = [
         node_state(n),
-        f"CPU {bar(cpu, 100.0, 8) if cpu is not None else DASH}",
-        f"RAM {bar(memory_used(n), n.get('memory_total'), 8)} of {gib(n.get('memory_total'))} GiB",
+        f"CPU {bar(cpu, 100.0, 8) if cpu is not None else DASH}"
+        + (f" ({cpu_note})" if cpu_note else ""),
+        f"RAM {bar(memory_used(n), n.get('memory_total'), 8)} of {gib(n.get('memory_total'))} GiB"
+        + (f" ({ram_note})" if ram_note else ""),
         cards_summary(n.get("gpus") or []),
     ]
     if n.get("memory_read_gbs"):
@@ -475,8 +489,13 @@ class NodePage(Screen[None]):
                 for c in cards
             },
         )
+        cards_note = stale_note(node, "gpus")
         self.query_one("#node-cards").border_title = (
             f"Cards ({len(cards)})" if cards else "Cards: none (CPU only)"
+        ) + (f": {cards_note}" if cards_note else "")
+        disks_note = stale_note(node, "disks")
+        self.query_one("#node-disks").border_title = "Disks" + (
+            f": {disks_note}" if disks_note else ""
         )
         fill(
             self.query_one("#node-disks", DataTable),

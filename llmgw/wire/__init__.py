@@ -8,11 +8,9 @@ read, are typed shapes in ``llmgw.wire.admin``.
 from __future__ import annotations
 
 from llmgw.wire.framing import MAX_FRAME, FrameDecoder, FrameError, encode_frame
+from llmgw.wire.hardware import GPU, Disk, HostFacts
 from llmgw.wire.messages import (
-    GPU,
-    Disk,
     Heartbeat,
-    HostFacts,
     Message,
     Register,
     Registered,

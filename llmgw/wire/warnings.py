@@ -21,6 +21,12 @@ THROTTLE_REASONS = (
 )
 
 
+# The kinds of warning an agent's heartbeats carry whole, made by the tools it reads
+# apart from the heartbeat (agent/discovery/collector.py): one of these in Register's
+# facts is superseded by the heartbeats of an agent that sends figures' ages.
+COLLECTED_KINDS = frozenset({"nvidia-smi", "nvml", "disk", "ibstat", "dcgm-exporter"})
+
+
 def split_fix(warning: str) -> tuple[str, str | None]:
     """(what happened, what to do), the fix None when the warning names none."""
     detail, sep, fix = warning.partition(" Fix: ")

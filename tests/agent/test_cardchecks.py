@@ -11,7 +11,7 @@ from dataclasses import replace
 from llmgw.agent.cardchecks import PERSISTENCE_FIX, card_checks
 from llmgw.agent.discovery import card_warnings
 from llmgw.agent.doctor import Check
-from llmgw.wire.messages import GPU, GpuHealth, XidSeen
+from llmgw.wire.hardware import GPU, GpuHealth, XidSeen
 
 NOW = 1_800_000_000.0
 

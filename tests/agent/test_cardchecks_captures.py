@@ -16,7 +16,7 @@ from llmgw.agent.discovery import card_warnings
 from llmgw.agent.discovery.health import BUSY_FOR_SPEED
 from llmgw.agent.discovery.pcilink import PciLink, parse_lspci_link
 from llmgw.agent.doctor import Check
-from llmgw.wire.messages import GPU, GpuHealth
+from llmgw.wire.hardware import GPU, GpuHealth
 from tests.support.fakesmi import cards, fake_smi
 from tests.support.shared import SHARED_FIXTURES
 

@@ -20,7 +20,7 @@ from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.discovery.nvml import FIGURES, NvmlError
 from llmgw.agent.discovery.nvmlfake import FakeCard, FakeNvml
 from llmgw.agent.discovery.smixml import parse_smi_xml
-from llmgw.wire.messages import CARD_WIDE_FIGURES, GPU, GpuHealth, GpuProcess
+from llmgw.wire.hardware import CARD_WIDE_FIGURES, GPU, GpuHealth, GpuProcess
 from llmgw.wire.warnings import warning_kind
 
 SMI = Path(__file__).parent / "fixtures" / "smi"

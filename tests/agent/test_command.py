@@ -64,3 +64,33 @@ async def test_a_caller_that_stops_waiting_leaves_nothing_running(tmp_path: Path
     assert gone(pid)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+# Hangs as HANG does, with a child of its own that holds its stdout a while longer (a
+# shell script killed while its `sed` still writes).
+HANG_WITH_CHILD = (
+    "import subprocess, sys; subprocess.Popen(['sleep', '1']); "
+    "exec(compile(sys.argv[2], 'hang', 'exec'))"
+)
+
+
+async def test_a_second_cancel_still_leaves_it_reaped_and_its_pipes_closed(
+    tmp_path: Path,
+) -> None:
+    """A caller that gives up (a collector's deadline) and is then closed down (the
+    agent stopping) cancels twice: the command is still reaped, and its pipes closed,
+    before the cancel goes up; none is left for the garbage collector (a ResourceWarning
+    and an open fd)."""
+    me = psutil.Process()
+    await command.run([sys.executable, "-c", "pass"], 30)  # the loop's own fds, opened
+    before = me.num_fds()
+    marker = tmp_path / "pid"
+    argv = [sys.executable, "-c", HANG_WITH_CHILD, str(marker), HANG]
+    task = asyncio.create_task(command.run(argv, 600))
+    pid = await pid_of(marker)
+    task.cancel()
+    await asyncio.sleep(0.05)  # it is killed, and waits for the child's hold on its pipe
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert gone(pid) and me.num_fds() == before

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from llmgw.agent.discovery import Mount, disk_totals, is_shared, mount_of, scan_disks
-from llmgw.wire.messages import Disk
+from llmgw.wire.hardware import Disk
 
 GiB = 1 << 30
 T = TypeVar("T")

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from llmgw.agent.discovery import Discovery, FakeCard, FakeNvml
+from llmgw.agent.discovery import Discovery, FakeCard, FakeNvml, Live
 from llmgw.agent.discovery.xid import xid_meaning
 from llmgw.agent.discovery.xidwatch import boot_time
-from llmgw.wire.messages import GpuProcess
+from llmgw.wire.hardware import GpuProcess
 from llmgw.wire.warnings import warning_kind
 
 GiB = 1 << 30
@@ -59,6 +59,13 @@ def kmsg_xid(path: Path, at: float, code: int = 79, pci: str = "0000:3b:00") -> 
         f.write(f"4,99,{micros},-;NVRM: Xid (PCI:{pci}): {code}, pid=1, name=x, lost.\n")
 
 
+async def beat(d: Discovery) -> Live:
+    """A heartbeat's figures after the collectors read afresh (a heartbeat itself takes
+    what they last read, on their own schedule)."""
+    await d.collect()
+    return await d.live()
+
+
 def discovery(tmp_path: Path, nvml: FakeNvml, clock: Clock, **kw: Any) -> Discovery:
     kmsg = tmp_path / "kmsg"
     if not kmsg.exists():
@@ -82,7 +89,7 @@ async def test_slow_figures_when_due_and_warnings_when_changed(tmp_path: Path) -
     t0 = clock.now
     d = discovery(tmp_path, nvml, clock)
 
-    first = await d.live()
+    first = await beat(d)
     assert first.gpus is not None and first.gpus[0].temperature == 55
     assert first.gpu_health is not None
     (health,) = first.gpu_health
@@ -92,27 +99,27 @@ async def test_slow_figures_when_due_and_warnings_when_changed(tmp_path: Path) -
     assert first.vitals is None  # an empty sysfs
 
     clock.now = t0 + 5
-    second = await d.live()
+    second = await beat(d)
     assert second.gpus is not None and second.gpus[0].temperature == 55
     assert (second.gpu_health, second.health_warnings) == (None, None)
 
     # A figure that makes a warning: the warnings are sent, the slow figures are not due.
     nvml.set(0, throttle=0x40, temperature=92)
     clock.now = t0 + 10
-    third = await d.live()
+    third = await beat(d)
     assert third.gpu_health is None
     assert third.health_warnings is not None
     (said,) = third.health_warnings
     assert said.startswith(f"throttle: card 0 ({H100}) is held down by heat (hardware ")
 
     clock.now = t0 + 15
-    fourth = await d.live()
+    fourth = await beat(d)
     assert (fourth.gpu_health, fourth.health_warnings) == (None, None)
 
     # Due again at the minute: the slow figures come with what changed since.
     nvml.set(0, ecc_volatile_uncorrected=2, nvlink=[(True, {"replay": 3})] * 17 + [(False, {})])
     clock.now = t0 + 61
-    fifth = await d.live()
+    fifth = await beat(d)
     assert fifth.gpu_health is not None
     (health,) = fifth.gpu_health
     assert (health.ecc_volatile_uncorrected, health.nvlink_active, health.nvlink_errors) == (
@@ -126,16 +133,16 @@ async def test_slow_figures_when_due_and_warnings_when_changed(tmp_path: Path) -
     # The fault clears: the now empty list is sent once.
     nvml.set(0, throttle=0, ecc_volatile_uncorrected=0, nvlink=[(True, {})] * 18)
     clock.now = t0 + 66
-    sixth = await d.live()
+    sixth = await beat(d)
     assert sixth.gpu_health is None
     # The slow figures are not due: the ECC and NVLink warnings stand until they are.
     assert sixth.health_warnings is not None
     assert [warning_kind(w) for w in sixth.health_warnings] == ["ecc", "nvlink"]
     clock.now = t0 + 122
-    seventh = await d.live()
+    seventh = await beat(d)
     assert seventh.gpu_health is not None and seventh.health_warnings == []
     clock.now = t0 + 127
-    eighth = await d.live()
+    eighth = await beat(d)
     assert (eighth.gpu_health, eighth.health_warnings) == (None, None)
     await d.close()
 
@@ -145,12 +152,12 @@ async def test_an_xid_sends_the_slow_figures_at_once(tmp_path: Path) -> None:
     clock = Clock()
     t0 = clock.now
     d = discovery(tmp_path, nvml, clock)
-    first = await d.live()
+    first = await beat(d)
     assert first.gpu_health is not None and [h.xids for h in first.gpu_health] == [[], []]
 
     kmsg_xid(tmp_path / "kmsg", t0 + 3, code=79, pci="0000:19:00")
     clock.now = t0 + 5
-    second = await d.live()
+    second = await beat(d)
     assert second.gpu_health is not None
     a, b = second.gpu_health
     assert (a.uuid, a.xids) == ("GPU-a", [])
@@ -163,13 +170,13 @@ async def test_an_xid_sends_the_slow_figures_at_once(tmp_path: Path) -> None:
     assert said.startswith(f"xid: card 1 ({H100}) reported Xid 79 (once, 0 min ago): ")
 
     clock.now = t0 + 10
-    third = await d.live()
+    third = await beat(d)
     assert (third.gpu_health, third.health_warnings) == (None, None)
 
     # The same code again: the count moves, so the figures are sent again.
     kmsg_xid(tmp_path / "kmsg", t0 + 12, code=79, pci="0000:19:00")
     clock.now = t0 + 15
-    fourth = await d.live()
+    fourth = await beat(d)
     assert fourth.gpu_health is not None
     assert fourth.gpu_health[1].xids is not None
     assert [(x.code, x.count) for x in fourth.gpu_health[1].xids] == [(79, 2)]
@@ -178,7 +185,7 @@ async def test_an_xid_sends_the_slow_figures_at_once(tmp_path: Path) -> None:
 
     # An hour on, the Xid is old news: the warning goes, the count stays.
     clock.now = t0 + 12 + 3601
-    late = await d.live()
+    late = await beat(d)
     assert late.gpu_health is not None
     assert late.gpu_health[1].xids is not None and late.gpu_health[1].xids[0].count == 2
     assert late.health_warnings == []
@@ -197,10 +204,10 @@ async def test_nvml_xids_when_the_log_cannot_be_read(tmp_path: Path) -> None:
         sysfs=tmp_path / "sys",
         clock=clock,
     )
-    await d.live()
+    await beat(d)
     nvml.xid(0, 48)
     clock.now = t0 + 5
-    live = await d.live()
+    live = await beat(d)
     assert live.gpu_health is not None
     (health,) = live.gpu_health
     assert health.xids is not None and [(x.code, x.count) for x in health.xids] == [(48, 1)]
@@ -218,7 +225,7 @@ async def test_engine_processes_are_left_out(tmp_path: Path) -> None:
         clock = Clock()
         d = discovery(tmp_path, nvml, clock)
 
-        live = await d.live()
+        live = await beat(d)
         assert live.gpus is not None
         assert live.gpus[0].processes == [
             GpuProcess(pid=os.getpid(), memory=2 * GiB),
@@ -228,7 +235,7 @@ async def test_engine_processes_are_left_out(tmp_path: Path) -> None:
 
         d.engine_groups = lambda: {os.getpgid(0)}
         clock.now += 5
-        live = await d.live()
+        live = await beat(d)
         assert live.gpus is not None
         assert live.gpus[0].processes == [GpuProcess(pid=other.pid, memory=3 * GiB)]
         assert live.gpus[1].processes is None
@@ -236,7 +243,7 @@ async def test_engine_processes_are_left_out(tmp_path: Path) -> None:
         # Only ours: an empty list, which says "read, and none".
         nvml.set(0, processes=[(os.getpid(), GiB)])
         clock.now += 5
-        live = await d.live()
+        live = await beat(d)
         assert live.gpus is not None and live.gpus[0].processes == []
         await d.close()
     finally:
@@ -280,7 +287,7 @@ async def test_dcgm_counters_fill_in_where_gpm_gave_none(tmp_path: Path, dcgm_ur
     gpm = {"sm_active": 0.1, "sm_occupancy": 0.2, "tensor_active": 0.3, "dram_active": 0.4}
     nvml = FakeNvml([card(), card("GPU-b", bus_id="00000000:19:00.0", gpm=gpm), card("GPU-c")])
     d = discovery(tmp_path, nvml, Clock(), dcgm_exporter=dcgm_url)
-    live = await d.live()
+    live = await beat(d)
     await d.close()
     assert live.gpus is not None
     a, b, c = live.gpus
@@ -298,13 +305,11 @@ async def test_a_new_stream_gets_the_slow_figures_and_warnings_again(tmp_path: P
     await d.facts("n1")
     asked = nvml.figure_calls
     first = await d.live()
-    first_calls = nvml.figure_calls - asked
+    # The first heartbeat read nothing: it sends what facts() read, slow figures and all.
+    assert nvml.figure_calls == asked
     assert first.gpu_health is not None and first.health_warnings
     clock.now += 5
-    asked = nvml.figure_calls
-    quiet = await d.live()
-    # The first heartbeat read no more than a quiet one: the slow figures came from facts().
-    assert first_calls == nvml.figure_calls - asked
+    quiet = await beat(d)
     assert quiet.gpu_health is None and quiet.health_warnings is None
     await d.facts("n1")  # reconnected
     again = await d.live()

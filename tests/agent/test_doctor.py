@@ -18,7 +18,7 @@ from llmgw.agent.doctor import (
     parse_chronyc_tracking,
     parse_ntpq_peers,
 )
-from llmgw.wire.messages import GPU, Disk, HostFacts
+from llmgw.wire.hardware import GPU, Disk, HostFacts
 
 GiB = 1 << 30
 

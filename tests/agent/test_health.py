@@ -11,7 +11,7 @@ from llmgw.agent.discovery.cardread import LOST_CARD_FIX, from_smi_xml
 from llmgw.agent.discovery.health import XID_WINDOW, card_warnings
 from llmgw.agent.discovery.smixml import parse_smi_xml
 from llmgw.agent.discovery.xid import xid_meaning
-from llmgw.wire.messages import GPU, GpuHealth, XidSeen
+from llmgw.wire.hardware import GPU, GpuHealth, XidSeen
 from llmgw.wire.warnings import warning_kind
 
 NOW = 1_750_000_000.0

@@ -7,7 +7,7 @@ from pathlib import Path
 from llmgw.agent.discovery import QUERY_FIELDS, FakeCard, FakeNvml, NvidiaCards
 from llmgw.agent.discovery.smicsv import FULL_QUERY_FIELDS
 from llmgw.agent.discovery.xidwatch import XidWatch
-from llmgw.wire.messages import GpuHealth
+from llmgw.wire.hardware import GpuHealth
 from tests.support.fakesmi import calls, cards, fake_smi
 
 FIXTURES = Path(__file__).parent / "fixtures"

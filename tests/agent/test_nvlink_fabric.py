@@ -17,13 +17,8 @@ from llmgw.agent.discovery.nvmlfake import FakeCard, FakeNvml
 from llmgw.agent.discovery.smitext import parse_smi_text
 from llmgw.agent.discovery.smixml import parse_smi_xml
 from llmgw.wire.framing import FrameDecoder
-from llmgw.wire.messages import (
-    GpuHealth,
-    Heartbeat,
-    NodeVitals,
-    decode_message,
-    encode_message,
-)
+from llmgw.wire.hardware import GpuHealth, NodeVitals
+from llmgw.wire.messages import Heartbeat, decode_message, encode_message
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ZERO = "00000000-0000-0000-0000-000000000000"

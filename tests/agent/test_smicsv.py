@@ -10,7 +10,7 @@ import pytest
 from llmgw.agent.discovery.cardread import from_smi_xml
 from llmgw.agent.discovery.smicsv import FULL_QUERY_FIELDS, SmiCsvError, parse_full_query_csv
 from llmgw.agent.discovery.smixml import parse_smi_xml
-from llmgw.wire.messages import GPU, GpuHealth
+from llmgw.wire.hardware import GPU, GpuHealth
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CSV = FIXTURES / "smicsv"

@@ -16,7 +16,8 @@ import pytest
 
 from llmgw.agent.discovery import FakeCard, FakeNvml, read_nvml
 from llmgw.agent.supervisor import Supervisor
-from llmgw.wire.messages import GPU, Message, ShardSpec
+from llmgw.wire.hardware import GPU
+from llmgw.wire.messages import Message, ShardSpec
 from llmgw.wire.states import ShardState
 from tests.e2e.cluster import free_port
 from tests.support.engines import StandInEngines

@@ -10,7 +10,7 @@ import pytest
 from llmgw.agent.discovery import xidwatch as xidwatch_module
 from llmgw.agent.discovery.xid import xid_meaning
 from llmgw.agent.discovery.xidwatch import XidWatch, boot_time
-from llmgw.wire.messages import XidSeen
+from llmgw.wire.hardware import XidSeen
 
 BOOT = 1_700_000_000.0
 CARD_3B = "GPU-3b3b3b3b-0000-4000-8000-000000000001"

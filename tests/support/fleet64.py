@@ -116,16 +116,8 @@ from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.store import Store
 from llmgw.wire import GPU, Disk, Heartbeat, HostFacts, Register
 from llmgw.wire.framing import FrameDecoder
-from llmgw.wire.messages import (
-    EngineInfo,
-    GpuHealth,
-    IbPort,
-    Message,
-    NodeVitals,
-    Response,
-    decode_message,
-    encode_message,
-)
+from llmgw.wire.hardware import GpuHealth, IbPort, NodeVitals
+from llmgw.wire.messages import EngineInfo, Message, Response, decode_message, encode_message
 from llmgw.wire.states import NodeState
 from tests.support import wiring
 

@@ -10,10 +10,12 @@ field of the wrong type is an error.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from llmgw.server.fleet.figures import LiveFigures
-from llmgw.wire.messages import GPU, HostFacts, from_map, to_map
+from llmgw.server.fleet.figures import AGED_FIGURES, LiveFigures
+from llmgw.wire.hardware import GPU, HostFacts
+from llmgw.wire.messages import from_map, to_map
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -41,7 +43,9 @@ def facts(**fields: Any) -> HostFacts:
     return typed
 
 
-def live(**fields: Any) -> LiveFigures:
-    """A node's latest heartbeat figures; what is not given was never sent."""
+def live(at: float | None = None, **fields: Any) -> LiveFigures:
+    """A node's latest heartbeat figures; what is not given was never sent. Every
+    figure (and what the facts carry) was read at ``at`` (wall clock; now if not given)."""
     typed: LiveFigures = _read(LiveFigures, fields)
+    typed.read_at = dict.fromkeys(AGED_FIGURES, time.time() if at is None else at)
     return typed

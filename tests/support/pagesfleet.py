@@ -5,16 +5,18 @@ Frame whose templates render them without a server."""
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import replace
 
 from starlette.requests import Request
 
 from llmgw.server.access import Gate
-from llmgw.server.fleet.figures import LiveFigures
+from llmgw.server.fleet.figures import AGED_FIGURES, LiveFigures
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import Sessions
-from llmgw.wire.messages import GPU, Disk, EngineInfo, HostFacts, ShardStatus
+from llmgw.wire.hardware import GPU, Disk, HostFacts
+from llmgw.wire.messages import EngineInfo, ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 
 GIB = 2**30
@@ -51,7 +53,11 @@ def fleet(n: int, seed: int = 1) -> list[NodeView]:
             gpus=cards,
             disks=[Disk(path="/", fstype="ext4", total=4000 * GIB, free=900 * GIB)],
         )
-        live = LiveFigures(cpu_percent=round(rng.uniform(1, 95), 1))
+        # Every figure read just now: live, as a heartbeat's are.
+        live = LiveFigures(
+            cpu_percent=round(rng.uniform(1, 95), 1),
+            read_at=dict.fromkeys(AGED_FIGURES, time.time()),
+        )
         live.memory_available = rng.randint(100, 2000) * GIB
         if i % 13 == 0:
             live.health_warnings = [

@@ -9,7 +9,8 @@ from llmgw.server.catalog.plan import PlanNode, plan_nodes
 from llmgw.server.catalog.scheduler import NodeCapacity
 from llmgw.server.fleet.figures import LiveFigures
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import GPU, EngineInfo
+from llmgw.wire.hardware import GPU
+from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState
 from tests.support.nodefacts import facts
 

@@ -30,7 +30,8 @@ from llmgw.tui.gpumap import (
     shade,
 )
 from llmgw.tui.nodepage import GAP, NO_HISTORY, SPARKS, NodePage, history_text, sparkline
-from llmgw.wire.messages import GPU, from_map
+from llmgw.wire.hardware import GPU
+from llmgw.wire.messages import from_map
 from tests.tui import fleet
 from tests.tui.fleet import FleetApi
 from tests.tui.test_node_screens import colours, open_node, until

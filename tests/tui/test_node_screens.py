@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from rich.text import Text
@@ -15,8 +16,9 @@ from textual.widgets import DataTable, Log, Static
 from llmgw.client.admin import AdminClient
 from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
-from llmgw.tui.gpumap import SHADES, UNKNOWN, card_share, shade
-from llmgw.tui.nodepage import NodePage
+from llmgw.tui.gpumap import SHADES, UNKNOWN, card_share, node_block, shade
+from llmgw.tui.nodepage import NodePage, stale_note, summary
+from llmgw.wire.admin import NodeJson
 from tests.e2e.catalog import scheduled, serve_tiny
 from tests.e2e.cluster import Cluster, free_port
 from tests.tui import fleet
@@ -324,3 +326,19 @@ def test_the_node_page_says_the_engines_the_fleet_wants_against_what_the_node_ha
         "(has none) installing: vllm 0.11.0: Downloading torch"
     )
     assert engines_line("c", fleet) is None
+
+
+def test_figures_not_live_are_said_so_and_left_uncoloured() -> None:
+    """A node whose nvidia-smi hangs: the page says its cards' figures are the last read
+    and how old; the GPU map leaves them grey (not read) rather than colour old ones."""
+    live = cast(NodeJson, fleet.node(12))
+    assert stale_note(live, "gpus") is None and "not live" not in summary(live)
+    coloured = node_block(live, "busy", 8)
+    stale = cast(NodeJson, {**live, "stale_figures": ["gpus"], "figure_ages": {"gpus": 41.6}})
+    assert stale_note(stale, "gpus") == "not live, read 42 s ago"
+    grey = node_block(stale, "busy", 8)
+    assert grey.plain == coloured.plain
+    assert {str(span.style) for span in grey.spans[1:]} == {str(shade(None, SHADES))}
+    assert {str(span.style) for span in coloured.spans[1:]} != {str(shade(None, SHADES))}
+    unknown = cast(NodeJson, {**live, "stale_figures": ["cpu_percent"], "figure_ages": {}})
+    assert "CPU " in summary(unknown) and "(not live, read at an unknown time)" in summary(unknown)

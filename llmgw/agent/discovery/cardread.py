@@ -18,7 +18,7 @@ from typing import TypedDict, TypeVar, cast
 from llmgw.agent.discovery.mig import MigInstance
 from llmgw.agent.discovery.nvml import FABRIC_STATES, NvmlError, NvmlSource, decode_throttle
 from llmgw.agent.discovery.smixml import CardHealth, SmiXml
-from llmgw.wire.messages import CARD_WIDE_FIGURES, GPU, GpuHealth, GpuProcess
+from llmgw.wire.hardware import CARD_WIDE_FIGURES, GPU, GpuHealth, GpuProcess
 
 _T = TypeVar("_T")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from llmgw.wire.messages import Disk
+from llmgw.wire.hardware import Disk
 
 # Filesystems whose space is shared with other machines. 9p and virtiofs count too: they
 # are the host's (or Windows') disk seen from a VM or WSL, so the space is not this

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from llmgw.agent.discovery.pcilink import PciLink, link_warning
 from llmgw.agent.discovery.xid import xid_meaning
-from llmgw.wire.messages import GPU, GpuHealth
+from llmgw.wire.hardware import GPU, GpuHealth
 
 XID_WINDOW = 3600.0
 BUSY_FOR_SPEED = 50  # percent: above it a slow link is not power saving

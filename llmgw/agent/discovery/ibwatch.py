@@ -17,7 +17,7 @@ from typing import TypedDict
 
 from llmgw.agent import command
 from llmgw.agent.discovery.infiniband import SmInfo, normalise_guid, read_ports, read_sminfo
-from llmgw.wire.messages import IbPort
+from llmgw.wire.hardware import IbPort
 
 SM_EVERY = 60.0
 SM_STATES = {0: "NOTACTIVE", 1: "DISCOVERING", 2: "STANDBY", 3: "MASTER"}

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.agent import command
-from llmgw.wire.messages import IbPort
+from llmgw.wire.hardware import IbPort
 
 # ibstat's port state words -> the kernel's (sysfs ``state``), so both sources agree.
 _IBSTAT_STATE = {"Down": "DOWN", "Initializing": "INIT", "Armed": "ARMED", "Active": "ACTIVE"}

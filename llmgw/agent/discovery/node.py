@@ -1,16 +1,21 @@
 """The node as a whole: ``Discovery`` gathers host, disks and cards into one report.
 
 ``facts`` is the full scan for Register; ``live`` the figures that move, for each
-heartbeat. Both stay well under a second on a sound machine: blocking reads run through
-``asyncio.to_thread``, disks and cards are read at the same time, and a disk scan that
-hangs (a dead NFS server) is left behind after a timeout instead of holding the beat.
+heartbeat. ``live`` never waits on a slow tool: the cards (NVML or nvidia-smi), the
+disks (a dead NFS server hangs their scan), dcgm-exporter and the InfiniBand ports are
+each read by a ``Collector`` on its own schedule with its own deadline, and a heartbeat
+sends what each last read with its age (``Heartbeat.ages``). A collector that missed
+its deadline or failed leaves its figures absent, names them in ``Heartbeat.unread``
+and adds a warning naming the tool, since when and its fix, until it answers again.
+Only the fast reads (memory, load, hwmon, RAPL) are made for the heartbeat itself.
 
 The cards' slow figures (ECC, retired and remapped rows, NVLink) are read every
 ``slow_interval`` and sent then; sooner when an Xid arrives, or when they changed in a
-read that gives them anyway (``nvidia-smi -q -x`` does, each heartbeat). The node's
-health warnings are sent whenever they change. Whether IMEX runs (``imex``) is read
-every ``slow_interval`` and sent with the vitals. A card's processes are listed without
-this node's own engines (their process groups, given by ``engine_groups``).
+read that gives them anyway (``nvidia-smi -q -x`` does, each read). The node's
+warnings (the cards' health and the collectors') are sent whenever they change.
+Whether IMEX runs (``imex``) is read every ``slow_interval`` and sent with the vitals.
+A card's processes are listed without this node's own engines (their process groups,
+given by ``engine_groups``).
 """
 
 from __future__ import annotations
@@ -21,19 +26,24 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
+from llmgw.agent.discovery.collector import Collector, ReadFailed, Reading
 from llmgw.agent.discovery.dcgm import ProfCounters, scrape_dcgm_exporter
 from llmgw.agent.discovery.disks import scan_disks
 from llmgw.agent.discovery.health import card_warnings
 from llmgw.agent.discovery.host import CpuMeter, read_host, read_load, read_memory
 from llmgw.agent.discovery.ibwatch import PortWatch
 from llmgw.agent.discovery.imex import Imex, read_imex
-from llmgw.agent.discovery.nvidia import NvidiaCards
-from llmgw.agent.discovery.nvidia_smi import run_nvidia_smi_topo
+from llmgw.agent.discovery.nvidia import GpuReading, NvidiaCards
+from llmgw.agent.discovery.nvidia_smi import DRIVER_FIX, run_nvidia_smi_topo
 from llmgw.agent.discovery.nvml import NvmlSource, process_group
 from llmgw.agent.discovery.vitals import RaplMeter, read_hwmon
 from llmgw.agent.discovery.xidwatch import KMSG, XidWatch
-from llmgw.wire.messages import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals
+from llmgw.wire.hardware import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals
+from llmgw.wire.warnings import split_fix
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,22 @@ class Live:
     vitals: NodeVitals | None = None
     health_warnings: list[str] | None = None
     ib_ports: list[IbPort] | None = None
+    # Seconds since each collected figure was read (Heartbeat.ages), and the figures
+    # whose collector failed: absent, and not live on the control plane either.
+    ages: dict[str, float] | None = None
+    unread: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class CardRead:
+    """One read of the cards, and whether it was a slow one (health figures due)."""
+
+    cards: GpuReading
+    slow: bool
+
+
+# The figures of each collector, by the Heartbeat field that carries them.
+CARD_FIGURES = ("gpus", "gpu_health")
 
 
 class Discovery:
@@ -59,6 +85,12 @@ class Discovery:
     ``directories`` are the ones the agent writes to (weights, engines, state, logs);
     their filesystems are the disks reported. ``nvml`` defaults to the real NVML and
     ``nvidia_smi`` (a name on PATH, a path, or a command list) is the fallback.
+
+    The slow reads (cards, disks, dcgm-exporter, InfiniBand ports) are collectors
+    (``collector.Collector``): each runs every ``collect_interval`` seconds apart from
+    the heartbeat with its own deadline (``card_deadline``, ``disk_timeout``), and
+    ``live`` sends what they last read, with its age, without waiting. ``collect``
+    reads them all now, for a one-shot caller (doctor) or a test.
     """
 
     def __init__(
@@ -69,6 +101,8 @@ class Discovery:
         *,
         disk_timeout: float = 5.0,
         nvidia_smi_timeout: float = 10.0,
+        card_deadline: float | None = None,
+        collect_interval: float = 5.0,
         cpuinfo: Path = Path("/proc/cpuinfo"),
         slow_interval: float = 60.0,
         dcgm_exporter: str | None = None,
@@ -83,7 +117,7 @@ class Discovery:
         self._cards = NvidiaCards(nvml, nvidia_smi, nvidia_smi_timeout, XidWatch(kmsg))
         self._disk_timeout = disk_timeout
         self._cpuinfo = cpuinfo
-        self._disk_scan: asyncio.Task[list[Disk]] | None = None
+        self._disk_scan: asyncio.Future[list[Disk]] | None = None
         # Primed now so the first report has a window to measure over.
         self._cpu = CpuMeter()
         self._slow_interval = slow_interval
@@ -98,43 +132,110 @@ class Discovery:
         self._imex_at = float("-inf")
         self._slow_at = float("-inf")
         self._health: list[GpuHealth] = []
+        self._health_at: float | None = None  # the card collector's clock
         self._sent_xids: dict[str, object] = {}
         self._sent_warnings: list[str] | None = None
+        self._judged: list[str] = []  # the cards' warnings from their last figures
+        # The next card read is a full one (Register's): NVML retried, slow figures read.
+        self._full = False
+        self._taken: Reading[CardRead] | None = None
+        interval = collect_interval
+        deadline = card_deadline if card_deadline is not None else nvidia_smi_timeout
+        self._card_reads = Collector(
+            lambda: self._cards.tool,
+            self._read_cards,
+            interval=interval,
+            deadline=deadline,
+            fix=DRIVER_FIX,
+        )
+        self._disk_reads = Collector(
+            "disk",
+            self._scan_disks,
+            interval=interval,
+            deadline=disk_timeout,
+            doing=f"reading the filesystems of {', '.join(self._directories)}",
+            fix=(
+                "look for a hung network mount (`df` hangs on it); remount it or bring its "
+                "server back"
+            ),
+        )
+        self._port_reads = Collector(
+            "ibstat",
+            self._ports.read,
+            interval=interval,
+            deadline=deadline,
+            fix="run `ibstat` by hand; check the RDMA drivers (`lsmod | grep ib_`)",
+        )
+        self._prof_reads = Collector(
+            "dcgm-exporter",
+            self._profiling,
+            interval=interval,
+            deadline=5.0,
+            fix=f"check that dcgm-exporter runs and answers at {dcgm_exporter}",
+        )
+        self._collectors: list[Collector[Any]] = [
+            self._card_reads,
+            self._disk_reads,
+            self._port_reads,
+        ]
+        if dcgm_exporter is not None:
+            self._collectors.append(self._prof_reads)
         # The process groups of this node's engines: theirs are not "other" processes.
         self.engine_groups: Callable[[], set[int]] = set
 
-    async def _disks(self) -> tuple[list[Disk] | None, list[str]]:
+    async def _scan_disks(self) -> list[Disk]:
+        # A scan still running from an earlier read is waited on, not doubled: a hung
+        # mount would otherwise take one more worker thread per read. The collector's
+        # deadline cancels the wait, never the scan (a thread cannot be stopped).
         scan = self._disk_scan
-        if scan is None:
-            # A scan still running from an earlier call is waited on, not doubled: a
-            # hung mount would otherwise take one more worker thread per heartbeat.
+        if scan is None or scan.done():
             scan = asyncio.ensure_future(asyncio.to_thread(scan_disks, self._directories))
             self._disk_scan = scan
-        done, _ = await asyncio.wait({scan}, timeout=self._disk_timeout)
-        if not done:
-            return None, [
-                f"disk: no answer in {self._disk_timeout:g} s reading the filesystems of "
-                f"{', '.join(self._directories)}. Fix: look for a hung network mount "
-                "(`df` hangs on it); remount it or bring its server back"
-            ]
-        self._disk_scan = None
-        return scan.result(), []
+        return await asyncio.shield(scan)
+
+    async def _read_cards(self) -> CardRead:
+        now = self._clock()
+        full, self._full = self._full, False
+        slow = full or now - self._slow_at >= self._slow_interval
+        cards = await self._cards.read(retry_nvml=full, slow=slow)
+        if cards.gpus is None:
+            said = cards.warnings[-1] if cards.warnings else f"{self._cards.tool}: no answer"
+            detail, fix = split_fix(said)
+            raise ReadFailed(detail.partition(": ")[2] or detail, fix)
+        if slow and cards.health is not None:
+            self._slow_at = now
+        return CardRead(cards, slow)
+
+    async def _waited(self, collector: Collector[T], timeout: float) -> Reading[T] | None:
+        """A fresh read for Register (``facts``); what there is while the tool fails."""
+        return await collector.next(0 if collector.failing else timeout)
 
     async def facts(self, hostname: str) -> HostFacts:
         """The full scan, for Register."""
-        host, (disks, disk_warnings), cards = await asyncio.gather(
+        self._full = True
+        host, disks, cards = await asyncio.gather(
             asyncio.to_thread(read_host, self._cpuinfo),
-            self._disks(),
-            self._cards.read(retry_nvml=True, slow=True),
+            self._waited(self._disk_reads, self._disk_timeout + 1),
+            self._waited(self._card_reads, self._card_reads.deadline + 1),
         )
+        for c in self._collectors:
+            c.start()
         # A new stream (Register) starts the control plane's copy afresh: the first
         # heartbeat after it sends the slow figures and the warnings again, the slow
         # figures as read here rather than read all again.
         self._sent_xids, self._sent_warnings = {}, None
-        if cards.health is not None:
-            self._health, self._slow_at = cards.health, self._clock()
+        card_warnings_now: list[str] = []
+        gpus: list[GPU] = []
+        source = cuda = None
+        if cards is not None:
+            self._taken = cards
+            read = cards.value.cards
+            gpus, source, cuda = read.gpus or [], read.source, read.cuda_version
+            card_warnings_now = read.warnings
+            if read.health is not None:
+                self._health, self._health_at = read.health, cards.at
         topology = None
-        if cards.gpus:
+        if gpus:
             topology = await run_nvidia_smi_topo(self._smi, self._smi_timeout)
         cpu = host.cpu
         return HostFacts(
@@ -150,53 +251,101 @@ class Discovery:
             memory_available=host.memory_available,
             cpu_percent=self._cpu.sample(),
             load=host.load,
-            disks=disks,
+            disks=disks.value if disks is not None else None,
             # HostFacts has no "not read" for cards; a failed read leaves its warning.
-            gpus=cards.gpus or [],
-            gpu_source=cards.source,
-            warnings=[*host.warnings, *disk_warnings, *cards.warnings],
-            cuda_version=cards.cuda_version,
+            gpus=gpus,
+            gpu_source=source,
+            warnings=[
+                *host.warnings,
+                *(w for w in (self._disk_reads.warning, self._card_reads.warning) if w),
+                *card_warnings_now,
+            ],
+            cuda_version=cuda,
             topology=topology,
         )
 
+    async def collect(self) -> None:
+        """Read every collector now and wait for it (each up to its deadline): for a
+        one-shot caller and tests; heartbeats never wait on a read."""
+        await asyncio.gather(*(c.next(c.deadline + 1) for c in self._collectors))
+
     async def live(self) -> Live:
-        """The moving figures, for a heartbeat; the slow ones when due or changed."""
+        """The moving figures, for a heartbeat: what the collectors last read (waited
+        for only when nothing started them yet), the slow ones when due or changed."""
         now = self._clock()
-        slow = now - self._slow_at >= self._slow_interval
-        (memory, load, vitals), (disks, disk_warnings), cards, prof, ib = await asyncio.gather(
-            asyncio.to_thread(lambda: (read_memory()[1], read_load(), self._vitals(now))),
-            self._disks(),
-            self._cards.read(slow=slow),
-            self._profiling(),
-            self._ports.read(),
+        # Collectors not yet going (no facts() before: doctor, a test) are waited for
+        # once; after Register's facts() started them, a heartbeat waits for none.
+        first = [c.next(c.deadline + 1) for c in self._collectors if not c.scheduled]
+        if first:
+            await asyncio.gather(*first)
+        memory, load, vitals = await asyncio.to_thread(
+            lambda: (read_memory()[1], read_load(), self._vitals(now))
         )
-        gpus = cards.gpus
+        disks = self._disk_reads.latest
+        ports = self._port_reads.latest
+        prof = self._prof_reads.latest
+        got = self._card_reads.latest
+        gpus: list[GPU] | None = None
         health: list[GpuHealth] | None = None
-        if gpus is not None:
-            gpus = self._own_removed(self._with_profiling(gpus, prof))
-            if cards.health is not None and (slow or cards.health != self._health):
-                # Due, or read anyway (nvidia-smi reads them every time) and changed.
-                if slow:
-                    self._slow_at = now
-                self._health = health = cards.health
+        card_said: list[str] = []
+        if got is not None:
+            read = got.value
+            card_said = read.cards.warnings
+            gpus = self._own_removed(
+                self._with_profiling(read.cards.gpus or [], prof.value if prof else {})
+            )
+            if got is not self._taken:
+                self._taken = got
+                fresh = read.cards.health
+                if fresh is not None and (read.slow or fresh != self._health):
+                    # Due, or read anyway (nvidia-smi reads them every time) and changed.
+                    self._health, self._health_at = fresh, got.at
+                    health = fresh
             health = self._xids_news(health)
-        said = None
-        if gpus is not None:  # a failed read judges nothing: the last word stands
-            warnings = card_warnings(gpus, self._health, now)
-            said = None if warnings == self._sent_warnings and health is None else warnings
-            self._sent_warnings = warnings
+            # A failed read judges nothing: the cards' last word stands.
+            self._judged = card_warnings(gpus, self._health, now)
+        failing = [c.warning for c in self._collectors if c.warning]
+        warnings = [*self._judged, *failing, *card_said]
+        said = None if warnings == self._sent_warnings and health is None else warnings
+        self._sent_warnings = warnings
         return Live(
             memory_available=memory,
             cpu_percent=self._cpu.sample(),
             load=load,
-            disks=disks,
+            disks=disks.value if disks is not None else None,
             gpus=gpus,
-            warnings=[*disk_warnings, *cards.warnings],
+            warnings=[*failing, *card_said],
             gpu_health=health,
             vitals=vitals,
             health_warnings=said,
-            ib_ports=ib,
+            ib_ports=ports.value if ports is not None else None,
+            ages=self._ages(),
+            unread=self._unread() or None,
         )
+
+    def _ages(self) -> dict[str, float] | None:
+        ages: dict[str, float] = {}
+        for name, c in (
+            ("gpus", self._card_reads),
+            ("disks", self._disk_reads),
+            ("ib_ports", self._port_reads),
+        ):
+            age = c.age()
+            if age is not None:
+                ages[name] = round(age, 3)
+        if self._health_at is not None and self._card_reads.latest is not None:
+            ages["gpu_health"] = round(max(0.0, time.monotonic() - self._health_at), 3)
+        return ages or None
+
+    def _unread(self) -> list[str]:
+        unread: list[str] = []
+        if self._card_reads.failing:
+            unread += CARD_FIGURES
+        if self._disk_reads.failing:
+            unread.append("disks")
+        if self._port_reads.failing:
+            unread.append("ib_ports")
+        return unread
 
     def _vitals(self, now: float) -> NodeVitals | None:
         hwmon = read_hwmon(self._hwmon)
@@ -217,7 +366,10 @@ class Discovery:
     async def _profiling(self) -> dict[str, ProfCounters]:
         if self._dcgm is None:
             return {}
-        return await scrape_dcgm_exporter(self._dcgm) or {}
+        found = await scrape_dcgm_exporter(self._dcgm)
+        if found is None:
+            raise ReadFailed(f"no answer from {self._dcgm}")
+        return found
 
     @staticmethod
     def _with_profiling(gpus: list[GPU], prof: dict[str, ProfCounters]) -> list[GPU]:
@@ -266,7 +418,9 @@ class Discovery:
         return self._cards.xids.uses_kernel_log
 
     async def close(self) -> None:
-        """Stop NVML. A disk scan still hung is abandoned; its thread ends when it can."""
+        """Stop the collectors and NVML. A disk scan still hung is abandoned; its thread
+        ends when it can."""
+        await asyncio.gather(*(c.close() for c in self._collectors))
         if self._disk_scan is not None:
             self._disk_scan.cancel()
             self._disk_scan = None

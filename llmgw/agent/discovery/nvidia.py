@@ -42,7 +42,7 @@ from llmgw.agent.discovery.nvml import (
 )
 from llmgw.agent.discovery.smixml import SmiXml
 from llmgw.agent.discovery.xidwatch import XidWatch
-from llmgw.wire.messages import GPU, GpuHealth
+from llmgw.wire.hardware import GPU, GpuHealth
 
 GPU_WARNING_PREFIXES = ("NVML:", "nvidia-smi:")
 
@@ -93,6 +93,21 @@ class NvidiaCards:
         # slow read through nvidia-smi.
         self._nvlink: dict[str, tuple[int, int, dict[str, int] | None]] = {}
         self.xids = xids if xids is not None else XidWatch()
+        self._nvml_call: asyncio.Future[GpuReading] | None = None
+
+    async def _nvml_read(self, slow: bool) -> GpuReading:
+        """NVML's read in a worker thread. A read whose caller stopped waiting (its
+        collector's deadline) is waited on again, not doubled: a thread stuck in the
+        driver cannot be stopped, and one more per read would pile up."""
+        call = self._nvml_call
+        if call is None or call.done():
+            call = self._nvml_call = asyncio.ensure_future(asyncio.to_thread(self._read_nvml, slow))
+        return await asyncio.shield(call)
+
+    @property
+    def tool(self) -> str:
+        """What the cards are read through now, as warnings name it."""
+        return "NVML" if self._state == "ok" else "nvidia-smi"
 
     async def _start_nvml(self) -> None:
         try:
@@ -186,7 +201,7 @@ class NvidiaCards:
         warnings: list[str] = []
         if self._state == "ok":
             try:
-                return await asyncio.to_thread(self._read_nvml, slow)
+                return await self._nvml_read(slow)
             except NvmlError as exc:
                 self._state, self._init_error = "failed", str(exc)
                 await asyncio.to_thread(self._nvml.shutdown)

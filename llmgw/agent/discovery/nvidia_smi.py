@@ -19,7 +19,7 @@ from llmgw.agent.discovery.smicsv import FULL_QUERY_FIELDS, SmiCsvError, parse_f
 from llmgw.agent.discovery.smitext import SmiTextError, parse_smi_text
 from llmgw.agent.discovery.smixml import SmiXml, SmiXmlError, no_figure, parse_smi_xml
 from llmgw.agent.discovery.topology import TopologyFormatError, parse_topo
-from llmgw.wire.messages import GPU, CardLinks, GpuHealth, GpuTopology
+from llmgw.wire.hardware import GPU, CardLinks, GpuHealth, GpuTopology
 
 QUERY_FIELDS = (
     "index",

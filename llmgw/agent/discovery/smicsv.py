@@ -32,7 +32,7 @@ import re
 
 from llmgw.agent.discovery.nvml import THROTTLE_BITS, decode_throttle
 from llmgw.agent.discovery.smixml import no_figure
-from llmgw.wire.messages import GPU, GpuHealth
+from llmgw.wire.hardware import GPU, GpuHealth
 
 FULL_QUERY_FIELDS: tuple[str, ...] = (
     "index",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.agent.discovery.xid import parse_xid_line, xid_meaning
-from llmgw.wire.messages import XidSeen
+from llmgw.wire.hardware import XidSeen
 
 KMSG = Path("/dev/kmsg")
 _MAX_READS = 100_000  # records read in one go: a flood is read in the next beat

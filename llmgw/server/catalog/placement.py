@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
-from llmgw.wire.messages import GPU, EngineInfo
+from llmgw.wire.hardware import GPU
+from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from llmgw.wire.messages import GPU
+from llmgw.wire.hardware import GPU
 
 
 class EnergyMeter:

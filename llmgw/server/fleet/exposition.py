@@ -13,10 +13,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llmgw.server.fleet.figures import NodeFigures
+from llmgw.server.fleet.figures import NodeFigures, node_warnings
 from llmgw.server.fleet.nvlink import card_joined
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import CARD_WIDE_FIGURES, GPU, GpuHealth, IbPort, NodeVitals
+from llmgw.wire.hardware import CARD_WIDE_FIGURES, GPU, GpuHealth, IbPort, NodeVitals
 from llmgw.wire.states import NodeState
 from llmgw.wire.warnings import THROTTLE_REASONS, warning_kind
 
@@ -220,18 +220,21 @@ class NodeSnapshot:
     sources: dict[str, str | None]  # replica -> what it serves
 
     @classmethod
-    def of(cls, view: NodeView) -> NodeSnapshot:
+    def of(cls, view: NodeView, now: float | None = None) -> NodeSnapshot:
+        """The node as of ``now`` (wall clock): a figure that is not live (too old, or
+        unread lately by its agent) is left out, a card keeping what it is."""
         facts, live = view.facts, view.live
+        now = time.time() if now is None else now
         return cls(
             id=view.id,
             up=view.state == NodeState.READY,
             last_seen=view.last_seen,
-            figures=view.figures(),
+            figures=NodeFigures.shown(facts, live, now),
             cuda_version=facts.cuda_version if facts else None,
-            warnings=(*(facts.warnings if facts else ()), *(live.health_warnings or ())),
-            gpu_health=tuple(live.gpu_health or ()),
-            vitals=live.vitals,
-            ib_ports=tuple(live.ib_ports or ()),
+            warnings=tuple(node_warnings(facts, live)),
+            gpu_health=tuple(live.gpu_health or ()) if live.is_live("gpu_health", now) else (),
+            vitals=live.vitals if live.is_live("vitals", now) else None,
+            ib_ports=tuple(live.ib_ports or ()) if live.is_live("ib_ports", now) else (),
             usage=dict(view.usage),
             sources={r: s.source for r, s in view.shards.items()},
         )
@@ -376,7 +379,7 @@ def fleet_metrics(
     now = time.time() if now is None else now
     f = Families()
     _declare_all(f)
-    snaps = [n if isinstance(n, NodeSnapshot) else NodeSnapshot.of(n) for n in nodes]
+    snaps = [n if isinstance(n, NodeSnapshot) else NodeSnapshot.of(n, now) for n in nodes]
     for view in sorted(snaps, key=lambda v: v.id):
         f.add("llmgw_node_up", f'node="{_esc(view.id)}"', int(view.up))
         if view.last_seen is None or now - view.last_seen > STALE:

@@ -24,7 +24,7 @@ from typing import TypedDict
 
 from llmgw.server.fleet.exposition import Families, label_text
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import IbPort
+from llmgw.wire.hardware import IbPort
 
 RECENT = 900.0  # seconds a change of master is reported, and joins the fabrics it bridged
 # A node label declaring the one fabric a node is cabled to (its id, as `ctl fabrics` shows).

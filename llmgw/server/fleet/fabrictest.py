@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Literal, TypedDict
 
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
-from llmgw.wire.messages import IbPort
+from llmgw.wire.hardware import IbPort
 
 FEATURE = "ib_write_bw"
 FIRST_PORT = 18515  # perftest's own default; one port per rail from there

@@ -6,6 +6,13 @@ discovery found; ``LiveFigures`` holds the latest of each figure the heartbeats 
 registering, as placement, the planner and the pages read them. None is a figure the
 agent has not reported, never a zero.
 
+Every live figure has an age: when it was read, by the agent's word (``Heartbeat.ages``,
+seconds before the heartbeat, so the two clocks need not agree) or else when the
+heartbeat carrying it came. A figure older than ``STALE_AFTER`` seconds (the cards'
+slow figures: ``SLOW_STALE_AFTER``), or one the agent says it could not read lately
+(``Heartbeat.unread``), is not live: placement still reads the last copy, but the API
+shows it with its age and as stale, /metrics leaves it out, and the pages grey it.
+
 ``plain`` is the JSON form the admin API shows (``codec.to_map``'s answer, quicker).
 """
 
@@ -13,10 +20,55 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from llmgw.wire.messages import GPU, Disk, GpuHealth, Heartbeat, HostFacts, IbPort, NodeVitals
+from llmgw.wire.hardware import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals
+from llmgw.wire.messages import Heartbeat
+from llmgw.wire.warnings import COLLECTED_KINDS, warning_kind
+
+# Seconds after which a figure is too old to be shown as live.
+STALE_AFTER = 30.0
+# The cards' slow figures (ECC, rows, NVLink) are read once a minute by design.
+SLOW_STALE_AFTER = 150.0
+# The figures that have an age, by their Heartbeat field names.
+AGED_FIGURES = (
+    "memory_available",
+    "cpu_percent",
+    "load",
+    "disks",
+    "gpus",
+    "gpu_health",
+    "vitals",
+    "ib_ports",
+)
+# Those Register's facts carry too (read when the node registered).
+FACT_FIGURES = ("memory_available", "cpu_percent", "load", "disks", "gpus")
+# What a card is, not how it is doing: kept when its figures are not live.
+CARD_IDENTITY = (
+    "index",
+    "uuid",
+    "name",
+    "memory_total",
+    "compute_capability",
+    "driver",
+    "bus_id",
+    "pcie_gen_max",
+    "pcie_width_max",
+    "pcie_gen_device_max",
+    "pcie_gen_host_max",
+    "mig_mode",
+    "mig_parent",
+    "mig_profile",
+    "mig_class",
+)
+
+
+def card_identity(gpu: GPU) -> GPU:
+    """The card without its moving figures: what a page or /metrics shows of a card
+    whose figures are not live."""
+    return GPU(**{name: getattr(gpu, name) for name in CARD_IDENTITY})
 
 
 @dataclass(slots=True)
@@ -41,9 +93,49 @@ class LiveFigures:
     health_warnings: list[str] | None = None
     # InfiniBand and RoCE ports with their counters ([] for a node with none).
     ib_ports: list[IbPort] | None = None
+    # When each figure was read (wall clock of the control plane), by field name.
+    read_at: dict[str, float] = field(default_factory=dict)
+    # The figures the agent could not read lately (its last heartbeat's word).
+    unread: frozenset[str] = frozenset()
+    # Whether the agent sends ages: it reads its slow tools apart and its heartbeats'
+    # warnings speak for them (COLLECTED_KINDS).
+    aged: bool = False
 
-    def take(self, beat: Heartbeat) -> None:
-        """A heartbeat's figures over the last ones; those it does not carry stay."""
+    @classmethod
+    def registered(cls, now: float) -> LiveFigures:
+        """A node's figures as it registers: those its facts carry, read now."""
+        return cls(read_at=dict.fromkeys(FACT_FIGURES, now))
+
+    def age(self, name: str, now: float) -> float | None:
+        """Seconds since ``name`` was read; None when no one knows."""
+        at = self.read_at.get(name)
+        return None if at is None else max(0.0, now - at)
+
+    def is_live(self, name: str, now: float) -> bool:
+        """Whether ``name`` may be shown as the figure of now."""
+        age = self.age(name, now)
+        limit = SLOW_STALE_AFTER if name == "gpu_health" else STALE_AFTER
+        return age is not None and age <= limit and name not in self.unread
+
+    def ages(self, now: float) -> dict[str, float]:
+        """Each figure's age in seconds (tenths), for the admin API."""
+        return {
+            name: round(age, 1) for name in AGED_FIGURES if (age := self.age(name, now)) is not None
+        }
+
+    def take(self, beat: Heartbeat, now: float | None = None) -> None:
+        """A heartbeat's figures over the last ones; those it does not carry stay (and
+        keep their age). ``now``: when it came (wall clock)."""
+        now = time.time() if now is None else now
+        ages = beat.ages or {}
+        self.aged = self.aged or beat.ages is not None
+        for name in AGED_FIGURES:
+            age = ages.get(name)
+            if age is not None:
+                self.read_at[name] = now - max(0.0, age)
+            elif getattr(beat, name) is not None:
+                self.read_at[name] = now
+        self.unread = frozenset(beat.unread or ())
         if beat.memory_available is not None:
             self.memory_available = beat.memory_available
         if beat.cpu_percent is not None:
@@ -66,6 +158,18 @@ class LiveFigures:
             self.health_warnings = beat.health_warnings
         if beat.ib_ports is not None:
             self.ib_ports = beat.ib_ports
+
+
+def node_warnings(facts: HostFacts | None, live: LiveFigures) -> list[str]:
+    """A node's warnings: discovery's at Register, then the heartbeats' (the cards'
+    health and the slow tools'), none twice. Once an agent's heartbeats speak for its
+    tools (``LiveFigures.aged``), its Register's words on them are left out: the tool
+    may answer again since."""
+    said = live.health_warnings or []
+    old = facts.warnings if facts else []
+    if live.aged and live.health_warnings is not None:
+        old = [w for w in old if warning_kind(w) not in COLLECTED_KINDS]
+    return list(dict.fromkeys([*old, *said]))
 
 
 @dataclass(frozen=True)
@@ -106,6 +210,23 @@ class NodeFigures:
             disks=None if disks is None else tuple(disks),
             memory_read_gbs=live.memory_read_gbs,
             memory_read_one_core_gbs=live.memory_read_one_core_gbs,
+        )
+
+    @classmethod
+    def shown(cls, facts: HostFacts | None, live: LiveFigures, now: float) -> NodeFigures:
+        """``read``, less what is not live: what /metrics and the pages show as now. A
+        card whose figures are not live keeps what it is (``card_identity``)."""
+        figures = cls.read(facts, live)
+        fresh = {name: live.is_live(name, now) for name in FACT_FIGURES}
+        if all(fresh.values()):
+            return figures
+        return dataclasses.replace(
+            figures,
+            memory_available=figures.memory_available if fresh["memory_available"] else None,
+            cpu_percent=figures.cpu_percent if fresh["cpu_percent"] else None,
+            load=figures.load if fresh["load"] else None,
+            disks=figures.disks if fresh["disks"] else None,
+            gpus=figures.gpus if fresh["gpus"] else tuple(map(card_identity, figures.gpus)),
         )
 
 

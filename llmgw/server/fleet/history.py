@@ -34,7 +34,7 @@ from array import array
 from collections.abc import Sequence
 from typing import TypedDict
 
-from llmgw.wire.messages import GPU
+from llmgw.wire.hardware import GPU
 
 MIB = 2**20
 MAX_CARDS = 64

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import GpuHealth
+from llmgw.wire.hardware import GpuHealth
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 _SHOWN = 8  # places named in one problem; the rest are counted

@@ -14,16 +14,23 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, cast
 
 from llmgw.server.fleet.energy import EnergyMeter
-from llmgw.server.fleet.figures import LiveFigures, NodeFigures, plain
+from llmgw.server.fleet.figures import (
+    LiveFigures,
+    NodeFigures,
+    card_identity,
+    node_warnings,
+    plain,
+)
 from llmgw.server.fleet.history import FleetHistory
 from llmgw.server.store import Audit, Store, StoreUnavailable
 from llmgw.wire import Heartbeat, HostFacts, Register
 from llmgw.wire.admin import NodeJson, SettingsReportJson
+from llmgw.wire.hardware import GPU
 from llmgw.wire.messages import (
     DownloadProgress,
     EngineInfo,
@@ -135,6 +142,17 @@ class NodeView:
             cpu = facts.cpu_percent if cpu is None else cpu
             available = facts.memory_available if available is None else available
         health_warnings = list(live.health_warnings or [])
+        now = time.time()
+        shown = {
+            "memory_available": available,
+            "cpu_percent": cpu,
+            "load": load,
+            "disks": disks,
+            "gpus": gpus or None,
+            "gpu_health": live.gpu_health,
+            "vitals": live.vitals,
+            "ib_ports": live.ib_ports,
+        }
         return {
             "id": self.id,
             "state": self.state,
@@ -160,7 +178,7 @@ class NodeView:
             "gpu_source": facts.gpu_source if facts else None,
             "cuda_version": facts.cuda_version if facts else None,
             # Discovery's warnings and the cards' health warnings, each with its fix.
-            "warnings": [*(facts.warnings if facts else []), *health_warnings],
+            "warnings": node_warnings(facts, live),
             "health_warnings": health_warnings,
             "gpu_health": self._plain("gpu_health", live.gpu_health),
             "vitals": self._plain("vitals", live.vitals),
@@ -170,6 +188,10 @@ class NodeView:
             # GB/s, measured once by the agent; None until it has.
             "memory_read_gbs": live.memory_read_gbs,
             "memory_read_one_core_gbs": live.memory_read_one_core_gbs,
+            "figure_ages": live.ages(now),
+            "stale_figures": [
+                name for name, v in shown.items() if v is not None and not live.is_live(name, now)
+            ],
             # None until the agent has looked; then [] means it has none.
             "engines": plain(self.engines) if self.engines_probed else None,
             "engine_message": self.engine_message,
@@ -343,9 +365,9 @@ class NodeRegistry:
         view.address = msg.address
         view.version = msg.version
         view.facts = msg.host
-        view.live = LiveFigures()
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
+        view.live = LiveFigures.registered(view.last_seen)
         if view.state != NodeState.READY:
             log.info("node %s is Ready (%s)", view.id, "registered")
         view.state, view.reason = NodeState.READY, ""
@@ -371,7 +393,7 @@ class NodeRegistry:
         """Hot path: in memory only; the monitor writes what changed in batches."""
         view = self.nodes[node_id]
         live = view.live
-        live.take(msg)
+        live.take(msg, time.time())
         if msg.gpus is not None and view.shards:
             self.energy.heartbeat(
                 msg.gpus, ((r, s.cards) for r, s in view.shards.items() if s.cards)
@@ -383,13 +405,18 @@ class NodeRegistry:
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
         facts = view.facts
-        gpus = live.gpus if live.gpus is not None else facts.gpus if facts else ()
+        now = view.last_seen
+        gpus: Sequence[GPU] = live.gpus if live.gpus is not None else facts.gpus if facts else ()
+        # The history keeps what is live: a card's last figures while its tool hangs
+        # are not this heartbeat's, and leave a gap rather than repeat.
+        if gpus and not live.is_live("gpus", now):
+            gpus = [card_identity(g) for g in gpus]
         self.history.record(
             node_id,
-            view.last_seen,
-            live.cpu_percent,
+            now,
+            live.cpu_percent if live.is_live("cpu_percent", now) else None,
             facts.memory_total if facts else None,
-            live.memory_available,
+            live.memory_available if live.is_live("memory_available", now) else None,
             gpus,
         )
         if view.state != NodeState.READY:

@@ -7,20 +7,22 @@ drain, labels) is a call of the service that owns it (``ServingSwitch``,
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from llmgw.server import schema
+from llmgw.server.fleet.figures import NodeFigures, node_warnings
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.fleet.service import Mark
 from llmgw.server.pages.frame import Frame, Page, PageCall, PageHandler, Services
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import LabelsRequest, LogsQuery
-from llmgw.wire.messages import GPU, Disk
+from llmgw.wire.hardware import GPU, Disk
 from llmgw.wire.states import NodeState
 from llmgw.wire.warnings import split_fix
 
@@ -66,6 +68,10 @@ class NodeRow:
     warning_pairs: list[tuple[str, str | None]]
     # What the table's filter looks in, lower case.
     search: str
+    # Figures shown that are not live (older than 30 s, or unread lately by the agent),
+    # by their field name ("gpus", "disks", ...), each with its age in whole seconds
+    # (None: not known, as after a control plane restart): shown grey, with the age.
+    stale: dict[str, int | None] = field(default_factory=dict)
 
     @property
     def card_count(self) -> int:
@@ -76,14 +82,31 @@ def _card_name(gpu: GPU) -> str:
     return gpu.mig_class or gpu.name or "?"
 
 
-def node_row(view: NodeView) -> NodeRow:
-    """One node as the table shows it: figures not read stay None."""
+def _stale(view: NodeView, figures: NodeFigures, now: float) -> dict[str, int | None]:
+    live = view.live
+    shown = {
+        "cpu_percent": figures.cpu_percent,
+        "memory_available": figures.memory_available,
+        "disks": figures.disks,
+        "gpus": figures.gpus or None,
+    }
+    stale: dict[str, int | None] = {}
+    for name, value in shown.items():
+        if value is not None and not live.is_live(name, now):
+            age = live.age(name, now)
+            stale[name] = None if age is None else int(age)
+    return stale
+
+
+def node_row(view: NodeView, now: float | None = None) -> NodeRow:
+    """One node as the table shows it: figures not read stay None; those not live are
+    the last ones read, marked in ``stale`` with their age."""
     facts, figures = view.facts, view.figures()
     total, available = figures.memory_total, figures.memory_available
     used = total - available if total is not None and available is not None else None
     cpu = figures.cpu_percent
     cards = Counter(_card_name(g) for g in figures.gpus)
-    warnings = [*(facts.warnings if facts else ()), *(view.live.health_warnings or ())]
+    warnings = node_warnings(facts, view.live)
     return NodeRow(
         id=view.id,
         state=view.state,
@@ -118,6 +141,7 @@ def node_row(view: NodeView) -> NodeRow:
                 *cards,
             ]
         ).lower(),
+        stale=_stale(view, figures, time.time() if now is None else now),
     )
 
 
@@ -159,15 +183,17 @@ class Overview(TypedDict):
 
 
 def overview_figures(registry: NodeRegistry) -> Overview:
-    """Nodes by state, cards by model with mean busy and memory, and every alert."""
+    """Nodes by state, cards by model with mean busy and memory (of the figures that
+    are live), and every alert."""
     states: Counter[str] = Counter()
     cards: dict[str, list[tuple[float | None, float | None]]] = {}
     alerts: list[tuple[str, str, str | None]] = []
+    now = time.time()
     for node_id, view in sorted(registry.nodes.items()):
         states[str(view.state)] += 1
         if view.cordoned:
             states["cordoned"] += 1
-        for g in view.figures().gpus:
+        for g in NodeFigures.shown(view.facts, view.live, now).gpus:
             busy = g.utilization
             cards.setdefault(_card_name(g), []).append(
                 (
@@ -175,8 +201,7 @@ def overview_figures(registry: NodeRegistry) -> Overview:
                     _share(g.memory_used, g.memory_total),
                 )
             )
-        facts = view.facts
-        for warning in [*(facts.warnings if facts else ()), *(view.live.health_warnings or ())]:
+        for warning in node_warnings(view.facts, view.live):
             what, fix = split_fix(warning)
             alerts.append((node_id, what, fix))
 
@@ -238,12 +263,13 @@ class MapNode(TypedDict):
 
 def gpu_map(views: Iterable[NodeView], by: str) -> list[MapNode]:
     """Every card, grouped by node, with its figure ``by`` as a bucket 0..9 (a CSS class)
-    or None where the figure was not read."""
+    or None where the figure was not read or is not live."""
     figure = GPU_FIGURES[by]
     groups: list[MapNode] = []
+    now = time.time()
     for view in sorted(views, key=lambda v: v.id):
         cards: list[MapCard] = []
-        for g in view.figures().gpus:
+        for g in NodeFigures.shown(view.facts, view.live, now).gpus:
             value = figure(g)
             cards.append(
                 {

@@ -9,7 +9,7 @@ from typing import NotRequired, TypedDict
 
 
 class DiskJson(TypedDict):
-    """A filesystem holding an agent directory (``wire.messages.Disk``)."""
+    """A filesystem holding an agent directory (``wire.hardware.Disk``)."""
 
     path: str
     fstype: str
@@ -25,7 +25,7 @@ class GpuProcessJson(TypedDict):
 
 
 class CardJson(TypedDict):
-    """A card as the agent last read it (``wire.messages.GPU``): only the figures read."""
+    """A card as the agent last read it (``wire.hardware.GPU``): only the figures read."""
 
     index: int
     uuid: str
@@ -72,7 +72,7 @@ class XidJson(TypedDict):
 
 
 class CardHealthJson(TypedDict):
-    """A card's slow figures (``wire.messages.GpuHealth``): only those read."""
+    """A card's slow figures (``wire.hardware.GpuHealth``): only those read."""
 
     uuid: str
     index: int
@@ -100,7 +100,7 @@ class CardHealthJson(TypedDict):
 
 
 class VitalsJson(TypedDict):
-    """A node's sensors (``wire.messages.NodeVitals``): only those read."""
+    """A node's sensors (``wire.hardware.NodeVitals``): only those read."""
 
     cpu_temperatures: NotRequired[dict[str, float]]
     board_temperatures: NotRequired[dict[str, float]]
@@ -126,7 +126,7 @@ class TopologyJson(TypedDict):
 
 
 class IbPortJson(TypedDict):
-    """One RDMA port as the node reads it (``wire.messages.IbPort``)."""
+    """One RDMA port as the node reads it (``wire.hardware.IbPort``)."""
 
     device: str
     port: int
@@ -205,6 +205,11 @@ class NodeJson(TypedDict):
     ib_ports: list[IbPortJson] | None
     memory_read_gbs: float | None
     memory_read_one_core_gbs: float | None
+    # Seconds since each live figure was read, by its field name ("gpus", "vitals"...),
+    # and those shown above that are not live (older than 30 s, the cards' slow figures
+    # 150 s, or unread lately by the agent): the last copy, not the figure of now.
+    figure_ages: dict[str, float]
+    stale_figures: list[str]
     engines: list[EngineJson] | None
     engine_message: str | None
     engine_progress: dict[str, str]

@@ -28,25 +28,27 @@ from llmgw.server.fleet.fabrictest import FEATURE
 from llmgw.server.fleet.ibtopology import parse_ibnetdiscover
 from llmgw.server.store import Audit, ServerRecord
 from llmgw.wire import admin
-from llmgw.wire.messages import (
+from llmgw.wire.hardware import (
     GPU,
     CardLinks,
-    Compute,
     Disk,
-    DownloadProgress,
-    EngineInfo,
     GpuHealth,
     GpuTopology,
-    Heartbeat,
     HostFacts,
     IbPort,
-    Message,
     NodeVitals,
+    XidSeen,
+)
+from llmgw.wire.messages import (
+    Compute,
+    DownloadProgress,
+    EngineInfo,
+    Heartbeat,
+    Message,
     Register,
     Response,
     ShardStatus,
     ShardUsage,
-    XidSeen,
 )
 from llmgw.wire.states import ShardState
 from tests.support.tinymodel import write_tiny_model

@@ -20,7 +20,7 @@ from llmgw.server.catalog.scheduler import (
     place,
 )
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import GPU
+from llmgw.wire.hardware import GPU
 from llmgw.wire.states import NodeState
 from tests.support.nodefacts import facts
 

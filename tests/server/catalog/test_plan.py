@@ -22,7 +22,8 @@ from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.room import Room
 from llmgw.server.fleet.figures import LiveFigures
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import GPU, EngineInfo, Heartbeat
+from llmgw.wire.hardware import GPU
+from llmgw.wire.messages import EngineInfo, Heartbeat
 from llmgw.wire.states import NodeState
 from tests.agent.weights.weights_fakehub import FakeHub, Served, start_hub
 from tests.support import wiring

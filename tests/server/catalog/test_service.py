@@ -18,7 +18,8 @@ from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ContextRequest, ReplicasRequest, ServeRequest
 from llmgw.server.schema import read
 from llmgw.server.store import SQLiteStore
-from llmgw.wire.messages import GPU, Disk, EngineInfo, HostFacts
+from llmgw.wire.hardware import GPU, Disk, HostFacts
+from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState
 from tests.support import wiring
 from tests.support.nodefacts import facts

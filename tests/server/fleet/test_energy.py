@@ -7,7 +7,7 @@ import pytest
 
 from llmgw.client.ctl_keys import usage_table
 from llmgw.server.fleet.energy import EnergyMeter
-from llmgw.wire.messages import GPU
+from llmgw.wire.hardware import GPU
 
 
 def beat(

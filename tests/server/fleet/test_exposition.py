@@ -51,6 +51,7 @@ def view(node_id: str, last_seen: float, **live: object) -> NodeView:
     v = NodeView(id=node_id, cert_serial=1, state=NodeState.READY, last_seen=last_seen)
     v.facts = facts(cpu_count=64, memory_total=512 * 2**30, gpus=[GPU], cuda_version="13.0")
     v.live = figures(
+        last_seen,
         **{
             "cpu_percent": 25.0,
             "memory_available": 500 * 2**30,
@@ -59,7 +60,7 @@ def view(node_id: str, last_seen: float, **live: object) -> NodeView:
             "vitals": {"cpu_temperatures": {"package0": 55.0}, "cpu_power": {"package0": 180.2}},
             "health_warnings": ["pcie: card 0 runs at x8 Gen5. Fix: reseat it"],
             **live,
-        }
+        },
     )
     v.shards = {"r1": ShardStatus("r1", ShardState.READY, source="hf:org/model", cards=["GPU-a"])}
     v.usage = {"r1": {"replica_id": "r1", "cpu_percent": 150.0, "rss": 3 * 2**30}}

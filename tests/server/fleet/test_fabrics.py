@@ -10,7 +10,7 @@ from typing import Any, cast
 from llmgw.server.fleet.exposition import fleet_metrics
 from llmgw.server.fleet.fabrics import RECENT, FabricWatch, fabric_metrics
 from llmgw.server.fleet.registry import NodeView
-from llmgw.wire.messages import IbPort
+from llmgw.wire.hardware import IbPort
 
 SM_A = "0x0c42a10300b5d800"
 SM_B = "0x0c42a10300b5d8ff"
@@ -141,7 +141,7 @@ def test_the_metrics_of_ports_and_fabrics() -> None:
         port("mlx5_0", counters={"symbol_error": 3, "port_xmit_data": 1000}),
         port("mlx5_1", state="DOWN", rate_gbps=None),
     )
-    g1.last_seen = 10_000.0
+    g1.last_seen = g1.live.read_at["ib_ports"] = 10_000.0
     text = "\n".join(fleet_metrics([g1], now=10_001.0))
     where = 'node="g1",device="mlx5_0",port="1",link_layer="InfiniBand"'
     assert f"llmgw_ib_port_active{{{where}}} 1" in text

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from llmgw.server.fleet.figures import LiveFigures, NodeFigures, plain
-from llmgw.wire.messages import GPU, Compute, Disk, Heartbeat, ShardStatus, to_map
+from llmgw.wire.hardware import GPU, Disk
+from llmgw.wire.messages import Compute, Heartbeat, ShardStatus, to_map
 from llmgw.wire.states import ShardState
 from tests.support import fleet64
 from tests.support.nodefacts import facts

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from llmgw.server.fleet.history import MAX_CARDS, FleetHistory
-from llmgw.wire.messages import GPU
+from llmgw.wire.hardware import GPU
 
 GiB = 2**30
 MiB = 2**20

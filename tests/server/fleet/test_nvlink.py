@@ -18,7 +18,8 @@ from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.store import SQLiteStore
 from llmgw.wire import GPU, Heartbeat, HostFacts, Register
 from llmgw.wire.framing import FrameDecoder
-from llmgw.wire.messages import GpuHealth, NodeVitals, decode_message, encode_message
+from llmgw.wire.hardware import GpuHealth, NodeVitals
+from llmgw.wire.messages import decode_message, encode_message
 from tests.support import wiring
 from tests.support.wiring import ADMIN
 

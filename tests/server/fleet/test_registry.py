@@ -9,7 +9,8 @@ from typing import Any
 from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
 from llmgw.server.store import Audit, SQLiteStore
 from llmgw.wire import GPU, Disk, Heartbeat, HostFacts, Register
-from llmgw.wire.messages import CardLinks, GpuTopology, KvBlocks, ShardStatus
+from llmgw.wire.hardware import CardLinks, GpuTopology
+from llmgw.wire.messages import KvBlocks, ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 from tests.support import wiring
 
@@ -156,10 +157,14 @@ async def test_a_restarted_control_plane_shows_each_node_as_it_did(tmp_path: Pat
     after = again.nodes["n1"].as_json()
     await store.close()
     assert again.nodes["n1"].facts == _rich_host()
-    moved = {"state", "reason", "connected", "last_seen"}
+    moved = {"state", "reason", "connected", "last_seen", "figure_ages", "stale_figures"}
     assert {k: v for k, v in after.items() if k not in moved} == {
         k: v for k, v in before.items() if k not in moved
     }
+    # Read as it registered, then; after the restart, of no known age: not live.
+    assert before["stale_figures"] == [] and set(before["figure_ages"]) >= {"gpus", "disks"}
+    assert after["figure_ages"] == {}
+    assert {"gpus", "disks"} <= set(after["stale_figures"])
     assert after["topology"] == {
         "cards": [{"index": 0, "numa_node": 0, "gpus": {}, "nics": {"mlx5_0": "PIX"}}]
     }
@@ -239,14 +244,8 @@ async def test_an_operators_marks_are_written_with_their_audit_then_taken(
 
 async def test_a_heartbeat_is_shown_as_the_wire_map_it_came_in(tmp_path: Path) -> None:
     from llmgw.wire.framing import FrameDecoder
-    from llmgw.wire.messages import (
-        GPU,
-        GpuHealth,
-        NodeVitals,
-        XidSeen,
-        decode_message,
-        encode_message,
-    )
+    from llmgw.wire.hardware import GPU, GpuHealth, NodeVitals, XidSeen
+    from llmgw.wire.messages import decode_message, encode_message
 
     beat = Heartbeat(
         seq=3,

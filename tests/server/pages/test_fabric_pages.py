@@ -24,7 +24,8 @@ from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.pages import fabricpages, i18n
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import COOKIE, Sessions
-from llmgw.wire.messages import GpuHealth, IbPort, NodeVitals, Response
+from llmgw.wire.hardware import GpuHealth, IbPort, NodeVitals
+from llmgw.wire.messages import Response
 from tests.server.fleet.test_fabricmap import MAP, Registry, Session
 from tests.server.fleet.test_fabrics import SM_A, SM_C, port
 

@@ -100,3 +100,35 @@ def test_a_nodes_page_shows_its_cards_with_figures_not_read_said_so() -> None:
         cards = re.findall(r"<td>(\d) <code>(GPU-[0-9a-f-]+)</code></td>", page)
         assert cards == [(str(g.index), g.uuid) for g in row.gpus] and len(cards) == 8
         assert ("not read" in page.split("<h2>Cards</h2>")[1]) is unread
+
+
+def test_figures_not_live_are_shown_grey_with_their_age_and_left_off_the_map() -> None:
+    """A node whose nvidia-smi hangs: its cards' last figures, 40 s old, are greyed on
+    its page with their age; the GPU map and the overview's means leave them out; its
+    CPU and memory, read with the heartbeat, stay live."""
+    views = fleet(10)
+    view = views[1]
+    now = time.time()
+    view.live.read_at["gpus"] = now - 40
+    (row,) = node_rows([view], "", "name")
+    assert row.stale == {"gpus": 40}
+    page = render("node_body.html", node=row, shards=[], labels_text="")
+    cards = page.split("<h2>Cards</h2>")[1].split("</article>")[0]
+    assert "read 40 s ago" in cards and '<table class="stale">' in cards
+    assert "°C" in cards  # the last figures, shown for what they are
+    host = page.split("<h2>Cards</h2>")[0]
+    assert "s ago" not in host and 'class="stale"' not in host
+    assert all(c["value"] is None for c in gpu_map([view], "temperature")[0]["cards"])
+    assert all(c["value"] is not None for c in gpu_map([views[0]], "temperature")[0]["cards"])
+
+    view.live.unread = frozenset({"gpus"})
+    view.live.read_at["gpus"] = now - 3  # read lately, but the agent says it cannot now
+    (row,) = node_rows([view], "", "name")
+    assert row.stale == {"gpus": 3}
+
+    # After a control plane restart nothing has an age until the agent is back.
+    view.live.read_at.clear()
+    (row,) = node_rows([view], "", "name")
+    assert set(row.stale) == {"gpus", "cpu_percent", "memory_available", "disks"}
+    page = render("node_body.html", node=row, shards=[], labels_text="")
+    assert page.count("read at an unknown time") == 4
