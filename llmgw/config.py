@@ -268,7 +268,7 @@ class DiscoveryConfig:
     slow_interval: float = _checked(_check_positive, 60.0)
     # Seconds a read of the cards (NVML or nvidia-smi) or the InfiniBand ports may take;
     # past it the read is ended and its figures are absent until one answers.
-    read_deadline: float = _checked(_check_positive, 10.0)
+    read_deadline: float = _checked(_check_positive, 5.0)
 
 
 @dataclass(frozen=True)

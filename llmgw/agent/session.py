@@ -73,6 +73,9 @@ class FactSource(Protocol):
 
     async def live(self) -> LiveFigures: ...
 
+    # Returns when something is worth a heartbeat before its time (a tool failing).
+    async def news(self) -> None: ...
+
 
 class RegisterFields(TypedDict, total=False):
     """What the node's hooks add to Register."""
@@ -254,7 +257,11 @@ class AgentSession:
     async def _heartbeats(self, pipe: _Pipe, registered: asyncio.Event) -> None:
         await registered.wait()
         while True:
-            await asyncio.sleep(self.settings.heartbeat_interval)
+            # Every interval, and at once when a tool stops or starts answering: its
+            # figures' absence and its warning do not wait for the next beat.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.heartbeat_interval):
+                    await self.source.news()
             live = await self.source.live()
             pipe.proto.heartbeat(
                 time.monotonic(),

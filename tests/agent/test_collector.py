@@ -209,6 +209,37 @@ async def test_a_failing_nvidia_smi_leaves_the_figures_absent_and_warns(
     assert alive(smi) == []  # closing the agent's discovery leaves no nvidia-smi behind
 
 
+async def test_news_goes_out_when_nvidia_smi_stops_and_starts_answering(tmp_path: Path) -> None:
+    """The heartbeat waits on ``news`` as well as its interval: a tool that stops
+    answering (or answers again) is told at once, not with the next beat. A tool that
+    keeps failing, or keeps answering, is no news."""
+    smi = stand_in(tmp_path)
+    d = discovery(tmp_path, smi)
+    try:
+        await d.facts("gpu-node")
+        await beats_until(d, lambda live: live.gpus is not None, 5, "the cards")
+        quiet = asyncio.ensure_future(d.news())
+        await beats_until(d, lambda live: runs(smi) >= 4, 10, "a few good reads")
+        assert not quiet.done()  # answering as before: nothing to tell
+
+        set_mode(smi, "exit9")
+        async with asyncio.timeout(5):
+            await quiet
+        live = await d.live()
+        assert live.gpus is None and live.unread == ["gpus", "gpu_health"]
+        failing = asyncio.ensure_future(d.news())
+        tried = runs(smi)
+        await beats_until(d, lambda live: runs(smi) >= tried + 3, 10, "more failed reads")
+        assert not failing.done()  # still failing: told once
+
+        set_mode(smi, "ok")
+        async with asyncio.timeout(5):
+            await failing
+        assert (await d.live()).gpus is not None
+    finally:
+        await d.close()
+
+
 async def test_a_hung_nvidia_smi_is_not_started_again_while_it_lives(tmp_path: Path) -> None:
     """A run that even SIGKILL does not end at once (a process stuck in the driver) is
     waited for: no second run starts while it lives, however many beats go by."""

@@ -60,6 +60,8 @@ class Collector(Generic[T]):
     read chose, as NVML or nvidia-smi); ``doing`` what a read that missed its deadline
     was doing ("reading the filesystems of /srv"); ``fix`` is the warning's advice. Nothing runs
     until ``start`` (or the first ``next``); ``close`` ends the schedule and any read.
+    ``turned`` is called when the tool stops answering and when it answers again, so
+    the news can go out at once rather than with the next heartbeat.
     """
 
     def __init__(
@@ -73,8 +75,10 @@ class Collector(Generic[T]):
         doing: str = "",
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        turned: Callable[[], None] = lambda: None,
     ) -> None:
         self._tool = tool
+        self._turned = turned
         self._read = read
         self.interval = interval
         self.deadline = deadline
@@ -165,12 +169,14 @@ class Collector(Generic[T]):
             log.exception("%s: the read failed", self.tool)
             self._failed(f"the read failed ({type(exc).__name__}: {exc})", None)
         else:
+            self.latest = Reading(value, self._clock())
             if self._failing_since is not None:
                 log.info("%s answers again", self.tool)
-            self.latest = Reading(value, self._clock())
-            self.warning = self._failing_since = None
+                self.warning = self._failing_since = None
+                self._turned()
 
     def _failed(self, detail: str, fix: str | None) -> None:
+        turning = self._failing_since is None
         if self._failing_since is None:
             self._failing_since = self._wall()
             log.warning("%s: %s", self.tool, detail)
@@ -178,6 +184,8 @@ class Collector(Generic[T]):
         self.warning = (
             f"{self.tool}: {detail} (since {_utc(self._failing_since)}). Fix: {fix or self._fix}"
         )
+        if turning:
+            self._turned()
 
     async def close(self) -> None:
         """Stop the schedule and any read under way (its process killed and reaped)."""

@@ -141,10 +141,14 @@ class Discovery:
         self._taken: Reading[CardRead] | None = None
         interval = collect_interval
         deadline = card_deadline if card_deadline is not None else nvidia_smi_timeout
+        # A tool that stops or starts answering: the heartbeat goes at once (``news``).
+        self._news = asyncio.Event()
+        turned = self._news.set
         self._card_reads = Collector(
             lambda: self._cards.tool,
             self._read_cards,
             interval=interval,
+            turned=turned,
             deadline=deadline,
             fix=DRIVER_FIX,
         )
@@ -152,6 +156,7 @@ class Discovery:
             "disk",
             self._scan_disks,
             interval=interval,
+            turned=turned,
             deadline=disk_timeout,
             doing=f"reading the filesystems of {', '.join(self._directories)}",
             fix=(
@@ -163,6 +168,7 @@ class Discovery:
             "ibstat",
             self._ports.read,
             interval=interval,
+            turned=turned,
             deadline=deadline,
             fix="run `ibstat` by hand; check the RDMA drivers (`lsmod | grep ib_`)",
         )
@@ -170,6 +176,7 @@ class Discovery:
             "dcgm-exporter",
             self._profiling,
             interval=interval,
+            turned=turned,
             deadline=5.0,
             fix=f"check that dcgm-exporter runs and answers at {dcgm_exporter}",
         )
@@ -268,6 +275,12 @@ class Discovery:
         """Read every collector now and wait for it (each up to its deadline): for a
         one-shot caller and tests; heartbeats never wait on a read."""
         await asyncio.gather(*(c.next(c.deadline + 1) for c in self._collectors))
+
+    async def news(self) -> None:
+        """Returns when a tool has stopped or started answering since the last call: its
+        figures' absence (or return) and warning are worth a heartbeat now."""
+        await self._news.wait()
+        self._news.clear()
 
     async def live(self) -> Live:
         """The moving figures, for a heartbeat: what the collectors last read (waited
