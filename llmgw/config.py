@@ -152,6 +152,10 @@ class GatewayConfig:
 
     # How long a request for an on-demand model at zero waits for its first replica.
     on_demand_wait: float = _checked(_check_positive, 600.0)
+    # For this long after the control plane starts, a request for a model with no
+    # routable replica waits for one (its agents registering again, the probe proving
+    # a remembered replica) rather than answering no_replica; 0 answers at once.
+    start_wait: float = _checked(_check_not_negative, 10.0)
     # The longest a request may take from its replica's pick to its answer's end: a 504
     # past it (a stream ends with an error event).
     request_timeout: float = _checked(_check_positive, 600.0)

@@ -99,6 +99,9 @@ class Gateway:
         # `llmgw stop` (the ServingSwitch, keyservice.py, sets it): /v1 refuses.
         self.stopped = False
         self.requests = 0
+        # A control plane just started does not know yet what its agents run: until
+        # ``config.start_wait`` after this, a request with no replica waits for one.
+        self.started = time.monotonic()
 
     # ------------------------------------------------------------------ state
 
@@ -377,10 +380,14 @@ class Gateway:
         return kvroute.prompt_hashes(tokens, sizes, name if adapter else None)
 
     async def wait_for_replica(self, model: str, on_demand: bool) -> Endpoint | None:
-        if not on_demand:
-            return None
-        self.demand(model, True)
-        deadline = time.monotonic() + self.config.on_demand_wait
+        """A replica for a request that found none: an on-demand model's first one,
+        started for it; else, in the first seconds after the control plane started, one
+        its agents report again as they register (or the probe proves remembered)."""
+        if on_demand:
+            self.demand(model, True)
+            deadline = time.monotonic() + self.config.on_demand_wait
+        else:
+            deadline = self.started + self.config.start_wait
         while time.monotonic() < deadline:
             await asyncio.sleep(0.25)
             endpoint = self.router.pick(model)

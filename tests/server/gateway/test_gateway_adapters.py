@@ -99,7 +99,12 @@ async def gw(tmp_path: Path) -> AsyncIterator[Harness]:
     catalog = SimpleNamespace(models={"m": LLAMA, "v": VLLM}, version=1)
     wanted: list[tuple[str, bool]] = []
     gateway = Gateway(
-        store, nodes, catalog, b"s" * 32, GatewayConfig(), lambda n, s: wanted.append((n, s))
+        store,
+        nodes,
+        catalog,
+        b"s" * 32,
+        GatewayConfig(start_wait=0.0),
+        lambda n, s: wanted.append((n, s)),
     )
     for i, (key, models) in enumerate(KEYS.items()):
         gateway.keys.changed(ApiKeyRecord(f"k{i}", key, key_hash(key), models=models))

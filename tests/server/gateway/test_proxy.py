@@ -91,9 +91,9 @@ async def harness(
         view.shards[rid] = ShardStatus(replica_id=rid, state=ShardState.READY, port=engine.port)
     nodes = SimpleNamespace(nodes={"a": view}, version=1)
     catalog = SimpleNamespace(models={"m": model()}, version=1)
-    gateway = Gateway(
-        store, nodes, catalog, b"s" * 32, config or GatewayConfig(), lambda name, start: None
-    )
+    # A gateway long started (start_wait 0) unless the test says otherwise.
+    config = config or GatewayConfig(start_wait=0.0)
+    gateway = Gateway(store, nodes, catalog, b"s" * 32, config, lambda name, start: None)
     gateway.keys.changed(ApiKeyRecord("k1", "tester", key_hash(KEY), rpm=rpm, tpm=tpm))
     server = RawTestServer(gateway.handle)
     await server.start_server()
@@ -116,6 +116,44 @@ async def gw(tmp_path: Path) -> AsyncIterator[Harness]:
 
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_a_gateway_just_started_waits_for_a_replica_rather_than_answering_no_replica(
+    tmp_path: Path,
+) -> None:
+    """In its first seconds a control plane does not know yet what its agents run: a
+    request that finds no replica waits for the agent to report one (or the probe to
+    prove one the store remembered), and is served."""
+    async with harness(tmp_path, config=GatewayConfig(start_wait=30.0)) as h:
+        view = h.nodes.nodes["a"]
+        reported = dict(view.shards)
+        view.shards.clear()
+        h.nodes.version += 1
+        picks = []
+        pick = h.gateway.router.pick
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            found = pick(*args, **kwargs)
+            picks.append(found)
+            return found
+
+        h.gateway.router.pick = counted  # type: ignore[method-assign]
+        asked = asyncio.ensure_future(h.post(CHAT))
+        async with asyncio.timeout(10):
+            while not picks:  # the request has looked, and found none
+                await asyncio.sleep(0.01)
+        assert picks[0] is None and not asked.done()
+        view.shards.update(reported)  # the agent registers again
+        h.nodes.version += 1
+        status, body = await asked
+        assert status == 200, body
+
+
+async def test_a_gateway_long_started_answers_no_replica_at_once(gw: Harness) -> None:
+    gw.nodes.nodes["a"].shards.clear()
+    gw.nodes.version += 1
+    status, body = await gw.post(CHAT)
+    assert status == 503 and body["error"]["code"] == "no_replica"
 
 
 async def test_answers_about_the_request_go_to_the_client_and_count_for_nothing(
