@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from llmgw.agent.discovery.nvidia_smi import MIG_UNLISTED
 from llmgw.agent.doctor import Check
 from llmgw.wire.hardware import GPU, GpuHealth
 from llmgw.wire.warnings import split_fix
@@ -62,12 +63,12 @@ def _ecc(h: GpuHealth | None) -> str:
     return f"ECC on ({', '.join(counts)} since the driver loaded)" if counts else "ECC on"
 
 
-def _mig(gpu: GPU, instances: Sequence[GPU]) -> str | None:
+def _mig(gpu: GPU, instances: Sequence[GPU], unlisted: bool) -> str | None:
     if instances:
         profiles = ", ".join(i.mig_profile or "?" for i in instances)
         return f"MIG on, {len(instances)} instance(s): {profiles}"
     if gpu.mig_mode:
-        return "MIG on, no instance carved"
+        return "MIG on, its instances not read" if unlisted else "MIG on, no instance carved"
     return None
 
 
@@ -79,11 +80,15 @@ def _card_check(
         parts.append("throttled: " + ", ".join(gpu.throttle) if gpu.throttle else "not throttled")
     if h is not None and h.persistence_mode is not None:
         parts.append(f"persistence mode {'on' if h.persistence_mode else 'off'}")
-    if mig := _mig(gpu, instances):
+    # `nvidia-smi -L` failed: what a MIG-mode card holds is not known, not nothing.
+    unlisted = [w for w in warnings if w.startswith(MIG_UNLISTED)]
+    if mig := _mig(gpu, instances, bool(unlisted)):
         parts.append(mig)
     name = f"card {gpu.index}"
     mine = [w for w in warnings if f"card {gpu.index} (" in w and not w.startswith("xid:")]
-    if gpu.mig_mode and not instances:
+    if gpu.mig_mode and not instances and unlisted:
+        mine += unlisted
+    elif gpu.mig_mode and not instances:
         mine.append(
             "mig: no MIG instance is carved, so no replica can be placed on it. Fix: carve "
             f"instances (`nvidia-smi mig -i {gpu.index} -cgi PROFILES -C`) or turn MIG off "

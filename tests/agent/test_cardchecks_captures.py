@@ -62,7 +62,8 @@ async def doctor_lines(
     finally:
         await nv.close()
     assert reading.source == "nvidia-smi" and reading.gpus and reading.health is not None
-    warnings = card_warnings(reading.gpus, reading.health, NOW)
+    # As the heartbeat carries them to doctor: the cards' judged warnings and the read's.
+    warnings = [*card_warnings(reading.gpus, reading.health, NOW), *reading.warnings]
     made = card_checks(reading.gpus, reading.health, warnings, reading.cuda_version, True)
     by_name = {c.name: c for c in made}
     assert len(by_name) == len(made)
@@ -128,6 +129,17 @@ async def test_persistence_off_keeps_its_fix_beside_another_warning(tmp_path: Pa
     assert line.fix is not None
     assert line.fix.startswith("carve instances (`nvidia-smi mig -i 1 -cgi PROFILES -C`)")
     assert line.fix.endswith(" / " + PERSISTENCE_FIX)
+
+
+async def test_a_mig_card_whose_list_fails_is_not_called_empty(tmp_path: Path) -> None:
+    # `nvidia-smi -L` exits 9: the instances are not known, which is not "none carved".
+    line = (await doctor_lines(tmp_path, A100_MIG_XML))["card 1"]
+    assert line.status == "warn"
+    assert "MIG on, its instances not read" in line.detail
+    assert "no instance carved" not in line.detail
+    assert "nvidia-smi -L: the MIG instances could not be listed" in line.detail
+    assert line.fix is not None and line.fix.startswith("run `nvidia-smi` by hand")
+    assert "carve instances" not in line.fix
 
 
 async def test_a_mig_card_lists_its_instances_from_the_list(tmp_path: Path) -> None:

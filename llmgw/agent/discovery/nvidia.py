@@ -26,6 +26,7 @@ from llmgw.agent.discovery.cardread import from_smi_xml, read_nvml, read_nvml_he
 from llmgw.agent.discovery.mig import merge_instances, parse_mig_xml, parse_smi_list
 from llmgw.agent.discovery.nvidia_smi import (
     DRIVER_FIX,
+    MIG_UNLISTED,
     run_nvidia_smi,
     run_nvidia_smi_full_csv,
     run_nvidia_smi_list,
@@ -164,14 +165,15 @@ class NvidiaCards:
             out.append(h)
         return out
 
-    async def _mig(self, log: SmiXml, text: str | None) -> dict[str, list[GPU]]:
+    async def _mig(self, log: SmiXml, text: str | None) -> dict[str, list[GPU]] | None:
         """Each MIG-mode card's instances, from ``-L`` (their UUIDs and profiles) joined
-        with ``-q -x`` (their memory; none when only the plain ``-q`` was read)."""
+        with ``-q -x`` (their memory; none when only the plain ``-q`` was read); None
+        when ``-L`` failed (what the cards hold is not known)."""
         if not any(c.mig_mode_current == "Enabled" for c in log.cards):
             return {}
         listed = await run_nvidia_smi_list(self._command, self._timeout)
         if listed is None:
-            return {}
+            return None
         names = {c.uuid: (c.name or "", c.memory_total_bytes) for c in log.cards}
         found: dict[str, list[GPU]] = {}
         merged = merge_instances(parse_smi_list(listed), parse_mig_xml(text) if text else {})
@@ -218,7 +220,10 @@ class NvidiaCards:
             read = await run_nvidia_smi_xml(self._command, self._timeout)
             if read is not None:
                 log, text = read
-                gpus, health = from_smi_xml(log, await self._mig(log, text))
+                mig = await self._mig(log, text)
+                if mig is None:
+                    warnings.append(f"{MIG_UNLISTED}. Fix: {DRIVER_FIX}")
+                gpus, health = from_smi_xml(log, mig or {})
                 await asyncio.to_thread(self._note_xids, gpus)
                 if slow:
                     self._nvlink = await self._read_nvlink()

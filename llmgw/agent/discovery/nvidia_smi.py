@@ -248,6 +248,11 @@ async def run_nvidia_smi_full_csv(
         return None
 
 
+# The warning when MIG-mode cards' instances could not be listed: what they hold is not
+# known (doctor says so, not "no instance carved").
+MIG_UNLISTED = "nvidia-smi -L: the MIG instances could not be listed"
+
+
 async def run_nvidia_smi_list(command: Sequence[str], timeout: float = 10.0) -> str | None:
     """``nvidia-smi -L``'s text (cards and their MIG instances); None when it fails."""
     return await _run_text(command, ["-L"], timeout)
