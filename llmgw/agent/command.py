@@ -34,6 +34,26 @@ class Finished:
     err: str = ""
 
 
+async def end(proc: asyncio.subprocess.Process) -> None:
+    """Kill ``proc`` (if it still runs) and reap it, even while its caller is being
+    cancelled: shielded, it waits for the exit and its pipes' end (a child of its own
+    may hold them a moment). A cancel that comes meanwhile (a caller closing down)
+    waits too, and goes up once it is reaped. Left unreaped, a killed process keeps its
+    pipes open until the garbage collector finds them."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+    reap = asyncio.ensure_future(proc.wait())
+    cancelled = False
+    while not reap.done():
+        try:
+            await asyncio.shield(reap)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+
+
 async def run(
     argv: Sequence[str],
     timeout: float,
@@ -54,15 +74,7 @@ async def run(
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except (TimeoutError, asyncio.CancelledError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        # Reaped even when the caller was cancelled: shielded, it waits for the exit and
-        # its pipes' end (a child of its own may hold them a moment). A second cancel (a
-        # caller closing down) waits too: the first word goes up once it is reaped.
-        reap = asyncio.ensure_future(proc.wait())
-        while not reap.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(reap)
+        await end(proc)
         raise
     return Finished(
         proc.returncode or 0,

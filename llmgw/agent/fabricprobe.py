@@ -11,10 +11,10 @@ grades against the link's rate.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 
+from llmgw.agent.command import end
 from llmgw.agent.discovery.infiniband import BandwidthRun, parse_ib_write_bw
 from llmgw.agent.engines.verify import EngineCheckError, run_output
 
@@ -82,11 +82,11 @@ class BandwidthServers:
                         )
                     said.append(line)
         except TimeoutError:
-            await _end(proc)
+            await end(proc)
             raise RuntimeError(f"{self.tool} server on {device} did not listen in 15 s") from None
         except asyncio.CancelledError:
             # Whoever asked stopped waiting: no server is left behind on its port.
-            await _end(proc)
+            await end(proc)
             raise
         self._running.add(proc)
         task = asyncio.create_task(self._reap(proc, seconds + GRACE))
@@ -102,7 +102,7 @@ class BandwidthServers:
                 await proc.stdout.read()
                 await proc.wait()
         except (TimeoutError, asyncio.CancelledError):
-            await _end(proc)
+            await end(proc)
         finally:
             self._running.discard(proc)
 
@@ -114,14 +114,7 @@ class BandwidthServers:
             task.cancel()
         await asyncio.gather(*reapers, return_exceptions=True)
         for proc in list(self._running):
-            await _end(proc)
-
-
-async def _end(proc: asyncio.subprocess.Process) -> None:
-    """Kill a server and reap it, even while whoever waits on it is being cancelled."""
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-    await asyncio.shield(proc.wait())
+            await end(proc)
 
 
 async def run_client(

@@ -94,3 +94,32 @@ async def test_a_second_cancel_still_leaves_it_reaped_and_its_pipes_closed(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert gone(pid) and me.num_fds() == before
+
+
+async def test_end_reaps_through_cancels_and_then_passes_the_cancel_on(tmp_path: Path) -> None:
+    """What the bandwidth test's servers and uv's runs end with (``command.end``): a
+    process killed and reaped, its pipes closed, however often its caller is cancelled
+    meanwhile; the cancel goes up after."""
+    me = psutil.Process()
+    await command.run([sys.executable, "-c", "pass"], 30)  # the loop's own fds, opened
+    before = me.num_fds()
+    marker = tmp_path / "pid"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        HANG_WITH_CHILD,
+        str(marker),
+        HANG,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    pid = await pid_of(marker)
+    task = asyncio.create_task(command.end(proc))
+    await asyncio.sleep(0.05)  # killed; waiting for the child's hold on its pipe
+    task.cancel()
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert proc.returncode is not None and gone(pid) and me.num_fds() == before

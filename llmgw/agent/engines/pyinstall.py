@@ -26,7 +26,6 @@ The network is reached only by uv: from PyPI, or from ``index_url`` when one is 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -38,6 +37,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypedDict
 
+from llmgw.agent.command import end
 from llmgw.agent.engines import adapter
 from llmgw.agent.engines.base import EngineError
 from llmgw.agent.engines.install import (
@@ -366,10 +366,8 @@ class PythonEngineInstaller:
                         pending = None
                 code = await proc.wait()
         finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                await proc.wait()
+            # Killed and reaped even while this install is being cancelled.
+            await end(proc)
         if code != 0:
             raise InstallError(f"uv could not {doing} (exit {code}): {' | '.join(tail)}")
 
