@@ -269,7 +269,7 @@ class DiscoveryConfig:
     # The nvidia-smi read when NVML is absent or broken: a name on PATH or a path.
     nvidia_smi: str = "nvidia-smi"
     # Seconds between reads of the slow figures (ECC, retired rows, NVLink counters).
-    slow_interval: float = _checked(_check_positive, 60.0)
+    slow_interval: float = _checked(_check_positive, 15.0)
     # Seconds a read of the cards (NVML or nvidia-smi) or the InfiniBand ports may take;
     # past it the read is ended and its figures are absent until one answers.
     read_deadline: float = _checked(_check_positive, 5.0)

@@ -87,7 +87,7 @@ async def test_slow_figures_when_due_and_warnings_when_changed(tmp_path: Path) -
     nvml = FakeNvml([card()])
     clock = Clock()
     t0 = clock.now
-    d = discovery(tmp_path, nvml, clock)
+    d = discovery(tmp_path, nvml, clock, slow_interval=60.0)  # a minute, to see them not due
 
     first = await beat(d)
     assert first.gpus is not None and first.gpus[0].temperature == 55

@@ -104,7 +104,7 @@ class Discovery:
         card_deadline: float | None = None,
         collect_interval: float = 5.0,
         cpuinfo: Path = Path("/proc/cpuinfo"),
-        slow_interval: float = 60.0,
+        slow_interval: float = 15.0,
         dcgm_exporter: str | None = None,
         kmsg: Path = KMSG,
         sysfs: Path = Path("/sys/class"),

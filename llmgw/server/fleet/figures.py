@@ -9,7 +9,7 @@ agent has not reported, never a zero.
 Every live figure has an age: when it was read, by the agent's word (``Heartbeat.ages``,
 seconds before the heartbeat, so the two clocks need not agree) or else when the
 heartbeat carrying it came. A figure older than ``STALE_AFTER`` seconds (the cards'
-slow figures: ``SLOW_STALE_AFTER``), or one the agent says it could not read lately
+slow figures too: the agent reads them every 15 s), or one the agent says it could not read lately
 (``Heartbeat.unread``), is not live: placement still reads the last copy, but the API
 shows it with its age and as stale, /metrics leaves it out, and the pages grey it.
 
@@ -31,7 +31,6 @@ from llmgw.wire.warnings import COLLECTED_KINDS, warning_kind
 # Seconds after which a figure is too old to be shown as live.
 STALE_AFTER = 30.0
 # The cards' slow figures (ECC, rows, NVLink) are read once a minute by design.
-SLOW_STALE_AFTER = 150.0
 # The figures that have an age, by their Heartbeat field names.
 AGED_FIGURES = (
     "memory_available",
@@ -114,8 +113,7 @@ class LiveFigures:
     def is_live(self, name: str, now: float) -> bool:
         """Whether ``name`` may be shown as the figure of now."""
         age = self.age(name, now)
-        limit = SLOW_STALE_AFTER if name == "gpu_health" else STALE_AFTER
-        return age is not None and age <= limit and name not in self.unread
+        return age is not None and age <= STALE_AFTER and name not in self.unread
 
     def ages(self, now: float) -> dict[str, float]:
         """Each figure's age in seconds (tenths), for the admin API."""

@@ -206,8 +206,8 @@ class NodeJson(TypedDict):
     memory_read_gbs: float | None
     memory_read_one_core_gbs: float | None
     # Seconds since each live figure was read, by its field name ("gpus", "vitals"...),
-    # and those shown above that are not live (older than 30 s, the cards' slow figures
-    # 150 s, or unread lately by the agent): the last copy, not the figure of now.
+    # and those shown above that are not live (older than 30 s, or unread lately by the
+    # agent): the last copy, not the figure of now.
     figure_ages: dict[str, float]
     stale_figures: list[str]
     engines: list[EngineJson] | None
