@@ -45,7 +45,7 @@ def test_settings_reach_every_agent_and_a_nodes_own_wins_there(cluster: Cluster)
     for node in ("a", "b"):
         cluster.start_agent(node, cluster.token())
         cluster.wait_state(node, "Ready", 20)
-    assert setting(cluster, "a", "discovery.slow_interval") == {"value": 60.0, "source": "default"}
+    assert setting(cluster, "a", "discovery.slow_interval") == {"value": 15.0, "source": "default"}
 
     ctl(cluster, "config", "set", "discovery.slow_interval", "7")
     took = reaches(
