@@ -9,12 +9,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
+from llmgw.wire.admin.catalog import SpanJson, VerdictJson
 from llmgw.wire.hardware import GPU
 from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState
 
 if TYPE_CHECKING:
-    from llmgw.server.catalog.spanning import Span, SpanJson
+    from llmgw.server.catalog.spanning import Span
     from llmgw.server.fleet.figures import NodeFigures
     from llmgw.server.fleet.registry import NodeView
 
@@ -173,17 +174,6 @@ class Request:
     def wanted_role(self) -> str | None:
         # A selector naming the role label asks for that role as surely as `role` does.
         return self.role if self.role is not None else self.selector.get(ROLE_LABEL)
-
-
-class VerdictJson(TypedDict):
-    node: str
-    ok: bool
-    reasons: list[str]
-    notes: list[str]
-    score: int | None
-    rank: int | None
-    holds_weights: bool
-    cards: list[str]
 
 
 @dataclass(frozen=True)

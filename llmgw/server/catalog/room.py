@@ -11,38 +11,16 @@ for each profile, judged afresh. One judge of fit: the planner's figures
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TypedDict
 
 from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.model import Model
-from llmgw.server.catalog.placement import VerdictJson, span_reason
+from llmgw.server.catalog.placement import span_reason
 from llmgw.server.catalog.reconciler import Reconciler
-from llmgw.server.catalog.spanning import SpanJson
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
-
-
-class ExplainJson(TypedDict):
-    """``ctl explain``: one profile of a model, what a replica asks of a node, and every
-    node's verdict (with, for a replica spanning nodes, every set of nodes judged)."""
-
-    nodes: int
-    spans: list[SpanJson] | None
-    model: str
-    profile: str
-    engine: str
-    desired: int
-    memory: int
-    disk: int
-    cpu_cores: float
-    cards: int
-    card_memory: int
-    avoid: list[str]
-    running_on: list[str]
-    note: str
-    verdicts: list[VerdictJson]
+from llmgw.wire.admin.catalog import ExplainJson
 
 
 class Room:

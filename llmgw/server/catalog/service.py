@@ -27,7 +27,7 @@ from llmgw.server.catalog.dispatch import Dispatch
 from llmgw.server.catalog.inspector import PickledWeights
 from llmgw.server.catalog.model import Adapter, CatalogError, Model, Profile
 from llmgw.server.catalog.reconciler import Plan, Reconciler
-from llmgw.server.catalog.room import ExplainJson, Room
+from llmgw.server.catalog.room import Room
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
@@ -41,6 +41,7 @@ from llmgw.server.requests import (
     ServeRequest,
 )
 from llmgw.server.store import Audit, Store
+from llmgw.wire.admin.catalog import ExplainJson
 
 log = logging.getLogger("llmgw.models")
 

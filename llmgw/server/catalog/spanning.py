@@ -16,7 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Literal
+
+from llmgw.wire.admin.catalog import SpanJson
 
 Kind = Literal["nvlink", "fabric", "ethernet"]
 # A node's placement score, smallest first (``scheduler._order``): passed over, lacks the
@@ -37,20 +39,6 @@ class Candidate:
     nvlink_domain: str | None = None
     fabric: str | None = None
     leaves: tuple[str, ...] = ()
-
-
-class SpanJson(TypedDict):
-    """A set of nodes judged for a replica spanning nodes, as ``ctl explain`` shows it."""
-
-    kind: Kind
-    id: str | None
-    ok: bool
-    fitting: list[str]
-    needed: int
-    chosen: list[str]
-    leaf_sets: int | None
-    notes: list[str]
-    reason: str
 
 
 @dataclass(frozen=True)
