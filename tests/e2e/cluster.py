@@ -31,8 +31,11 @@ def engine_ports(use: int = 0) -> str:
     """A hundred engine ports for this worker's control planes, apart from every other
     worker's, so two tests running at once never hand their engines the same port: ``use``
     0 for a cluster as `server init` writes it, 1 for the catalog's tests, 2 for the admin
-    pages' cluster (which lives through the other tests of its worker)."""
-    first = 42000 + (worker() * 3 + use) * 100
+    pages' cluster (which lives through the other tests of its worker). They lie below
+    the kernel's ephemeral range (32768-60999): a port the kernel hands a client socket
+    or a ``free_port()`` server would be found taken by an engine, which fails the
+    replica once before the control plane picks another port."""
+    first = 22000 + (worker() * 3 + use) * 100
     return f"{first}-{first + 99}"
 
 
