@@ -20,8 +20,14 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Property tests check what code answers, not how fast: with the whole suite on two
+# cores an example may wait its turn far past hypothesis' 200 ms deadline.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # Test files (from the repository root) that run in one worker, in one group each.
 GROUPS = {
