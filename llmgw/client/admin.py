@@ -66,6 +66,7 @@ from llmgw.wire.admin import (
     StatusJson,
     TokenJson,
     UsageJson,
+    UsageSumJson,
     WeightsEntry,
 )
 
@@ -131,6 +132,7 @@ UPDATE_KEY: Route[KeyJson] = Route("POST", "/api/v1/keys/{}")
 REVOKE_KEY: Route[KeyJson] = Route("DELETE", "/api/v1/keys/{}")
 SERVING: Route[ServingJson] = Route("POST", "/api/v1/serving")
 USAGE: Route[list[UsageJson]] = Route("GET", "/api/v1/usage")
+USAGE_SUMS: Route[list[UsageSumJson]] = Route("GET", "/api/v1/usage")
 ENERGY: Route[list[EnergyJson]] = Route("GET", "/api/v1/energy")
 ROTATE_ADMIN_TOKEN: Route[RotatedTokenJson] = Route("POST", "/api/v1/admin-token/rotate")
 
@@ -329,6 +331,10 @@ class AdminClient:
 
     def usage(self, query: Query) -> list[UsageJson]:
         return self.call(USAGE, query=query)
+
+    def usage_sums(self, query: Query) -> list[UsageSumJson]:
+        """Usage summed per org, team, project, key or person (``by`` in the query)."""
+        return self.call(USAGE_SUMS, query=query)
 
     def energy(self) -> list[EnergyJson]:
         return self.call(ENERGY)

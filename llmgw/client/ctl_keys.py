@@ -12,12 +12,21 @@ from typing import Literal, TypeVar
 
 from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render, store_line
-from llmgw.wire.admin import EnergyJson, KeyJson, RotatedTokenJson, StatusJson, UsageJson
+from llmgw.wire.admin import (
+    EnergyJson,
+    KeyJson,
+    RotatedTokenJson,
+    StatusJson,
+    UsageJson,
+    UsageSumJson,
+)
 
 Shown = TypeVar("Shown")
 # The usage rows' fields a table may sum by.
 UsageBy = Literal["key_name", "model", "replica", "day"]
 DASH = "-"
+# What the server sums usage by: whose the keys are.
+OWNERS = ("org", "team", "project", "person")
 PRIORITY_HELP = (
     "when a model's replicas are all busy, waiting requests of higher-priority keys go "
     "first; keys of one priority take turns"
@@ -85,6 +94,23 @@ def usage_table(rows: list[UsageJson], by: str, energy: list[EnergyJson] | None 
             line.append(f"{j / n:.3g}" if j and n else DASH)
         heads.append("J/TOKEN")
     return render(heads, table)
+
+
+def sums_table(rows: list[UsageSumJson], by: str) -> str:
+    """Usage summed by the server per organisation, team, project or person."""
+    if not rows:
+        return "No usage yet."
+    table = [
+        [
+            str(r["name"] or r["id"] or f"(no {by})"),
+            str(r["requests"]),
+            str(r["prompt_tokens"]),
+            str(r["completion_tokens"]),
+            str(r["prompt_tokens"] + r["completion_tokens"]),
+        ]
+        for r in rows
+    ]
+    return render([by.upper(), "REQUESTS", "PROMPT", "COMPLETION", "TOKENS"], table)
 
 
 def rotated_text(answer: RotatedTokenJson) -> str:
@@ -175,7 +201,10 @@ def add_parsers(
     def usage(args: argparse.Namespace) -> int:
         api = client(args)
         asked = {"days": str(args.days)}
-        asked.update({k: v for k in ("since", "until") if (v := getattr(args, k))})
+        asked.update({k: v for k in ("since", "until", "org") if (v := getattr(args, k))})
+        if args.by in OWNERS:
+            sums = api.usage_sums({**asked, "by": args.by})
+            return show(args, sums, lambda r: sums_table(r, args.by))
         rows = api.usage(asked)
         energy = api.energy() if args.by == "model" and not args.json else None
         return show(args, rows, lambda r: usage_table(r, args.by, energy))
@@ -219,7 +248,13 @@ def add_parsers(
     p.add_argument("--days", type=int, default=30, help="this many days back (default 30)")
     p.add_argument("--since", help="the first day (2026-12-01), in place of --days")
     p.add_argument("--until", help="the last day (2026-12-31), included")
-    p.add_argument("--by", choices=("key", "model", "replica", "day"), default="key")
+    p.add_argument(
+        "--by",
+        choices=("key", "model", "replica", "day", *OWNERS),
+        default="key",
+        help="sum by key, model, replica or day; or by the keys' org, team, project or person",
+    )
+    p.add_argument("--org", help="only this organisation's keys (id or name)")
 
     leaf(roles, "stop", serving(True), "stop serving: /v1 answers 503, every model to zero")
     leaf(roles, "start", serving(False), "serve again after `llmgw stop`")

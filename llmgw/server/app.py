@@ -30,6 +30,7 @@ from llmgw.server.api import (
     models,
     nvlink,
     openapi,
+    people,
     plan,
     replicas,
     servers,
@@ -70,6 +71,9 @@ from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
+from llmgw.server.people.directory import Directory
+from llmgw.server.people.orgs import OrgService
+from llmgw.server.people.service import PeopleService
 from llmgw.server.principal import Principal
 from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.store import Store, open_store
@@ -78,6 +82,8 @@ from llmgw.wire.messages import Firewall, Message
 
 log = logging.getLogger("llmgw.server")
 
+# The tables of people and organisations: a standby reloads its directory when they change.
+PEOPLE_TABLES = {"people", "orgs", "teams", "projects", "memberships", "person_tokens"}
 # The control plane following the fleet's engine versions (ctl engines).
 ENGINES = Principal.system("engines")
 
@@ -163,12 +169,17 @@ class ControlPlane:
             self.registry,
             self.gateway.endpoints_of,
         )
+        # People, organisations, teams and projects: who is who, and their services.
+        self.directory = Directory(store)
+        self.people = PeopleService(self.directory)
+        self.orgs = OrgService(self.directory)
         self.keys = KeyService(
             store,
             self.gateway.keys,
             self.gateway.flush,
             self.gateway.metrics.replica_tokens,
             lambda replica: self.registry.energy.joules.get(replica, 0.0),
+            self.directory,
         )
         self.serving = ServingSwitch(store, self._apply_stopped)
         self.tokens = JoinTokens(
@@ -357,10 +368,13 @@ class ControlPlane:
             await self.ha.reload_servers()
         if every or "session_revocations" in tables:
             await self.revocations.load()
+        if every or tables & PEOPLE_TABLES:
+            await self.directory.load()
 
     async def load(self) -> None:
         await self.admin_tokens.load()
         await self.revocations.load()
+        await self.directory.load()
         await self.registry.load()
         await self.models.load()
         await self.gateway.load()
@@ -473,6 +487,7 @@ class ControlPlane:
         ops += adapters.routes(self.models)
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
+        ops += people.routes(self.people, self.orgs, self.keys)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
@@ -484,7 +499,7 @@ class ControlPlane:
 
     def admin_app(self) -> AdminApp:
         """The admin API and pages as an ASGI app: every route behind the one gate."""
-        gate = Gate(self.admin_tokens.ok, self._standby, self.sessions)
+        gate = Gate(self.admin_tokens.ok, self._standby, self.sessions, self.directory)
         services = Services(
             registry=self.registry,
             gateway=self.gateway,

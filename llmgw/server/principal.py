@@ -10,12 +10,16 @@ nothing of headers or cookies.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal, TypeGuard, get_args
 
 # Roles in rising order: each may do all that the one before it may.
 Role = Literal["viewer", "operator", "admin"]
 ROLES: tuple[Role, ...] = get_args(Role)
+# A membership's role in an organisation or team, rising likewise.
+OrgRole = Literal["member", "manager", "admin"]
+ORG_ROLES: tuple[OrgRole, ...] = get_args(OrgRole)
 # How the caller proved who they are.
 Via = Literal["token", "session", "anonymous", "system"]
 
@@ -24,14 +28,34 @@ def is_role(value: str) -> TypeGuard[Role]:
     return value in ROLES
 
 
+def is_org_role(value: str) -> TypeGuard[OrgRole]:
+    return value in ORG_ROLES
+
+
+def reaches(role: OrgRole | None, wanted: OrgRole) -> bool:
+    """Whether a membership's role (None: no membership) reaches ``wanted``."""
+    return role is not None and ORG_ROLES.index(role) >= ORG_ROLES.index(wanted)
+
+
 @dataclass(frozen=True)
 class Principal:
-    """A caller: the name the audit log keeps (``admin@10.0.0.5``), their role (None
-    for an anonymous caller) and how they proved it."""
+    """A caller: the name the audit log keeps (``admin@10.0.0.5``, a person's login),
+    their cluster role (None for an anonymous caller, or a person whose memberships give
+    all they may do) and how they proved it; for a person, their id and their role in
+    each organisation and team they belong to."""
 
     name: str
     role: Role | None
     via: Via
+    person: str | None = None
+    # Not hashed (a principal's hash is its name, role and how it proved it).
+    orgs: Mapping[str, OrgRole] = field(default_factory=dict, hash=False)
+    teams: Mapping[str, OrgRole] = field(default_factory=dict, hash=False)
+
+    @property
+    def known(self) -> bool:
+        """Signed in: the admin token, a person, or the control plane itself."""
+        return self.via != "anonymous"
 
     def may(self, role: Role) -> bool:
         """Whether this caller's role reaches ``role``."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import MISSING, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from llmgw.server.catalog.model import LABEL, MAX_SLOTS, MODEL_NAME, PROFILE_NAME
 from llmgw.server.schema import Spec, spec
@@ -298,6 +298,15 @@ class CreateKey:
         max_length=40,
     )
     priority: int = spec(0, doc=PRIORITY_DOC, minimum=-MAX_PRIORITY, maximum=MAX_PRIORITY)
+    org: str | None = spec(
+        None, doc="the organisation (id or name); the default one when left out", max_length=128
+    )
+    project: str | None = spec(
+        None,
+        doc="the project it belongs to (id, name or TEAM/NAME); the default one when left out",
+        max_length=128,
+    )
+    personal: bool = spec(False, doc="the caller's own key in the organisation, no project's")
 
 
 @dataclass(frozen=True)
@@ -312,6 +321,9 @@ class Serving:
     stopped: bool = spec(doc="true: llmgw stop; false: llmgw start")
 
 
+UsageBy = Literal["org", "team", "project", "key", "person"]
+
+
 @dataclass(frozen=True)
 class UsageQuery:
     days: int = spec(30, doc="this many days back, today included", minimum=1, maximum=3660)
@@ -319,6 +331,10 @@ class UsageQuery:
         None, doc="the first day (2026-12-01), in place of days", max_length=10
     )
     until: str | None = spec(None, doc="the last day (2026-12-31), included", max_length=10)
+    by: UsageBy | None = spec(
+        None, doc="sum the period per org, team, project, key or person (else per day and key)"
+    )
+    org: str | None = spec(None, doc="only this organisation's (id or name)", max_length=128)
 
 
 # ------------------------------------------------------------------ agent settings

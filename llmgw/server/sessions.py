@@ -76,13 +76,17 @@ def _same(ours: str, theirs: str) -> bool:
 
 @dataclass(frozen=True)
 class Session:
-    """Who is signed in: their name, role, the session's id and when it ends."""
+    """Who is signed in: their name, role, the session's id and when it ends; for a
+    person (signed in through the cluster's identity provider), their id, and who they
+    act as now (``who``: the gate fills it in from the directory at every request)."""
 
     actor: str
-    role: Role
+    role: Role | None
     sid: str
     expires: float
     binding: str
+    person: str | None = None
+    who: Principal | None = None
 
     def may(self, role: Role) -> bool:
         """Whether this session's role reaches ``role``."""
@@ -90,6 +94,8 @@ class Session:
 
     @property
     def principal(self) -> Principal:
+        if self.who is not None:
+            return self.who
         return Principal(self.actor, self.role, "session")
 
 
@@ -117,17 +123,20 @@ class Sessions:
         ]
 
     def open(self, actor: str, role: Role, token_hash: str, now: float | None = None) -> str:
-        """A new session's cookie value."""
+        """A new session's cookie value, opened with the admin token (of that hash)."""
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}")
+        return self._open({"a": actor, "r": role, "b": self._bind(token_hash)}, now)
+
+    def open_person(self, login: str, person_id: str, now: float | None = None) -> str:
+        """A person's session: their role is read from the directory at each request,
+        so a changed role or a deactivation holds at once."""
+        claims = {"a": login, "r": "", "p": person_id, "b": self._bind("person:" + person_id)}
+        return self._open(claims, now)
+
+    def _open(self, given: dict[str, str], now: float | None) -> str:
         now = time.time() if now is None else now
-        claims = {
-            "a": actor,
-            "r": role,
-            "s": secrets.token_urlsafe(12),
-            "e": round(now + self.ttl),
-            "b": self._bind(token_hash),
-        }
+        claims = {**given, "s": secrets.token_urlsafe(12), "e": round(now + self.ttl)}
         body = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
         return f"{_b64(body)}.{self._sign(body)}"
 
@@ -145,20 +154,24 @@ class Sessions:
         try:
             claims = json.loads(body)
             role = str(claims["r"])
-            if not is_role(role):
+            person = str(claims["p"]) if "p" in claims else None
+            if not is_role(role) and (person is None or role):
                 return None
             session = Session(
                 actor=str(claims["a"]),
-                role=role,
+                role=role if is_role(role) else None,
                 sid=str(claims["s"]),
                 expires=float(claims["e"]),
                 binding=str(claims["b"]),
+                person=person,
             )
         except (ValueError, KeyError, TypeError):
             return None
         now = time.time() if now is None else now
         if now >= session.expires or session.sid in self._ended:
             return None
+        if person is not None:
+            return session if _same(self._bind("person:" + person), session.binding) else None
         if not any(_same(self._bind(h), session.binding) for h in self._admin_hashes()):
             return None
         return session

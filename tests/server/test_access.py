@@ -11,7 +11,7 @@ import pytest
 from starlette.requests import Request
 
 from llmgw import pki
-from llmgw.server.access import Gate
+from llmgw.server.access import Denied, Gate
 from llmgw.server.principal import Principal
 from llmgw.server.sessions import COOKIE, Sessions
 
@@ -74,7 +74,10 @@ def test_the_admin_token_as_a_bearer_token_names_the_admin_at_its_address(scheme
 )
 def test_anything_but_the_admin_bearer_token_is_no_caller(header: str) -> None:
     headers = {"Authorization": header} if header else {}
-    assert gate().principal(request(headers), "admin") is None
+    assert gate().caller(request(headers)) is None
+    with pytest.raises(Denied) as refused:
+        gate().principal(request(headers), "viewer")
+    assert refused.value.status == 401 and "Bearer" in refused.value.message
 
 
 def test_a_valid_session_cookie_never_authorises_the_api() -> None:
@@ -85,9 +88,11 @@ def test_a_valid_session_cookie_never_authorises_the_api() -> None:
     assert session is not None and session.principal.via == "session"
     assert session.principal.name == "admin@10.0.0.5" and session.may("admin")
     # ...the API does not, not even with the token sent as a cookie.
-    assert gate().principal(with_cookie, "admin") is None
+    assert gate().caller(with_cookie) is None
     as_cookie = request(cookies={COOKIE: cookie, "authorization": f"Bearer {TOKEN}"})
-    assert gate().principal(as_cookie, "admin") is None
+    assert gate().caller(as_cookie) is None
+    with pytest.raises(Denied):
+        gate().principal(as_cookie, "member")
 
 
 def test_the_pages_take_their_session_cookie_alone() -> None:

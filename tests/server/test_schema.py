@@ -13,13 +13,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llmgw.server import requests as typed
+from llmgw.server.people import asks
 from llmgw.server.schema import MAX_INT, Invalid, Spec, json_schema, read, read_query
 from tests.support import hostile
 
 REQUESTS = [
     obj
-    for obj in vars(typed).values()
-    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == typed.__name__
+    for module in (typed, asks)
+    for obj in vars(module).values()
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__
 ]
 
 # Any JSON value, including the ones a careless client sends: wrong types, huge and
@@ -30,6 +32,7 @@ json_values = hostile.json_values(max_leaves=20)
 def test_every_request_type_is_found() -> None:
     names = {cls.__name__ for cls in REQUESTS}
     assert {"ServeRequest", "CreateKey", "ContextRequest", "Enroll", "LabelsRequest"} <= names
+    assert {"NewPerson", "ChangePerson", "Member", "SetLimits"} <= names
 
 
 @pytest.mark.parametrize("cls", REQUESTS, ids=lambda c: c.__name__)
@@ -85,6 +88,8 @@ def _valid(tp: Any, rules: Spec) -> st.SearchStrategy[Any]:
         return st.one_of(*(_valid(a, rules) for a in args))
     if dataclasses.is_dataclass(tp):
         return _bodies(tp)
+    if origin is typing.Literal:
+        return st.sampled_from(args)
     if tp is bool:
         return st.booleans()
     if tp is int:

@@ -22,5 +22,6 @@ def routes(tokens: AdminTokens) -> Ops:
             "Rotate the admin token: the new one is answered once, the old one and the "
             "page sessions opened with it end on every control plane within 2 s",
             answer={"type": "object", "required": ["token", "token_file"]},
+            access="admin",
         )
     ]

@@ -100,6 +100,7 @@ def routes(
             body_optional=True,
             status=201,
             answer=token_answer,
+            access="admin",
         ),
         Op(
             "POST",

@@ -61,6 +61,7 @@ def routes(engines: FleetEngines, registry: NodeRegistry) -> Ops:
             "Name an engine's version for the fleet (audited; agents converge)",
             body=EngineSet,
             answer=DOC,
+            access="admin",
         ),
         Op(
             "POST",

@@ -40,6 +40,7 @@ def routes(firewall: FleetFirewall) -> Ops:
             "agent loads its table at once)",
             body=FirewallSet,
             answer=DOC,
+            access="admin",
         ),
         Op(
             "GET",

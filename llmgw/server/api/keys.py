@@ -19,10 +19,10 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
         return {**key_json(record), "key": key}
 
     async def listing(call: Call[None, None]) -> list[KeyJson]:
-        return [key_json(r) for r in keys.records()]
+        return [key_json(r) for r in keys.records(call.principal)]
 
     async def show(call: Call[None, None]) -> KeyJson:
-        return key_json(keys.find(call.params["key_id"]))
+        return key_json(keys.find(call.params["key_id"], call.principal))
 
     async def revoke(call: Call[None, None]) -> KeyJson:
         return key_json(await keys.revoke(call.params["key_id"], call.principal))
@@ -37,7 +37,7 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
         return {"stopped": await switch.set(call.body.stopped, call.principal)}
 
     async def usage(call: Call[None, UsageQuery]) -> object:
-        return await keys.usage(call.query)
+        return await keys.usage(call.query, call.principal)
 
     async def energy(call: Call[None, None]) -> list[EnergyJson]:
         return keys.energy()
@@ -51,6 +51,7 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
             "Requests and tokens per day, key, model and replica",
             query=UsageQuery,
             answer={"type": "array", "items": {"type": "object"}},
+            access="member",
         ),
         Op(
             "GET",
@@ -67,6 +68,7 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
             body=CreateKey,
             status=201,
             answer=KEY,
+            access="member",
         ),
         Op(
             "GET",
@@ -74,8 +76,17 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
             listing,
             "Every key, never the key itself",
             answer={"type": "array", "items": KEY},
+            access="member",
         ),
-        Op("GET", "/api/v1/keys/{key_id}", show, "One key", answer=KEY, errors=(404,)),
+        Op(
+            "GET",
+            "/api/v1/keys/{key_id}",
+            show,
+            "One key",
+            answer=KEY,
+            errors=(404,),
+            access="member",
+        ),
         Op(
             "POST",
             "/api/v1/keys/{key_id}",
@@ -84,6 +95,7 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
             body=UpdateKey,
             answer=KEY,
             errors=(404,),
+            access="member",
         ),
         Op(
             "DELETE",
@@ -92,6 +104,7 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
             "Revoke a key at once",
             answer=KEY,
             errors=(404,),
+            access="member",
         ),
         Op("GET", "/api/v1/serving", serving, "Whether /v1 is stopped", answer=switch_answer),
         Op(

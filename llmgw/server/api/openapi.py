@@ -53,8 +53,9 @@ OPENAI_ERROR = {
 }
 WHY = {
     400: "The request is not as documented; the message names the field",
-    401: "No admin token, or a wrong one",
-    403: "Refused (a join token forged, used or expired)",
+    401: "No token (a personal one or the admin token), or a wrong one",
+    403: "The caller's role does not reach what this needs (or a join token forged, used "
+    "or expired)",
     404: "No such thing",
     408: "The body did not arrive in time",
     409: "Not now: the message says what is in the way",
@@ -113,9 +114,10 @@ def _operation(op: Op[Any, Any], path: str) -> dict[str, Any]:
         codes.add(400)
     if op.body is not None:
         codes.update((408, 413))
-    if op.access != "public":
-        codes.add(401)
+    if op.needs != "public":
+        codes.update((401, 403))
         out["security"] = [{"admin": []}]
+        out["x-llmgw-access"] = op.needs
     if op.method in ("POST", "DELETE"):
         codes.add(503)
     for code in sorted(codes):

@@ -1,13 +1,14 @@
 """Every admin route declared once: who may call it, what it takes, what it answers.
 
-An ``Op`` names its method and path, its handler, its access (``public`` or ``admin``;
-roles slot in here later), the typed body and query it takes (``schema.py``
+An ``Op`` names its method and path, its handler, the least its caller needs
+(``access.Access``: ``public``, ``member``, or a cluster role; when not named, ``viewer``
+to read and ``operator`` to change), the typed body and query it takes (``schema.py``
 dataclasses) and what it answers. ``endpoint`` wraps each one in the same steps, in
 this order, so no route can skip one:
 
 1. authorise at the one gate (``server/access.py``), from the headers alone: a request
-   without the right token is refused before a byte of its body is read, and the
-   handler is handed the caller as a ``Principal``;
+   without a token is a 401, one whose role falls short a 403, both before a byte of its
+   body is read; the handler is handed the caller as a ``Principal``;
 2. refuse a body past the route's limit, from its Content-Length or as it arrives, and
    one that does not arrive within the body timeout;
 3. read the body and query into their types, or 400 naming the field;
@@ -29,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from llmgw.server import schema
-from llmgw.server.access import Access, Gate
+from llmgw.server.access import Access, Denied, Gate
 from llmgw.server.api.responses import error
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
@@ -75,7 +76,8 @@ class Op(Generic[B, Q]):
     path: str
     handler: Callable[[Call[B, Q]], Awaitable[object]]
     summary: str
-    access: Access = "admin"
+    # The least the caller needs; None: viewer to read, operator to change.
+    access: Access | None = None
     body: type[B] | None = None
     # The body may be left out (read as an empty object).
     body_optional: bool = False
@@ -95,6 +97,13 @@ class Op(Generic[B, Q]):
     def writes(self) -> bool:
         return self.method != "GET" and not self.reads
 
+    @property
+    def needs(self) -> Access:
+        """The least a caller needs, as the gate checks it."""
+        if self.access is not None:
+            return self.access
+        return "viewer" if self.method == "GET" or self.reads else "operator"
+
     def typed(self, body: object, query: Mapping[str, str]) -> tuple[B, Q]:
         """The body (decoded JSON) and query read into this route's types."""
         typed_body = schema.read(self.body, body) if self.body is not None else None
@@ -107,13 +116,8 @@ class Op(Generic[B, Q]):
 Ops = list[Op[Any, Any]]
 
 
-def unauthorised() -> JSONResponse:
-    return error(
-        401,
-        "unauthorized",
-        "missing or wrong admin token: send 'Authorization: Bearer <token>' with the "
-        "token from the data dir's admin.token",
-    )
+def denied(exc: Denied) -> JSONResponse:
+    return error(exc.status, "unauthorized" if exc.status == 401 else "forbidden", exc.message)
 
 
 def not_leader(leader: Mapping[str, object]) -> JSONResponse:
@@ -171,9 +175,10 @@ def endpoint(
     """``op`` wrapped in the steps every route takes (the module's docstring)."""
 
     async def run(request: Request) -> Response:
-        principal = gate.principal(request, op.access)
-        if principal is None:
-            return unauthorised()
+        try:
+            principal = gate.principal(request, op.needs)
+        except Denied as exc:
+            return denied(exc)
         if op.writes:
             leader = gate.standby()
             if leader is not None:

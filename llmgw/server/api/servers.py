@@ -61,6 +61,7 @@ def routes(
             body_optional=True,
             status=201,
             answer={"type": "object", "required": ["token", "id", "expires_at"]},
+            access="admin",
         ),
         Op(
             "POST",
@@ -79,5 +80,6 @@ def routes(
             remove,
             "Remove a control plane: its certificate is refused from now on",
             errors=(404, 409),
+            access="admin",
         ),
     ]

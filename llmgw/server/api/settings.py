@@ -54,6 +54,7 @@ def routes(settings: AgentSettings) -> Ops:
             "Set or unset one agent setting (checked, audited)",
             body=ConfigSet,
             answer=DOC,
+            access="admin",
         ),
         Op(
             "GET",

@@ -53,6 +53,12 @@ REPLICATED = frozenset(
         "usage",
         "servers",
         "session_revocations",
+        "people",
+        "orgs",
+        "teams",
+        "projects",
+        "memberships",
+        "person_tokens",
     }
 )
 Op = Literal["upsert", "delete"]

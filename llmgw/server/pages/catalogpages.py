@@ -15,6 +15,7 @@ from llmgw.server import schema
 from llmgw.server.catalog.model import Model
 from llmgw.server.gateway.keyservice import key_json
 from llmgw.server.pages.frame import Frame, Page, PageCall, PageHandler, Services, form_body
+from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import (
     CreateKey,
@@ -62,15 +63,17 @@ def pages(frame: Frame, services: Services) -> list[Page]:
         change.__name__ = f"model_{action}"
         return change
 
-    def key_rows() -> list[dict[str, Any]]:
+    def key_rows(by: Principal) -> list[dict[str, Any]]:
         return [
             {**key_json(r), "month_tokens": keys.month_tokens(r.id)}
-            for r in sorted(keys.records(), key=lambda r: -r.created_at)
+            for r in sorted(keys.records(by), key=lambda r: -r.created_at)
         ]
 
     async def keys_page(call: PageCall) -> Response:
         template = "keys_table.html" if call.htmx else "keys.html"
-        return frame.render(call.request, template, call.session, keys=key_rows(), made=None)
+        return frame.render(
+            call.request, template, call.session, keys=key_rows(call.principal), made=None
+        )
 
     async def create_key(call: PageCall) -> Response:
         form = call.form
@@ -80,7 +83,9 @@ def pages(frame: Frame, services: Services) -> list[Page]:
         record, key = await keys.create(schema.read(CreateKey, body), call.principal)
         # The key itself is in this one answer and nowhere else: never in a redirect.
         made = {**key_json(record), "key": key}
-        return frame.render(call.request, "keys.html", call.session, keys=key_rows(), made=made)
+        return frame.render(
+            call.request, "keys.html", call.session, keys=key_rows(call.principal), made=made
+        )
 
     async def revoke_key(call: PageCall) -> Response:
         await keys.revoke(str(call.params["key_id"]), call.principal)

@@ -218,7 +218,7 @@ def pages(frame: Frame, services: Services) -> list[Page]:
         today = dt.datetime.now(dt.UTC).date()
         first, last = day_range(asked.get("from"), asked.get("to"), today)
         ask = UsageQuery(since=first.isoformat(), until=last.isoformat())
-        rows = await services.keys.usage(ask)
+        rows = await services.keys.usage(ask, call.principal)
         return first, last, list(rows)
 
     async def usage(call: PageCall) -> Response:

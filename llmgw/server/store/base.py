@@ -12,9 +12,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-# A value a statement takes or a row gives: what both drivers map to SQL types.
-SQLValue: TypeAlias = str | int | float | bytes | None
-Params: TypeAlias = tuple[SQLValue, ...]
+from llmgw.server.store.directory import DirectoryRows
+from llmgw.server.store.values import Audit, Params, SQLValue
+
+__all__ = ["Audit", "DirectoryRows", "Params", "SQLValue"]
+
 # (node id, address, version, facts, when) of a node that registered.
 Registration: TypeAlias = tuple[str, str | None, str, Mapping[str, object], float]
 
@@ -36,16 +38,10 @@ class ApiKeyRecord:
     # Served first when a model's replicas are all busy: higher first (the gateway's
     # queue); keys of one priority take turns.
     priority: int = 0
-
-
-@dataclass(frozen=True)
-class Audit:
-    """Who did what to what: written with the change it describes."""
-
-    actor: str
-    action: str
-    target: str
-    detail: str = ""
+    # Whose it is: a project's (its organisation's too), or a person's in an organisation.
+    org_id: str | None = None
+    project_id: str | None = None
+    person_id: str | None = None
 
 
 class StoreError(RuntimeError):
@@ -269,6 +265,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def revoked_sessions(self, now: float) -> dict[str, float]:
         """Each signed-out session not yet ended by ``now``: its id and when it ends."""
+
+    # people, organisations, teams, projects, memberships, personal tokens
+    @property
+    @abc.abstractmethod
+    def directory(self) -> DirectoryRows: ...
 
     # audit
     @abc.abstractmethod

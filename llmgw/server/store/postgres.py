@@ -41,7 +41,7 @@ from llmgw.server.store.base import (
     StoreUnavailable,
     Writability,
 )
-from llmgw.server.store.statements import INSERT_AUDIT, PUT_SETTING, SQLStore, pyformat
+from llmgw.server.store.statements import INSERT_AUDIT, PUT_SETTING, SQLStore, audit_row, pyformat
 
 log = logging.getLogger("llmgw.store")
 T = TypeVar("T")
@@ -457,7 +457,7 @@ class PostgresStore(SQLStore):
             if touched or not if_changed:
                 await conn.execute(
                     pyformat(INSERT_AUDIT),
-                    (time.time(), audit.actor, audit.action, audit.target, audit.detail),
+                    audit_row(audit),
                 )
             return touched
 
@@ -469,7 +469,7 @@ class PostgresStore(SQLStore):
                 await conn.execute(pyformat(sql), params)
             await conn.execute(
                 pyformat(INSERT_AUDIT),
-                (time.time(), audit.actor, audit.action, audit.target, audit.detail),
+                audit_row(audit),
             )
 
         await self._write(work)

@@ -31,7 +31,7 @@ from llmgw.server.store.base import (
     StoreUnavailable,
     Writability,
 )
-from llmgw.server.store.statements import INSERT_AUDIT, PUT_SETTING, SQLStore
+from llmgw.server.store.statements import INSERT_AUDIT, PUT_SETTING, SQLStore, audit_row
 
 log = logging.getLogger("llmgw.store")
 T = TypeVar("T")
@@ -301,7 +301,7 @@ class SQLiteStore(SQLStore):
             if cur.rowcount or not if_changed:
                 await db.execute(
                     INSERT_AUDIT,
-                    (time.time(), audit.actor, audit.action, audit.target, audit.detail),
+                    audit_row(audit),
                 )
             return int(cur.rowcount)
 
@@ -311,8 +311,6 @@ class SQLiteStore(SQLStore):
         async def work(db: aiosqlite.Connection) -> None:
             for sql, params in steps:
                 await db.execute(sql, params)
-            await db.execute(
-                INSERT_AUDIT, (time.time(), audit.actor, audit.action, audit.target, audit.detail)
-            )
+            await db.execute(INSERT_AUDIT, audit_row(audit))
 
         await self._write(work)

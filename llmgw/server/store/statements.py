@@ -36,6 +36,7 @@ from llmgw.server.store.base import (
     ServerRecord,
     Store,
 )
+from llmgw.server.store.directory import DirectoryRows
 
 # Also the backends' proof, at open, that the store takes writes.
 PUT_SETTING = (
@@ -43,7 +44,14 @@ PUT_SETTING = (
     "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 )
 # Written in the same transaction as the change it describes (``SQLStore._audited``).
-INSERT_AUDIT = "INSERT INTO audit (at, actor, action, target, detail) VALUES (?, ?, ?, ?, ?)"
+INSERT_AUDIT = (
+    "INSERT INTO audit (at, actor, action, target, detail, org_id) VALUES (?, ?, ?, ?, ?, ?)"
+)
+
+
+def audit_row(audit: Audit) -> Params:
+    """``INSERT_AUDIT``'s values for an entry written now."""
+    return (time.time(), audit.actor, audit.action, audit.target, audit.detail, audit.org)
 
 
 @functools.cache
@@ -102,6 +110,10 @@ class SQLStore(Store):
     async def _audited_all(self, steps: Sequence[tuple[str, Params]], audit: Audit) -> None:
         """Several statements, in order, and their audit entry as one change: all of
         them, or none when one fails."""
+
+    @functools.cached_property
+    def directory(self) -> DirectoryRows:
+        return DirectoryRows(self)
 
     # settings
 
@@ -254,8 +266,9 @@ class SQLStore(Store):
 
     async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None:
         await self._audited(
-            "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, "
-            "expires_at, created_at, priority) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, expires_at, "
+            "created_at, priority, org_id, project_id, person_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.id,
                 record.name,
@@ -267,6 +280,9 @@ class SQLStore(Store):
                 record.expires_at,
                 record.created_at,
                 record.priority,
+                record.org_id,
+                record.project_id,
+                record.person_id,
             ),
             audit,
         )
@@ -353,7 +369,7 @@ class SQLStore(Store):
     # audit
 
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
-        await self._execute(INSERT_AUDIT, (time.time(), actor, action, target, detail))
+        await self._execute(INSERT_AUDIT, audit_row(Audit(actor, action, target, detail)))
 
     async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
         return await self._read("SELECT * FROM audit ORDER BY id DESC LIMIT ?", (limit,))

@@ -96,6 +96,7 @@ from llmgw.wire.admin.cluster import (
     TrayJson,
     UnjoinedCardJson,
     UsageJson,
+    UsageSumJson,
     VersionJson,
     WantedEngineJson,
 )
@@ -116,8 +117,28 @@ from llmgw.wire.admin.nodes import (
     VitalsJson,
     XidJson,
 )
+from llmgw.wire.admin.people import (
+    LimitsJson,
+    MeJson,
+    MembershipJson,
+    NewPersonTokenJson,
+    OrgJson,
+    PersonJson,
+    PersonTokenJson,
+    ProjectJson,
+    TeamJson,
+)
 
 __all__ = [
+    "LimitsJson",
+    "MeJson",
+    "MembershipJson",
+    "NewPersonTokenJson",
+    "OrgJson",
+    "PersonJson",
+    "PersonTokenJson",
+    "ProjectJson",
+    "TeamJson",
     "AdapterJson",
     "CableJson",
     "CachedFileJson",
@@ -200,6 +221,7 @@ __all__ = [
     "TrayJson",
     "UnjoinedCardJson",
     "UsageJson",
+    "UsageSumJson",
     "VerdictJson",
     "VersionJson",
     "VitalsJson",

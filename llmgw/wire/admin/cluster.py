@@ -24,6 +24,10 @@ class KeyJson(TypedDict):
     expires_at: float | None
     created_at: float
     revoked_at: float | None
+    # Whose: a project's (in an organisation), or a person's in an organisation.
+    org_id: str | None
+    project_id: str | None
+    person_id: str | None
 
 
 class NewKeyJson(KeyJson):
@@ -51,6 +55,22 @@ class UsageJson(TypedDict):
     prompt_tokens: int
     completion_tokens: int
     key_name: str | None
+    # Whose the key is (absent for a key since removed from the store).
+    org_id: str | None
+    project_id: str | None
+    person_id: str | None
+
+
+class UsageSumJson(TypedDict):
+    """Each of ``GET /api/v1/usage?by=...``: the period's use summed per organisation,
+    team, project, key or person (``id`` None: keys of no such owner)."""
+
+    by: str
+    id: str | None
+    name: str | None
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
 
 
 class EnergyJson(TypedDict):

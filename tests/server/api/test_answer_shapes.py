@@ -394,6 +394,7 @@ READS: list[Ask] = [
     ("KEYS", (), None),
     ("KEY", (KEY,), None),
     ("USAGE", (), {"since": "2025-03-01"}),
+    ("USAGE_SUMS", (), {"since": "2025-03-01", "by": "org"}),
     ("ENERGY", (), None),
     ("SERVERS", (), None),
     ("SETTINGS", (), None),

@@ -227,12 +227,12 @@ def test_each_op_names_the_errors_it_may_answer(doc: dict[str, Any]) -> None:
 
     # Its success first, then its errors in order.
     assert codes("/healthz", "get") == ["200"]  # public, no input
-    assert codes("/api/v1/things", "get") == ["200", "400", "401"]  # a query
-    assert codes("/api/v1/things", "post") == ["201", "400", "401", "408", "413", "503"]
-    assert codes("/api/v1/things/{name}", "get") == ["200", "401", "404"]
-    assert codes("/api/v1/things/{name}", "delete") == ["200", "401", "404", "409", "503"]
+    assert codes("/api/v1/things", "get") == ["200", "400", "401", "403"]  # a query
+    assert codes("/api/v1/things", "post") == ["201", "400", "401", "403", "408", "413", "503"]
+    assert codes("/api/v1/things/{name}", "get") == ["200", "401", "403", "404"]
+    assert codes("/api/v1/things/{name}", "delete") == ["200", "401", "403", "404", "409", "503"]
     stop = codes("/api/v1/things/{name}/stop", "post")
-    assert stop == ["200", "400", "401", "408", "413", "422", "503"]
+    assert stop == ["200", "400", "401", "403", "408", "413", "422", "503"]
 
     responses = doc["paths"]["/api/v1/things/{name}/stop"]["post"]["responses"]
     for code, answer in responses.items():

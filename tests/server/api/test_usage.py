@@ -57,6 +57,9 @@ async def test_since_and_until_pick_any_range_of_days(api: httpx.AsyncClient) ->
             "requests": 3,
             "prompt_tokens": 1,
             "completion_tokens": 1,
+            "org_id": None,
+            "project_id": None,
+            "person_id": None,
         }
     ]
 

@@ -182,7 +182,7 @@ async def test_an_nvl72_rack_of_18_trays(store: SQLiteStore) -> None:
 async def test_the_route_answers_the_same(store: SQLiteStore) -> None:
     reg = await record(store, nvl72())
     (op,) = routes(reg)
-    assert (op.method, op.path, op.access) == ("GET", "/api/v1/nvlink", "admin")
+    assert (op.method, op.path, op.needs) == ("GET", "/api/v1/nvlink", "viewer")
     asked = Call(request=cast(Any, None), principal=ADMIN, params={}, body=None, query=None)
     answer = await op.handler(asked)
     assert answer == domains(reg.nodes.values())

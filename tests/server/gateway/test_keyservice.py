@@ -19,6 +19,7 @@ from llmgw.server.gateway.keyservice import (
     key_json,
 )
 from llmgw.server.gateway.limits import KEY_PREFIX, Key, KeyBook, Usage, key_hash
+from llmgw.server.people.directory import Directory
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import CreateKey, UpdateKey, UsageQuery
@@ -48,8 +49,16 @@ async def keys(tmp_path: Path) -> AsyncIterator[Keys]:
     book = KeyBook(usage, clock=lambda: NOW)
     tokens: dict[tuple[str, str], int] = {}
     joules: dict[str, float] = {}
+    directory = Directory(store)
+    await directory.load()
     service = KeyService(
-        store, book, usage.flush, tokens, lambda r: joules.get(r, 0.0), clock=lambda: NOW
+        store,
+        book,
+        usage.flush,
+        tokens,
+        lambda r: joules.get(r, 0.0),
+        directory,
+        clock=lambda: NOW,
     )
     try:
         yield Keys(service, store, usage, tokens, joules)
@@ -185,7 +194,7 @@ async def test_a_key_gone_from_the_store_is_404_on_update(keys: Keys) -> None:
     with pytest.raises(Refusal) as refused:
         await keys.service.update(record.id, UpdateKey(priority=3), ALICE)
     assert refused.value.status == 404
-    assert keys.service.find(record.id).priority == 0
+    assert keys.service.find(record.id, ALICE).priority == 0
 
 
 # ------------------------------------------------------------------ usage
@@ -199,13 +208,13 @@ async def test_usage_is_the_days_back_today_included_with_each_keys_name(keys: K
     record, _ = await keys.service.create(CreateKey(name="web"), ALICE)
     await _usage_on(keys, record.id, "2026-06-12", "2026-06-13", "2026-06-15")
     await _usage_on(keys, "gone-key", "2026-06-14")
-    rows = await keys.service.usage(UsageQuery(days=3))
+    rows = await keys.service.usage(UsageQuery(days=3), ALICE)
     assert [(r["day"], r["key_name"]) for r in rows] == [
         ("2026-06-13", "web"),
         ("2026-06-14", None),
         ("2026-06-15", "web"),
     ]
-    assert len(await keys.service.usage(UsageQuery())) == 4  # 30 days by default
+    assert len(await keys.service.usage(UsageQuery(), ALICE)) == 4  # 30 days by default
 
 
 async def test_usage_from_since_to_until_both_included(keys: Keys) -> None:
@@ -216,16 +225,16 @@ async def test_usage_from_since_to_until_both_included(keys: Keys) -> None:
     def on(rows: list[dict[str, object]]) -> list[object]:
         return [r["day"] for r in rows]
 
-    ranged = await keys.service.usage(UsageQuery(since="2026-06-01", until="2026-06-10"))
+    ranged = await keys.service.usage(UsageQuery(since="2026-06-01", until="2026-06-10"), ALICE)
     assert on(ranged) == ["2026-06-01", "2026-06-05", "2026-06-10"]
     # since alone runs to today; until alone is the `days` up to it.
-    assert on(await keys.service.usage(UsageQuery(since="2026-06-05"))) == list(days[2:])
-    assert on(await keys.service.usage(UsageQuery(days=10, until="2026-06-10"))) == [
+    assert on(await keys.service.usage(UsageQuery(since="2026-06-05"), ALICE)) == list(days[2:])
+    assert on(await keys.service.usage(UsageQuery(days=10, until="2026-06-10"), ALICE)) == [
         "2026-06-01",
         "2026-06-05",
         "2026-06-10",
     ]
-    one_day = await keys.service.usage(UsageQuery(since="2026-06-05", until="2026-06-05"))
+    one_day = await keys.service.usage(UsageQuery(since="2026-06-05", until="2026-06-05"), ALICE)
     assert on(one_day) == ["2026-06-05"]
 
 
@@ -244,7 +253,7 @@ async def test_a_bad_range_is_refused_naming_the_field(
     keys: Keys, query: UsageQuery, blamed: str
 ) -> None:
     with pytest.raises(Refusal) as refused:
-        await keys.service.usage(query)
+        await keys.service.usage(query, ALICE)
     assert (refused.value.status, refused.value.field) == (400, blamed)
     assert refused.value.message.startswith(f"{blamed}: ")
 
@@ -252,7 +261,7 @@ async def test_a_bad_range_is_refused_naming_the_field(
 async def test_usage_writes_what_was_counted_first(keys: Keys) -> None:
     record, _ = await keys.service.create(CreateKey(name="web"), ALICE)
     keys.usage.add(Key(record), "m", "r1", prompt=7, completion=3)
-    (row,) = await keys.service.usage(UsageQuery(days=1))
+    (row,) = await keys.service.usage(UsageQuery(days=1), ALICE)
     assert (row["day"], row["key_id"], row["requests"]) == ("2026-06-15", record.id, 1)
     assert (row["prompt_tokens"], row["completion_tokens"]) == (7, 3)
     assert keys.usage.pending == {}
@@ -268,7 +277,7 @@ async def test_usage_shows_the_stores_rows_when_the_counts_cannot_be_written(
         raise StoreUnavailable("the disk is full")
 
     keys.service.flush = unwritable
-    (row,) = await keys.service.usage(UsageQuery(days=1))
+    (row,) = await keys.service.usage(UsageQuery(days=1), ALICE)
     assert row["requests"] == 1 and row["key_name"] == "web"
 
 

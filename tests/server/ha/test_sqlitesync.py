@@ -12,6 +12,7 @@ import json
 import math
 import sqlite3
 import time
+from dataclasses import replace
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from llmgw.server.ha.sqlitesync import (
     restore,
     snapshot,
 )
+from llmgw.server.people.records import Limits, Membership, Org, Person, PersonToken, Project, Team
 from llmgw.server.store import ApiKeyRecord, Audit, JoinTokenRecord, ServerRecord, StoreTooNew
 from llmgw.server.store.sqlite import SQLiteStore
 
@@ -117,6 +119,15 @@ def by(actor: str, action: str, target: str) -> Audit:
 
 Write = Callable[[SQLiteStore], Awaitable[object]]
 # Every Store method that writes, some more than once, in an order that makes sense.
+ALICE = Person(
+    "p1", "alice", "Alice", "alice@lab", "operator", True, "oidc", "iss|1", True, NOW, NOW
+)
+LAB = Org("o1", "lab", Limits(60, 1000, 2**40, ("qwen*",)), NOW)
+VISION = Team("t1", "o1", "vision", Limits(tpm=500), NOW)
+VISION_DEMO = Project("j1", "o1", "t1", "demo", Limits(), NOW)
+ALICE_IN_VISION = Membership("p1", "team", "t1", "manager", True, NOW)
+ALICE_TOKEN = PersonToken("tk1", "p1", "laptop", "sha256:tk1", NOW, NOW + 86400)
+
 WRITES: list[tuple[str, Write]] = [
     ("put_setting", lambda s: s.put_setting("cluster.name", "lab")),
     ("put_setting again", lambda s: s.put_setting("cluster.name", "prod")),
@@ -207,6 +218,21 @@ WRITES: list[tuple[str, Write]] = [
         "set_node_replicas",
         lambda s: s.set_node_replicas(
             [("n1", [{"replica_id": "m.default.a1", "state": "ready", "port": 8001}])]
+        ),
+    ),
+    ("put person", lambda s: s.directory.put(ALICE, by("a", "person.create", "alice"))),
+    (
+        "put org, team, project",
+        lambda s: s.directory.change([LAB, VISION, VISION_DEMO], [], by("a", "org.create", "lab")),
+    ),
+    ("put membership", lambda s: s.directory.put(ALICE_IN_VISION, by("a", "member.set", "alice"))),
+    ("put token", lambda s: s.directory.put(ALICE_TOKEN, by("alice", "token.create", "alice"))),
+    (
+        "deactivate, revoke, remove a membership",
+        lambda s: s.directory.change(
+            [replace(ALICE, active=False), replace(ALICE_TOKEN, revoked_at=NOW + 9)],
+            [ALICE_IN_VISION],
+            by("a", "person.update", "alice"),
         ),
     ),
 ]

@@ -1,0 +1,65 @@
+"""Who may do what to an organisation and what it holds: each rule once, asked by the
+services (never by an edge).
+
+Cluster roles reach everywhere: a ``viewer`` reads every organisation, an ``operator``
+also manages every project's keys and sets limits, an ``admin`` also makes and renames
+organisations and changes anyone's memberships. Within an organisation:
+
+- a ``member`` (of the organisation, or of one of its teams) sees its teams and
+  projects, the keys of their teams' projects and their own, and makes keys of their own;
+- a ``manager`` of the organisation also sees all its keys, usage, members and audit,
+  and makes and revokes its projects' keys; a team's manager does so for the team's
+  projects;
+- an ``admin`` of the organisation also changes its teams, projects and memberships; a
+  team's admin its projects and members. Nobody takes their own admin role away.
+
+The organisation's name, its limits and the cluster itself stay with the cluster's staff.
+"""
+
+from __future__ import annotations
+
+from llmgw.server.people.records import Project, Team
+from llmgw.server.principal import Principal, reaches
+
+
+def sees_org(p: Principal, org_id: str) -> bool:
+    """Its teams and projects, by name."""
+    return p.may("viewer") or org_id in p.orgs
+
+
+def reads_org(p: Principal, org_id: str) -> bool:
+    """All of it: every key, usage, member and audit entry."""
+    return p.may("viewer") or reaches(p.orgs.get(org_id), "manager")
+
+
+def changes_org(p: Principal, org_id: str) -> bool:
+    """Its teams, projects and memberships."""
+    return p.may("admin") or reaches(p.orgs.get(org_id), "admin")
+
+
+def reads_team(p: Principal, team: Team) -> bool:
+    return reads_org(p, team.org_id) or reaches(p.teams.get(team.id), "manager")
+
+
+def changes_team(p: Principal, team: Team) -> bool:
+    """Its projects and members."""
+    return changes_org(p, team.org_id) or reaches(p.teams.get(team.id), "admin")
+
+
+def manages_keys(p: Principal, project: Project) -> bool:
+    """Makes and revokes the project's keys, and reads its usage."""
+    return (
+        p.may("operator")
+        or reaches(p.orgs.get(project.org_id), "manager")
+        or reaches(p.teams.get(project.team_id), "manager")
+    )
+
+
+def sees_keys(p: Principal, project: Project) -> bool:
+    """The project's keys (never the keys themselves) and their usage."""
+    return p.may("viewer") or manages_keys(p, project) or project.team_id in p.teams
+
+
+def staff(p: Principal) -> bool:
+    """Limits and what else stays with the cluster's staff."""
+    return p.may("operator")

@@ -1,0 +1,86 @@
+"""People, organisations, teams, projects, memberships and personal tokens as the admin
+API shows them (never a token or its hash)."""
+
+from typing import Literal, TypedDict
+
+RoleName = Literal["viewer", "operator", "admin"]
+OrgRoleName = Literal["member", "manager", "admin"]
+
+
+class LimitsJson(TypedDict):
+    rpm: int | None
+    tpm: int | None
+    budget: int | None
+    models: list[str]
+
+
+class PersonJson(TypedDict):
+    id: str
+    login: str
+    name: str
+    email: str
+    role: RoleName | None
+    role_by_hand: bool
+    source: str
+    active: bool
+    created_at: float
+    updated_at: float
+
+
+class MembershipJson(TypedDict):
+    person_id: str
+    login: str | None
+    kind: Literal["org", "team"]
+    scope_id: str
+    scope_name: str | None
+    role: OrgRoleName
+    by_hand: bool
+
+
+class MeJson(TypedDict):
+    """``GET /api/v1/me``: who the caller is, and where they belong."""
+
+    name: str
+    person: PersonJson | None
+    role: RoleName | None
+    via: str
+    memberships: list[MembershipJson]
+
+
+class OrgJson(TypedDict):
+    id: str
+    name: str
+    limits: LimitsJson
+    created_at: float
+
+
+class TeamJson(TypedDict):
+    id: str
+    org_id: str
+    name: str
+    limits: LimitsJson
+    created_at: float
+
+
+class ProjectJson(TypedDict):
+    id: str
+    org_id: str
+    team_id: str
+    team: str | None
+    name: str
+    limits: LimitsJson
+    created_at: float
+
+
+class PersonTokenJson(TypedDict):
+    id: str
+    name: str
+    created_at: float
+    expires_at: float | None
+    revoked_at: float | None
+
+
+class NewPersonTokenJson(PersonTokenJson):
+    """A personal token, this once."""
+
+    token: str
