@@ -12,8 +12,8 @@ import json
 import math
 import sqlite3
 import time
-from dataclasses import replace
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
