@@ -43,12 +43,11 @@ from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.catalog.service import CatalogHooks, ModelService
 from llmgw.server.catalog.views import ModelViews
 from llmgw.server.datadir import DataDir
-from llmgw.server.fleet import exposition
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.agentsettings import AgentSettings
 from llmgw.server.fleet.engines import FleetEngines
 from llmgw.server.fleet.fabricmap import FabricMaps
-from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
+from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.firewall import FleetFirewall
 from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
@@ -75,6 +74,7 @@ from llmgw.server.people.directory import Directory
 from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.principal import Principal
+from llmgw.server.scrape import Scrape
 from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.store import Store, open_store
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
@@ -182,6 +182,9 @@ class ControlPlane:
             self.directory,
         )
         self.serving = ServingSwitch(store, self._apply_stopped)
+        self.scrape = Scrape(
+            self.gateway, self.models, self.views, self.registry, self.fabric_watch
+        )
         self.tokens = JoinTokens(
             store,
             self.cluster_secret,
@@ -439,44 +442,13 @@ class ControlPlane:
             "usage_pending": len(self.gateway.usage.pending),
         }
 
-    async def metrics_text(self) -> str:
-        """``/metrics``: the gateway's and the engines' families, then the fleet's
-        (nodes, cards, shards), models' replicas and keys' budgets."""
-        gateway = await self.gateway.metrics_text()
-        models = []
-        for name, model in self.models.models.items():
-            if not model.external:
-                shown = self.views.model_json(model)
-                models.append((name, int(shown["desired"]), int(shown["ready"])))
-        keys = self.gateway.keys
-        budgets = [
-            (r.id, r.name, keys.usage.month.get(r.id, 0), r.budget)
-            for r in keys.records()
-            if r.budget is not None and r.revoked_at is None
-        ]
-        joules = self.registry.energy.joules_per_token(self.gateway.metrics.replica_tokens)
-        snapshots = [exposition.NodeSnapshot.of(v) for v in self.registry.nodes.values()]
-        found = self.fabric_watch.fabrics(self.registry.nodes.values())
-
-        def fleet() -> str:
-            # Thousands of cards make megabytes of text: written in a worker thread, so
-            # the agents' streams (and their PINGs) are served meanwhile.
-            lines = [
-                *exposition.fleet_metrics(snapshots),
-                *exposition.cluster_metrics(models, budgets, joules),
-                *fabric_metrics(found),
-            ]
-            return "\n".join(lines)
-
-        return gateway.rstrip("\n") + "\n" + await asyncio.to_thread(fleet) + "\n"
-
     def routes(self) -> Ops:
         """Every admin route, each with who may call it."""
         ops: Ops = []
         ops += cluster.routes(
             self.health,
             self.status,
-            self.metrics_text,
+            self.scrape.text,
             self.tokens,
             lambda: openapi.document(
                 ops, bounds_of(self.config.gateway), request_names(self.models.models)
