@@ -253,9 +253,12 @@ class PeopleService:
         """Memberships to write and to remove: the groups' grants raise, never lower a
         membership set by hand; one the groups no longer give goes unless set by hand."""
         wanted: dict[tuple[ScopeKind, str], OrgRole] = {}
+        snap = self.directory.now
         for g in grants:
             role = str(g.role)
-            if g.kind in ("org", "team") and is_org_role(role):
+            # A group mapped to an organisation or team that is no more gives nothing.
+            exists = g.scope_id in (snap.orgs if g.kind == "org" else snap.teams)
+            if g.kind in ("org", "team") and is_org_role(role) and exists:
                 key: tuple[ScopeKind, str] = ("org" if g.kind == "org" else "team", g.scope_id)
                 old = wanted.get(key)
                 if old is None or ORG_ROLES.index(role) > ORG_ROLES.index(old):
