@@ -145,7 +145,7 @@ class KeyService:
         project = self._project(record)
         if project is not None:
             return rights.manages_keys(by, project)
-        return rights.reads_org(by, record.org_id or "") and not by.may("viewer")
+        return rights.manages_own_keys(by, record.org_id or "")
 
     def keys_in(self, scope_id: str) -> int:
         """Active keys of an organisation or project."""
@@ -179,6 +179,10 @@ class KeyService:
                 )
             return org_id, None, by.person
         project = self._find_project(org_id, ask.project or DEFAULT_PROJECT, ask.org is None)
+        if not rights.sees_org(by, project.org_id):
+            # Another organisation's project is not found, as an unknown one.
+            ref = ask.project or DEFAULT_PROJECT
+            raise Refusal(404, "not_found", f"project: no project {ref!r} there", "project")
         if not rights.manages_keys(by, project):
             raise Refusal(
                 403,

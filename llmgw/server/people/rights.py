@@ -8,8 +8,8 @@ organisations and changes anyone's memberships. Within an organisation:
 - a ``member`` (of the organisation, or of one of its teams) sees its teams and
   projects, the keys of their teams' projects and their own, and makes keys of their own;
 - a ``manager`` of the organisation also sees all its keys, usage, members and audit,
-  and makes and revokes its projects' keys; a team's manager does so for the team's
-  projects;
+  and makes and revokes its projects' keys (and revokes its people's own); a team's
+  manager does so for the team's projects;
 - an ``admin`` of the organisation also changes its teams, projects and memberships; a
   team's admin its projects and members. Nobody takes their own admin role away.
 
@@ -53,6 +53,12 @@ def manages_keys(p: Principal, project: Project) -> bool:
         or reaches(p.orgs.get(project.org_id), "manager")
         or reaches(p.teams.get(project.team_id), "manager")
     )
+
+
+def manages_own_keys(p: Principal, org_id: str) -> bool:
+    """Revokes the keys the organisation's people made for themselves (their person
+    does too)."""
+    return p.may("operator") or reaches(p.orgs.get(org_id), "manager")
 
 
 def sees_keys(p: Principal, project: Project) -> bool:

@@ -56,9 +56,7 @@ class World:
     async def person(self, login: str, role: Role | None = None) -> Person:
         return await self.people.create(NewPerson(login=login, role=role), ROOT)
 
-    async def join(
-        self, person: Person, org: Org, role: OrgRole, team: Team | None = None
-    ) -> None:
+    async def join(self, person: Person, org: Org, role: OrgRole, team: Team | None = None) -> None:
         ask = Member(person=person.id, role=role, team=team.id if team else None)
         await self.orgs.set_member(org.id, ask, ROOT)
 

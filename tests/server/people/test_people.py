@@ -74,7 +74,7 @@ async def test_deactivating_a_person_ends_their_tokens_and_sessions_at_once(
 ) -> None:
     person = world.a.manager
     _, token = await world.people.new_token(person.id, NewToken(name="ci"), world.who(person))
-    sessions = Sessions(b"s" * 32, lambda: [])
+    sessions = Sessions(b"s" * 32, list)
     gate = Gate(lambda t: False, lambda: None, sessions, world.directory)
     cookie = {"cookie": f"{COOKIE}={sessions.open_person(person.login, person.id)}"}
     bearer = {"authorization": f"Bearer {token}"}
@@ -118,8 +118,7 @@ async def test_a_personal_token_is_made_by_its_person_alone(world: World) -> Non
 
 def ids(world: World, person_id: str) -> dict[tuple[str, str], tuple[str, bool]]:
     return {
-        (m.kind, m.scope_id): (m.role, m.by_hand)
-        for m in world.directory.memberships_of(person_id)
+        (m.kind, m.scope_id): (m.role, m.by_hand) for m in world.directory.memberships_of(person_id)
     }
 
 
