@@ -71,8 +71,7 @@ TURKISH: dict[str, str] = {
         "Bu kümede kimlik sağlayıcısı ile oturum açma ayarlanmamış."
     ),
     "The identity provider could not be reached; try again, or sign in with the admin token.": (
-        "Kimlik sağlayıcısına ulaşılamadı; yeniden deneyin ya da yönetici belirteciyle "
-        "oturum açın."
+        "Kimlik sağlayıcısına ulaşılamadı; yeniden deneyin ya da yönetici belirteciyle oturum açın."
     ),
     "This sign-in was not started here, was already used, or took too long; start it again.": (
         "Bu oturum açma burada başlatılmadı, zaten kullanıldı ya da çok uzun sürdü; "

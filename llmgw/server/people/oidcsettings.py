@@ -115,7 +115,9 @@ def checked_issuer(issuer: str) -> str:
     issuer = issuer.strip().rstrip("/")
     if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", issuer):
         raise refuse("issuer", f"{issuer!r} is not a URL like https://idp.example.com/realm")
-    if issuer.startswith("http://") and not re.match(r"http://(127\.|localhost[:/]|\[::1\])", issuer):
+    if issuer.startswith("http://") and not re.match(
+        r"http://(127\.|localhost[:/]|\[::1\])", issuer
+    ):
         raise refuse("issuer", "use https (plain http only to a provider on this machine)")
     return issuer
 
@@ -148,7 +150,9 @@ class OidcSettings:
         try:
             self.current = _read(json.loads(raw)) if raw else None
         except (ValueError, KeyError, TypeError) as exc:
-            log.error("the store's %s setting is unreadable (%s): OIDC sign-in is off", SETTING, exc)
+            log.error(
+                "the store's %s setting is unreadable (%s): OIDC sign-in is off", SETTING, exc
+            )
             self.current = None
 
     # --------------------------------------------------------------- reading
@@ -278,7 +282,8 @@ class OidcSettings:
             return GroupMap(group, "cluster", "", role)
         if not is_org_role(role):
             raise refuse(
-                "maps", f"{text!r}: a role in an organisation or team is one of {', '.join(ORG_ROLES)}"
+                "maps",
+                f"{text!r}: a role in an organisation or team is one of {', '.join(ORG_ROLES)}",
             )
         org_name, slash, team_name = target.partition("/")
         snap = self.directory.now
