@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from llmgw import pki
 from llmgw.server.people.directory import Directory
 from llmgw.server.people.service import Grant
-from llmgw.server.principal import ORG_ROLES, ROLES, Principal, is_org_role, is_role
+from llmgw.server.principal import (
+    ORG_ROLES,
+    ROLES,
+    OrgRole,
+    Principal,
+    Role,
+    is_org_role,
+    is_role,
+)
 from llmgw.server.refusal import Refusal
 from llmgw.server.schema import Spec, spec
 from llmgw.server.store import Store
@@ -89,7 +97,7 @@ class GroupMap:
     group: str
     kind: str
     scope_id: str
-    role: str
+    role: OrgRole | Role
 
 
 @dataclass(frozen=True)
@@ -216,11 +224,7 @@ class OidcSettings:
         if self.current is None:
             return []
         have = set(groups)
-        return [
-            Grant(m.role, m.kind, m.scope_id)  # type: ignore[arg-type]
-            for m in self.current.maps
-            if m.group in have
-        ]
+        return [Grant(m.role, m.kind, m.scope_id) for m in self.current.maps if m.group in have]
 
     # --------------------------------------------------------------- changing
 
@@ -332,7 +336,18 @@ def _read(doc: dict[str, object]) -> Oidc | None:
         sealed_secret=str(doc["client_secret"]),
         groups_claim=str(doc.get("groups_claim") or "groups"),
         scopes=tuple(str(s) for s in scopes),
-        maps=tuple(GroupMap(*(str(part) for part in m)) for m in maps),
+        maps=tuple(_read_map(m) for m in maps),
         name=str(doc.get("name") or ""),
         updated_at=float(str(doc.get("updated_at") or 0.0)),
     )
+
+
+def _read_map(row: object) -> GroupMap:
+    if not isinstance(row, list) or len(row) != 4:
+        raise ValueError(f"a group map is [group, kind, scope, role], not {row!r}")
+    group, kind, scope_id, role = (str(part) for part in row)
+    if kind not in ("cluster", "org", "team"):
+        raise ValueError(f"a group map's kind is cluster, org or team, not {kind!r}")
+    if (kind == "cluster" and is_role(role)) or (kind != "cluster" and is_org_role(role)):
+        return GroupMap(group, kind, scope_id, role)
+    raise ValueError(f"{role!r} is no role of a {kind}")

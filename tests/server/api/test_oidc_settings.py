@@ -153,7 +153,9 @@ async def test_the_login_page_offers_the_provider_in_both_languages(plane: Plane
     page = await client.get("/admin/login?next=/admin/keys", headers={"authorization": ""})
     assert "Sign in with Acme SSO" in page.text
     assert 'href="/admin/login/oidc?next=/admin/keys"' in page.text
-    turkish = await client.get("/admin/login", headers={"authorization": "", "accept-language": "tr"})
+    turkish = await client.get(
+        "/admin/login", headers={"authorization": "", "accept-language": "tr"}
+    )
     assert "Acme SSO ile oturum aç" in turkish.text
 
 
