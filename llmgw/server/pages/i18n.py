@@ -86,6 +86,13 @@ TURKISH: dict[str, str] = {
     "Your account on this cluster is deactivated; ask a cluster admin.": (
         "Bu kümedeki hesabınız devre dışı; bir küme yöneticisine başvurun."
     ),
+    (
+        "This control plane cannot record your sign-in now (a standby, or its store is down); "
+        "sign in at the leader, or try again."
+    ): (
+        "Bu denetim düzlemi oturum açmanızı şu an kaydedemiyor (yedek ya da deposu çalışmıyor); "
+        "liderde oturum açın ya da yeniden deneyin."
+    ),
     "The identity provider named no user name or e-mail address for you.": (
         "Kimlik sağlayıcısı sizin için bir kullanıcı adı ya da e-posta adresi bildirmedi."
     ),

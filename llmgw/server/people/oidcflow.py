@@ -50,6 +50,7 @@ from llmgw.server.people.oidcsettings import Oidc, OidcSettings
 from llmgw.server.people.records import Person
 from llmgw.server.people.service import Identity, PeopleService
 from llmgw.server.refusal import Refusal
+from llmgw.server.store import StoreError
 
 log = logging.getLogger("llmgw.signin")
 
@@ -72,6 +73,12 @@ REFUSED = "The identity provider did not sign you in; nothing was changed."
 UNCHECKED = "The identity provider's answer did not check out; nothing was signed in."
 DEACTIVATED = "Your account on this cluster is deactivated; ask a cluster admin."
 NO_LOGIN = "The identity provider named no user name or e-mail address for you."
+UNRECORDED = (
+    "This control plane cannot record your sign-in now (a standby, or its store is down); "
+    "sign in at the leader, or try again."
+)
+# Claims whose wrong value the log may show (a nonce's it does not).
+SHOWN_CLAIMS = ("iss", "aud", "azp", "sub")
 
 
 class SignInFailed(Exception):
@@ -83,7 +90,9 @@ class SignInFailed(Exception):
         self.message = message
         self.detail = detail
         # The login page's status: the provider down, sign-in off, or refused.
-        self.status = 503 if message == UNREACHABLE else 404 if message == OFF else 401
+        self.status = (
+            503 if message in (UNREACHABLE, UNRECORDED) else 404 if message == OFF else 401
+        )
 
 
 @dataclass(frozen=True)
@@ -180,7 +189,7 @@ class OidcFlow:
         found = await self._discover(oidc)
         id_token = await self._exchange(oidc, found, code, pending)
         claims = await self._check(oidc, found, id_token, str(pending["nonce"]))
-        person = await self._sign_in(oidc, claims, by)
+        person = await self.person_of(oidc, claims, by)
         return person, str(pending["next"])
 
     def _open(self, cookie: str | None) -> dict[str, Any]:
@@ -252,7 +261,8 @@ class OidcFlow:
         except ExpiredTokenError:
             raise SignInFailed(UNCHECKED, "the ID token has expired") from None
         except (InvalidClaimError, MissingClaimError) as exc:
-            said = f"{exc.claim} {str(claims.get(exc.claim, ''))[:200]!r}"
+            value = claims.get(exc.claim) if exc.claim in SHOWN_CLAIMS else "..."
+            said = f"{exc.claim} {str(value or '')[:200]!r}"
             raise SignInFailed(UNCHECKED, f"the ID token's claim is wrong: {said}") from None
         except JoseError as exc:
             raise SignInFailed(UNCHECKED, f"the ID token does not check: {exc.error}") from None
@@ -265,7 +275,8 @@ class OidcFlow:
     def _decode(id_token: str, keys: KeySet) -> jwt.Token:
         return jwt.decode(id_token, keys, algorithms=ALGORITHMS)
 
-    async def _sign_in(self, oidc: Oidc, claims: Mapping[str, Any], by: str) -> Person:
+    async def person_of(self, oidc: Oidc, claims: Mapping[str, Any], by: str) -> Person:
+        """Step 6: the person checked claims name, made or updated, with their grants."""
         login = str(claims.get("preferred_username") or claims.get("email") or "").strip()
         if not login:
             raise SignInFailed(NO_LOGIN, "the ID token has neither preferred_username nor email")
@@ -283,6 +294,8 @@ class OidcFlow:
             person = await self.people.sign_in(who, grants, by)
         except Refusal as exc:
             raise SignInFailed(REFUSED, exc.message) from None
+        except StoreError as exc:
+            raise SignInFailed(UNRECORDED, f"{login} could not be written: {exc}") from None
         if person is None:
             raise SignInFailed(DEACTIVATED, f"{login} is deactivated")
         return person

@@ -19,6 +19,7 @@ from llmgw.server.people.oidcsettings import SETTING, OidcSettings
 from llmgw.server.people.service import Grant
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
+from llmgw.server.store import StoreUnavailable
 from llmgw.wire.admin import OidcJson
 
 Plane = tuple[ControlPlane, httpx.AsyncClient]
@@ -168,5 +169,54 @@ def test_every_sign_in_refusal_has_its_turkish() -> None:
         oidcflow.UNCHECKED,
         oidcflow.DEACTIVATED,
         oidcflow.NO_LOGIN,
+        oidcflow.UNRECORDED,
     ]
     assert [w for w in words if w not in i18n.TURKISH] == []
+
+
+async def test_checked_claims_make_the_person_with_their_groups_grants(plane: Plane) -> None:
+    cp, client = plane
+    await make_org(client)
+    assert (await client.post("/api/v1/auth/oidc", json=oidc_body())).status_code == 200
+    oidc = cp.oidc.current
+    assert oidc is not None
+    claims = {
+        "iss": oidc.issuer,
+        "sub": "u-1",
+        "preferred_username": "Carol",
+        "email": "carol@example.test",
+        "groups": ["eng", "ops", "unmapped"],
+    }
+    carol = await cp.oidc_flow.person_of(oidc, claims, "oidc@test")
+    assert (carol.login, carol.source, carol.subject) == ("carol", "oidc", f"{oidc.issuer}|u-1")
+    assert carol.role == "operator" and not carol.role_by_hand
+    [membership] = cp.directory.memberships_of(carol.id)
+    assert (membership.kind, membership.role) == ("team", "member")
+    # One string for one group is read too; no login at all is refused.
+    again = await cp.oidc_flow.person_of(oidc, {**claims, "groups": "leads"}, "oidc@test")
+    assert again.id == carol.id and again.role is None
+    assert [m.kind for m in cp.directory.memberships_of(carol.id)] == ["org"]
+    with pytest.raises(oidcflow.SignInFailed) as failed:
+        await cp.oidc_flow.person_of(oidc, {"iss": oidc.issuer, "sub": "u-2"}, "oidc@test")
+    assert failed.value.message == oidcflow.NO_LOGIN
+
+
+async def test_a_store_that_cannot_be_written_is_said(
+    plane: Plane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby (or a store that is down) cannot record a sign-in: the person is told
+    to sign in at the leader, with a 503, not a 500."""
+    cp, client = plane
+    assert (await client.post("/api/v1/auth/oidc", json=oidc_body(maps=[]))).status_code == 200
+    oidc = cp.oidc.current
+    assert oidc is not None
+
+    async def refuse(*args: object) -> None:
+        raise StoreUnavailable("the store is read-only on a standby")
+
+    monkeypatch.setattr(cp.store.directory, "change", refuse)
+    claims = {"iss": oidc.issuer, "sub": "u-3", "email": "dan@example.test"}
+    with pytest.raises(oidcflow.SignInFailed) as failed:
+        await cp.oidc_flow.person_of(oidc, claims, "oidc@test")
+    assert failed.value.message == oidcflow.UNRECORDED and failed.value.status == 503
+    assert cp.directory.by_login("dan@example.test") is None
