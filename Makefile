@@ -19,6 +19,9 @@ BIN := $(VENV)/bin
 # tests (tests/support/browser.py); no `playwright install` browser download.
 APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux \
 	postgresql-15 etcd-server etcd-client patroni keepalived nftables prometheus chromium
+# nodejs, npm: the OIDC sign-in tests run the npm package oidc-provider, a real identity
+# provider (tests/support/oidcprovider.py installs it into ~/.cache/llmgw/npm).
+APT_PACKAGES += nodejs npm
 # What building llama-server from source needs: the tests always, the demo only when the
 # llama.cpp release it names cannot be fetched.
 BUILD_PACKAGES := cmake ninja-build g++

@@ -416,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_fabrics import add_parsers as add_fabric_parsers
 
     add_fabric_parsers(ctl_cmds, _client, _client_options)
+    from llmgw.client.ctl_auth import add_parsers as add_auth_parsers
+
+    add_auth_parsers(ctl_cmds, _client, _client_options)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

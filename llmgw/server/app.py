@@ -35,6 +35,7 @@ from llmgw.server.api import (
     replicas,
     servers,
     settings,
+    signin,
 )
 from llmgw.server.catalog.adapters import request_names
 from llmgw.server.catalog.inspector import make_inspector
@@ -71,6 +72,8 @@ from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.people.directory import Directory
+from llmgw.server.people.oidcflow import OidcFlow
+from llmgw.server.people.oidcsettings import OidcSettings
 from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.principal import Principal
@@ -173,6 +176,8 @@ class ControlPlane:
         self.directory = Directory(store)
         self.people = PeopleService(self.directory)
         self.orgs = OrgService(self.directory)
+        self.oidc = OidcSettings(store, self.directory, self.cluster_secret)
+        self.oidc_flow = OidcFlow(self.oidc, self.people, self.cluster_secret)
         self.keys = KeyService(
             store,
             self.gateway.keys,
@@ -365,6 +370,7 @@ class ControlPlane:
             await self.agent_settings.load()
             await self.engines.load()
             await self.firewall.load()
+            await self.oidc.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -384,6 +390,7 @@ class ControlPlane:
         await self.agent_settings.load()
         await self.engines.load()
         await self.firewall.load()
+        await self.oidc.load()
         await self.serving.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
@@ -460,6 +467,7 @@ class ControlPlane:
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)
+        ops += signin.routes(self.oidc)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
@@ -487,6 +495,7 @@ class ControlPlane:
             revocations=self.revocations,
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,
+            oidc=self.oidc_flow,
         )
         pages = site.routes(services, gate, self._standby)
         return build_app(self.routes(), gate, self.config.gateway.body_timeout, pages)

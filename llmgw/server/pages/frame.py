@@ -48,6 +48,7 @@ from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.pages import i18n
+from llmgw.server.people.oidcflow import OidcFlow
 from llmgw.server.principal import Principal, Role
 from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Revocations, Session
@@ -147,6 +148,8 @@ class Services:
     # server.yaml's pages_behind_tls: the session cookie is Secure.
     behind_tls: bool = False
     body_timeout: float = 30.0
+    # Sign-in through the cluster's OpenID Connect provider; None: not offered.
+    oidc: OidcFlow | None = None
 
 
 @dataclass(frozen=True)

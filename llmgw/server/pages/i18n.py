@@ -62,6 +62,40 @@ TURKISH: dict[str, str] = {
         "açıp oradan gönderin."
     ),
     "Not found": "Bulunamadı",
+    # Sign-in through the cluster's identity provider (OIDC, Entra ID)
+    "Sign in with {name}": "{name} ile oturum aç",
+    "Signed in": "Oturum açıldı",
+    "Signed in as {login}.": "{login} olarak oturum açıldı.",
+    "Continue": "Devam et",
+    "Sign-in through an identity provider is not set up on this cluster.": (
+        "Bu kümede kimlik sağlayıcısı ile oturum açma ayarlanmamış."
+    ),
+    "The identity provider could not be reached; try again, or sign in with the admin token.": (
+        "Kimlik sağlayıcısına ulaşılamadı; yeniden deneyin ya da yönetici belirteciyle oturum açın."
+    ),
+    "This sign-in was not started here, was already used, or took too long; start it again.": (
+        "Bu oturum açma burada başlatılmadı, zaten kullanıldı ya da çok uzun sürdü; "
+        "yeniden başlatın."
+    ),
+    "The identity provider did not sign you in; nothing was changed.": (
+        "Kimlik sağlayıcısı oturumunuzu açmadı; hiçbir şey değişmedi."
+    ),
+    "The identity provider's answer did not check out; nothing was signed in.": (
+        "Kimlik sağlayıcısının yanıtı doğrulanamadı; oturum açılmadı."
+    ),
+    "Your account on this cluster is deactivated; ask a cluster admin.": (
+        "Bu kümedeki hesabınız devre dışı; bir küme yöneticisine başvurun."
+    ),
+    (
+        "This control plane cannot record your sign-in now (a standby, or its store is down); "
+        "sign in at the leader, or try again."
+    ): (
+        "Bu denetim düzlemi oturum açmanızı şu an kaydedemiyor (yedek ya da deposu çalışmıyor); "
+        "liderde oturum açın ya da yeniden deneyin."
+    ),
+    "The identity provider named no user name or e-mail address for you.": (
+        "Kimlik sağlayıcısı sizin için bir kullanıcı adı ya da e-posta adresi bildirmedi."
+    ),
     # Overview
     "Serving": "Hizmette",
     "Stopped": "Durduruldu",

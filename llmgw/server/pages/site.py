@@ -23,6 +23,7 @@ from llmgw.server.pages import (
     fabricpages,
     fleetpages,
     i18n,
+    oidcpages,
     playpages,
     usagepages,
 )
@@ -54,17 +55,19 @@ def routes(
     frame = Frame(gate, standby, services.body_timeout, services.behind_tls)
     sessions = frame.sessions
     limiter = SignInLimiter()
+    oidc = services.oidc
+
+    def login_page(request: Request, status: int, error: str | None, back: str) -> Response:
+        """The login page, with a "Sign in with ..." button while OIDC is set."""
+        button = oidc.button if oidc is not None else None
+        return frame.render(
+            request, "login.html", None, status=status, error=error, next=back, oidc=button
+        )
 
     async def sign_in_form(request: Request) -> Response:
         if gate.session(request) is not None:
             return RedirectResponse(safe_next(request.query_params.get("next")), status_code=303)
-        answer = frame.render(
-            request,
-            "login.html",
-            None,
-            error=None,
-            next=safe_next(request.query_params.get("next")),
-        )
+        answer = login_page(request, 200, None, safe_next(request.query_params.get("next")))
         return secured(answer)
 
     async def sign_in(request: Request) -> Response:
@@ -78,11 +81,7 @@ def routes(
         try:
             form = await read_form(request, frame.body_timeout)
         except Refusal as exc:
-            return secured(
-                frame.render(
-                    request, "login.html", None, status=exc.status, error=exc.message, next="/admin"
-                )
-            )
+            return secured(login_page(request, exc.status, exc.message, "/admin"))
         back = safe_next(form.get("next"))
         wait = limiter.wait(address)
         if wait > 0:
@@ -90,16 +89,14 @@ def routes(
                 "Too many failed sign-ins from your address; try again in {seconds} s.",
                 seconds=int(wait) + 1,
             )
-            answer = frame.render(request, "login.html", None, status=429, error=text, next=back)
+            answer = login_page(request, 429, text, back)
             answer.headers["Retry-After"] = str(int(wait) + 1)
             return secured(answer)
         token = form.get("token", "").strip()
         if not token or not services.admin_token_ok(token):
             limiter.failed(address)
             text = _("That token is not an admin token of this cluster.")
-            return secured(
-                frame.render(request, "login.html", None, status=401, error=text, next=back)
-            )
+            return secured(login_page(request, 401, text, back))
         limiter.succeeded(address)
         cookie = sessions.open(f"admin@{address}", "admin", pki.token_hash(token))
         redirect = RedirectResponse(back, status_code=303)
@@ -166,6 +163,7 @@ def routes(
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),
         Route("/admin/login", sign_in, methods=["POST"]),
+        *(oidcpages.routes(frame, oidc, services.store, login_page) if oidc else []),
         Route("/admin/logout", sign_out, methods=["POST"]),
         Route("/admin/lang/{lang}", language, methods=["GET"]),
         Route("/admin/static/{name}", static, methods=["GET"]),

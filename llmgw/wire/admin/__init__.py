@@ -128,8 +128,12 @@ from llmgw.wire.admin.people import (
     ProjectJson,
     TeamJson,
 )
+from llmgw.wire.admin.signin import GroupMapJson, OidcJson, OidcKind
 
 __all__ = [
+    "GroupMapJson",
+    "OidcJson",
+    "OidcKind",
     "LimitsJson",
     "MeJson",
     "MembershipJson",

@@ -33,6 +33,9 @@ PUBLIC_PAGES = {
     ("GET", "/admin/login"),
     ("POST", "/admin/login"),
     ("POST", "/admin/logout"),
+    # Signing in through the cluster's OIDC provider (tests/e2e/test_oidc.py).
+    ("GET", "/admin/login/oidc"),
+    ("GET", "/admin/login/oidc/callback"),
     ("GET", "/admin/lang/{lang}"),
     ("GET", "/admin/static/{name}"),
     # Any other path under /admin: 404, with the pages' headers.
