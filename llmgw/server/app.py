@@ -27,6 +27,7 @@ from llmgw.server.api import (
     fabrics,
     firewall,
     keys,
+    login,
     models,
     nvlink,
     openapi,
@@ -71,6 +72,7 @@ from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
+from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.directory import Directory
 from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
@@ -173,6 +175,7 @@ class ControlPlane:
         self.directory = Directory(store)
         self.people = PeopleService(self.directory)
         self.orgs = OrgService(self.directory)
+        self.device_logins = DeviceLogins(self.people, self.directory)
         self.keys = KeyService(
             store,
             self.gateway.keys,
@@ -488,6 +491,7 @@ class ControlPlane:
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)
+        ops += login.routes(self.device_logins, self.orgs)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
@@ -511,6 +515,7 @@ class ControlPlane:
             fleet=self.fleet,
             planner=self.planner,
             fabrics=self.fabrics,
+            device_logins=self.device_logins,
             admin_token_ok=self.admin_tokens.ok,
             revocations=self.revocations,
             behind_tls=self.config.pages_behind_tls,

@@ -118,6 +118,9 @@ from llmgw.wire.admin.nodes import (
     XidJson,
 )
 from llmgw.wire.admin.people import (
+    AuditEntryJson,
+    DeviceCodeJson,
+    DeviceTokenJson,
     LimitsJson,
     MeJson,
     MembershipJson,
@@ -130,6 +133,9 @@ from llmgw.wire.admin.people import (
 )
 
 __all__ = [
+    "AuditEntryJson",
+    "DeviceCodeJson",
+    "DeviceTokenJson",
     "LimitsJson",
     "MeJson",
     "MembershipJson",
