@@ -565,10 +565,12 @@ def resolve(server: str | None, token: str | None, data_dir: Path | None) -> Adm
     then what ``llmgw login`` kept (for its own server), then the data dir's."""
     server = server or os.environ.get("LLMGW_SERVER")
     token = token or os.environ.get("LLMGW_TOKEN")
-    if not token:
-        saved = credentials.read()
-        if saved is not None and (server is None or credentials.base_url(server) == saved.server):
-            server, token = saved.server, saved.token
+    saved = credentials.read() if not (server and token) else None
+    if saved is not None:
+        # The server signed in to, with its token unless another was given.
+        server = server or saved.server
+        if not token and credentials.base_url(server) == saved.server:
+            token = saved.token
     root = data_dir or default_data_dir()
     if not server or not token:
         config_path = root / "server.yaml"

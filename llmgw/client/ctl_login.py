@@ -63,9 +63,14 @@ def keep(server: str, token: str) -> int:
     return 0
 
 
+def say(text: str) -> None:
+    """A line at once, even to a pipe: the person needs the link while ctl waits."""
+    print(text, flush=True)
+
+
 def device_flow(
     server: str,
-    out: Callable[[str], None] = print,
+    out: Callable[[str], None] = say,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> str:
