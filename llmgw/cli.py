@@ -288,7 +288,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _client_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--server", help="control plane HTTP address, HOST:PORT (or LLMGW_SERVER)")
-    p.add_argument("--token", help="admin token (or LLMGW_TOKEN)")
+    p.add_argument(
+        "--token", help="a personal token or the admin token (or LLMGW_TOKEN; else `llmgw login`'s)"
+    )
     p.add_argument("--data-dir", help="control plane data dir to find both in (or LLMGW_DATA_DIR)")
 
 
@@ -419,6 +421,12 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_auth import add_parsers as add_auth_parsers
 
     add_auth_parsers(ctl_cmds, _client, _client_options)
+
+    from llmgw.client import ctl_login, ctl_orgs, ctl_people
+
+    ctl_people.add_parsers(ctl_cmds, _client, _client_options)
+    ctl_orgs.add_parsers(ctl_cmds, _client, _client_options)
+    ctl_login.add_parsers(roles)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

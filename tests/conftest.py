@@ -129,3 +129,11 @@ def no_firewall_table_left(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if able and not before and present():
         subprocess.run(["nft", "delete", "table", "inet", "llmgw"], capture_output=True)
+
+
+@pytest.fixture(autouse=True)
+def no_ctl_login(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ctl reads what `llmgw login` kept (``client/credentials.py``) before the data dir:
+    every test, and every command it runs, reads a file of the run's (none unless a
+    test writes it), never the user's own ~/.config/llmgw/ctl.json."""
+    monkeypatch.setenv("LLMGW_CTL_CONFIG", str(run_root(tmp_path_factory) / "no-login.json"))

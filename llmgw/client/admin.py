@@ -2,7 +2,8 @@
 console.
 
 It finds the control plane the way an operator expects: ``--server/--token`` first, then
-``LLMGW_SERVER``/``LLMGW_TOKEN``, then, on the control plane machine, the data dir.
+``LLMGW_SERVER``/``LLMGW_TOKEN``, then the personal token ``llmgw login`` kept
+(``credentials.py``), then, on the control plane machine, the data dir's admin token.
 Synchronous and stdlib-only on purpose: a command line makes one call and exits.
 
 Each route it calls is a ``Route``: its method, its path, and the shape of its answer
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Generic, TypeVar, cast
 from urllib.parse import quote, urlencode
 
+from llmgw.client import credentials
 from llmgw.config import (
     ConfigError,
     ServerConfig,
@@ -33,8 +35,11 @@ from llmgw.config import (
 )
 from llmgw.wire.admin import (
     AdapterJson,
+    AuditEntryJson,
     Collected,
     DemandJson,
+    DeviceCodeJson,
+    DeviceTokenJson,
     EnergyJson,
     EngineChangeJson,
     EnginesJson,
@@ -46,14 +51,22 @@ from llmgw.wire.admin import (
     FirewallJson,
     HistoryJson,
     KeyJson,
+    LimitsJson,
     LogBatch,
+    MeJson,
+    MembershipJson,
     ModelJson,
     ModelRemovedJson,
     NewKeyJson,
+    NewPersonTokenJson,
     NodeJson,
     NodeSettingsJson,
     NvlinkJson,
+    OrgJson,
+    PersonJson,
+    PersonTokenJson,
     PlanJson,
+    ProjectJson,
     ReplicaJson,
     RotatedTokenJson,
     ServerJson,
@@ -64,6 +77,7 @@ from llmgw.wire.admin import (
     SettingValueJson,
     ShardAskedJson,
     StatusJson,
+    TeamJson,
     TokenJson,
     UsageJson,
     UsageSumJson,
@@ -153,6 +167,35 @@ FIREWALL: Route[FirewallJson] = Route("GET", "/api/v1/firewall")
 SET_FIREWALL: Route[FirewallJson] = Route("POST", "/api/v1/firewall")
 FIREWALL_HISTORY: Route[list[FirewallChangeJson]] = Route("GET", "/api/v1/firewall/history")
 
+ME: Route[MeJson] = Route("GET", "/api/v1/me")
+PEOPLE: Route[list[PersonJson]] = Route("GET", "/api/v1/people")
+PERSON: Route[PersonJson] = Route("GET", "/api/v1/people/{}")
+CREATE_PERSON: Route[PersonJson] = Route("POST", "/api/v1/people")
+CHANGE_PERSON: Route[PersonJson] = Route("POST", "/api/v1/people/{}")
+PERSON_TOKENS: Route[list[PersonTokenJson]] = Route("GET", "/api/v1/people/{}/tokens")
+CREATE_PERSON_TOKEN: Route[NewPersonTokenJson] = Route("POST", "/api/v1/people/{}/tokens")
+REVOKE_PERSON_TOKEN: Route[PersonTokenJson] = Route("DELETE", "/api/v1/people/{}/tokens/{}")
+ORGS: Route[list[OrgJson]] = Route("GET", "/api/v1/orgs")
+ORG: Route[OrgJson] = Route("GET", "/api/v1/orgs/{}")
+CREATE_ORG: Route[OrgJson] = Route("POST", "/api/v1/orgs")
+RENAME_ORG: Route[OrgJson] = Route("POST", "/api/v1/orgs/{}")
+REMOVE_ORG: Route[OrgJson] = Route("DELETE", "/api/v1/orgs/{}")
+TEAMS: Route[list[TeamJson]] = Route("GET", "/api/v1/orgs/{}/teams")
+CREATE_TEAM: Route[TeamJson] = Route("POST", "/api/v1/orgs/{}/teams")
+REMOVE_TEAM: Route[TeamJson] = Route("DELETE", "/api/v1/orgs/{}/teams/{}")
+PROJECTS: Route[list[ProjectJson]] = Route("GET", "/api/v1/orgs/{}/projects")
+CREATE_PROJECT: Route[ProjectJson] = Route("POST", "/api/v1/orgs/{}/projects")
+REMOVE_PROJECT: Route[ProjectJson] = Route("DELETE", "/api/v1/orgs/{}/projects/{}")
+MEMBERS: Route[list[MembershipJson]] = Route("GET", "/api/v1/orgs/{}/members")
+SET_MEMBER: Route[MembershipJson] = Route("POST", "/api/v1/orgs/{}/members")
+REMOVE_MEMBER: Route[MembershipJson] = Route("DELETE", "/api/v1/orgs/{}/members/{}")
+ORG_LIMITS: Route[LimitsJson] = Route("POST", "/api/v1/orgs/{}/limits")
+TEAM_LIMITS: Route[LimitsJson] = Route("POST", "/api/v1/orgs/{}/teams/{}/limits")
+PROJECT_LIMITS: Route[LimitsJson] = Route("POST", "/api/v1/orgs/{}/projects/{}/limits")
+AUDIT: Route[list[AuditEntryJson]] = Route("GET", "/api/v1/audit")
+DEVICE_LOGIN: Route[DeviceCodeJson] = Route("POST", "/api/v1/login/device")
+DEVICE_TOKEN: Route[DeviceTokenJson] = Route("POST", "/api/v1/login/device/token")
+
 FABRICS: Route[FabricsJson] = Route("GET", "/api/v1/fabrics")
 FABRIC_MAP: Route[FabricMapJson] = Route("GET", "/api/v1/fabrics/{}/topology")
 FABRIC_TEST: Route[FabricTestJson] = Route("POST", "/api/v1/fabric-tests")
@@ -160,7 +203,14 @@ NVLINK: Route[NvlinkJson] = Route("GET", "/api/v1/nvlink")
 
 
 class AdminError(RuntimeError):
-    """The admin API could not be reached or refused; the message says why."""
+    """The admin API could not be reached or refused; the message says why. A refusal
+    also carries its HTTP status and its error's ``type`` (``not_found``,
+    ``authorization_pending``, ...)."""
+
+    def __init__(self, message: str, kind: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -182,11 +232,14 @@ class AdminClient:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
+            kind = None
             try:
-                message = json.loads(exc.read())["error"]["message"]
-            except (ValueError, KeyError, TypeError):
+                said = json.loads(exc.read())["error"]
+                message = said["message"]
+                kind = str(said.get("type")) if said.get("type") else None
+            except (ValueError, KeyError, TypeError, AttributeError):
                 message = f"HTTP {exc.code}"
-            raise AdminError(f"{self.base_url}{path}: {message}") from exc
+            raise AdminError(f"{self.base_url}{path}: {message}", kind, exc.code) from exc
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise AdminError(
@@ -392,6 +445,96 @@ class AdminClient:
     def firewall_history(self) -> list[FirewallChangeJson]:
         return self.call(FIREWALL_HISTORY)
 
+    # --- people, their tokens, organisations and the audit log
+
+    def me(self) -> MeJson:
+        return self.call(ME)
+
+    def people(self) -> list[PersonJson]:
+        return self.call(PEOPLE)
+
+    def person(self, ref: str) -> PersonJson:
+        return self.call(PERSON, ref)
+
+    def create_person(self, body: Body) -> PersonJson:
+        return self.call(CREATE_PERSON, body=body)
+
+    def change_person(self, ref: str, body: Body) -> PersonJson:
+        return self.call(CHANGE_PERSON, ref, body=body)
+
+    def person_tokens(self, ref: str) -> list[PersonTokenJson]:
+        return self.call(PERSON_TOKENS, ref)
+
+    def create_person_token(self, ref: str, body: Body) -> NewPersonTokenJson:
+        return self.call(CREATE_PERSON_TOKEN, ref, body=body)
+
+    def revoke_person_token(self, ref: str, token_id: str) -> PersonTokenJson:
+        return self.call(REVOKE_PERSON_TOKEN, ref, token_id)
+
+    def orgs(self) -> list[OrgJson]:
+        return self.call(ORGS)
+
+    def org(self, ref: str) -> OrgJson:
+        return self.call(ORG, ref)
+
+    def create_org(self, name: str) -> OrgJson:
+        return self.call(CREATE_ORG, body={"name": name})
+
+    def rename_org(self, ref: str, name: str) -> OrgJson:
+        return self.call(RENAME_ORG, ref, body={"name": name})
+
+    def remove_org(self, ref: str) -> OrgJson:
+        return self.call(REMOVE_ORG, ref)
+
+    def org_teams(self, org: str) -> list[TeamJson]:
+        return self.call(TEAMS, org)
+
+    def create_team(self, org: str, name: str) -> TeamJson:
+        return self.call(CREATE_TEAM, org, body={"name": name})
+
+    def remove_team(self, org: str, team: str) -> TeamJson:
+        return self.call(REMOVE_TEAM, org, team)
+
+    def org_projects(self, org: str) -> list[ProjectJson]:
+        return self.call(PROJECTS, org)
+
+    def create_project(self, org: str, team: str, name: str) -> ProjectJson:
+        return self.call(CREATE_PROJECT, org, body={"name": name, "team": team})
+
+    def remove_project(self, org: str, project: str) -> ProjectJson:
+        return self.call(REMOVE_PROJECT, org, project)
+
+    def org_members(self, org: str) -> list[MembershipJson]:
+        return self.call(MEMBERS, org)
+
+    def set_member(self, org: str, body: Body) -> MembershipJson:
+        return self.call(SET_MEMBER, org, body=body)
+
+    def remove_member(self, org: str, person: str, team: str | None = None) -> MembershipJson:
+        return self.call(REMOVE_MEMBER, org, person, query={"team": team} if team else None)
+
+    def set_limits(
+        self, body: Body, org: str, team: str | None = None, project: str | None = None
+    ) -> LimitsJson:
+        """An organisation's limits, or with ``team`` or ``project`` one of its own."""
+        if team is not None:
+            return self.call(TEAM_LIMITS, org, team, body=body)
+        if project is not None:
+            return self.call(PROJECT_LIMITS, org, project, body=body)
+        return self.call(ORG_LIMITS, org, body=body)
+
+    def audit(self, query: Query) -> list[AuditEntryJson]:
+        return self.call(AUDIT, query=query)
+
+    def device_login(self, client: str) -> DeviceCodeJson:
+        """Start ``llmgw login``: a code for its person to approve (needs no token)."""
+        return self.call(DEVICE_LOGIN, body={"client": client})
+
+    def device_token(self, device_code: str) -> DeviceTokenJson:
+        """The approved code's personal token, once; else an ``AdminError`` whose
+        ``kind`` is ``authorization_pending`` while its person has not answered."""
+        return self.call(DEVICE_TOKEN, body={"device_code": device_code})
+
     # --- fabrics and NVLink
 
     def fabrics(self) -> FabricsJson:
@@ -418,8 +561,16 @@ def local_url(listen: str) -> str:
 
 
 def resolve(server: str | None, token: str | None, data_dir: Path | None) -> AdminClient:
+    """The client ctl uses: ``--server/--token``, then ``LLMGW_SERVER/LLMGW_TOKEN``,
+    then what ``llmgw login`` kept (for its own server), then the data dir's."""
     server = server or os.environ.get("LLMGW_SERVER")
     token = token or os.environ.get("LLMGW_TOKEN")
+    saved = credentials.read() if not (server and token) else None
+    if saved is not None:
+        # The server signed in to, with its token unless another was given.
+        server = server or saved.server
+        if not token and credentials.base_url(server) == saved.server:
+            token = saved.token
     root = data_dir or default_data_dir()
     if not server or not token:
         config_path = root / "server.yaml"
@@ -439,6 +590,4 @@ def resolve(server: str | None, token: str | None, data_dir: Path | None) -> Adm
             token = token or token_path.read_text().strip()
         except PermissionError as exc:
             raise AdminError(f"cannot read {token_path}: run as its owner (or root)") from exc
-    if "://" not in server:
-        server = f"http://{server}"
-    return AdminClient(server.rstrip("/"), token)
+    return AdminClient(credentials.base_url(server), token)

@@ -144,9 +144,11 @@ def add_parsers(
         body: dict[str, object] = {"name": args.name}
         if args.models:
             body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
-        for name in ("rpm", "tpm", "budget", "expires", "priority"):
+        for name in ("rpm", "tpm", "budget", "expires", "priority", "org", "project"):
             if getattr(args, name) is not None:
                 body[name] = getattr(args, name)
+        if args.personal:
+            body["personal"] = True
         made = client(args).create_key(body)
         return show(
             args,
@@ -228,6 +230,15 @@ def add_parsers(
     p.add_argument("--budget", type=int, help="tokens a month")
     p.add_argument("--expires", help="a date (2027-01-31) or date and time")
     p.add_argument("--priority", type=int, help=PRIORITY_HELP + " (default 0)")
+    p.add_argument("--org", help="the organisation it belongs to (id or name)")
+    whose = p.add_mutually_exclusive_group()
+    whose.add_argument(
+        "--project",
+        help="the project it belongs to (id, name or TEAM/NAME; default: the default project)",
+    )
+    whose.add_argument(
+        "--personal", action="store_true", help="your own key in the organisation, no project's"
+    )
     leaf(sub, "list", listing, "every key, without the keys themselves")
     leaf(sub, "show", one, "one key").add_argument("id")
     p = leaf(sub, "update", update, "change a key's priority")

@@ -27,6 +27,7 @@ from llmgw.server.api import (
     fabrics,
     firewall,
     keys,
+    login,
     models,
     nvlink,
     openapi,
@@ -71,6 +72,7 @@ from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
+from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.directory import Directory
 from llmgw.server.people.oidcflow import OidcFlow
 from llmgw.server.people.oidcsettings import OidcSettings
@@ -178,6 +180,7 @@ class ControlPlane:
         self.orgs = OrgService(self.directory)
         self.oidc = OidcSettings(store, self.directory, self.cluster_secret)
         self.oidc_flow = OidcFlow(self.oidc, self.people, self.cluster_secret)
+        self.device_logins = DeviceLogins(self.people, self.directory)
         self.keys = KeyService(
             store,
             self.gateway.keys,
@@ -468,6 +471,7 @@ class ControlPlane:
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)
         ops += signin.routes(self.oidc)
+        ops += login.routes(self.device_logins, self.orgs)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
@@ -491,6 +495,7 @@ class ControlPlane:
             fleet=self.fleet,
             planner=self.planner,
             fabrics=self.fabrics,
+            device_logins=self.device_logins,
             admin_token_ok=self.admin_tokens.ok,
             revocations=self.revocations,
             behind_tls=self.config.pages_behind_tls,

@@ -39,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from llmgw.server import schema
-from llmgw.server.access import Gate
+from llmgw.server.access import Access, Gate, allowed
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.catalog.views import ModelViews
@@ -48,8 +48,9 @@ from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.pages import i18n
+from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.oidcflow import OidcFlow
-from llmgw.server.principal import Principal, Role
+from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Revocations, Session
 from llmgw.server.store import Store
@@ -142,6 +143,8 @@ class Services:
     fleet: FleetService
     planner: Planner
     fabrics: FabricService
+    # ``llmgw login``'s codes waiting for their person.
+    device_logins: DeviceLogins
     admin_token_ok: Callable[[str], bool]
     # Signing out, on every control plane.
     revocations: Revocations
@@ -183,7 +186,8 @@ class Page:
     method: str
     path: str
     handler: PageHandler
-    role: Role = "viewer"
+    # ``member``: anyone signed in, a person without a cluster role too.
+    role: Access = "viewer"
 
 
 class Frame:
@@ -253,7 +257,7 @@ class Frame:
                 return secured(to_sign_in(request))
             lang = self.lang(request)
             _ = i18n.translator(lang)
-            if not session.may(page.role):
+            if not allowed(session.principal, page.role):
                 return secured(
                     self.refuse(
                         request,

@@ -393,6 +393,22 @@ TURKISH: dict[str, str] = {
     "Cards with an NVLink fabric in no domain.": (
         "NVLink dokusu olup hiçbir alanda olmayan kartlar."
     ),
+    # llmgw login's device page
+    "Sign in ctl": "ctl oturumu aç",
+    "Approved: go back to your terminal, where ctl is now signed in as you.": (
+        "Onaylandı: terminalinize dönün, ctl artık sizin adınıza oturum açtı."
+    ),
+    "Denied: that ctl was not signed in.": "Reddedildi: o ctl oturum açmadı.",
+    "{client} at {address} asks to act as you, with a personal token.": (
+        "{address} adresindeki {client}, kişisel bir belirteçle sizin adınıza işlem yapmak istiyor."
+    ),
+    "Approve only if your terminal shows this code:": (
+        "Yalnızca terminalinizde bu kod görünüyorsa onaylayın:"
+    ),
+    "Approve": "Onayla",
+    "Deny": "Reddet",
+    "The code ctl shows": "ctl'nin gösterdiği kod",
+    "Next": "İleri",
 }
 
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}

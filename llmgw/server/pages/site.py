@@ -20,6 +20,7 @@ from llmgw.server.access import Gate
 from llmgw.server.gateway import Gateway
 from llmgw.server.pages import (
     catalogpages,
+    devicepages,
     fabricpages,
     fleetpages,
     i18n,
@@ -159,6 +160,7 @@ def routes(
         *usagepages.pages(frame, services),
         *playpages.pages(frame),
         *fabricpages.pages(frame, services.fabrics, services.registry),
+        *devicepages.pages(frame, services.device_logins),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

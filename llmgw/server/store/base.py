@@ -276,4 +276,12 @@ class Store(abc.ABC):
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None: ...
 
     @abc.abstractmethod
-    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]: ...
+    async def audit_log(
+        self,
+        limit: int = 100,
+        org_id: str | None = None,
+        actor: str | None = None,
+        since: float | None = None,
+    ) -> list[dict[str, Any]]:
+        """The newest ``limit`` entries first; with ``org_id``, ``actor`` or ``since``
+        (a time), only those made in that organisation, by that actor, from then on."""

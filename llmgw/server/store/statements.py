@@ -34,6 +34,7 @@ from llmgw.server.store.base import (
     Params,
     Registration,
     ServerRecord,
+    SQLValue,
     Store,
 )
 from llmgw.server.store.directory import DirectoryRows
@@ -371,5 +372,20 @@ class SQLStore(Store):
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
         await self._execute(INSERT_AUDIT, audit_row(Audit(actor, action, target, detail)))
 
-    async def audit_log(self, limit: int = 100) -> list[dict[str, Any]]:
-        return await self._read("SELECT * FROM audit ORDER BY id DESC LIMIT ?", (limit,))
+    async def audit_log(
+        self,
+        limit: int = 100,
+        org_id: str | None = None,
+        actor: str | None = None,
+        since: float | None = None,
+    ) -> list[dict[str, Any]]:
+        where: list[str] = []
+        params: list[SQLValue] = []
+        for clause, value in (("org_id = ?", org_id), ("actor = ?", actor), ("at >= ?", since)):
+            if value is not None:
+                where.append(clause)
+                params.append(value)
+        sql = "SELECT * FROM audit"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return await self._read(sql + " ORDER BY id DESC LIMIT ?", (*params, limit))

@@ -118,6 +118,9 @@ from llmgw.wire.admin.nodes import (
     XidJson,
 )
 from llmgw.wire.admin.people import (
+    AuditEntryJson,
+    DeviceCodeJson,
+    DeviceTokenJson,
     LimitsJson,
     MeJson,
     MembershipJson,
@@ -134,6 +137,9 @@ __all__ = [
     "GroupMapJson",
     "OidcJson",
     "OidcKind",
+    "AuditEntryJson",
+    "DeviceCodeJson",
+    "DeviceTokenJson",
     "LimitsJson",
     "MeJson",
     "MembershipJson",

@@ -84,3 +84,34 @@ class NewPersonTokenJson(PersonTokenJson):
     """A personal token, this once."""
 
     token: str
+
+
+class AuditEntryJson(TypedDict):
+    """One entry of ``GET /api/v1/audit``: who (a person's login, ``admin@HOST``, or the
+    control plane's own work) did what to what, when, and in which organisation."""
+
+    id: int
+    at: float
+    actor: str
+    action: str
+    target: str
+    detail: str
+    org_id: str | None
+
+
+class DeviceCodeJson(TypedDict):
+    """``POST /api/v1/login/device``: a sign-in for ctl, waiting for its person to approve
+    it on the pages at ``verify_url``."""
+
+    device_code: str
+    user_code: str
+    verify_url: str
+    interval: int
+    expires_in: int
+
+
+class DeviceTokenJson(NewPersonTokenJson):
+    """``POST /api/v1/login/device/token`` once its code is approved: a personal token
+    for the person who approved it (``login``), shown this once."""
+
+    login: str

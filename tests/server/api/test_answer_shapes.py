@@ -26,6 +26,7 @@ from llmgw.server.app import ControlPlane
 from llmgw.server.catalog.model import Profile
 from llmgw.server.fleet.fabrictest import FEATURE
 from llmgw.server.fleet.ibtopology import parse_ibnetdiscover
+from llmgw.server.people.asks import NewToken
 from llmgw.server.store import Audit, ServerRecord
 from llmgw.wire import admin
 from llmgw.wire.hardware import (
@@ -493,8 +494,78 @@ async def test_every_answer_the_client_reads_is_the_shape_it_reads_it_as(
     check(admin.ServingJson, (await client.get("/api/v1/serving")).json())
 
 
+# People, organisations, the audit and ``llmgw login``: asked in this order, by the admin
+# token, then (``AS_ANN``) as the person made first, with a personal token of hers.
+PEOPLE_ASKS: list[Ask] = [
+    ("CREATE_PERSON", (), {"login": "ann", "role": "admin"}),
+    ("ME", (), None),
+    ("PEOPLE", (), None),
+    ("PERSON", ("ann",), None),
+    ("CHANGE_PERSON", ("ann",), {"name": "Ann"}),
+    ("CREATE_ORG", (), {"name": "vision"}),
+    ("ORGS", (), None),
+    ("ORG", ("vision",), None),
+    ("RENAME_ORG", ("vision",), {"name": "sight"}),
+    ("CREATE_TEAM", ("sight",), {"name": "cv"}),
+    ("TEAMS", ("sight",), None),
+    ("CREATE_PROJECT", ("sight",), {"name": "demo", "team": "cv"}),
+    ("PROJECTS", ("sight",), None),
+    ("SET_MEMBER", ("sight",), {"person": "ann", "role": "admin", "team": "cv"}),
+    ("MEMBERS", ("sight",), None),
+    ("ORG_LIMITS", ("sight",), {"rpm": 10}),
+    ("TEAM_LIMITS", ("sight", "cv"), {"tpm": 100}),
+    ("PROJECT_LIMITS", ("sight", "demo"), {"budget": 1000, "models": ["qwen*"]}),
+    ("AUDIT", (), {"org": "sight"}),
+    ("REMOVE_MEMBER", ("sight", "ann"), {"team": "cv"}),
+    ("REMOVE_PROJECT", ("sight", "demo"), None),
+    ("REMOVE_TEAM", ("sight", "cv"), None),
+    ("REMOVE_ORG", ("sight",), None),
+]
+AS_ANN: list[Ask] = [
+    ("CREATE_PERSON_TOKEN", ("ann",), {"name": "laptop"}),
+    ("PERSON_TOKENS", ("ann",), None),
+    ("DEVICE_LOGIN", (), {"client": "llmgw ctl on test"}),
+    # Between these two, Ann approves the code on the pages (here: its service).
+    ("DEVICE_TOKEN", (), {"device_code": "<device>"}),
+    ("REVOKE_PERSON_TOKEN", ("ann", "<token>"), None),
+]
+
+
+async def test_the_people_routes_answer_the_shapes_the_client_reads(
+    plane: tuple[ControlPlane, httpx.AsyncClient],
+) -> None:
+    cp, client = plane
+    routes = client_routes()
+
+    async def ask(name: str, parts: tuple[str, ...], asked: Any) -> Any:
+        route, shape = routes[name]
+        query = asked if route.method in ("GET", "DELETE") else None
+        body = None if route.method in ("GET", "DELETE") else asked
+        answer = await answered(client, route, route.at(*parts, query=query), body)
+        check(shape, answer)
+        return answer
+
+    for name, parts, asked in PEOPLE_ASKS:
+        await ask(name, parts, asked)
+    ann = cp.directory.by_login("ann")
+    assert ann is not None
+    acting = cp.directory.principal(ann, "token")
+    assert acting is not None
+    _, token = await cp.people.new_token("ann", NewToken(name="shapes"), acting)
+    client.headers["authorization"] = f"Bearer {token}"
+    found: dict[str, Any] = {}
+    for name, parts, asked in AS_ANN:
+        if name == "DEVICE_TOKEN":
+            cp.device_logins.approve(found["DEVICE_LOGIN"]["user_code"], acting)
+            asked = {"device_code": found["DEVICE_LOGIN"]["device_code"]}
+        if name == "REVOKE_PERSON_TOKEN":
+            parts = ("ann", found["DEVICE_TOKEN"]["id"])
+        found[name] = await ask(name, parts, asked)
+    assert found["REVOKE_PERSON_TOKEN"]["revoked_at"] is not None
+
+
 def test_every_route_of_the_client_is_asked_above() -> None:
-    asked = {name for name, _, _ in [*READS, *CHANGES]}
+    asked = {name for name, _, _ in [*READS, *CHANGES, *PEOPLE_ASKS, *AS_ANN]}
     assert asked == set(client_routes())
 
 

@@ -27,6 +27,9 @@ PUBLIC = {
     ("POST", "/api/v1/enroll"),
     ("GET", "/leader"),
     ("POST", "/api/v1/servers/join"),
+    # `llmgw login`: ctl has no token yet; nothing is given until a person approves.
+    ("POST", "/api/v1/login/device"),
+    ("POST", "/api/v1/login/device/token"),
 }
 # The admin pages anyone may open: signing in and out, the language, the static files.
 PUBLIC_PAGES = {

@@ -522,3 +522,26 @@ async def test_the_audit_trail_is_newest_first_and_limited(store: Store) -> None
         ("ops", "node.enroll", "n1", ""),
     ]
     assert await store.audit_log(limit=0) == []
+
+
+async def test_the_audit_trail_is_read_by_organisation_actor_and_time(store: Store) -> None:
+    """``ctl audit --org --person --since``: each filter alone and together, newest first."""
+    await store.put_model("m1", {}, Audit("ann", "org.create", "vision", org="o1"))
+    await store.put_model("m2", {}, Audit("admin@10.0.0.5", "key.create", "k1", org="o1"))
+    await store.put_model("m3", {}, Audit("ann", "org.create", "text", org="o2"))
+    await store.audit("reconciler", "model.park", "tiny")
+    log = await store.audit_log()
+    assert [a["org_id"] for a in log] == [None, "o2", "o1", "o1"]
+
+    def seen(rows: list[dict[str, object]]) -> list[tuple[object, object]]:
+        return [(a["actor"], a["target"]) for a in rows]
+
+    assert seen(await store.audit_log(org_id="o1")) == [("admin@10.0.0.5", "k1"), ("ann", "vision")]
+    assert seen(await store.audit_log(actor="ann")) == [("ann", "text"), ("ann", "vision")]
+    assert seen(await store.audit_log(org_id="o1", actor="ann")) == [("ann", "vision")]
+    assert seen(await store.audit_log(org_id="o1", limit=1)) == [("admin@10.0.0.5", "k1")]
+    third = log[1]["at"]
+    assert isinstance(third, float)
+    assert seen(await store.audit_log(since=third)) == [("reconciler", "tiny"), ("ann", "text")]
+    assert await store.audit_log(since=third + 3600) == []
+    assert await store.audit_log(org_id="o3") == []
