@@ -416,6 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_fabrics import add_parsers as add_fabric_parsers
 
     add_fabric_parsers(ctl_cmds, _client, _client_options)
+    auth = ctl_cmds.add_parser("auth", help="how people sign in (the cluster's admins)")
+    auth_cmds = auth.add_subparsers(dest="auth_command", metavar="PROVIDER")
+    from llmgw.client.ctl_ldap import add_parsers as add_ldap_parsers
+
+    add_ldap_parsers(auth_cmds, _client, _client_options)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

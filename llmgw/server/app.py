@@ -27,6 +27,7 @@ from llmgw.server.api import (
     fabrics,
     firewall,
     keys,
+    ldap,
     models,
     nvlink,
     openapi,
@@ -68,6 +69,7 @@ from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
+from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
@@ -173,6 +175,7 @@ class ControlPlane:
         self.directory = Directory(store)
         self.people = PeopleService(self.directory)
         self.orgs = OrgService(self.directory)
+        self.ldap = LdapService(store, self.people, self.cluster_secret)
         self.keys = KeyService(
             store,
             self.gateway.keys,
@@ -488,6 +491,7 @@ class ControlPlane:
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)
+        ops += ldap.routes(self.ldap)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
@@ -513,6 +517,7 @@ class ControlPlane:
             fabrics=self.fabrics,
             admin_token_ok=self.admin_tokens.ok,
             revocations=self.revocations,
+            ldap=self.ldap,
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,
         )
