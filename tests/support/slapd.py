@@ -29,6 +29,9 @@ SCHEMA = Path("/etc/ldap/schema")
 MODULES = Path("/usr/lib/ldap")
 
 BASE = "dc=example,dc=org"
+# The directory's own administrator: tests change groups as it, as an IdP's admin would.
+ROOT_DN = f"cn=root,{BASE}"
+ROOT_PASSWORD = "root-secret-9c1e"
 SERVICE_DN = f"cn=llmgw,ou=service,{BASE}"
 SERVICE_PASSWORD = "reader-secret-7f3a"
 PEOPLE = f"ou=people,{BASE}"
@@ -107,12 +110,15 @@ modulepath {modules}
 moduleload back_mdb
 pidfile {root}/slapd.pid
 loglevel none
+# As Active Directory and many servers do: a DN with an empty password binds, as
+# nobody (an "unauthenticated bind"), so the tests show llmgw refusing it itself.
+allow bind_anon_dn
 
 database mdb
 maxsize 16777216
 suffix "{base}"
-rootdn "cn=root,{base}"
-rootpw root-secret-not-used
+rootdn "{root_dn}"
+rootpw {root_password}
 directory {root}/db
 
 access to attrs=userPassword
@@ -164,7 +170,16 @@ def running(timeout: float = 20.0) -> Iterator[Slapd]:
     try:
         (root / "db").mkdir()
         conf = root / "slapd.conf"
-        conf.write_text(CONF.format(schema=SCHEMA, modules=MODULES, root=root, base=BASE))
+        conf.write_text(
+            CONF.format(
+                schema=SCHEMA,
+                modules=MODULES,
+                root=root,
+                base=BASE,
+                root_dn=ROOT_DN,
+                root_password=ROOT_PASSWORD,
+            )
+        )
         ldif = root / "directory.ldif"
         ldif.write_text(DIRECTORY)
         subprocess.run(
@@ -201,3 +216,17 @@ def running(timeout: float = 20.0) -> Iterator[Slapd]:
                 process.stderr.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def set_members(server: Slapd, name: str, members: list[str]) -> None:
+    """Make ``members`` (DNs) the members of group ``name``, as the directory's admin."""
+    import ldap3
+
+    conn = ldap3.Connection(
+        ldap3.Server(server.url), ROOT_DN, ROOT_PASSWORD, auto_bind=True, receive_timeout=5
+    )
+    try:
+        if not conn.modify(group(name), {"member": [(ldap3.MODIFY_REPLACE, members)]}):
+            raise RuntimeError(f"changing {name}'s members failed: {conn.result}")
+    finally:
+        conn.unbind()

@@ -157,6 +157,10 @@ class DirectorySession:
             try:
                 conn.open()
             except LDAPException as exc:
+                # ldap3 keeps the socket it failed to connect, open.
+                sock = getattr(conn, "socket", None)
+                if sock is not None:
+                    sock.close()
                 raise StepFailed("connect", f"cannot reach {s.url}: {exc}") from None
             passed.append(Passed("connect", s.url))
             try:

@@ -61,7 +61,9 @@ class GroupMap:
 
     def matches(self, group_dn: str) -> bool:
         wanted = self.group.strip().casefold()
-        return wanted in (_dn_key(group_dn), group_name(group_dn).casefold())
+        return wanted == group_name(group_dn).casefold() or (
+            "=" in wanted and _dn_key(wanted) == _dn_key(group_dn)
+        )
 
     def grant(self) -> Grant:
         role = self.role
@@ -197,7 +199,7 @@ def checked_url(value: str) -> str:
 def checked_dn(field_name: str, value: str) -> str:
     value = value.strip()
     try:
-        if not parse_dn(value):
+        if not value or not parse_dn(",".join(f"{a}={v}" for a, v in _dn_parts(value))):
             raise LDAPInvalidDnError("empty")
     except LDAPInvalidDnError as exc:
         raise _bad(field_name, f"{value!r} is not a DN like dc=example,dc=org ({exc})") from None
@@ -266,21 +268,27 @@ def map_json(m: GroupMap, directory: Directory) -> LdapMapJson:
     return {"group": m.group, "target": target, "role": m.role}
 
 
+def _dn_parts(dn: str) -> list[tuple[str, str]]:
+    """A DN's parts as (type, value), split at commas not escaped, spaces around each
+    taken away (RFC 4514 writes none; people and some servers do)."""
+    parts = re.split(r"(?<!\\),", dn.strip())
+    return [(a.strip(), v.strip()) for a, _, v in (p.partition("=") for p in parts)]
+
+
 def _dn_key(dn: str) -> str:
     """A DN as compared: its parts without spaces around them, case folded."""
-    try:
-        return ",".join(f"{a.strip()}={v.strip()}" for a, v, _ in parse_dn(dn)).casefold()
-    except LDAPInvalidDnError:
-        return dn.strip().casefold()
+    return ",".join(f"{a}={v}" for a, v in _dn_parts(dn)).casefold()
 
 
 def group_name(dn: str) -> str:
-    """A group's name: the value of its DN's first part (its cn)."""
-    try:
-        parts = parse_dn(dn)
-    except LDAPInvalidDnError:
-        return dn
-    return re.sub(r"\\(.)", r"\1", parts[0][1]) if parts else dn
+    """A group's name: the value of its DN's first part (its cn), unescaped."""
+    value = _dn_parts(dn)[0][1]
+
+    def plain(m: re.Match[str]) -> str:
+        code = m.group(1)
+        return chr(int(code, 16)) if len(code) == 2 else code
+
+    return re.sub(r"\\([0-9A-Fa-f]{2}|.)", plain, value) or dn
 
 
 def matching(
