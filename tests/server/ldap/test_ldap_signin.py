@@ -318,7 +318,7 @@ async def test_a_directory_that_does_not_answer_is_said_and_not_counted_as_a_gue
     assert (await sign_in(client, "alice", slapd.PASSWORDS["alice"])).status_code == 303
 
 
-async def test_a_group_change_at_the_directory_holds_at_the_next_sign_in_but_never_lowers_a_hand_set_role(
+async def test_a_group_change_holds_at_the_next_sign_in_but_never_lowers_a_hand_set_role(
     cp: ControlPlane, client: httpx.AsyncClient, directory_server: Slapd
 ) -> None:
     await set_ldap(client, directory_server)
