@@ -175,7 +175,7 @@ class ControlPlane:
         self.directory = Directory(store)
         self.people = PeopleService(self.directory)
         self.orgs = OrgService(self.directory)
-        self.ldap = LdapService(store, self.people, self.cluster_secret)
+        self.ldap = LdapService(store, self.people, self.cluster_secret, lambda: self.ha.leading)
         self.keys = KeyService(
             store,
             self.gateway.keys,

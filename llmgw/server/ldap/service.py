@@ -58,11 +58,12 @@ STEPS: tuple[LdapStep, ...] = get_args(LdapStep)
 TYPED_LOGIN = re.compile(r"[^\x00-\x1f\x7f]{1,256}")
 WRONG = "wrong login or password"
 # The codes a refused sign-in carries, for the pages to say it in the person's language.
-WRONG_CODE, DEACTIVATED_CODE, UNAVAILABLE_CODE, OFF_CODE = (
+WRONG_CODE, DEACTIVATED_CODE, UNAVAILABLE_CODE, OFF_CODE, FIRST_ON_LEADER_CODE = (
     "wrong_login_or_password",
     "deactivated",
     "directory_unavailable",
     "ldap_off",
+    "first_on_leader",
 )
 
 
@@ -87,11 +88,15 @@ class LdapService:
         store: Store,
         people: PeopleService,
         cluster_secret: bytes,
+        leading: Callable[[], bool] = lambda: True,
         timeout: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``timeout``: each socket operation's; a whole sign-in gets a few times it."""
+        """``leading``: whether this control plane writes the store (a standby's sign-in
+        writes nothing); ``timeout``: each socket operation's, a whole sign-in gets a few
+        times it."""
         self.store = store
+        self.leading = leading
         self.people = people
         self.directory = people.directory
         self.cluster_secret = cluster_secret
@@ -270,9 +275,26 @@ class LdapService:
             raise Refusal(
                 503, UNAVAILABLE_CODE, "the directory cannot be asked now; try again later"
             )
+        if not self.leading():
+            return self._on_standby(found)
         maps = matching(found.groups, s.maps, self.directory)
         who = Identity("ldap", found.dn, login.lower(), found.name, found.email)
         person = await self.people.sign_in(who, [m.grant() for m in maps], login.lower())
         if person is None:
+            raise Refusal(403, DEACTIVATED_CODE, "this account is deactivated; ask an admin")
+        return person
+
+    def _on_standby(self, found: Found) -> Person:
+        """A standby writes nothing to the store (its copy follows the leader's): a
+        person it knows signs in as they are, their groups applied at their next sign-in
+        on the leader; someone new makes their account there first."""
+        person = self.directory.by_subject(found.dn)
+        if person is None:
+            raise Refusal(
+                409,
+                FIRST_ON_LEADER_CODE,
+                "this control plane is a standby: sign in on the leader once, to make your account",
+            )
+        if not person.active:
             raise Refusal(403, DEACTIVATED_CODE, "this account is deactivated; ask an admin")
         return person

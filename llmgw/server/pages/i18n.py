@@ -54,6 +54,9 @@ TURKISH: dict[str, str] = {
     "Signing in with a login and password is off.": (
         "Kullanıcı adı ve parolayla oturum açma kapalı."
     ),
+    ("This control plane is a standby: sign in on the leader once, to make your account."): (
+        "Bu denetim düzlemi yedek: hesabınızın açılması için bir kez liderde oturum açın."
+    ),
     "Signed in as {actor} ({role})": "{actor} olarak oturum açık ({role})",
     "Updated {time}": "Güncellendi {time}",
     "The control plane has not answered since {time}.": (

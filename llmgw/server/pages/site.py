@@ -18,7 +18,13 @@ from starlette.routing import BaseRoute, Route
 from llmgw import pki
 from llmgw.server.access import Gate
 from llmgw.server.gateway import Gateway
-from llmgw.server.ldap.service import DEACTIVATED_CODE, OFF_CODE, UNAVAILABLE_CODE, WRONG_CODE
+from llmgw.server.ldap.service import (
+    DEACTIVATED_CODE,
+    FIRST_ON_LEADER_CODE,
+    OFF_CODE,
+    UNAVAILABLE_CODE,
+    WRONG_CODE,
+)
 from llmgw.server.pages import (
     catalogpages,
     fabricpages,
@@ -129,6 +135,9 @@ def routes(
             DEACTIVATED_CODE: _("This account is deactivated; ask an admin."),
             UNAVAILABLE_CODE: _("The directory cannot be asked now; try again later."),
             OFF_CODE: _("Signing in with a login and password is off."),
+            FIRST_ON_LEADER_CODE: _(
+                "This control plane is a standby: sign in on the leader once, to make your account."
+            ),
         }
         if services.ldap is None:
             return await login_page(request, 404, said[OFF_CODE], back)

@@ -366,3 +366,20 @@ async def test_a_deactivated_person_is_refused_though_their_password_is_right(
     answer = await sign_in(client, "bob", slapd.PASSWORDS["bob"])
     assert answer.status_code == 403 and "deactivated" in answer.text
     assert COOKIE not in answer.cookies
+
+
+async def test_a_standby_signs_in_whom_it_knows_writing_nothing_and_sends_a_newcomer_to_the_leader(
+    cp: ControlPlane, client: httpx.AsyncClient, directory_server: Slapd
+) -> None:
+    await set_ldap(client, directory_server)
+    assert (await sign_in(client, "bob", slapd.PASSWORDS["bob"])).status_code == 303
+    written = len(await cp.store.audit_log(limit=1000))
+    cp.ldap.leading = lambda: False
+    answer = await sign_in(client, "bob", slapd.PASSWORDS["bob"])
+    assert answer.status_code == 303 and COOKIE in answer.cookies
+    # Still checked against the directory: a wrong password is refused there too.
+    assert (await sign_in(client, "bob", "not-his")).status_code == 401
+    newcomer = await sign_in(client, "carol", slapd.PASSWORDS["carol"])
+    assert newcomer.status_code == 409 and "sign in on the leader once" in newcomer.text
+    assert cp.directory.by_login("carol") is None
+    assert len(await cp.store.audit_log(limit=1000)) == written
