@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from llmgw import pki
+
 SLAPD = Path(os.environ.get("LLMGW_SLAPD", "/usr/sbin/slapd"))
 SLAPADD = Path(os.environ.get("LLMGW_SLAPADD", "/usr/sbin/slapadd"))
 SCHEMA = Path("/etc/ldap/schema")
@@ -121,6 +123,10 @@ rootdn "{root_dn}"
 rootpw {root_password}
 directory {root}/db
 
+TLSCACertificateFile {root}/ca.crt
+TLSCertificateFile {root}/server.crt
+TLSCertificateKeyFile {root}/server.key
+
 access to attrs=userPassword
     by anonymous auth
     by * none
@@ -147,6 +153,10 @@ class Slapd:
     port: int
     process: subprocess.Popen[bytes]
     root: Path
+    # The same directory over TLS from the start, its certificate for 127.0.0.1 issued
+    # by ``ca_pem`` (made for this run).
+    ldaps_url: str = ""
+    ca_pem: str = ""
 
 
 def _free_port() -> int:
@@ -180,6 +190,11 @@ def running(timeout: float = 20.0) -> Iterator[Slapd]:
                 root_password=ROOT_PASSWORD,
             )
         )
+        ca = pki.make_ca("slapd-test")
+        issued = pki.make_server_cert(ca, ["127.0.0.1", "localhost"])
+        (root / "ca.crt").write_bytes(ca.cert_pem)
+        (root / "server.crt").write_bytes(issued.cert_pem)
+        (root / "server.key").write_bytes(issued.key_pem)
         ldif = root / "directory.ldif"
         ldif.write_text(DIRECTORY)
         subprocess.run(
@@ -188,23 +203,23 @@ def running(timeout: float = 20.0) -> Iterator[Slapd]:
             capture_output=True,
             timeout=timeout,
         )
-        port = _free_port()
-        url = f"ldap://127.0.0.1:{port}"
+        port, tls_port = _free_port(), _free_port()
+        url, ldaps = f"ldap://127.0.0.1:{port}", f"ldaps://127.0.0.1:{tls_port}"
         process = subprocess.Popen(
-            [str(SLAPD), "-f", str(conf), "-h", url + "/", "-d", "0"],
+            [str(SLAPD), "-f", str(conf), "-h", f"{url}/ {ldaps}/", "-d", "0"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         try:
             deadline = time.monotonic() + timeout
-            while not _answers(port):
+            while not (_answers(port) and _answers(tls_port)):
                 if process.poll() is not None:
                     err = process.stderr.read().decode() if process.stderr else ""
                     raise RuntimeError(f"slapd ended with {process.returncode}: {err}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"slapd did not answer on {url} within {timeout:g} s")
                 time.sleep(0.05)
-            yield Slapd(url, port, process, root)
+            yield Slapd(url, port, process, root, ldaps, ca.cert_pem.decode())
         finally:
             process.terminate()
             try:

@@ -111,6 +111,25 @@ def _said(conn: ldap3.Connection) -> str:
     return f"{words}: {message}" if message else words
 
 
+class CheckedTls(ldap3.Tls):  # type: ignore[misc]
+    """TLS that holds the server to a CA (the one given, else the system's) and to its
+    name, by the standard library: ldap3's own check of the name calls
+    ``ssl.match_hostname``, deprecated, and gone from Python 3.12."""
+
+    def __init__(self, host: str, ca_pem: str | None) -> None:
+        super().__init__(validate=ssl.CERT_REQUIRED)
+        self.context = ssl.create_default_context(cadata=ca_pem)
+        self.host = host
+
+    def wrap_socket(self, connection: ldap3.Connection, do_handshake: bool = False) -> None:
+        connection.socket = self.context.wrap_socket(
+            connection.socket,
+            server_side=False,
+            do_handshake_on_connect=do_handshake,
+            server_hostname=self.host,
+        )
+
+
 class DirectorySession:
     """The steps against one directory server, as its settings say."""
 
@@ -118,14 +137,7 @@ class DirectorySession:
         self.settings = settings
         self.timeout = timeout
         host, port, tls = settings.host_port
-        kept: ldap3.Tls | None = None
-        if tls:
-            kept = ldap3.Tls(
-                validate=ssl.CERT_REQUIRED,
-                version=ssl.PROTOCOL_TLS_CLIENT,
-                ca_certs_data=settings.ca_pem,
-                valid_names=[host],
-            )
+        kept = CheckedTls(host, settings.ca_pem) if tls else None
         self.server = ldap3.Server(
             host,
             port=port,

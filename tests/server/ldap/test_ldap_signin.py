@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from llmgw import pki
 from llmgw.server.app import ControlPlane
 from llmgw.server.datadir import DataDir, init
 from llmgw.server.ldap.settings import SETTING
@@ -383,3 +384,22 @@ async def test_a_standby_signs_in_whom_it_knows_writing_nothing_and_sends_a_newc
     assert newcomer.status_code == 409 and "sign in on the leader once" in newcomer.text
     assert cp.directory.by_login("carol") is None
     assert len(await cp.store.audit_log(limit=1000)) == written
+
+
+async def test_ldaps_holds_the_server_to_the_ca_given_and_refuses_another(
+    client: httpx.AsyncClient, directory_server: Slapd
+) -> None:
+    tls = {"url": directory_server.ldaps_url, "ca_pem": directory_server.ca_pem}
+    shown = await set_ldap(client, directory_server, **tls)
+    assert shown["ca"] == "set" and shown["url"] == directory_server.ldaps_url
+    good = await ldap_test(client, "bob", slapd.PASSWORDS["bob"])
+    assert good["ok"], good
+    assert (await sign_in(client, "bob", slapd.PASSWORDS["bob"])).status_code == 303
+    # Without it the system's CAs do not know the server's; another CA does not either.
+    await set_ldap(client, directory_server, url=directory_server.ldaps_url)
+    untrusted = await ldap_test(client, "bob")
+    assert untrusted["failed"] == "connect" and untrusted["steps"][-1]["ok"] is False
+    other = pki.make_ca("another").cert_pem.decode()
+    await set_ldap(client, directory_server, url=directory_server.ldaps_url, ca_pem=other)
+    assert (await ldap_test(client, "bob"))["failed"] == "connect"
+    assert (await sign_in(client, "bob", slapd.PASSWORDS["bob"])).status_code == 503
