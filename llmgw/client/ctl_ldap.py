@@ -64,7 +64,7 @@ def tested(doc: LdapTestJson) -> str:
         grants = [f"{g['target']}: {g['role']} (from {g['group']})" for g in doc["grants"]]
         out += "\ngives: " + ("; ".join(grants) or "nothing")
     if not doc["ok"]:
-        out += f"\n\nfailed at {doc['failed']}: {doc['message']}"
+        out += f"\n\nfailed at {doc['failed']}"
     return out
 
 
