@@ -269,9 +269,11 @@ class LdapService:
         if failed is not None or found is None:
             step = failed.step if failed else "find"
             why = failed.message if failed else "nothing found"
-            log.info("LDAP sign-in as %r refused at %s: %s", login, step, why)
-            if step in ("find", "person_bind"):
+            if failed is not None and failed.refused:
+                log.info("LDAP sign-in as %r refused at %s: %s", login, step, why)
                 raise Refusal(401, WRONG_CODE, WRONG)
+            # The directory, or its settings, not the person: the admins' to mend.
+            log.warning("LDAP sign-in as %r failed at %s: %s", login, step, why)
             raise Refusal(
                 503, UNAVAILABLE_CODE, "the directory cannot be asked now; try again later"
             )

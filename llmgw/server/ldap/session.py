@@ -42,13 +42,14 @@ ATTRIBUTES = ["cn", "displayName", "mail"]
 
 class StepFailed(Exception):
     """A step of the sign-in failed: ``step`` is which, ``message`` what was found.
-    ``unknown``: the person is not in the directory (or not once)."""
+    ``refused``: the person's own doing (not in the directory, or not once; a password
+    the directory refused), not a directory that cannot be asked or is set up wrong."""
 
-    def __init__(self, step: LdapStep, message: str, unknown: bool = False) -> None:
+    def __init__(self, step: LdapStep, message: str, refused: bool = False) -> None:
         super().__init__(message)
         self.step = step
         self.message = message
-        self.unknown = unknown
+        self.refused = refused
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,9 @@ class DirectorySession:
         except LDAPException as exc:
             raise StepFailed(step, f"searching {base} for {query} failed: {exc}") from None
         result = conn.result or {}
-        if result.get("result") not in (0, 4, 32):  # success, size limit, no such object
+        if result.get("result") == 32:  # noSuchObject
+            raise StepFailed(step, f"{base} is not in the directory: check the base DN")
+        if result.get("result") not in (0, 4):  # success, size limit exceeded
             raise StepFailed(step, f"searching {base} for {query}: {_said(conn)}")
         return [e for e in conn.response or [] if e.get("type") == "searchResEntry"]
 
@@ -224,12 +227,12 @@ class DirectorySession:
         query = fill(s.user_filter, login=login)
         entries = self._search(conn, s.base_dn, query, "find")
         if not entries:
-            raise StepFailed("find", f"no one under {s.base_dn} matches {query}", unknown=True)
+            raise StepFailed("find", f"no one under {s.base_dn} matches {query}", refused=True)
         if len(entries) > 1:
             raise StepFailed(
                 "find",
                 f"more than one entry under {s.base_dn} matches {query}: narrow --user-filter",
-                unknown=True,
+                refused=True,
             )
         entry = entries[0]
         attrs = entry.get("attributes") or {}
@@ -240,13 +243,12 @@ class DirectorySession:
     def _person_bind(self, dn: str, password: str) -> None:
         if not password:
             # An empty password would be an anonymous bind, which succeeds.
-            raise StepFailed("person_bind", "an empty password is refused")
+            raise StepFailed("person_bind", "an empty password is refused", refused=True)
         conn = self._connection(dn, password)
         try:
             if not conn.bind():
-                raise StepFailed(
-                    "person_bind", f"the directory refused {dn}'s password ({_said(conn)})"
-                )
+                said = f"the directory refused {dn}'s password ({_said(conn)})"
+                raise StepFailed("person_bind", said, refused=True)
         except LDAPException as exc:
             raise StepFailed("person_bind", f"binding as {dn} failed: {exc}") from None
         finally:

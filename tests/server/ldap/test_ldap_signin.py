@@ -403,3 +403,13 @@ async def test_ldaps_holds_the_server_to_the_ca_given_and_refuses_another(
     await set_ldap(client, directory_server, url=directory_server.ldaps_url, ca_pem=other)
     assert (await ldap_test(client, "bob"))["failed"] == "connect"
     assert (await sign_in(client, "bob", slapd.PASSWORDS["bob"])).status_code == 503
+
+
+async def test_a_base_dn_not_in_the_directory_is_the_admins_to_mend_not_a_wrong_password(
+    client: httpx.AsyncClient, directory_server: Slapd
+) -> None:
+    await set_ldap(client, directory_server, base_dn="ou=nobody,dc=example,dc=org")
+    found = await ldap_test(client, "alice")
+    assert found["failed"] == "find" and "is not in the directory" in found["message"]
+    answer = await sign_in(client, "alice", slapd.PASSWORDS["alice"])
+    assert answer.status_code == 503 and "cannot be asked now" in answer.text
