@@ -413,3 +413,19 @@ async def test_a_base_dn_not_in_the_directory_is_the_admins_to_mend_not_a_wrong_
     assert found["failed"] == "find" and "is not in the directory" in found["message"]
     answer = await sign_in(client, "alice", slapd.PASSWORDS["alice"])
     assert answer.status_code == 503 and "cannot be asked now" in answer.text
+
+
+async def test_active_directory_takes_its_own_filters_and_its_server_walks_the_nesting(
+    client: httpx.AsyncClient, directory_server: Slapd
+) -> None:
+    shown = await set_ldap(client, directory_server, ad=True)
+    assert shown["user_filter"] == "(&(objectClass=user)(sAMAccountName={login}))"
+    assert shown["group_filter"] == "(&(objectClass=group)(member:1.2.840.113556.1.4.1941:={dn}))"
+    # slapd knows neither; with filters it knows, AD's way asks once and walks nothing
+    # (AD's rule in chain answers the nested groups itself).
+    await set_ldap(
+        client, directory_server, ad=True, user_filter="(uid={login})", group_filter="(member={dn})"
+    )
+    found = await ldap_test(client, "alice")
+    assert found["ok"]
+    assert sorted(found["groups"]) == [slapd.group("loop-a"), slapd.group("ml-engineers")]
