@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,8 +177,13 @@ class LdapService:
         user_filter = ask.user_filter or (AD_USER_FILTER if ask.ad else USER_FILTER)
         group_filter = ask.group_filter or (AD_GROUP_FILTER if ask.ad else GROUP_FILTER)
         ca = (ask.ca_pem or "").strip() or None
-        if ca is not None and "-----BEGIN CERTIFICATE-----" not in ca:
-            raise Refusal(400, "bad_request", "ca_pem: not PEM certificates", "ca_pem")
+        if ca is not None:
+            try:
+                ssl.create_default_context(cadata=ca)
+            except (ssl.SSLError, ValueError) as exc:
+                raise Refusal(
+                    400, "bad_request", f"ca_pem: not PEM certificates ({exc})", "ca_pem"
+                ) from None
         settings = LdapSettings(
             url=checked_url(ask.url),
             bind_dn=checked_dn("bind_dn", ask.bind_dn),

@@ -149,6 +149,14 @@ async def test_settings_are_kept_sealed_shown_without_the_password_and_turned_of
         ({"maps": ["engineering=Initech:member"]}, "maps"),
         ({"maps": ["ops=cluster:manager"]}, "maps"),
         ({"ca_pem": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----"}, "ca_pem"),
+        (
+            {
+                "url": "ldaps://127.0.0.1:1",
+                "ca_pem": "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----",
+            },
+            "ca_pem",
+        ),
+        ({"url": "ldap://127.0.0.1:1", "ca_pem": pki.make_ca("x").cert_pem.decode()}, "ca_pem"),
     ],
 )
 async def test_bad_settings_are_refused_naming_the_field_and_nothing_is_kept(
