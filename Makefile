@@ -17,8 +17,12 @@ BIN := $(VENV)/bin
 # itself on a port of its own (the package's service is stopped and disabled).
 # chromium: Playwright (the test extra) drives Debian's chromium for the admin pages'
 # tests (tests/support/browser.py); no `playwright install` browser download.
+# LDAP sign-in's tests run OpenLDAP's slapd on a port of their own (tests/support/slapd.py);
+# ldap-utils (ldapsearch) to look at its directory by hand when one fails.
+LDAP_PACKAGES := slapd ldap-utils
 APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build g++ wrk tmux \
-	postgresql-15 etcd-server etcd-client patroni keepalived nftables prometheus chromium
+	postgresql-15 etcd-server etcd-client patroni keepalived nftables prometheus chromium \
+	$(LDAP_PACKAGES)
 # nodejs, npm: the OIDC sign-in tests run the npm package oidc-provider, a real identity
 # provider (tests/support/oidcprovider.py installs it into ~/.cache/llmgw/npm).
 APT_PACKAGES += nodejs npm
@@ -50,6 +54,8 @@ apt:
 	  case " $$missing " in *" prometheus "*) [ ! -d /run/systemd/system ] || \
 	    $(SUDO) systemctl disable --now prometheus.service prometheus-node-exporter.service \
 	    >/dev/null 2>&1 || true;; esac; \
+	  case " $$missing " in *" slapd "*) [ ! -d /run/systemd/system ] || \
+	    $(SUDO) systemctl disable --now slapd.service >/dev/null 2>&1 || true;; esac; \
 	fi
 
 $(BIN)/python:

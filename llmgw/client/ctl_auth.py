@@ -63,7 +63,7 @@ def add_parsers(
     ctl_cmds: Subcommands,
     client: Client,
     client_options: Callable[[argparse.ArgumentParser], None],
-) -> None:
+) -> Subcommands:
     def printed(args: argparse.Namespace, doc: OidcJson) -> int:
         print(json.dumps(doc, indent=2) if args.json else shown(doc))
         return 0
@@ -121,7 +121,7 @@ def add_parsers(
         p.add_argument("--name", help="what the sign-in button names (default: the issuer)")
         options(p)
 
-    auth = ctl_cmds.add_parser("auth", help="how people sign in: OIDC, Entra ID")
+    auth = ctl_cmds.add_parser("auth", help="how people sign in: OIDC, Entra ID, LDAP, SCIM")
     auth_cmds = auth.add_subparsers(dest="auth_command", metavar="PROVIDER")
 
     oidc = auth_cmds.add_parser("oidc", help="sign in with an OpenID Connect provider")
@@ -153,3 +153,4 @@ def add_parsers(
     p = sub.add_parser("off", help="turn Entra ID sign-in off (accounts stay)")
     options(p)
     p.set_defaults(handler=off)
+    return auth_cmds

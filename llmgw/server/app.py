@@ -27,6 +27,7 @@ from llmgw.server.api import (
     fabrics,
     firewall,
     keys,
+    ldap,
     login,
     models,
     nvlink,
@@ -69,6 +70,7 @@ from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
 from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
+from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
@@ -181,6 +183,7 @@ class ControlPlane:
         self.oidc = OidcSettings(store, self.directory, self.cluster_secret)
         self.oidc_flow = OidcFlow(self.oidc, self.people, self.cluster_secret)
         self.device_logins = DeviceLogins(self.people, self.directory)
+        self.ldap = LdapService(store, self.people, self.cluster_secret, lambda: self.ha.leading)
         self.keys = KeyService(
             store,
             self.gateway.keys,
@@ -472,6 +475,7 @@ class ControlPlane:
         ops += people.routes(self.people, self.orgs, self.keys)
         ops += signin.routes(self.oidc)
         ops += login.routes(self.device_logins, self.orgs)
+        ops += ldap.routes(self.ldap)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
@@ -498,6 +502,7 @@ class ControlPlane:
             device_logins=self.device_logins,
             admin_token_ok=self.admin_tokens.ok,
             revocations=self.revocations,
+            ldap=self.ldap,
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,
             oidc=self.oidc_flow,

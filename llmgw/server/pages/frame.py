@@ -47,6 +47,7 @@ from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
+from llmgw.server.ldap.service import LdapService
 from llmgw.server.pages import i18n
 from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.oidcflow import OidcFlow
@@ -148,6 +149,8 @@ class Services:
     admin_token_ok: Callable[[str], bool]
     # Signing out, on every control plane.
     revocations: Revocations
+    # LDAP sign-in (a login and password on the sign-in page while it is set).
+    ldap: LdapService | None = None
     # server.yaml's pages_behind_tls: the session cookie is Secure.
     behind_tls: bool = False
     body_timeout: float = 30.0

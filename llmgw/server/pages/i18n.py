@@ -40,6 +40,23 @@ TURKISH: dict[str, str] = {
     "Too many failed sign-ins from your address; try again in {seconds} s.": (
         "Adresinizden çok fazla başarısız giriş; {seconds} sn sonra yeniden deneyin."
     ),
+    # Sign-in with the company's directory (LDAP, Active Directory)
+    "Login": "Kullanıcı adı",
+    "Password": "Parola",
+    "Or with the admin token, for setting up and recovering the cluster:": (
+        "Ya da kümeyi kurmak ve kurtarmak için yönetici belirteciyle:"
+    ),
+    "Wrong login or password.": "Kullanıcı adı ya da parola yanlış.",
+    "This account is deactivated; ask an admin.": ("Bu hesap devre dışı; bir yöneticiye başvurun."),
+    "The directory cannot be asked now; try again later.": (
+        "Dizin sunucusuna şu an ulaşılamıyor; daha sonra yeniden deneyin."
+    ),
+    "Signing in with a login and password is off.": (
+        "Kullanıcı adı ve parolayla oturum açma kapalı."
+    ),
+    ("This control plane is a standby: sign in on the leader once, to make your account."): (
+        "Bu denetim düzlemi yedek: hesabınızın açılması için bir kez liderde oturum açın."
+    ),
     "Signed in as {actor} ({role})": "{actor} olarak oturum açık ({role})",
     "Updated {time}": "Güncellendi {time}",
     "The control plane has not answered since {time}.": (

@@ -16,7 +16,7 @@ logged with its detail (never a code, token or secret).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -38,18 +38,18 @@ def routes(
     frame: Frame,
     flow: OidcFlow,
     store: Store,
-    login_page: Callable[[Request, int, str | None, str], Response],
+    login_page: Callable[[Request, int, str | None, str], Awaitable[Response]],
 ) -> list[BaseRoute]:
     """``login_page(request, status, error, next)``: the login page with an error."""
 
     def secure(request: Request) -> bool:
         return frame.behind_tls or request.url.scheme == "https"
 
-    def failed(request: Request, exc: SignInFailed, back: str) -> Response:
+    async def failed(request: Request, exc: SignInFailed, back: str) -> Response:
         address = request.client.host if request.client else "?"
         log.warning("OIDC sign-in from %s refused: %s", address, exc.detail)
         _ = i18n.translator(frame.lang(request))
-        answer = login_page(request, exc.status, _(exc.message), back)
+        answer = await login_page(request, exc.status, _(exc.message), back)
         answer.delete_cookie(PENDING_COOKIE, path=PENDING_PATH, httponly=True, samesite="lax")
         return secured(answer)
 
@@ -59,7 +59,7 @@ def routes(
         try:
             url, pending = await flow.begin(redirect_uri, back)
         except SignInFailed as exc:
-            return failed(request, exc, back)
+            return await failed(request, exc, back)
         answer = RedirectResponse(url, status_code=303)
         answer.set_cookie(
             PENDING_COOKIE,
@@ -80,7 +80,7 @@ def routes(
                 query, request.cookies.get(PENDING_COOKIE), f"oidc@{address}"
             )
         except SignInFailed as exc:
-            return failed(request, exc, "/admin")
+            return await failed(request, exc, "/admin")
         cookie = frame.sessions.open_person(person.login, person.id)
         log.info("%s signed in through OIDC from %s", person.login, address)
         await store.audit(person.login, "admin.sign_in", "/admin", "oidc")

@@ -18,6 +18,13 @@ from starlette.routing import BaseRoute, Route
 from llmgw import pki
 from llmgw.server.access import Gate
 from llmgw.server.gateway import Gateway
+from llmgw.server.ldap.service import (
+    DEACTIVATED_CODE,
+    FIRST_ON_LEADER_CODE,
+    OFF_CODE,
+    UNAVAILABLE_CODE,
+    WRONG_CODE,
+)
 from llmgw.server.pages import (
     catalogpages,
     devicepages,
@@ -58,18 +65,42 @@ def routes(
     limiter = SignInLimiter()
     oidc = services.oidc
 
-    def login_page(request: Request, status: int, error: str | None, back: str) -> Response:
-        """The login page, with a "Sign in with ..." button while OIDC is set."""
+    async def login_page(
+        request: Request, status: int = 200, error: str | None = None, back: str = "/admin"
+    ) -> Response:
+        """The sign-in page: the admin token's form, a "Sign in with ..." button while
+        OIDC is set, and a login and password's while LDAP sign-in is set."""
+        ldap = services.ldap is not None and await services.ldap.enabled()
         button = oidc.button if oidc is not None else None
-        return frame.render(
-            request, "login.html", None, status=status, error=error, next=back, oidc=button
+        answer = frame.render(
+            request,
+            "login.html",
+            None,
+            status=status,
+            error=error,
+            next=back,
+            ldap=ldap,
+            oidc=button,
         )
+        return secured(answer)
+
+    def signed_in(request: Request, cookie: str, back: str) -> Response:
+        redirect = RedirectResponse(back, status_code=303)
+        redirect.set_cookie(
+            COOKIE,
+            cookie,
+            max_age=int(sessions.ttl),
+            path="/admin",
+            httponly=True,
+            samesite="strict",
+            secure=services.behind_tls or request.url.scheme == "https",
+        )
+        return secured(redirect)
 
     async def sign_in_form(request: Request) -> Response:
         if gate.session(request) is not None:
             return RedirectResponse(safe_next(request.query_params.get("next")), status_code=303)
-        answer = login_page(request, 200, None, safe_next(request.query_params.get("next")))
-        return secured(answer)
+        return await login_page(request, back=safe_next(request.query_params.get("next")))
 
     async def sign_in(request: Request) -> Response:
         _ = i18n.translator(frame.lang(request))
@@ -82,7 +113,7 @@ def routes(
         try:
             form = await read_form(request, frame.body_timeout)
         except Refusal as exc:
-            return secured(login_page(request, exc.status, exc.message, "/admin"))
+            return await login_page(request, exc.status, exc.message)
         back = safe_next(form.get("next"))
         wait = limiter.wait(address)
         if wait > 0:
@@ -90,28 +121,46 @@ def routes(
                 "Too many failed sign-ins from your address; try again in {seconds} s.",
                 seconds=int(wait) + 1,
             )
-            answer = login_page(request, 429, text, back)
+            answer = await login_page(request, 429, text, back)
             answer.headers["Retry-After"] = str(int(wait) + 1)
-            return secured(answer)
+            return answer
+        if "login" in form:
+            return await ldap_sign_in(request, form, back, address)
         token = form.get("token", "").strip()
         if not token or not services.admin_token_ok(token):
             limiter.failed(address)
             text = _("That token is not an admin token of this cluster.")
-            return secured(login_page(request, 401, text, back))
+            return await login_page(request, 401, text, back)
         limiter.succeeded(address)
         cookie = sessions.open(f"admin@{address}", "admin", pki.token_hash(token))
-        redirect = RedirectResponse(back, status_code=303)
-        redirect.set_cookie(
-            COOKIE,
-            cookie,
-            max_age=int(sessions.ttl),
-            path="/admin",
-            httponly=True,
-            samesite="strict",
-            secure=services.behind_tls or request.url.scheme == "https",
-        )
         await services.store.audit(f"admin@{address}", "admin.sign_in", "/admin")
-        return secured(redirect)
+        return signed_in(request, cookie, back)
+
+    async def ldap_sign_in(
+        request: Request, form: Mapping[str, str], back: str, address: str
+    ) -> Response:
+        """A login and password, checked against the directory by ``LdapService``."""
+        _ = i18n.translator(frame.lang(request))
+        said = {
+            WRONG_CODE: _("Wrong login or password."),
+            DEACTIVATED_CODE: _("This account is deactivated; ask an admin."),
+            UNAVAILABLE_CODE: _("The directory cannot be asked now; try again later."),
+            OFF_CODE: _("Signing in with a login and password is off."),
+            FIRST_ON_LEADER_CODE: _(
+                "This control plane is a standby: sign in on the leader once, to make your account."
+            ),
+        }
+        if services.ldap is None:
+            return await login_page(request, 404, said[OFF_CODE], back)
+        try:
+            person = await services.ldap.sign_in(form.get("login", ""), form.get("password", ""))
+        except Refusal as exc:
+            # A wrong guess counts; a directory that does not answer is no one's guess.
+            if exc.code == WRONG_CODE:
+                limiter.failed(address)
+            return await login_page(request, exc.status, said.get(exc.code, exc.message), back)
+        limiter.succeeded(address)
+        return signed_in(request, sessions.open_person(person.login, person.id), back)
 
     async def sign_out(request: Request) -> Response:
         session = gate.session(request)
