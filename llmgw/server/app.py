@@ -33,6 +33,7 @@ from llmgw.server.api import (
     people,
     plan,
     replicas,
+    scim,
     servers,
     settings,
 )
@@ -75,6 +76,8 @@ from llmgw.server.people.directory import Directory
 from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.principal import Principal
+from llmgw.server.scim.service import TABLES as SCIM_TABLES
+from llmgw.server.scim.service import ScimService
 from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.store import Store, open_store
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
@@ -173,6 +176,8 @@ class ControlPlane:
         self.directory = Directory(store)
         self.people = PeopleService(self.directory)
         self.orgs = OrgService(self.directory)
+        # SCIM provisioning: the identity provider's users and groups (/scim/v2).
+        self.scim = ScimService.over(self.directory, self.people)
         self.keys = KeyService(
             store,
             self.gateway.keys,
@@ -370,11 +375,14 @@ class ControlPlane:
             await self.revocations.load()
         if every or tables & PEOPLE_TABLES:
             await self.directory.load()
+        if every or tables & SCIM_TABLES:
+            await self.scim.load()
 
     async def load(self) -> None:
         await self.admin_tokens.load()
         await self.revocations.load()
         await self.directory.load()
+        await self.scim.load()
         await self.registry.load()
         await self.models.load()
         await self.gateway.load()
@@ -488,6 +496,7 @@ class ControlPlane:
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)
+        ops += scim.routes(self.scim)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
@@ -516,8 +525,12 @@ class ControlPlane:
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,
         )
-        pages = site.routes(services, gate, self._standby)
-        return build_app(self.routes(), gate, self.config.gateway.body_timeout, pages)
+        body_timeout = self.config.gateway.body_timeout
+        pages = [
+            *site.routes(services, gate, self._standby),
+            scim.mount(self.scim, self._standby, body_timeout),
+        ]
+        return build_app(self.routes(), gate, body_timeout, pages)
 
     def _standby(self) -> dict[str, Any] | None:
         """The leader, while this control plane is a standby (writes go there)."""

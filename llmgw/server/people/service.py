@@ -272,3 +272,34 @@ class PeopleService:
                 puts.append(replace(m, role=role))
         deletes = [m for k, m in have.items() if k not in wanted and not m.by_hand]
         return puts, deletes
+
+    # ------------------------------------------------------------- provisioning
+
+    async def provision(
+        self,
+        person: Person,
+        audit: Audit,
+        grants: Sequence[Grant] | None = None,
+        more: Sequence[object] = (),
+    ) -> Person:
+        """Write a person as a provisioning identity provider (SCIM) says: made, changed
+        or deactivated (their personal tokens revoked with it, and their sessions refused
+        from then on), with ``grants`` their groups' cluster role and memberships (as
+        ``sign_in`` applies them: nothing set by hand is lowered), and ``more`` records
+        of the provider's own, all in one transaction with ``audit``."""
+        now = self.clock()
+        puts: list[object] = []
+        deletes: list[Membership] = []
+        if grants is not None:
+            person = replace(person, role=cluster_role(person, grants))
+            memberships, deletes = self._memberships(person, grants, now)
+            puts += memberships
+        if not person.active:
+            puts += [
+                replace(t, revoked_at=now)
+                for t in self.directory.tokens_of(person.id)
+                if t.revoked_at is None
+            ]
+        await self.store.directory.change([person, *puts, *more], deletes, audit)
+        await self.directory.load()
+        return self.directory.person(person.id) or person
