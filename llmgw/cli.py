@@ -416,6 +416,11 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_fabrics import add_parsers as add_fabric_parsers
 
     add_fabric_parsers(ctl_cmds, _client, _client_options)
+    auth = ctl_cmds.add_parser("auth", help="how people sign in: SCIM provisioning")
+    auth_cmds = auth.add_subparsers(dest="auth_command", metavar="METHOD")
+    from llmgw.client.ctl_scim import add_parsers as add_scim_parsers
+
+    add_scim_parsers(auth_cmds, _client, _client_options)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

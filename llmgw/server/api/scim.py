@@ -94,7 +94,9 @@ def _asked(params: Mapping[str, object]) -> Asked:
 
     return Asked(
         text("filter"),
-        Page(_int(low.get("startindex"), "startIndex") or 1, _int(low.get("count"), "count")),
+        Page(
+            max(_int(low.get("startindex"), "startIndex") or 1, 1), _int(low.get("count"), "count")
+        ),
         views.names(text("attributes")),
         views.names(text("excludedattributes")),
     )
@@ -256,9 +258,19 @@ def scim_app(
         return Response(status_code=204)
 
     async def search_all(request: Request) -> Response:
-        raise Refusal(
-            501, "not_implemented", "search /Users/.search or /Groups/.search; not both at once"
-        )
+        """Users and groups at once (RFC 7644 3.4.3), users first, paged together."""
+        found = await body(request)
+        asked = _asked(found if isinstance(found, Mapping) else {})
+        terms = parse_filter(asked.filter) if asked.filter else ()
+        everyone = Page(1, scim.most)
+        people, _ = scim.users_listed(terms, everyone)
+        teams, _ = scim.groups_listed(terms, everyone)
+        docs = [user_doc(request, p.id, asked) for p in people]
+        docs += [group_doc(request, g.id, asked) for g in teams]
+        start = max(asked.page.start, 1)
+        count = scim.most if asked.page.count is None else max(0, min(asked.page.count, scim.most))
+        shown = docs[start - 1 : start - 1 + count]
+        return answer(discovery.list_response(shown, len(docs), start))
 
     def route(path: str, handler: Handler, *methods: str, writes: bool = False) -> Route:
         return Route(path, guarded(handler, writes), methods=list(methods))

@@ -38,6 +38,10 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _same(a: str, b: str) -> bool:
+    return a.strip().casefold() == b.strip().casefold()
+
+
 def _refuse(why: str) -> Refusal:
     return Refusal(403, "forbidden", why)
 
@@ -149,7 +153,7 @@ class ScimAuth:
             )
         org_name, _, team_name = target.partition("/")
         now = self.directory.now
-        org = next((o for o in now.orgs.values() if o.name == org_name), None)
+        org = next((o for o in now.orgs.values() if _same(o.name, org_name)), None)
         if org is None:
             raise Refusal(
                 400,
@@ -159,7 +163,7 @@ class ScimAuth:
             )
         if not team_name:
             return ScimMap(group, "org", org.id, role)
-        team = next((t for t in self.directory.teams_of(org.id) if t.name == team_name), None)
+        team = next((t for t in self.directory.teams_of(org.id) if _same(t.name, team_name)), None)
         if team is None:
             raise Refusal(
                 400, "bad_request", f"maps: {text!r}: {org_name} has no team {team_name!r}", "maps"
