@@ -66,7 +66,11 @@ def test_scim2_tester_finds_every_check_passing_but_those_the_docs_explain(
     finally:
         cluster.stop()
     failed = {
-        (r.resource_type, r.title, next((n for _, _, n in NOT_APPLYING if n in (r.reason or "")), r.reason))
+        (
+            r.resource_type,
+            r.title,
+            next((n for _, _, n in NOT_APPLYING if n in (r.reason or "")), r.reason),
+        )
         for r in results
         if r.status != Status.SUCCESS
     }

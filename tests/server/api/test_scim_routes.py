@@ -172,8 +172,10 @@ async def test_a_group_with_members_and_a_user_shows_its_groups(plane: Plane) ->
     nobody = await client.patch(
         f"/scim/v2/Groups/{gid}",
         headers=scim,
-        json={"schemas": [PATCH_OP], "Operations": [{"op": "add", "path": "members",
-                                                      "value": [{"value": "nobody"}]}]},
+        json={
+            "schemas": [PATCH_OP],
+            "Operations": [{"op": "add", "path": "members", "value": [{"value": "nobody"}]}],
+        },
     )
     assert "no user nobody" in scim_error(nobody, 400)["detail"]
 
