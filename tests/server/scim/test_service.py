@@ -17,7 +17,7 @@ from llmgw.server.people.records import DEFAULT_ORG, Person
 from llmgw.server.people.service import PeopleService
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
-from llmgw.server.scim.documents import PATCH_OP, GroupFields, UserFields, read_patch
+from llmgw.server.scim.documents import PATCH_OP, GroupFields, Operation, UserFields, read_patch
 from llmgw.server.scim.paths import parse_filter
 from llmgw.server.scim.service import Page, ScimService
 from llmgw.server.store.sqlite import SQLiteStore
@@ -57,7 +57,7 @@ async def world(tmp_path: Path) -> AsyncIterator[World]:
         await store.close()
 
 
-def patch(*operations: dict[str, object]) -> list:  # type: ignore[type-arg]
+def patch(*operations: dict[str, object]) -> list[Operation]:
     return read_patch({"schemas": [PATCH_OP], "Operations": list(operations)})
 
 
