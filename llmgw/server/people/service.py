@@ -277,29 +277,39 @@ class PeopleService:
 
     async def provision(
         self,
-        person: Person,
+        changes: Sequence[tuple[Person, Sequence[Grant] | None]],
         audit: Audit,
-        grants: Sequence[Grant] | None = None,
         more: Sequence[object] = (),
-    ) -> Person:
-        """Write a person as a provisioning identity provider (SCIM) says: made, changed
-        or deactivated (their personal tokens revoked with it, and their sessions refused
-        from then on), with ``grants`` their groups' cluster role and memberships (as
-        ``sign_in`` applies them: nothing set by hand is lowered), and ``more`` records
-        of the provider's own, all in one transaction with ``audit``."""
+        removed: Sequence[object] = (),
+    ) -> None:
+        """Write people as a provisioning identity provider (SCIM) says: each made,
+        changed or deactivated (their personal tokens revoked with it, and their sessions
+        refused from then on) and, where grants are given, with the cluster role and
+        memberships their groups give (as ``sign_in`` applies them: nothing set by hand
+        is lowered; a person whose grants change nothing is not written again). All in
+        one transaction with ``audit``, ``more`` records of the provider's own written
+        and ``removed`` ones deleted, so a group of thousands is one write and one
+        load of the directory."""
         now = self.clock()
         puts: list[object] = []
         deletes: list[Membership] = []
-        if grants is not None:
-            person = replace(person, role=cluster_role(person, grants))
-            memberships, deletes = self._memberships(person, grants, now)
-            puts += memberships
-        if not person.active:
-            puts += [
-                replace(t, revoked_at=now)
-                for t in self.directory.tokens_of(person.id)
-                if t.revoked_at is None
-            ]
-        await self.store.directory.change([person, *puts, *more], deletes, audit)
+        for person, grants in changes:
+            if grants is not None:
+                granted = replace(person, role=cluster_role(person, grants))
+                memberships, gone = self._memberships(granted, grants, now)
+                if granted == self.directory.person(person.id) and not memberships and not gone:
+                    continue
+                person = granted
+                puts += memberships
+                deletes += gone
+            puts.append(person)
+            if not person.active:
+                puts += [
+                    replace(t, revoked_at=now)
+                    for t in self.directory.tokens_of(person.id)
+                    if t.revoked_at is None
+                ]
+        if not puts and not deletes and not more and not removed:
+            return
+        await self.store.directory.change([*puts, *more], [*deletes, *removed], audit)
         await self.directory.load()
-        return self.directory.person(person.id) or person

@@ -13,8 +13,8 @@ audit trail and usage stay. A POST of a hidden user's ``userName`` brings them b
 Groups are kept whole with their members (``scim_groups``). When a group's members or
 name change, or the maps do, each person concerned gets again the grants of every group
 they are in (``PeopleService.provision``: a role or membership set by an admin by hand
-is never lowered; one the groups gave and no longer give goes). While no map is set,
-SCIM's groups give nothing and take nothing away.
+is never lowered; one the groups gave and no longer give goes), in the same transaction
+as the group. While no map is set, SCIM's groups give nothing and take nothing away.
 
 Every write is the SCIM token's holder's, audited as ``scim``; reads and writes both
 answer ``Refusal``s whose codes are SCIM's ``scimType``s.
@@ -45,7 +45,7 @@ from llmgw.server.scim.documents import (
 )
 from llmgw.server.scim.paths import Term
 from llmgw.server.scim.records import ScimGroup, ScimMap, ScimUser
-from llmgw.server.scim.settings import ScimAuth
+from llmgw.server.scim.settings import SETTING, ScimAuth
 from llmgw.server.store import Audit
 
 # The store's tables a standby loads SCIM again for (and its settings').
@@ -226,7 +226,7 @@ class ScimService:
         grants: list[Grant] | None = [] if self.auth.now.maps else None
         audit = Audit(SCIM.name, "scim.user.remove", person.login, "deactivated, not erased")
         gone = replace(person, active=False, updated_at=now)
-        await self.people.provision(gone, audit, grants, [hidden, *left])
+        await self.people.provision([(gone, grants)], audit, [hidden, *left])
         self.users[person.id] = hidden
         self.groups.update((g.id, g) for g in left)
 
@@ -248,9 +248,9 @@ class ScimService:
         )
         said = "active" if fields.active else "deactivated"
         audit = Audit(SCIM.name, action, changed.login, said)
-        written = await self.people.provision(changed, audit, None, [record])
+        await self.people.provision([(changed, None)], audit, [record])
         self.users[person.id] = record
-        return written
+        return self.directory.person(person.id) or changed
 
     # ------------------------------------------------------------------ groups
 
@@ -299,9 +299,12 @@ class ScimService:
 
     async def remove_group(self, group_id: str) -> None:
         old = self.group(group_id)
-        await self.store.directory.delete(old, Audit(SCIM.name, "scim.group.remove", old.name))
-        del self.groups[old.id]
-        await self._regrant(old.members, f"left the group {old.name}")
+        others = {g.id: g for g in self.groups.values() if g.id != old.id}
+        changes = self._regranted(old.members, others)
+        audit = Audit(SCIM.name, "scim.group.remove", old.name, f"{len(old.members)} members")
+        # The group gone and what its members are given then, in one transaction.
+        await self.people.provision(changes or [], audit, removed=[old])
+        self.groups = others
 
     async def _write_group(
         self,
@@ -328,38 +331,44 @@ class ScimService:
         )
         before = set(before)
         after = set(written.members)
-        detail = f"{len(after)} members"
-        await self.store.directory.put(written, Audit(SCIM.name, action, written.name, detail))
-        self.groups[written.id] = written
         concerned = after | before if new or group.name != written.name else after ^ before
-        await self._regrant(sorted(concerned), f"groups of {written.name} changed")
+        groups = {**self.groups, written.id: written}
+        changes = self._regranted(sorted(concerned), groups) or []
+        audit = Audit(SCIM.name, action, written.name, f"{len(after)} members")
+        # The group and what its members are given, in one transaction.
+        await self.people.provision(changes, audit, [written])
+        self.groups = groups
         return written
 
     # ------------------------------------------------------------------ grants
 
-    def grants_of(self, person_id: str) -> list[Grant]:
+    def grants_of(self, person_id: str, groups: dict[str, ScimGroup] | None = None) -> list[Grant]:
         """What the maps give a person for the groups they are in."""
-        names = {g.name.casefold() for g in self.groups.values() if person_id in g.members}
+        kept = self.groups if groups is None else groups
+        names = {g.name.casefold() for g in kept.values() if person_id in g.members}
         return [
             Grant(m.role, m.kind, m.scope_id)
             for m in self.auth.now.maps
             if m.group.casefold() in names
         ]
 
-    async def _regrant(self, person_ids: Iterable[str], why: str, force: bool = False) -> None:
+    def _regranted(
+        self, person_ids: Iterable[str], groups: dict[str, ScimGroup], force: bool = False
+    ) -> list[tuple[Person, Sequence[Grant] | None]] | None:
+        """Each person concerned with the grants of their groups (``groups`` as they
+        will be); None while no map is set (and not ``force``d): groups give nothing."""
         if not self.auth.now.maps and not force:
-            return
-        for person_id in person_ids:
-            person = self.directory.person(person_id)
-            if person is None:
-                continue
-            audit = Audit(SCIM.name, "scim.grants", person.login, why)
-            await self.people.provision(person, audit, self.grants_of(person_id))
+            return None
+        found = (self.directory.person(p) for p in person_ids)
+        return [(p, self.grants_of(p.id, groups)) for p in found if p is not None]
 
     async def set_maps(self, maps: Sequence[str], by: Principal) -> tuple[ScimMap, ...]:
         """The groups' map, and every member of a group given again what it now gives."""
         had = bool(self.auth.now.maps)
         parsed = await self.auth.set_maps(maps, by)
         members = sorted({m for g in self.groups.values() for m in g.members})
-        await self._regrant(members, "SCIM's group map changed", force=had)
+        changes = self._regranted(members, self.groups, force=had)
+        if changes:
+            audit = Audit(by.name, "scim.grants", SETTING, f"{len(changes)} members' grants")
+            await self.people.provision(changes, audit)
         return parsed

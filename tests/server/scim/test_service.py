@@ -251,3 +251,19 @@ async def test_members_must_be_users(world: World) -> None:
         await world.scim.create_group(GroupFields("eng", None, ("nobody",)))
     assert refused.value.code == "invalidValue" and "no user nobody" in refused.value.message
     assert world.scim.groups_listed((), Page())[1] == 0
+
+
+async def test_a_large_group_is_one_write_with_its_members_grants(world: World) -> None:
+    await world.scim.set_maps(["all=default:member"], ADMIN)
+    made = [await world.scim.create_user(UserFields(f"u{n:03}")) for n in range(150)]
+    before = len(await world.store.audit_log(limit=10_000))
+    group = await world.scim.create_group(GroupFields("all", None, tuple(p.id for p in made)))
+    log = await world.store.audit_log(limit=10_000)
+    assert len(log) == before + 1 and log[0]["action"] == "scim.group.create"
+    assert all(roles(world, p) == {("org", DEFAULT_ORG): ("member", False)} for p in made)
+    # Renamed to a name no map names: every member's grant goes, in one write again.
+    await world.scim.patch_group(
+        group.id, patch({"op": "replace", "path": "displayName", "value": "everyone"})
+    )
+    assert len(await world.store.audit_log(limit=10_000)) == before + 2
+    assert all(roles(world, p) == {} for p in made)
