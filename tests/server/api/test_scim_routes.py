@@ -14,6 +14,8 @@ import pytest
 from llmgw.server.app import ControlPlane
 from llmgw.server.people.asks import NewPerson, NewToken
 from llmgw.server.principal import Principal
+from llmgw.wire.admin.scim import ScimJson, ScimTokenJson
+from tests.server.api.test_answer_shapes import problems
 
 MEDIA = "application/scim+json"
 ERROR = "urn:ietf:params:scim:api:messages:2.0:Error"
@@ -99,6 +101,9 @@ async def test_the_token_is_shown_once_never_again_nor_logged(
     ]
     shown = said[0].json()
     assert shown["token"] == "set" and shown["maps"] == []
+    # The shapes ctl reads (llmgw.wire.admin.scim), exactly.
+    assert problems(ScimJson, shown) == [] and problems(ScimJson, said[1].json()) == []
+    assert problems(ScimTokenJson, made) == []
     assert said[1].json()["maps"] == ["eng=cluster:viewer"]
     for answer in said:
         assert token not in answer.text
