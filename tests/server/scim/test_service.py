@@ -20,6 +20,7 @@ from llmgw.server.refusal import Refusal
 from llmgw.server.scim.documents import PATCH_OP, GroupFields, Operation, UserFields, read_patch
 from llmgw.server.scim.paths import parse_filter
 from llmgw.server.scim.service import Page, ScimService
+from llmgw.server.store import StoreUnavailable
 from llmgw.server.store.sqlite import SQLiteStore
 
 ADMIN = Principal.system("test-admin")
@@ -267,3 +268,31 @@ async def test_a_large_group_is_one_write_with_its_members_grants(world: World) 
     )
     assert len(await world.store.audit_log(limit=10_000)) == before + 2
     assert all(roles(world, p) == {} for p in made)
+
+
+async def test_a_store_that_cannot_be_written_changes_nothing_here_either(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await world.scim.set_maps(["eng=default:manager"], ADMIN)
+    ana = await world.scim.create_user(UserFields("ana"))
+    group = await world.scim.create_group(GroupFields("eng", None, (ana.id,)))
+
+    async def unwritable(*args: object, **kwargs: object) -> None:
+        raise StoreUnavailable("the store is read-only (disk full)")
+
+    monkeypatch.setattr(world.store.directory, "change", unwritable)
+    for attempt in (
+        world.scim.replace_group(group.id, GroupFields("eng")),
+        world.scim.remove_group(group.id),
+        world.scim.remove_user(ana.id),
+        world.scim.patch_user(ana.id, patch({"op": "replace", "path": "active", "value": False})),
+    ):
+        with pytest.raises(StoreUnavailable):
+            await attempt
+    # The group, its members' grants and the user are as they were, in memory as stored.
+    assert world.scim.group(group.id).members == (ana.id,)
+    assert world.scim.user(ana.id).active
+    assert roles(world, ana) == {("org", DEFAULT_ORG): ("manager", False)}
+    monkeypatch.undo()
+    other = await world.again()
+    assert other.group(group.id).members == (ana.id,) and other.user(ana.id).active
