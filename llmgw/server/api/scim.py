@@ -27,10 +27,10 @@ from starlette.routing import Mount, Route
 
 from llmgw.server.api.routing import Call, Op, Ops, read_json
 from llmgw.server.refusal import Refusal
-from llmgw.server.schema import Spec, spec
 from llmgw.server.scim import discovery, documents, views
 from llmgw.server.scim.paths import parse_filter
 from llmgw.server.scim.service import Page, ScimService
+from llmgw.server.scim.settings import ScimMaps
 from llmgw.server.store import StoreUnavailable
 from llmgw.wire.admin.scim import ScimJson, ScimTokenJson
 
@@ -321,31 +321,11 @@ def mount(
 # ------------------------------------------------------------------ settings
 
 
-@dataclass(frozen=True)
-class ScimMaps:
-    """Every map of SCIM's groups, all at once (none: groups give nothing)."""
-
-    maps: tuple[str, ...] = spec(
-        (),
-        doc="GROUP=ORG[/TEAM]:ROLE (member, manager, admin) or GROUP=cluster:ROLE "
-        "(viewer, operator, admin)",
-        max_items=256,
-        items=Spec(min_length=3, max_length=300),
-    )
-
-
 def routes(scim: ScimService) -> Ops:
     auth = scim.auth
 
     def shown() -> ScimJson:
-        return {
-            "token": "set" if auth.now.token_hash else None,
-            "token_made_at": auth.now.token_made_at,
-            "endpoint": PREFIX,
-            "maps": [auth.shown(m) for m in auth.now.maps],
-            "users": sum(1 for u in scim.users.values() if u.removed_at is None),
-            "groups": len(scim.groups),
-        }
+        return views.settings_json(scim)
 
     async def show(call: Call[None, None]) -> ScimJson:
         return shown()

@@ -18,11 +18,12 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from llmgw.server.people.directory import Directory
 from llmgw.server.principal import Principal, is_org_role, is_role
 from llmgw.server.refusal import Refusal
+from llmgw.server.schema import Spec, spec
 from llmgw.server.scim.records import ScimMap, ScimSettings
 from llmgw.server.store import Store
 
@@ -32,6 +33,19 @@ TOKEN_PREFIX = "llmgw-scim-"
 MAP_WORDS = (
     "GROUP=ORG[/TEAM]:ROLE (member, manager, admin) or GROUP=cluster:ROLE (viewer, operator, admin)"
 )
+
+
+@dataclass(frozen=True)
+class ScimMaps:
+    """Every map of SCIM's groups, all at once (none: groups give nothing)."""
+
+    maps: tuple[str, ...] = spec(
+        (),
+        doc="GROUP=ORG[/TEAM]:ROLE (member, manager, admin) or GROUP=cluster:ROLE "
+        "(viewer, operator, admin)",
+        max_items=256,
+        items=Spec(min_length=3, max_length=300),
+    )
 
 
 def _hash(token: str) -> str:

@@ -1,6 +1,7 @@
 """SCIM's User and Group documents as llmgw answers them, and the ``attributes`` and
 ``excludedAttributes`` a request may narrow them with (RFC 7644 3.4.2.5: ``id`` and
-``schemas`` always come back)."""
+``schemas`` always come back); SCIM's settings as the admin API and pages show them
+(never the token or its hash)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from llmgw.server.people.records import Person
 from llmgw.server.scim.discovery import Doc
 from llmgw.server.scim.paths import GROUP, USER, bare
 from llmgw.server.scim.records import ScimGroup
+from llmgw.server.scim.service import Page, ScimService
+from llmgw.wire.admin.scim import ScimJson
 
 ALWAYS = ("id", "schemas")
 
@@ -74,3 +77,17 @@ def narrowed(doc: Doc, attributes: set[str], excluded: set[str]) -> Doc:
     if excluded:
         return {k: v for k, v in doc.items() if k in ALWAYS or k.lower() not in excluded}
     return doc
+
+
+def settings_json(scim: ScimService) -> ScimJson:
+    """On or off, the endpoint, the maps by today's names, how many users and groups."""
+    auth = scim.auth.now
+    return {
+        "token": "set" if auth.token_hash else None,
+        "token_made_at": auth.token_made_at,
+        "endpoint": "/scim/v2",
+        "maps": [scim.auth.shown(m) for m in auth.maps],
+        # As /Users counts them: every person but those the provider DELETEd.
+        "users": scim.users_listed((), Page(1, 0))[1],
+        "groups": len(scim.groups),
+    }

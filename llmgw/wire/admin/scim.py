@@ -12,6 +12,7 @@ class ScimJson(TypedDict):
     endpoint: str
     # As `ctl auth scim map` takes them: GROUP=ORG[/TEAM]:ROLE or GROUP=cluster:ROLE.
     maps: list[str]
+    # As GET /scim/v2/Users counts them: every person but those the provider DELETEd.
     users: int
     groups: int
 
