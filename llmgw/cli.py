@@ -420,9 +420,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_fabric_parsers(ctl_cmds, _client, _client_options)
     from llmgw.client.ctl_auth import add_parsers as add_auth_parsers
     from llmgw.client.ctl_ldap import add_parsers as add_ldap_parsers
+    from llmgw.client.ctl_scim import add_parsers as add_scim_parsers
 
     auth_cmds = add_auth_parsers(ctl_cmds, _client, _client_options)
     add_ldap_parsers(auth_cmds, _client, _client_options)
+    add_scim_parsers(auth_cmds, _client, _client_options)
 
     from llmgw.client import ctl_login, ctl_orgs, ctl_people
 

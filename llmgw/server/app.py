@@ -35,6 +35,7 @@ from llmgw.server.api import (
     people,
     plan,
     replicas,
+    scim,
     servers,
     settings,
     signin,
@@ -81,6 +82,8 @@ from llmgw.server.people.oidcsettings import OidcSettings
 from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.principal import Principal
+from llmgw.server.scim.service import TABLES as SCIM_TABLES
+from llmgw.server.scim.service import ScimService
 from llmgw.server.scrape import Scrape
 from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.store import Store, open_store
@@ -184,6 +187,8 @@ class ControlPlane:
         self.oidc_flow = OidcFlow(self.oidc, self.people, self.cluster_secret)
         self.device_logins = DeviceLogins(self.people, self.directory)
         self.ldap = LdapService(store, self.people, self.cluster_secret, lambda: self.ha.leading)
+        # SCIM provisioning: the identity provider's users and groups (/scim/v2).
+        self.scim = ScimService.over(self.directory, self.people)
         self.keys = KeyService(
             store,
             self.gateway.keys,
@@ -385,11 +390,14 @@ class ControlPlane:
             await self.revocations.load()
         if every or tables & PEOPLE_TABLES:
             await self.directory.load()
+        if every or tables & SCIM_TABLES:
+            await self.scim.load()
 
     async def load(self) -> None:
         await self.admin_tokens.load()
         await self.revocations.load()
         await self.directory.load()
+        await self.scim.load()
         await self.registry.load()
         await self.models.load()
         await self.gateway.load()
@@ -476,6 +484,7 @@ class ControlPlane:
         ops += signin.routes(self.oidc)
         ops += login.routes(self.device_logins, self.orgs)
         ops += ldap.routes(self.ldap)
+        ops += scim.routes(self.scim)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         ops += settings.routes(self.agent_settings)
@@ -507,8 +516,12 @@ class ControlPlane:
             body_timeout=self.config.gateway.body_timeout,
             oidc=self.oidc_flow,
         )
-        pages = site.routes(services, gate, self._standby)
-        return build_app(self.routes(), gate, self.config.gateway.body_timeout, pages)
+        body_timeout = self.config.gateway.body_timeout
+        pages = [
+            *site.routes(services, gate, self._standby),
+            scim.mount(self.scim, self._standby, body_timeout),
+        ]
+        return build_app(self.routes(), gate, body_timeout, pages)
 
     def _standby(self) -> dict[str, Any] | None:
         """The leader, while this control plane is a standby (writes go there)."""

@@ -59,6 +59,8 @@ REPLICATED = frozenset(
         "projects",
         "memberships",
         "person_tokens",
+        "scim_users",
+        "scim_groups",
     }
 )
 Op = Literal["upsert", "delete"]

@@ -1,5 +1,6 @@
 """The store's people, organisations, teams, projects, memberships and personal tokens
-(``server/people/records.py``), written once for both backends as ``statements.py`` is.
+(``server/people/records.py``), and SCIM's users and groups (``server/scim/records.py``),
+written once for both backends as ``statements.py`` is.
 
 Each record goes to its table and comes back whole: ``Limits`` as four columns (the
 models a JSON list), flags as 0 or 1. Every change is one statement with its audit
@@ -22,6 +23,7 @@ from llmgw.server.people.records import (
     Project,
     Team,
 )
+from llmgw.server.scim.records import ScimGroup, ScimUser
 from llmgw.server.store.values import Audit, Params, SQLValue
 
 
@@ -37,7 +39,7 @@ class Steps(Protocol):
     async def _audited_all(self, steps: Sequence[tuple[str, Params]], audit: Audit) -> None: ...
 
 
-R = TypeVar("R", Person, Org, Team, Project, Membership, PersonToken)
+R = TypeVar("R", Person, Org, Team, Project, Membership, PersonToken, ScimUser, ScimGroup)
 
 TABLES: Mapping[type[Any], tuple[str, tuple[str, ...]]] = {
     Person: ("people", ("id",)),
@@ -46,6 +48,8 @@ TABLES: Mapping[type[Any], tuple[str, tuple[str, ...]]] = {
     Project: ("projects", ("id",)),
     Membership: ("memberships", ("person_id", "kind", "scope_id")),
     PersonToken: ("person_tokens", ("id",)),
+    ScimUser: ("scim_users", ("person_id",)),
+    ScimGroup: ("scim_groups", ("id",)),
 }
 ORDER = {
     "people": "login",
@@ -54,8 +58,12 @@ ORDER = {
     "projects": "org_id, team_id, name",
     "memberships": "kind, scope_id, person_id",
     "person_tokens": "created_at",
+    "scim_users": "created_at",
+    "scim_groups": "created_at, id",
 }
 _BOOLS = {"role_by_hand", "active", "by_hand"}
+# Kept as a JSON list (a SCIM group's members).
+_LISTS = {"members"}
 
 
 def _encode(record: object) -> dict[str, SQLValue]:
@@ -71,6 +79,8 @@ def _encode(record: object) -> dict[str, SQLValue]:
             )
         elif name in _BOOLS:
             row[name] = int(bool(value))
+        elif name in _LISTS:
+            row[name] = json.dumps(list(value))
         else:
             row[name] = value
     return row
@@ -88,6 +98,8 @@ def _decode(kind: type[R], row: Mapping[str, Any]) -> R:
             )
         elif f.name in _BOOLS:
             data[f.name] = bool(row[f.name])
+        elif f.name in _LISTS:
+            data[f.name] = tuple(json.loads(row[f.name] or "[]"))
         else:
             data[f.name] = row[f.name]
     return kind(**data)

@@ -34,6 +34,7 @@ from llmgw.server.ha.sqlitesync import (
     snapshot,
 )
 from llmgw.server.people.records import Limits, Membership, Org, Person, PersonToken, Project, Team
+from llmgw.server.scim.records import ScimGroup, ScimUser
 from llmgw.server.store import ApiKeyRecord, Audit, JoinTokenRecord, ServerRecord, StoreTooNew
 from llmgw.server.store.sqlite import SQLiteStore
 
@@ -127,6 +128,8 @@ VISION = Team("t1", "o1", "vision", Limits(tpm=500), NOW)
 VISION_DEMO = Project("j1", "o1", "t1", "demo", Limits(), NOW)
 ALICE_IN_VISION = Membership("p1", "team", "t1", "manager", True, NOW)
 ALICE_TOKEN = PersonToken("tk1", "p1", "laptop", "sha256:tk1", NOW, NOW + 86400)
+ALICE_AT_SCIM = ScimUser("p1", "00u1", None, NOW, NOW)
+ENGINEERS = ScimGroup("g1", "Engineers", "grp-1", ("p1", "p2"), NOW, NOW + 0.5)
 
 WRITES: list[tuple[str, Write]] = [
     ("put_setting", lambda s: s.put_setting("cluster.name", "lab")),
@@ -235,6 +238,19 @@ WRITES: list[tuple[str, Write]] = [
             by("a", "person.update", "alice"),
         ),
     ),
+    (
+        "put a SCIM user and group",
+        lambda s: s.directory.change([ALICE_AT_SCIM, ENGINEERS], [], by("scim", "scim", "alice")),
+    ),
+    (
+        "change a SCIM group's members, hide the user",
+        lambda s: s.directory.change(
+            [replace(ENGINEERS, members=("p2",)), replace(ALICE_AT_SCIM, removed_at=NOW + 10)],
+            [],
+            by("scim", "scim.user.remove", "alice"),
+        ),
+    ),
+    ("remove a SCIM group", lambda s: s.directory.delete(ENGINEERS, by("scim", "scim", "g1"))),
 ]
 
 
