@@ -27,13 +27,17 @@ from llmgw.server.store import ApiKeyRecord
 
 
 class Window:
-    """Counts over the last 60 seconds in one-second buckets: exact to the second."""
+    """Counts over the last 60 seconds in one-second buckets: exact to the second.
 
-    __slots__ = ("buckets", "total")
+    Trimmed once a second at most: within the second it was trimmed in, no bucket can
+    have left, and the request path counts and adds to up to eight windows a request."""
+
+    __slots__ = ("buckets", "total", "trimmed")
 
     def __init__(self) -> None:
         self.buckets: deque[list[int]] = deque()
         self.total = 0
+        self.trimmed = 0
 
     @classmethod
     def summed(cls, windows: Iterable[Window]) -> Window:
@@ -49,20 +53,26 @@ class Window:
         return out
 
     def _trim(self, now: int) -> None:
-        while self.buckets and self.buckets[0][0] <= now - 60:
-            self.total -= self.buckets.popleft()[1]
+        self.trimmed = now
+        buckets = self.buckets
+        while buckets and buckets[0][0] <= now - 60:
+            self.total -= buckets.popleft()[1]
 
     def count(self, now: float) -> int:
-        self._trim(int(now))
+        second = int(now)
+        if second != self.trimmed:
+            self._trim(second)
         return self.total
 
     def add(self, now: float, n: int) -> None:
         second = int(now)
-        self._trim(second)
-        if self.buckets and self.buckets[-1][0] == second:
-            self.buckets[-1][1] += n
+        buckets = self.buckets
+        if second != self.trimmed:
+            self._trim(second)
+        if buckets and buckets[-1][0] == second:
+            buckets[-1][1] += n
         else:
-            self.buckets.append([second, n])
+            buckets.append([second, n])
         self.total += n
 
     def retry_after(self, now: float, limit: int) -> int:
@@ -104,6 +114,17 @@ class Level:
         self.month = 0
         self.away_requests = 0
         self.away_tokens = 0
+
+    def reached(self, now: float) -> bool:
+        """Whether one of its limits is reached (``KeyBook.over_limit`` then says which)."""
+        rpm = self.rpm
+        if rpm is not None and self.requests.count(now) + self.away_requests >= rpm:
+            return True
+        tpm = self.tpm
+        if tpm is not None and self.tokens.count(now) + self.away_tokens >= tpm:
+            return True
+        budget = self.budget
+        return budget is not None and self.month >= budget
 
     @property
     def rated(self) -> bool:

@@ -54,6 +54,10 @@ class Key:
     patterns: tuple[tuple[str, ...], ...] = ()
     # Whether its minute's counts are the cluster's: a rate limit on it or a level above.
     shared: bool = False
+    # Whether it has a limit of its own (requests, tokens, budget).
+    limited: bool = False
+    # What ``may_use`` said of each model asked (the catalog's names: bounded).
+    allowed: dict[str, bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.leveled(())
@@ -63,14 +67,19 @@ class Key:
         self.chain = chain
         own = (record.models,) if record.models else ()
         self.patterns = own + tuple(level.models for level in chain if level.models)
+        self.allowed = {}
+        self.limited = record.rpm is not None or record.tpm is not None or record.budget is not None
         self.shared = (
             record.rpm is not None or record.tpm is not None or any(level.rated for level in chain)
         )
 
     def may_use(self, model: str) -> bool:
-        return all(
-            any(fnmatch.fnmatchcase(model, p) for p in patterns) for patterns in self.patterns
-        )
+        allowed = self.allowed.get(model)
+        if allowed is None:
+            allowed = self.allowed[model] = all(
+                any(fnmatch.fnmatchcase(model, p) for p in patterns) for patterns in self.patterns
+            )
+        return allowed
 
 
 def month_of(now: float) -> str:
@@ -286,20 +295,24 @@ class KeyBook:
         several are, the one to wait longest for is named (waiting less would not do)."""
         record = key.record
         now = self.clock()
-        requests, tokens = self.elsewhere.get(record.id, (0, 0))
-        worst = over(
-            "this key",
-            now,
-            record.rpm,
-            key.requests,
-            requests,
-            record.tpm,
-            key.tokens,
-            tokens,
-            record.budget,
-            self.usage.month.get(record.id, 0),
-        )
+        worst: Over | None = None
+        if key.limited:
+            requests, tokens = self.elsewhere.get(record.id, (0, 0))
+            worst = over(
+                "this key",
+                now,
+                record.rpm,
+                key.requests,
+                requests,
+                record.tpm,
+                key.tokens,
+                tokens,
+                record.budget,
+                self.usage.month.get(record.id, 0),
+            )
         for level in key.chain:
+            if not level.reached(now):
+                continue
             found = over(
                 level.label,
                 now,
