@@ -13,6 +13,10 @@ these ways:
   routing and metrics all on the request path;
 - ``llmgw-ext``: through the same gateway to an external provider's endpoint (``llmgw
   ctl model external tiny-ext``), a third fake engine with a key of its own behind it;
+- ``llmgw-levels`` (``--levels``): as ``llmgw``, with a key under an organisation, team
+  and project that each have limits (requests and tokens a minute, a month's budget,
+  models), as the key has, all too high to be reached: what checking four levels costs,
+  against the bare key of ``llmgw`` in the same run;
 - ``litellm``: through LiteLLM's proxy (``litellm[proxy]`` in its own virtual
   environment, ``~/.cache/llmgw/bench-litellm``, one worker) with the fake engine as its
   deployment.
@@ -30,6 +34,7 @@ the noise.
     .venv/bin/python bench/gateway.py                       # 10 s a run, all the ways
     .venv/bin/python bench/gateway.py --skip-litellm --json /tmp/gateway.json
     .venv/bin/python bench/gateway.py --skip-litellm --baseline /tmp/perf-base --rounds 3
+    .venv/bin/python bench/gateway.py --skip-litellm --skip-external --levels --rounds 3
 """
 
 from __future__ import annotations
@@ -71,6 +76,11 @@ TARGET_ADDED_P50_MS = 0.5
 TARGET_RPS_C16 = 3500.0
 TARGET_STREAM_RPS_C16 = 2500.0
 TARGET_VS_LITELLM = 20.0
+# What limits at four levels may cost against a bare key (issue 28).
+TARGET_LEVELS_ADDED_P50_MS = 0.05
+TARGET_LEVELS_RPS_DROP = 0.05
+# Limits at every level, far above what a run asks (each is checked, none is reached).
+HIGH_LIMITS = {"rpm": 10**9, "tpm": 10**9, "budget": 10**15, "models": ["tiny*"]}
 # The control plane's event loop forced (``--loop``): uvloop's on a checkout that would
 # not choose it, or asyncio's with uvloop kept from being imported.
 LAUNCHERS = {
@@ -271,14 +281,42 @@ class Cluster:
     cp: psutil.Process
     agent: psutil.Process
     engines: list[psutil.Process]
+    # A key under an organisation, team and project with limits at each (``--levels``).
+    levelled: str | None = None
+
+
+def levelled_key(base: str, admin: str) -> str:
+    """A key of project bench/p of organisation bench, each level and the key limited."""
+    asks = [
+        ("/api/v1/orgs", {"name": "bench"}),
+        ("/api/v1/orgs/bench/teams", {"name": "bench"}),
+        ("/api/v1/orgs/bench/projects", {"name": "p", "team": "bench"}),
+        ("/api/v1/orgs/bench/limits", HIGH_LIMITS),
+        ("/api/v1/orgs/bench/teams/bench/limits", HIGH_LIMITS),
+        ("/api/v1/orgs/bench/projects/p/limits", HIGH_LIMITS),
+        ("/api/v1/keys", {"name": "levels", "org": "bench", "project": "p", **HIGH_LIMITS}),
+    ]
+    answer = b""
+    for path, body in asks:
+        status, answer = http(base + path, token=admin, body=json.dumps(body))
+        if status not in (200, 201):
+            raise BenchError(f"POST {path}: {status} {answer.decode(errors='replace')}")
+    return str(json.loads(answer)["key"])
 
 
 def start_llmgw(
-    procs: Processes, root: Path, tree: Path, label: str, loop: str, index: int = 0
+    procs: Processes,
+    root: Path,
+    tree: Path,
+    label: str,
+    loop: str,
+    index: int = 0,
+    levels: bool = False,
 ) -> Cluster:
     """A control plane from the checkout at ``tree``, one agent running the fake engine
     as llama.cpp, model ``tiny`` served on it and Ready, model ``tiny-ext`` an external
-    provider (another fake engine, with a key), and a key for the gateway."""
+    provider (another fake engine, with a key), and a key for the gateway (and, with
+    ``levels``, a key under limits at every level)."""
     root = root / label
     root.mkdir()
     data = root / "cp"
@@ -361,12 +399,13 @@ def start_llmgw(
 
     key = json.loads(llmgw("ctl", "keys", "create", "--name", "bench", "--json",
                            "--data-dir", str(data), tree=tree))["key"]  # fmt: skip
+    levelled = levelled_key(base, admin) if levels else None
     # The first answer through the gateway may come before its table has the replica.
-    for model in ("tiny", EXTERNAL):
+    for model, with_key in [("tiny", key), (EXTERNAL, key)] + [("tiny", levelled)] * levels:
         body = body_for(model, stream=False)
 
-        def answered(body: str = body) -> bool:
-            return http(base + PATH, token=key, body=body)[0] == 200
+        def answered(body: str = body, with_key: str | None = with_key) -> bool:
+            return http(base + PATH, token=with_key, body=body)[0] == 200
 
         wait_for(answered, 20, f"a 200 from {model} via llmgw")
     engines = [
@@ -376,7 +415,16 @@ def start_llmgw(
         " ".join(p.info["cmdline"] or [])
     ]  # fmt: skip
     return Cluster(
-        label, tree, commit(tree), loop_of(cp), base, key, cp, agent, [*engines, provider_proc]
+        label,
+        tree,
+        commit(tree),
+        loop_of(cp),
+        base,
+        key,
+        cp,
+        agent,
+        [*engines, provider_proc],
+        levelled,
     )
 
 
@@ -720,6 +768,32 @@ def report(results: dict[str, Any]) -> list[str]:
             if a is not None and b is not None:
                 parts.append(f"{words} {a:,.3f} against {b:,.3f} ({_ratio(a, b)})")
         lines.append(f"{name} vs {name.replace('llmgw', 'base', 1)}: " + "; ".join(parts))
+    for name in gateways:
+        bare = measured.get(name.removesuffix("-levels")) if name.endswith("-levels") else None
+        if bare is None:
+            continue
+        gw = measured[name]
+        p50, b50 = figure(gw, "c1", "p50_ms"), figure(bare, "c1", "p50_ms")
+        rps, brps = figure(gw, "c16", "rps"), figure(bare, "c16", "rps")
+        added = p50 - b50 if p50 is not None and b50 is not None else None
+        drop = 1 - rps / brps if rps is not None and brps else None
+        lines.append(
+            f"{name} vs {name.removesuffix('-levels')} (a bare key): {_fmt(added, 3)} ms added "
+            f"p50 at c=1 ({_fmt(p50)} against {_fmt(b50)}); req/s at c=16 {_fmt(rps, 0)} "
+            f"against {_fmt(brps, 0)} ({_ratio(rps, brps)})"
+        )
+        if added is not None:
+            targets[f"{name}/levels_added_p50_ms"] = (
+                added,
+                added < TARGET_LEVELS_ADDED_P50_MS,
+                TARGET_LEVELS_ADDED_P50_MS,
+            )
+        if drop is not None:
+            targets[f"{name}/levels_rps_drop"] = (
+                drop,
+                drop < TARGET_LEVELS_RPS_DROP,
+                TARGET_LEVELS_RPS_DROP,
+            )
     lite = measured.get("litellm")
     ours = measured.get("llmgw")
     if ours and lite and direct:
@@ -737,6 +811,8 @@ def report(results: dict[str, Any]) -> list[str]:
         "rps_c16": ">= {t:,.0f} req/s at c=16",
         "stream_rps_c16": ">= {t:,.0f} streamed req/s at c=16",
         "vs_litellm": ">= {t:.0f}x LiteLLM's req/s at c=16",
+        "levels_added_p50_ms": "limits at four levels add < {t} ms p50 at c=1 to a bare key's",
+        "levels_rps_drop": "limits at four levels cost a bare key's req/s at c=16 < {t:.0%}",
     }
     for name, (value, met, target) in targets.items():
         way, _, what = name.partition("/")
@@ -791,6 +867,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--baseline-loop", choices=("default", "uvloop", "asyncio"), default="default",
         help="as --loop",
     )  # fmt: skip
+    p.add_argument(
+        "--levels",
+        action="store_true",
+        help="also measure way llmgw-levels: a key under an organisation, team and project "
+        "with limits at each, beside llmgw's bare key",
+    )
     p.add_argument("--rounds", type=int, default=1, help="measure every llmgw way this often")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     p.add_argument(
@@ -848,7 +930,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             load("direct", engine, "x", root, args.duration, lambda: [engine_proc], runs=runs)
         ]
         log("starting a control plane and an agent for llmgw")
-        clusters = [start_llmgw(procs, root, tree, "llmgw", args.loop)]
+        clusters = [start_llmgw(procs, root, tree, "llmgw", args.loop, levels=args.levels)]
         if args.baseline:
             log(f"starting a control plane and an agent from {args.baseline}")
             clusters.append(
@@ -857,16 +939,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         for c in clusters:
             results.setdefault("loops", {})[c.label] = c.loop
             log(f"{c.label}: llmgw at {c.commit} from {c.tree}, on {c.loop}'s event loop")
-        models = [("", "tiny")] + ([] if args.skip_external else [("-ext", EXTERNAL)])
         for i in range(args.rounds):
             # Alternate which cluster goes first, so neither always has the warmer machine.
             order = clusters if i % 2 == 0 else clusters[::-1]
             for c in order:
-                for suffix, model in models:
+                ways_of = [("", "tiny", c.key)]
+                if c.levelled is not None:
+                    # Beside the bare key, alternating which goes first.
+                    levelled = ("-levels", "tiny", c.levelled)
+                    ways_of = [*ways_of, levelled] if i % 2 == 0 else [levelled, *ways_of]
+                if not args.skip_external:
+                    ways_of.append(("-ext", EXTERNAL, c.key))
+                for suffix, model, key in ways_of:
                     name = c.label + suffix
                     cp = c.cp
                     r = load(
-                        name, c.base, c.key, root, args.duration,
+                        name, c.base, key, root, args.duration,
                         lambda: [cp], model=model, runs=runs,  # noqa: B023 (called at once)
                     )  # fmt: skip
                     r["agent_rss_mb"] = rss_mb([c.agent])

@@ -161,6 +161,8 @@ class ControlPlane:
             CatalogHooks(inspect=self.inspect_shape, remove_files=self.fleet.remove_source),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
+        # People, organisations, teams and projects: who is who, and their services.
+        self.directory = Directory(store)
         self.gateway = Gateway(
             store,
             self.registry,
@@ -171,6 +173,7 @@ class ControlPlane:
             kv=kv,
             # Counted on a standby, usage goes to the leader; on the leader, to the store.
             write_usage=self._write_usage,
+            tree=lambda: self.directory.now,
         )
         self.views = ModelViews(
             self.models.models,
@@ -179,10 +182,8 @@ class ControlPlane:
             self.registry,
             self.gateway.endpoints_of,
         )
-        # People, organisations, teams and projects: who is who, and their services.
-        self.directory = Directory(store)
         self.people = PeopleService(self.directory)
-        self.orgs = OrgService(self.directory)
+        self.orgs = OrgService(self.directory, changed=self.gateway.keys.relevel)
         self.oidc = OidcSettings(store, self.directory, self.cluster_secret)
         self.oidc_flow = OidcFlow(self.oidc, self.people, self.cluster_secret)
         self.device_logins = DeviceLogins(self.people, self.directory)
@@ -279,9 +280,8 @@ class ControlPlane:
         self, rows: list[tuple[str, str, str, str, int, int, int]]
     ) -> None:
         await self.store.add_usage(rows)
-        month = self.gateway.usage.month
         for _, key_id, _, _, _, prompt, completion in rows:
-            month[key_id] = month.get(key_id, 0) + prompt + completion
+            self.gateway.keys.used(key_id, prompt + completion)
 
     def _demand(self, model: str, start: bool) -> None:
         """A request for an on-demand model: the catalog's on the leader; a standby
@@ -390,6 +390,7 @@ class ControlPlane:
             await self.revocations.load()
         if every or tables & PEOPLE_TABLES:
             await self.directory.load()
+            self.gateway.keys.relevel()  # their limits, on every control plane
         if every or tables & SCIM_TABLES:
             await self.scim.load()
 

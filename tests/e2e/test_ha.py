@@ -225,3 +225,88 @@ def test_a_keys_rate_limit_is_the_clusters_not_each_control_planes(
     total = sum(admitted.values())
     assert 55 <= total + 2 <= 82, admitted
     assert min(admitted.values()) > 0, admitted
+
+
+def tokens_of(answer: Any) -> int:
+    """The tokens an answer used: its usage, or a stream's last usage event."""
+    if isinstance(answer, dict):
+        return int(answer["usage"]["total_tokens"])
+    events = [json.loads(line[6:]) for line in answer.splitlines() if line[6:].startswith("{")]
+    (usage,) = [e["usage"] for e in events if e.get("usage")]
+    return int(usage["total_tokens"])
+
+
+def test_a_projects_tokens_a_minute_hold_within_a_tenth_across_two_control_planes(
+    pair: tuple[Cluster, Cluster], binary: Path
+) -> None:
+    """Two projects of one organisation, one asked plain answers and one streams, each
+    through both control planes in turn. Neither key has a limit of its own: the
+    projects' tokens a minute are summed from the keys' counts the control planes
+    exchange, and each project's admitted tokens stay within 10 % above its limit."""
+    leader, standby = pair
+    join(leader, "n1", binary)
+    serve(leader, write_tiny_model(leader.root / "tiny.gguf"), "tiny")
+    wait_ready(leader, "tiny", 1)
+    bare = ctl_json(leader, "keys", "create", "--name", "bare")["key"]
+    wait_for(lambda: answered(leader, bare), 10, "the leader to answer")
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    status, _, answer = leader.post("/v1/chat/completions", json.dumps(chat).encode(), bare)
+    assert status == 200, answer
+    each = tokens_of(answer)  # the tokens of one answer, plain or streamed alike
+    # 60 answers' worth a minute, asked 2 a second: full in about 30 s. A control plane
+    # hears the other's counts every 2 s, so it may admit what the other admitted in
+    # the last 2 to 3 s unseen: 4 to 6 answers, under the 10 % asked.
+    tpm = 60 * each
+    leader.api("/api/v1/orgs", body={"name": "acme"})
+    leader.api("/api/v1/orgs/acme/teams", body={"name": "vision"})
+    keys: dict[bool, str] = {}
+    for stream, name in ((False, "plain"), (True, "streamed")):
+        leader.api("/api/v1/orgs/acme/projects", body={"name": name, "team": "vision"})
+        leader.api(f"/api/v1/orgs/acme/projects/{name}/limits", body={"tpm": tpm})
+        made = leader.api("/api/v1/keys", body={"name": name, "org": "acme", "project": name})
+        keys[stream] = made["key"]
+
+    # The keys reach the standby after the limits (its copy of the store, in order).
+    def known(cluster: Cluster, key: str) -> bool:
+        try:
+            return "tiny" in {m["id"] for m in cluster.api("/v1/models", token=key)["data"]}
+        except urllib.error.HTTPError as exc:
+            if exc.code == 401:
+                return False
+            raise
+
+    for cluster in (leader, standby):
+        for key in keys.values():
+            wait_for(lambda c=cluster, k=key: known(c, k), 15, f"{cluster.name} to know the key")
+    admitted = {s: {leader.name: 0, standby.name: 0} for s in keys}
+    used = dict.fromkeys(keys, 0)
+    refused = dict.fromkeys(keys, 0)
+    start = time.monotonic()
+    # 4 a second for 40 s (under the minute, so nothing leaves the window meanwhile):
+    # plain and streamed in turn, each to the leader and to the standby in turn.
+    for i in range(160):
+        stream = i % 2 == 1
+        target = (leader, standby)[(i // 2) % 2]
+        body = (
+            {**chat, "stream": True, "stream_options": {"include_usage": True}} if stream else chat
+        )
+        status, got, answer = target.post(
+            "/v1/chat/completions", json.dumps(body).encode(), keys[stream], timeout=10
+        )
+        assert status in (200, 429), answer
+        if status == 200:
+            admitted[stream][target.name] += 1
+            used[stream] += tokens_of(answer)
+        else:
+            refused[stream] += 1
+            message = answer["error"]["message"]
+            name = "streamed" if stream else "plain"
+            assert f"over project vision/{name}'s limit of {tpm} tokens per minute" in message
+            assert 1 <= int(got["Retry-After"]) <= 60
+        time.sleep(max(0.0, start + (i + 1) / 4 - time.monotonic()))
+    assert time.monotonic() - start < 55  # all within one minute's window
+    for stream in keys:
+        # Refused only once the project was at its limit; never more than a tenth past it.
+        assert refused[stream] > 0, (stream, used, admitted)
+        assert tpm <= used[stream] <= 1.1 * tpm, (stream, used, tpm, admitted)
+        assert min(admitted[stream].values()) > 0, admitted

@@ -36,6 +36,7 @@ from llmgw.server.gateway.probe import EngineProbe
 from llmgw.server.gateway.proxy import Trace, Upstream
 from llmgw.server.gateway.queue import FairQueue
 from llmgw.server.gateway.router import Catalog, Endpoint, Nodes, Router, prompt_prefix
+from llmgw.server.people.directory import Snapshot
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import Store, StoreUnavailable
 
@@ -75,9 +76,11 @@ class Gateway:
         clock: Callable[[], float] = time.time,
         kv: KvIndex | None = None,
         write_usage: UsageWriter | None = None,
+        tree: Callable[[], Snapshot] = Snapshot,
     ) -> None:
         """``kv``: the replicas' cached blocks (the registry feeds it from the agents'
-        reports); ``write_usage``: where counted usage goes (the store when not given)."""
+        reports); ``write_usage``: where counted usage goes (the store when not given);
+        ``tree``: the organisations, teams and projects whose limits keys are under."""
         self.store = store
         self.catalog = catalog
         self.config = config
@@ -86,7 +89,7 @@ class Gateway:
         # A request for an adapter wants its model up.
         self.demand = self.adapters.demand_of(demand)
         self.usage = Usage(store, clock, write_usage)
-        self.keys = KeyBook(self.usage, clock)
+        self.keys = KeyBook(self.usage, clock, tree)
         self.probe = EngineProbe(nodes, secret)
         self.router = Router(nodes, catalog, self.probe, secret, kv=kv)
         self.metrics = Metrics()

@@ -46,7 +46,8 @@ class OrgService:
         changed: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``changed`` is told when limits may have changed (the gateway takes them)."""
+        """``changed`` is told when limits or names may have changed (the gateway takes
+        them: its keys' levels and how a refusal names them)."""
         self.directory = directory
         self.store = directory.store
         self.changed = changed
@@ -322,7 +323,6 @@ class OrgService:
             replace(record, limits=limits),
             Audit(by.name, f"{level}.limits", record.name, detail, org.id),
         )
-        self.changed()
         return limits
 
     # ---------------------------------------------------------------- helpers
@@ -336,3 +336,4 @@ class OrgService:
     async def _put(self, record: object, audit: Audit) -> None:
         await self.store.directory.put(record, audit)
         await self.directory.load()
+        self.changed()
