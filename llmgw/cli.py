@@ -151,8 +151,8 @@ def _terminal() -> bool:
 
 
 def cmd_server_run(args: argparse.Namespace) -> int:
-    from llmgw.server.app import run_server
     from llmgw.server.front import event_loop_factory
+    from llmgw.server.process import run_server
 
     _setup_logging(args.log_level)
     from llmgw.server.store import StoreError

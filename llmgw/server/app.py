@@ -1,13 +1,12 @@
-"""``llmgw server run``: the control plane process, put together and run to a signal."""
+"""The control plane put together: every service, each handed its collaborators (``process.py``
+runs it to a signal)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
 from llmgw import __version__, pki
@@ -57,11 +56,7 @@ from llmgw.server.fleet.firewall import FleetFirewall
 from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.front import (
-    AsgiBridge,
     Listener,
-    connection_cap,
-    hold_mmap_threshold,
-    raise_file_limit,
 )
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.gateway.kvroute import KvIndex
@@ -86,7 +81,7 @@ from llmgw.server.scim.service import TABLES as SCIM_TABLES
 from llmgw.server.scim.service import ScimService
 from llmgw.server.scrape import Scrape
 from llmgw.server.sessions import Revocations, Sessions, SignOut
-from llmgw.server.store import Store, open_store
+from llmgw.server.store import Store
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
 from llmgw.wire.messages import Firewall, Message
 
@@ -529,89 +524,3 @@ class ControlPlane:
         if self.ha.leading:
             return None
         return self.ha.state()["leader"] or {}
-
-    async def run(self) -> None:
-        agent_host = parse_hostport(self.config.listen)[0]
-        self.agent_port = AgentPort(
-            self.registry,
-            pki.server_tls(self.data.server_cert, self.data.server_key, self.data.ca_cert),
-            agent_host,
-            self.config.agent_port,
-            self.ha.agent_addresses,
-            self.ha.redirect,
-            self._pushed_for,
-        )
-        await self.agent_port.start()
-        self.peer_listener = PeerListener(
-            self.ha,
-            pki.peer_tls(self.data.peer_cert, self.data.peer_key, self.data.ca_cert, server=True),
-            agent_host,
-            self.config.ha.peer_port,
-        )
-        await self.peer_listener.start()
-        gw = self.config.gateway
-        bridge = AsgiBridge(self.admin_app())
-        cap = connection_cap(gw.max_connections, raise_file_limit())
-        limits: dict[str, Any] = {
-            "header_timeout": gw.header_timeout,
-            "keepalive_timeout": gw.keepalive_timeout,
-        }
-        self.listeners = [
-            Listener(self.config.listen, self.gateway.handle, bridge, cap=cap, **limits)
-        ]
-        if self.config.admin_listen:
-            # The admin listener serves the admin API and pages, never /v1.
-            self.listeners.append(Listener(self.config.admin_listen, None, bridge, **limits))
-        store = asyncio.create_task(self.store.watch(self.stopping))
-        probe = asyncio.create_task(self.gateway.probe_engines(self.stopping))
-        watch = asyncio.create_task(self.ha.watch(self.stopping))
-        try:
-            # The role first: an old leader started again learns here that another leads.
-            await self.ha.start()
-            # Engines that ran before this start answer their probe before /v1 opens,
-            # so the first requests find them (no 503 until their agents come back).
-            await self.gateway.probe.first_round()
-            for listener in self.listeners:
-                await listener.start()
-            log.info(
-                "control plane %s (%s, %s): HTTP on %s, agents on port %d, control planes "
-                "on port %d, store %s, at most %d client connections",
-                __version__,
-                self.ha.name,
-                self.ha.role,
-                self.config.listen,
-                self.config.agent_port,
-                self.config.ha.peer_port,
-                self.config.store.backend,
-                cap,
-            )
-            await self.stopping.wait()
-        finally:
-            self.stopping.set()
-            for listener in self.listeners:
-                await listener.stop()
-            await watch
-            await self.ha.stop()
-            await probe
-            await self.gateway.close()
-            await self.inspector.close()
-            await self.agent_port.stop()
-            await self.peer_listener.stop()
-            await store
-
-
-async def run_server(root: Path) -> None:
-    # Before the agents' streams come: their TLS buffers are the most of the heap.
-    hold_mmap_threshold()
-    data = DataDir(root)
-    config = data.load_config()
-    store = await open_store(config, root)
-    cp = ControlPlane(data, config, store)
-    await cp.load()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, cp.stopping.set)
-    try:
-        await cp.run()
-    finally:
-        await store.close()
