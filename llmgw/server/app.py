@@ -511,6 +511,8 @@ class ControlPlane:
             fleet=self.fleet,
             planner=self.planner,
             fabrics=self.fabrics,
+            people=self.people,
+            orgs=self.orgs,
             admin_token_ok=self.admin_tokens.ok,
             revocations=self.revocations,
             behind_tls=self.config.pages_behind_tls,

@@ -53,6 +53,8 @@ def _app(maps: FabricMaps, sessions: Sessions) -> Starlette:
         fleet=FleetService(registry, b"pages-test-secret"),
         planner=absent,
         fabrics=FabricService(maps.watch, maps, registry),
+        people=absent,
+        orgs=absent,
         admin_token_ok=lambda token: False,
         # Pages only read here: nobody signs out.
         revocations=absent,

@@ -7,7 +7,9 @@ wraps each in the same steps, so no page can skip one:
 1. read the session (``sessions.py``, through the API's one ``Gate``); none: a GET is
    sent to ``/admin/login?next=...`` (htmx is told with ``HX-Redirect``), anything else
    is sent there too and changes nothing;
-2. a role short of the page's: 403, saying which role it needs;
+2. a role short of the page's: 403, saying which role it needs (``member``: any person
+   signed in, whose memberships give what the services let them do; a person with no
+   cluster role opens only such pages);
 3. a change (any method but GET): sent by this site's own page (``foreign_origin``: its
    ``Origin``, else its ``Sec-Fetch-Site``), and carrying the session's CSRF token in
    the form or the ``X-CSRF-Token`` header, or 403; on a standby, refused with where the
@@ -31,7 +33,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import jinja2
@@ -39,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from llmgw.server import schema
-from llmgw.server.access import Gate
+from llmgw.server.access import Gate, allowed
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.catalog.views import ModelViews
@@ -48,7 +50,9 @@ from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.pages import i18n
-from llmgw.server.principal import Principal, Role
+from llmgw.server.people.orgs import OrgService
+from llmgw.server.people.service import PeopleService
+from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Revocations, Session
 from llmgw.server.store import Store
@@ -141,6 +145,8 @@ class Services:
     fleet: FleetService
     planner: Planner
     fabrics: FabricService
+    people: PeopleService
+    orgs: OrgService
     admin_token_ok: Callable[[str], bool]
     # Signing out, on every control plane.
     revocations: Revocations
@@ -173,6 +179,9 @@ class PageCall:
 
 
 PageHandler = Callable[[PageCall], Awaitable[Response]]
+# The least a page needs (``access.Access`` less ``public``): ``member`` is anyone signed
+# in, the services deciding what they see; the rest are cluster roles.
+PageRole = Literal["member", "viewer", "operator", "admin"]
 
 
 @dataclass(frozen=True)
@@ -180,7 +189,7 @@ class Page:
     method: str
     path: str
     handler: PageHandler
-    role: Role = "viewer"
+    role: PageRole = "viewer"
 
 
 class Frame:
@@ -235,6 +244,7 @@ class Frame:
             languages=i18n.LANGUAGES,
             asset=self.assets.url,
             session=session,
+            may=lambda level: session is not None and allowed(session.principal, level),
             csrf=self.sessions.csrf(session) if session else "",
             path=request.url.path,
             now=time.time(),
@@ -250,7 +260,7 @@ class Frame:
                 return secured(to_sign_in(request))
             lang = self.lang(request)
             _ = i18n.translator(lang)
-            if not session.may(page.role):
+            if not allowed(session.principal, page.role):
                 return secured(
                     self.refuse(
                         request,

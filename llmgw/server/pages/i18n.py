@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from llmgw.server.pages import peoplewords
+
 LANGUAGES = {"en": "English", "tr": "Türkçe"}
 LANG_COOKIE = "llmgw_lang"
 
@@ -361,6 +363,7 @@ TURKISH: dict[str, str] = {
     ),
 }
 
+TURKISH.update(peoplewords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
 

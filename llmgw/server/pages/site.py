@@ -23,6 +23,8 @@ from llmgw.server.pages import (
     fabricpages,
     fleetpages,
     i18n,
+    orgpages,
+    peoplepages,
     playpages,
     usagepages,
 )
@@ -160,6 +162,8 @@ def routes(
         ),
         *catalogpages.pages(frame, services),
         *usagepages.pages(frame, services),
+        *peoplepages.pages(frame, services),
+        *orgpages.pages(frame, services),
         *playpages.pages(frame),
         *fabricpages.pages(frame, services.fabrics, services.registry),
     ]
