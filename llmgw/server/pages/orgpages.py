@@ -175,7 +175,8 @@ def org_page(services: Services, org: Org, by: Principal) -> OrgPage:
         "project_teams": [team_json(t) for t in teams if rights.changes_team(by, t)],
         "member_scopes": scopes,
         "key_owners": key_owners(directory, by, org.id),
-        "reads_usage": rights.reads_org(by, org.id),
+        # The organisation's usage, or of a team they manage (the service shows which).
+        "reads_usage": any(rights.reads_team(by, t) for t in teams) or rights.reads_org(by, org.id),
     }
 
 
