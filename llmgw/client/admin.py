@@ -47,13 +47,18 @@ from llmgw.wire.admin import (
     HistoryJson,
     KeyJson,
     LogBatch,
+    MeJson,
+    MembershipJson,
     ModelJson,
     ModelRemovedJson,
     NewKeyJson,
     NodeJson,
     NodeSettingsJson,
     NvlinkJson,
+    OrgJson,
+    PersonJson,
     PlanJson,
+    ProjectJson,
     ReplicaJson,
     RotatedTokenJson,
     ServerJson,
@@ -64,6 +69,7 @@ from llmgw.wire.admin import (
     SettingValueJson,
     ShardAskedJson,
     StatusJson,
+    TeamJson,
     TokenJson,
     UsageJson,
     UsageSumJson,
@@ -157,6 +163,17 @@ FABRICS: Route[FabricsJson] = Route("GET", "/api/v1/fabrics")
 FABRIC_MAP: Route[FabricMapJson] = Route("GET", "/api/v1/fabrics/{}/topology")
 FABRIC_TEST: Route[FabricTestJson] = Route("POST", "/api/v1/fabric-tests")
 NVLINK: Route[NvlinkJson] = Route("GET", "/api/v1/nvlink")
+
+ME: Route[MeJson] = Route("GET", "/api/v1/me")
+PEOPLE: Route[list[PersonJson]] = Route("GET", "/api/v1/people")
+CREATE_PERSON: Route[PersonJson] = Route("POST", "/api/v1/people")
+CHANGE_PERSON: Route[PersonJson] = Route("POST", "/api/v1/people/{}")
+ORGS: Route[list[OrgJson]] = Route("GET", "/api/v1/orgs")
+ORG_TEAMS: Route[list[TeamJson]] = Route("GET", "/api/v1/orgs/{}/teams")
+CREATE_TEAM: Route[TeamJson] = Route("POST", "/api/v1/orgs/{}/teams")
+ORG_PROJECTS: Route[list[ProjectJson]] = Route("GET", "/api/v1/orgs/{}/projects")
+ORG_MEMBERS: Route[list[MembershipJson]] = Route("GET", "/api/v1/orgs/{}/members")
+SET_MEMBER: Route[MembershipJson] = Route("POST", "/api/v1/orgs/{}/members")
 
 
 class AdminError(RuntimeError):
