@@ -9,16 +9,17 @@ page, not the sign-in.
 
 from __future__ import annotations
 
-from playwright.sync_api import expect
+from playwright.sync_api import Browser, expect
 
 from llmgw.server.datadir import DataDir
 from llmgw.server.sessions import COOKIE, Sessions
 from tests.e2e.cluster import Cluster
 from tests.e2e.pages import watch_console
-from tests.support.browser import launched
 
 
-def test_an_org_admin_adds_a_team_member_and_makes_a_project_key(cluster: Cluster) -> None:
+def test_an_org_admin_adds_a_team_member_and_makes_a_project_key(
+    cluster: Cluster, pages_browser: Browser
+) -> None:
     alice = cluster.api("/api/v1/people", body={"login": "alice"})
     dave = cluster.api("/api/v1/people", body={"login": "dave", "name": "Dave"})
     org = cluster.api("/api/v1/orgs", body={"name": "acme"})
@@ -30,40 +31,39 @@ def test_an_org_admin_adds_a_team_member_and_makes_a_project_key(cluster: Cluste
     base = f"http://{cluster.listen}"
     host = cluster.listen.rsplit(":", 1)[0]
 
-    with launched() as browser:
-        context = browser.new_context(viewport={"width": 1440, "height": 900})
-        context.add_cookies([{"name": COOKIE, "value": cookie, "domain": host, "path": "/admin"}])
-        page = context.new_page()
-        errors = watch_console(page)
-        page.goto(f"{base}/admin/org")
-        # A person with no cluster role: the header offers only what they may open.
-        expect(page.locator("nav")).to_contain_text("Organisations")
-        expect(page.locator("nav")).not_to_contain_text("Nodes")
-        page.click("ul.orgs >> text=acme")
-        expect(page.locator("h1")).to_have_text("acme")
+    context = pages_browser.new_context(viewport={"width": 1440, "height": 900})
+    context.add_cookies([{"name": COOKIE, "value": cookie, "domain": host, "path": "/admin"}])
+    page = context.new_page()
+    errors = watch_console(page)
+    page.goto(f"{base}/admin/org")
+    # A person with no cluster role: the header offers only what they may open.
+    expect(page.locator("nav")).to_contain_text("Organisations")
+    expect(page.locator("nav")).not_to_contain_text("Nodes")
+    page.click("ul.orgs >> text=acme")
+    expect(page.locator("h1")).to_have_text("acme")
 
-        form = page.locator("#set-member")
-        form.locator("input[name=person]").fill("dave")
-        form.locator("select[name=team]").select_option(label="ml")
-        form.locator("select[name=role]").select_option("member")
-        form.locator("button[type=submit]").click()
-        row = page.locator("table.members tr", has_text="dave")
-        expect(row).to_contain_text("team ml")
+    form = page.locator("#set-member")
+    form.locator("input[name=person]").fill("dave")
+    form.locator("select[name=team]").select_option(label="ml")
+    form.locator("select[name=role]").select_option("member")
+    form.locator("button[type=submit]").click()
+    row = page.locator("table.members tr", has_text="dave")
+    expect(row).to_contain_text("team ml")
 
-        keys = page.locator("#new-key-form")
-        keys.locator("input[name=name]").fill("chatbot")
-        keys.locator("select[name=owner]").select_option(f"project:{project['id']}")
-        keys.locator("input[name=models]").fill("tiny")
-        keys.locator("button[type=submit]").click()
-        key = page.locator("#new-key").inner_text().strip()
-        assert key.startswith("sk-llmgw-")
-        expect(page.locator("table.keys tr", has_text="chatbot")).to_contain_text("acme / ml/chat")
-        # Shown once: the page opened again has the key's name, never the key.
-        page.goto(f"{base}/admin/org/{org['id']}")
-        expect(page.locator("table.keys")).to_contain_text("chatbot")
-        assert key not in page.content()
-        assert errors == [], f"the page logged errors (a CSP refusal?): {errors}"
-        context.close()
+    keys = page.locator("#new-key-form")
+    keys.locator("input[name=name]").fill("chatbot")
+    keys.locator("select[name=owner]").select_option(f"project:{project['id']}")
+    keys.locator("input[name=models]").fill("tiny")
+    keys.locator("button[type=submit]").click()
+    key = page.locator("#new-key").inner_text().strip()
+    assert key.startswith("sk-llmgw-")
+    expect(page.locator("table.keys tr", has_text="chatbot")).to_contain_text("acme / ml/chat")
+    # Shown once: the page opened again has the key's name, never the key.
+    page.goto(f"{base}/admin/org/{org['id']}")
+    expect(page.locator("table.keys")).to_contain_text("chatbot")
+    assert key not in page.content()
+    assert errors == [], f"the page logged errors (a CSP refusal?): {errors}"
+    context.close()
 
     members = cluster.api(f"/api/v1/orgs/{org['id']}/members")
     assert {

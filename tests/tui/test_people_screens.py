@@ -25,6 +25,8 @@ from llmgw.tui.app import ConsoleApp
 from llmgw.tui.dialogs import ConfirmDialog, FormDialog
 from tests.e2e.cluster import Cluster
 
+pytestmark = pytest.mark.e2e
+
 T = TypeVar("T")
 
 
