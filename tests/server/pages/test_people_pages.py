@@ -391,3 +391,28 @@ async def test_the_usage_page_sums_by_organisation_team_project_and_person(world
     # An organisation the caller does not belong to is not found, as in the API.
     other = await world.client.get(f"/admin/usage?org={world.globex}", headers=world.as_("bob"))
     assert other.status_code == 404
+
+
+async def test_the_admin_changes_a_persons_role_and_an_unchanged_role_is_not_pinned(
+    world: World,
+) -> None:
+    path = f"/admin/people/{world.ids['carol']}"
+    # The form sends the role as it is: a change of name alone leaves it unpinned, so an
+    # identity provider's groups may still set it.
+    same = await world.post("root", path, {"name": "Carol C", "email": "", "role": "none"})
+    assert same.status_code == 303
+    carol = world.cp.directory.find_person("carol")
+    assert carol is not None and carol.name == "Carol C"
+    assert (carol.role, carol.role_by_hand) == (None, False)
+    raised = await world.post("root", path, {"name": "Carol C", "role": "operator"})
+    assert raised.status_code == 303
+    carol = world.cp.directory.find_person("carol")
+    assert carol is not None and (carol.role, carol.role_by_hand) == ("operator", True)
+    text, _ = await world.page("root", path)
+    assert '<option value="operator" selected>' in text
+    # She now opens the cluster's pages; taken back to none, she does not.
+    assert (await world.client.get("/admin/nodes", headers=world.as_("carol"))).status_code == 200
+    await world.post("root", path, {"role": "none"})
+    assert (await world.client.get("/admin/nodes", headers=world.as_("carol"))).status_code == 403
+    bad = await world.post("root", path, {"role": "boss"})
+    assert bad.status_code == 400 and "role: 'boss' is not none" in html.unescape(bad.text)
