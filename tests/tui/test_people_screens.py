@@ -41,6 +41,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             c.api("/api/v1/people", body={"login": login})
         org = c.api("/api/v1/orgs", body={"name": "acme"})
         c.api(f"/api/v1/orgs/{org['id']}/teams", body={"name": "ml"})
+        c.api(f"/api/v1/orgs/{org['id']}/projects", body={"name": "chat", "team": "ml"})
         c.api(f"/api/v1/orgs/{org['id']}/members", body={"person": "alice", "role": "admin"})
         yield c
     finally:
@@ -129,6 +130,15 @@ async def test_the_admin_adds_a_person_a_team_and_a_member(cluster: Cluster) -> 
         await pilot.press("m")
         await send(app, pilot, person="carol", role="manager", team="infra")
         await until(pilot, lambda: "carol: manager of team infra" in text(detail), "the member")
+        # A key for one of the organisation's projects, from the Keys screen.
+        await pilot.press("6")
+        await pilot.press("n")
+        await send(app, pilot, name="chatbot", org="acme", project="ml/chat")
+        await until(pilot, lambda: not isinstance(app.screen, FormDialog), "the key's form")
+        await pilot.press("escape")  # the key, shown once
+    (key,) = [k for k in cluster.api("/api/v1/keys") if k["name"] == "chatbot"]
+    project = cluster.api(f"/api/v1/orgs/{rows_id(cluster, 'acme')}/projects")[0]
+    assert (key["org_id"], key["project_id"]) == (rows_id(cluster, "acme"), project["id"])
     members = cluster.api(f"/api/v1/orgs/{rows_id(cluster, 'acme')}/members")
     assert any(m["login"] == "carol" and m["role"] == "manager" for m in members)
 
