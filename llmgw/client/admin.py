@@ -169,10 +169,10 @@ PEOPLE: Route[list[PersonJson]] = Route("GET", "/api/v1/people")
 CREATE_PERSON: Route[PersonJson] = Route("POST", "/api/v1/people")
 CHANGE_PERSON: Route[PersonJson] = Route("POST", "/api/v1/people/{}")
 ORGS: Route[list[OrgJson]] = Route("GET", "/api/v1/orgs")
-ORG_TEAMS: Route[list[TeamJson]] = Route("GET", "/api/v1/orgs/{}/teams")
+TEAMS: Route[list[TeamJson]] = Route("GET", "/api/v1/orgs/{}/teams")
 CREATE_TEAM: Route[TeamJson] = Route("POST", "/api/v1/orgs/{}/teams")
-ORG_PROJECTS: Route[list[ProjectJson]] = Route("GET", "/api/v1/orgs/{}/projects")
-ORG_MEMBERS: Route[list[MembershipJson]] = Route("GET", "/api/v1/orgs/{}/members")
+PROJECTS: Route[list[ProjectJson]] = Route("GET", "/api/v1/orgs/{}/projects")
+MEMBERS: Route[list[MembershipJson]] = Route("GET", "/api/v1/orgs/{}/members")
 SET_MEMBER: Route[MembershipJson] = Route("POST", "/api/v1/orgs/{}/members")
 
 

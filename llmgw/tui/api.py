@@ -156,9 +156,9 @@ class ConsoleApi:
     ) -> tuple[list[TeamJson], list[ProjectJson], list[MembershipJson]]:
         """An organisation's teams, projects and the members the caller may see."""
         teams, projects, members = await asyncio.gather(
-            self.call(admin.ORG_TEAMS, org_id),
-            self.call(admin.ORG_PROJECTS, org_id),
-            self.call(admin.ORG_MEMBERS, org_id),
+            self.call(admin.TEAMS, org_id),
+            self.call(admin.PROJECTS, org_id),
+            self.call(admin.MEMBERS, org_id),
         )
         return teams, projects, members
 

@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 import jinja2
@@ -42,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from llmgw.server import schema
-from llmgw.server.access import Gate, allowed
+from llmgw.server.access import Access, Gate, allowed
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.catalog.views import ModelViews
@@ -180,9 +180,6 @@ class PageCall:
 
 
 PageHandler = Callable[[PageCall], Awaitable[Response]]
-# The least a page needs (``access.Access`` less ``public``): ``member`` is anyone signed
-# in, the services deciding what they see; the rest are cluster roles.
-PageRole = Literal["member", "viewer", "operator", "admin"]
 
 
 @dataclass(frozen=True)
@@ -190,7 +187,8 @@ class Page:
     method: str
     path: str
     handler: PageHandler
-    role: PageRole = "viewer"
+    # ``member``: anyone signed in, a person without a cluster role too.
+    role: Access = "viewer"
     # Where a GET short of the role goes instead of a 403 (the overview sends a person
     # with memberships only to their organisations).
     fallback: str | None = None

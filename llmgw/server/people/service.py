@@ -128,9 +128,9 @@ class PeopleService:
         return person
 
     async def change(self, ref: str, ask: ChangePerson, by: Principal) -> Person:
-        person = self.find(ref)
         if not rights.manages_people(by):
             raise refuse("changing people needs the cluster's admin role")
+        person = self.find(ref)
         changed = replace(person, updated_at=self.clock())
         said: list[str] = []
         if ask.name is not None:

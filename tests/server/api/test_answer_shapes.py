@@ -411,9 +411,9 @@ READS: list[Ask] = [
     ("ME", (), None),
     ("PEOPLE", (), None),
     ("ORGS", (), None),
-    ("ORG_TEAMS", ("default",), None),
-    ("ORG_PROJECTS", ("default",), None),
-    ("ORG_MEMBERS", ("default",), None),
+    ("TEAMS", ("default",), None),
+    ("PROJECTS", ("default",), None),
+    ("MEMBERS", ("default",), None),
 ]
 # Each change the client makes, in this order: its name, its path's parts, its body.
 CHANGES: list[Ask] = [
