@@ -438,7 +438,7 @@ def pages(
         )
 
     return [
-        Page("GET", "/admin", overview, fallback="/admin/org"),
+        Page("GET", "/admin", overview),
         Page("GET", "/admin/gpus", gpus),
         Page("GET", "/admin/nodes/{node_id}/log", log),
         Page("POST", "/admin/serving", serving, role="admin"),

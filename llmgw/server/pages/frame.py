@@ -9,8 +9,7 @@ wraps each in the same steps, so no page can skip one:
    is sent there too and changes nothing;
 2. a role short of the page's: 403, saying which role it needs (``member``: any person
    signed in, whose memberships give what the services let them do; a person with no
-   cluster role opens only such pages; a page may name where a GET short of its role
-   goes instead, as the overview sends them to their organisations);
+   cluster role opens only such pages);
 3. a change (any method but GET): sent by this site's own page (``foreign_origin``: its
    ``Origin``, else its ``Sec-Fetch-Site``), and carrying the session's CSRF token in
    the form or the ``X-CSRF-Token`` header, or 403; on a standby, refused with where the
@@ -189,9 +188,6 @@ class Page:
     handler: PageHandler
     # ``member``: anyone signed in, a person without a cluster role too.
     role: Access = "viewer"
-    # Where a GET short of the role goes instead of a 403 (the overview sends a person
-    # with memberships only to their organisations).
-    fallback: str | None = None
 
 
 class Frame:
@@ -263,8 +259,6 @@ class Frame:
             lang = self.lang(request)
             _ = i18n.translator(lang)
             if not allowed(session.principal, page.role):
-                if page.fallback is not None and request.method == "GET":
-                    return secured(RedirectResponse(page.fallback, status_code=303))
                 return secured(
                     self.refuse(
                         request,
