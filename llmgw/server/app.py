@@ -505,6 +505,8 @@ class ControlPlane:
             planner=self.planner,
             fabrics=self.fabrics,
             device_logins=self.device_logins,
+            people=self.people,
+            orgs=self.orgs,
             admin_token_ok=self.admin_tokens.ok,
             revocations=self.revocations,
             ldap=self.ldap,

@@ -22,17 +22,28 @@ from llmgw.wire.admin import (
     FabricsJson,
     HistoryJson,
     KeyJson,
+    MembershipJson,
     ModelJson,
     ModelRemovedJson,
     NewKeyJson,
     NodeJson,
     NvlinkJson,
+    OrgJson,
+    PersonJson,
     PlanJson,
+    ProjectJson,
     ReplicaJson,
     StatusJson,
+    TeamJson,
 )
 
 T = TypeVar("T")
+
+
+def refused(exc: AdminError) -> bool:
+    """Whether the control plane answered 403: the caller's role falls short."""
+    cause = exc.__cause__
+    return isinstance(cause, urllib.error.HTTPError) and cause.code == 403
 
 
 @dataclass
@@ -46,6 +57,9 @@ class Snapshot:
     models: list[ModelJson] = field(default_factory=list)
     replicas: list[ReplicaJson] = field(default_factory=list)
     keys: list[KeyJson] = field(default_factory=list)
+    # Those the caller may see (``GET /api/v1/people``, ``/orgs``).
+    people: list[PersonJson] = field(default_factory=list)
+    orgs: list[OrgJson] = field(default_factory=list)
     error: str | None = None
 
 
@@ -137,15 +151,60 @@ class ConsoleApi:
     async def revoke_key(self, key_id: str) -> KeyJson:
         return await self.call(admin.REVOKE_KEY, key_id)
 
+    async def org_detail(
+        self, org_id: str
+    ) -> tuple[list[TeamJson], list[ProjectJson], list[MembershipJson]]:
+        """An organisation's teams, projects and the members the caller may see."""
+        teams, projects, members = await asyncio.gather(
+            self.call(admin.TEAMS, org_id),
+            self.call(admin.PROJECTS, org_id),
+            self.call(admin.MEMBERS, org_id),
+        )
+        return teams, projects, members
+
+    async def create_person(self, body: Body) -> PersonJson:
+        return await self.call(admin.CREATE_PERSON, body=body)
+
+    async def change_person(self, person_id: str, body: Body) -> PersonJson:
+        return await self.call(admin.CHANGE_PERSON, person_id, body=body)
+
+    async def create_team(self, org_id: str, body: Body) -> TeamJson:
+        return await self.call(admin.CREATE_TEAM, org_id, body=body)
+
+    async def set_member(self, org_id: str, body: Body) -> MembershipJson:
+        return await self.call(admin.SET_MEMBER, org_id, body=body)
+
+    async def status(self) -> StatusJson | None:
+        """The cluster's status; None for a caller whose role does not read it."""
+        try:
+            return await self.call(admin.STATUS)
+        except AdminError as exc:
+            if refused(exc):
+                return None
+            raise
+
+    async def unless_refused(self, route: Route[list[T]]) -> list[T]:
+        """``route``'s list, or none when the caller's role does not reach it (a 403: a
+        person with memberships only reads no cluster route)."""
+        try:
+            return await self.call(route)
+        except AdminError as exc:
+            if refused(exc):
+                return []
+            raise
+
     async def snapshot(self) -> Snapshot:
         try:
-            status, nodes, models, replicas, keys = await asyncio.gather(
-                self.call(admin.STATUS),
-                self.call(admin.NODES),
-                self.call(admin.MODELS),
-                self.call(admin.REPLICAS),
-                self.call(admin.KEYS),
+            (status, nodes, models, replicas, keys), (people, orgs) = await asyncio.gather(
+                asyncio.gather(
+                    self.status(),
+                    self.unless_refused(admin.NODES),
+                    self.unless_refused(admin.MODELS),
+                    self.unless_refused(admin.REPLICAS),
+                    self.call(admin.KEYS),
+                ),
+                asyncio.gather(self.call(admin.PEOPLE), self.call(admin.ORGS)),
             )
         except AdminError as exc:
             return Snapshot(at=time.time(), error=str(exc))
-        return Snapshot(time.time(), status, nodes, models, replicas, keys)
+        return Snapshot(time.time(), status, nodes, models, replicas, keys, people, orgs)

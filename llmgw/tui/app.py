@@ -25,6 +25,7 @@ from llmgw.tui.nodepage import NodePage
 from llmgw.tui.nodes import NodesPane
 from llmgw.tui.nvlinkracks import NvlinkRacksPane
 from llmgw.tui.overview import OverviewPane
+from llmgw.tui.people import OrgsPane, PeoplePane
 from llmgw.tui.replicas import ReplicasPane
 
 PANES: tuple[type[Pane], ...] = (
@@ -36,6 +37,8 @@ PANES: tuple[type[Pane], ...] = (
     KeysPane,
     FabricsPane,
     NvlinkRacksPane,
+    PeoplePane,
+    OrgsPane,
 )
 # Screens that come with their own issues; shown, not yet there.
 LATER: tuple[str, ...] = ()
@@ -134,7 +137,9 @@ class ConsoleApp(App[None]):
 
     def render_title(self) -> None:
         status = self.snapshot.status
-        if not status:
+        if not status and self.snapshot.at:
+            text = f"llmgw · {self.api.base_url} · your role reads no cluster status"
+        elif not status:
             text = f"llmgw · {self.api.base_url} · connecting…"
         else:
             nodes = status.get("nodes") or {}

@@ -1,5 +1,5 @@
-"""Keys: the gateway's API keys, without the keys themselves; create one (shown once)
-and revoke one."""
+"""Keys: the gateway's API keys the caller may see, without the keys themselves; create
+one for a project or of one's own (shown once) and revoke one."""
 
 from __future__ import annotations
 
@@ -26,6 +26,9 @@ CREATE_FIELDS = (
     Field("tpm", "Tokens a minute", "int"),
     Field("budget", "Tokens a month", "int"),
     Field("expires", "Expires", placeholder="2027-01-31 or a date and time"),
+    Field("org", "Organisation", placeholder="name or id (default: the default one)"),
+    Field("project", "Project", placeholder="TEAM/PROJECT, name or id (default: the default)"),
+    Field("personal", "Your own key", "bool"),
 )
 
 
@@ -33,9 +36,11 @@ def create_body(values: Values) -> dict[str, object]:
     body: dict[str, object] = {"name": values["name"]}
     if values["models"]:
         body["models"] = [m.strip() for m in str(values["models"]).split(",") if m.strip()]
-    for name in ("rpm", "tpm", "budget", "expires"):
+    for name in ("rpm", "tpm", "budget", "expires", "org", "project"):
         if values[name] is not None:
             body[name] = values[name]
+    if values["personal"]:
+        body["personal"] = True
     return body
 
 

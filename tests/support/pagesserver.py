@@ -54,6 +54,8 @@ def _app(maps: FabricMaps, sessions: Sessions) -> Starlette:
         planner=absent,
         fabrics=FabricService(maps.watch, maps, registry),
         device_logins=absent,
+        people=absent,
+        orgs=absent,
         admin_token_ok=lambda token: False,
         # Pages only read here: nobody signs out.
         revocations=absent,

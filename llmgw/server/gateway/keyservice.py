@@ -173,7 +173,7 @@ class KeyService:
                 )
             if ask.org is None and len(by.orgs) == 1:
                 org_id = next(iter(by.orgs))
-            if org_id not in by.orgs and not by.may("operator"):
+            if not rights.makes_personal_key(by, org_id):
                 raise Refusal(
                     403, "forbidden", "a personal key is made in an organisation of yours"
                 )

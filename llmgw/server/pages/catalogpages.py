@@ -14,6 +14,7 @@ from starlette.responses import RedirectResponse, Response
 from llmgw.server import schema
 from llmgw.server.catalog.model import Model
 from llmgw.server.gateway.keyservice import key_json
+from llmgw.server.pages import orgpages
 from llmgw.server.pages.frame import Frame, Page, PageCall, PageHandler, Services, form_body
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
@@ -63,28 +64,25 @@ def pages(frame: Frame, services: Services) -> list[Page]:
         change.__name__ = f"model_{action}"
         return change
 
-    def key_rows(by: Principal) -> list[dict[str, Any]]:
-        return [
-            {**key_json(r), "month_tokens": keys.month_tokens(r.id)}
-            for r in sorted(keys.records(by), key=lambda r: -r.created_at)
-        ]
+    def keys_context(by: Principal) -> dict[str, Any]:
+        return {
+            "keys": orgpages.key_rows(services, by),
+            "key_owners": orgpages.key_owners(services.people.directory, by),
+        }
 
     async def keys_page(call: PageCall) -> Response:
         template = "keys_table.html" if call.htmx else "keys.html"
         return frame.render(
-            call.request, template, call.session, keys=key_rows(call.principal), made=None
+            call.request, template, call.session, made=None, **keys_context(call.principal)
         )
 
     async def create_key(call: PageCall) -> Response:
-        form = call.form
-        body = form_body(form, texts=("expires",), numbers=("rpm", "tpm", "budget"))
-        body["name"] = form.get("name", "")
-        body["models"] = [p.strip() for p in form.get("models", "").split(",") if p.strip()]
+        body = orgpages.key_body(call.form)
         record, key = await keys.create(schema.read(CreateKey, body), call.principal)
         # The key itself is in this one answer and nowhere else: never in a redirect.
         made = {**key_json(record), "key": key}
         return frame.render(
-            call.request, "keys.html", call.session, keys=key_rows(call.principal), made=made
+            call.request, "keys.html", call.session, made=made, **keys_context(call.principal)
         )
 
     async def revoke_key(call: PageCall) -> Response:
@@ -170,8 +168,9 @@ def pages(frame: Frame, services: Services) -> list[Page]:
             Page("POST", f"/admin/models/{{name}}/{a}", changer(a), role="operator")
             for a in MODEL_ACTIONS
         ),
-        Page("GET", "/admin/keys", keys_page),
-        Page("POST", "/admin/keys", create_key, role="admin"),
-        Page("POST", "/admin/keys/{key_id}/revoke", revoke_key, role="admin"),
+        # Anyone signed in: ``KeyService`` shows each their keys and refuses the rest.
+        Page("GET", "/admin/keys", keys_page, role="member"),
+        Page("POST", "/admin/keys", create_key, role="member"),
+        Page("POST", "/admin/keys/{key_id}/revoke", revoke_key, role="member"),
         Page("GET", "/admin/audit", audit),
     ]

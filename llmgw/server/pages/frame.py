@@ -7,7 +7,9 @@ wraps each in the same steps, so no page can skip one:
 1. read the session (``sessions.py``, through the API's one ``Gate``); none: a GET is
    sent to ``/admin/login?next=...`` (htmx is told with ``HX-Redirect``), anything else
    is sent there too and changes nothing;
-2. a role short of the page's: 403, saying which role it needs;
+2. a role short of the page's: 403, saying which role it needs (``member``: any person
+   signed in, whose memberships give what the services let them do; a person with no
+   cluster role opens only such pages);
 3. a change (any method but GET): sent by this site's own page (``foreign_origin``: its
    ``Origin``, else its ``Sec-Fetch-Site``), and carrying the session's CSRF token in
    the form or the ``X-CSRF-Token`` header, or 403; on a standby, refused with where the
@@ -51,6 +53,8 @@ from llmgw.server.ldap.service import LdapService
 from llmgw.server.pages import i18n
 from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.oidcflow import OidcFlow
+from llmgw.server.people.orgs import OrgService
+from llmgw.server.people.service import PeopleService
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Revocations, Session
@@ -146,6 +150,8 @@ class Services:
     fabrics: FabricService
     # ``llmgw login``'s codes waiting for their person.
     device_logins: DeviceLogins
+    people: PeopleService
+    orgs: OrgService
     admin_token_ok: Callable[[str], bool]
     # Signing out, on every control plane.
     revocations: Revocations
@@ -245,6 +251,7 @@ class Frame:
             languages=i18n.LANGUAGES,
             asset=self.assets.url,
             session=session,
+            may=lambda level: session is not None and allowed(session.principal, level),
             csrf=self.sessions.csrf(session) if session else "",
             path=request.url.path,
             now=time.time(),

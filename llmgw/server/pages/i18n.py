@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from llmgw.server.pages import peoplewords
+
 LANGUAGES = {"en": "English", "tr": "Türkçe"}
 LANG_COOKIE = "llmgw_lang"
 
@@ -428,6 +430,7 @@ TURKISH: dict[str, str] = {
     "Next": "İleri",
 }
 
+TURKISH.update(peoplewords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
 

@@ -32,6 +32,8 @@ from llmgw.server.pages import (
     fleetpages,
     i18n,
     oidcpages,
+    orgpages,
+    peoplepages,
     playpages,
     usagepages,
 )
@@ -207,6 +209,8 @@ def routes(
         ),
         *catalogpages.pages(frame, services),
         *usagepages.pages(frame, services),
+        *peoplepages.pages(frame, services),
+        *orgpages.pages(frame, services),
         *playpages.pages(frame),
         *fabricpages.pages(frame, services.fabrics, services.registry),
         *devicepages.pages(frame, services.device_logins),

@@ -1,10 +1,12 @@
-"""The Usage page: requests and tokens by key, model, replica or day over any range of
-days, as a table, a chart of tokens per day (``/admin/usage.json``, drawn by
+"""The Usage page: requests and tokens by key, model, replica or day, or summed per
+organisation, team, project or person, over any range of days and of one organisation
+or all, as a table, a chart of tokens per day (``/admin/usage.json``, drawn by
 ``static/usage.js``) and a CSV file (``/admin/usage.csv``).
 
-The rows are those ``GET /api/v1/usage?since=&until=`` answers, read from the same
-service (``KeyService.usage``);
-everything else here is a pure function of them, tested without a server.
+The rows are those ``GET /api/v1/usage?since=&until=&by=&org=`` answers, read from the
+same service (``KeyService.usage``), which shows each caller only the keys they may see
+(so the page is open to anyone signed in); everything else here is a pure function of
+them, tested without a server.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import csv
 import datetime as dt
 import io
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 from starlette.responses import JSONResponse, Response
 
@@ -22,7 +24,10 @@ from llmgw.server.refusal import Refusal
 from llmgw.server.requests import UsageQuery
 
 Dimension = Literal["day", "key", "model", "replica"]
-DIMENSIONS: tuple[Dimension, ...] = ("day", "key", "model", "replica")
+# Summed by the service itself (``UsageQuery.by``), with each one's name.
+Summed = Literal["org", "team", "project", "person"]
+SUMMED: tuple[Summed, ...] = ("org", "team", "project", "person")
+DIMENSIONS: tuple[Dimension | Summed, ...] = ("day", "key", "model", "replica", *SUMMED)
 # The usage row's field each dimension groups by.
 FIELD: dict[Dimension, str] = {
     "day": "day",
@@ -104,8 +109,29 @@ def day_range(start: str | None, end: str | None, today: dt.date) -> tuple[dt.da
     return first, last
 
 
-def dimension(by: str | None) -> Dimension:
+def dimension(by: str | None) -> Dimension | Summed:
     return next((d for d in DIMENSIONS if d == by), "day")
+
+
+def summed_groups(rows: Iterable[UsageRow]) -> list[UsageGroup]:
+    """The service's rows summed per organisation, team, project or person as groups,
+    most tokens first; a row of none (a key of no project, a person's key) by an em
+    dash."""
+    out: list[UsageGroup] = []
+    for row in rows:
+        ident = row.get("id")
+        out.append(
+            {
+                "value": "" if ident is None else str(ident),
+                "name": str(row.get("name") or ident or "—"),
+                "key_name": None,
+                "requests": int(row["requests"]),
+                "prompt_tokens": int(row["prompt_tokens"]),
+                "completion_tokens": int(row["completion_tokens"]),
+                "total_tokens": tokens(row),
+            }
+        )
+    return sorted(out, key=lambda g: (-g["total_tokens"], g["name"]))
 
 
 def tokens(row: UsageRow) -> int:
@@ -213,18 +239,26 @@ def csv_text(rows: Iterable[UsageRow], by: Dimension = "day") -> str:
 
 
 def pages(frame: Frame, services: Services) -> list[Page]:
-    async def read(call: PageCall) -> tuple[dt.date, dt.date, list[UsageRow]]:
+    async def read(
+        call: PageCall, summed: Summed | None = None
+    ) -> tuple[dt.date, dt.date, list[UsageRow]]:
         asked = call.request.query_params
         today = dt.datetime.now(dt.UTC).date()
         first, last = day_range(asked.get("from"), asked.get("to"), today)
-        ask = UsageQuery(since=first.isoformat(), until=last.isoformat())
+        org = asked.get("org", "").strip() or None
+        ask = UsageQuery(since=first.isoformat(), until=last.isoformat(), by=summed, org=org)
         rows = await services.keys.usage(ask, call.principal)
         return first, last, list(rows)
 
     async def usage(call: PageCall) -> Response:
-        first, last, rows = await read(call)
         by = dimension(call.request.query_params.get("by"))
-        groups = group(rows, by)
+        if by in SUMMED:
+            first, last, rows = await read(call, by)
+            groups = summed_groups(rows)
+        else:
+            first, last, rows = await read(call)
+            groups = group(rows, cast(Dimension, by))
+        org = call.request.query_params.get("org", "").strip()
         return frame.render(
             call.request,
             "usage.html",
@@ -232,6 +266,8 @@ def pages(frame: Frame, services: Services) -> list[Page]:
             first=first.isoformat(),
             last=last.isoformat(),
             by=by,
+            org=org,
+            orgs=[{"id": o.id, "name": o.name} for o in services.orgs.listing(call.principal)],
             dimensions=DIMENSIONS,
             groups=groups,
             totals=totals(groups),
@@ -244,7 +280,9 @@ def pages(frame: Frame, services: Services) -> list[Page]:
 
     async def usage_csv(call: PageCall) -> Response:
         first, last, rows = await read(call)
-        by = dimension(call.request.query_params.get("by"))
+        asked = dimension(call.request.query_params.get("by"))
+        # Rows summed per organisation and the rest have no line of their own: by day.
+        by: Dimension = "day" if asked in SUMMED else cast(Dimension, asked)
         name = f"llmgw-usage-{first.isoformat()}-{last.isoformat()}.csv"
         return Response(
             csv_text(rows, by),
@@ -253,7 +291,7 @@ def pages(frame: Frame, services: Services) -> list[Page]:
         )
 
     return [
-        Page("GET", "/admin/usage", usage),
-        Page("GET", "/admin/usage.json", usage_json),
-        Page("GET", "/admin/usage.csv", usage_csv),
+        Page("GET", "/admin/usage", usage, role="member"),
+        Page("GET", "/admin/usage.json", usage_json, role="member"),
+        Page("GET", "/admin/usage.csv", usage_csv, role="member"),
     ]

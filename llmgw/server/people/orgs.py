@@ -103,7 +103,7 @@ class OrgService:
     # ---------------------------------------------------------- organisations
 
     async def create_org(self, ask: NewOrg, by: Principal) -> Org:
-        if not by.may("admin"):
+        if not rights.makes_orgs(by):
             raise refuse("making an organisation needs the cluster's admin role")
         self._unique(self.directory.now.orgs.values(), ask.name, "an organisation")
         org = Org(secrets.token_hex(6), ask.name.strip(), created_at=self.clock())

@@ -69,3 +69,28 @@ def sees_keys(p: Principal, project: Project) -> bool:
 def staff(p: Principal) -> bool:
     """Limits and what else stays with the cluster's staff."""
     return p.may("operator")
+
+
+def manages_people(p: Principal) -> bool:
+    """Makes people, sets their cluster role, deactivates them."""
+    return p.may("admin")
+
+
+def makes_orgs(p: Principal) -> bool:
+    """Makes, renames and removes organisations."""
+    return p.may("admin")
+
+
+def sees_tokens(p: Principal, person_id: str) -> bool:
+    """A person's personal tokens (never the tokens themselves); revokes them."""
+    return p.person == person_id or p.may("admin")
+
+
+def makes_token(p: Principal, person_id: str) -> bool:
+    """A personal token acting as the person: theirs alone to make."""
+    return p.person is not None and p.person == person_id
+
+
+def makes_personal_key(p: Principal, org_id: str) -> bool:
+    """A gateway key of the caller's own in an organisation."""
+    return p.person is not None and (org_id in p.orgs or p.may("operator"))

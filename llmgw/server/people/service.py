@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from llmgw.server.people import rights
 from llmgw.server.people.asks import ChangePerson, NewPerson, NewToken
 from llmgw.server.people.directory import TOKEN_PREFIX, Directory, token_hash
 from llmgw.server.people.records import Membership, Person, PersonToken, ScopeKind, Source
@@ -106,7 +107,7 @@ class PeopleService:
         await self.directory.load()
 
     async def create(self, ask: NewPerson, by: Principal) -> Person:
-        if not by.may("admin"):
+        if not rights.manages_people(by):
             raise refuse("making people needs the cluster's admin role")
         login = ask.login.strip().lower()
         if self.directory.by_login(login) is not None:
@@ -127,7 +128,7 @@ class PeopleService:
         return person
 
     async def change(self, ref: str, ask: ChangePerson, by: Principal) -> Person:
-        if not by.may("admin"):
+        if not rights.manages_people(by):
             raise refuse("changing people needs the cluster's admin role")
         person = self.find(ref)
         changed = replace(person, updated_at=self.clock())
@@ -165,14 +166,14 @@ class PeopleService:
 
     def tokens(self, ref: str, by: Principal) -> list[PersonToken]:
         person = self.find(ref)
-        if person.id != by.person and not by.may("admin"):
+        if not rights.sees_tokens(by, person.id):
             raise refuse("only the person themselves or a cluster admin sees their tokens")
         return self.directory.tokens_of(person.id)
 
     async def new_token(self, ref: str, ask: NewToken, by: Principal) -> tuple[PersonToken, str]:
         """A token acting as the person, shown once: only the person makes their own."""
         person = self.find(ref)
-        if person.id != by.person:
+        if not rights.makes_token(by, person.id):
             raise refuse("a personal token is made by its person alone, signed in")
         if not person.active:
             raise refuse("this person is deactivated")
@@ -194,7 +195,7 @@ class PeopleService:
 
     async def revoke_token(self, ref: str, token_id: str, by: Principal) -> PersonToken:
         person = self.find(ref)
-        if person.id != by.person and not by.may("admin"):
+        if not rights.sees_tokens(by, person.id):
             raise refuse("only the person themselves or a cluster admin revokes their tokens")
         found = next((t for t in self.directory.tokens_of(person.id) if t.id == token_id), None)
         if found is None:

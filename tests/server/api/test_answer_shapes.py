@@ -409,6 +409,12 @@ READS: list[Ask] = [
     ("FABRICS", (), None),
     ("FABRIC_MAP", (SM_GUID,), None),
     ("NVLINK", (), None),
+    ("ME", (), None),
+    ("PEOPLE", (), None),
+    ("ORGS", (), None),
+    ("TEAMS", ("default",), None),
+    ("PROJECTS", ("default",), None),
+    ("MEMBERS", ("default",), None),
 ]
 # Each change the client makes, in this order: its name, its path's parts, its body.
 CHANGES: list[Ask] = [
@@ -443,6 +449,10 @@ CHANGES: list[Ask] = [
     ("ENGINE_BUILD", ("gpu-1",), {"build": "cpu"}),
     ("SET_FIREWALL", (), {"networks": ["10.0.0.0/8"]}),
     ("FABRIC_TEST", (), {"a": "gpu-1", "b": "gpu-2"}),
+    ("CREATE_PERSON", (), {"login": "carol", "role": "viewer"}),
+    ("CHANGE_PERSON", ("carol",), {"name": "Carol"}),
+    ("CREATE_TEAM", ("default",), {"name": "ml"}),
+    ("SET_MEMBER", ("default",), {"person": "carol", "role": "manager", "team": "ml"}),
     # Last: the token this client holds is refused from then on (it takes the new one).
     ("ROTATE_ADMIN_TOKEN", (), None),
 ]
