@@ -17,7 +17,7 @@ TURKISH: dict[str, str] = {
     "Memberships": "Üyelikler",
     "Role": "Rol",
     "Cluster role": "Küme rolü",
-    "Login": "Giriş adı",
+    "Login": "Kullanıcı adı",
     "login": "giriş adı",
     "Full name": "Ad soyad",
     "E-mail": "E-posta",
