@@ -76,6 +76,7 @@ from llmgw.server.people.oidcflow import OidcFlow
 from llmgw.server.people.oidcsettings import OidcSettings
 from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
+from llmgw.server.people.signins import SignIns
 from llmgw.server.principal import Principal
 from llmgw.server.scim.service import TABLES as SCIM_TABLES
 from llmgw.server.scim.service import ScimService
@@ -513,6 +514,7 @@ class ControlPlane:
             behind_tls=self.config.pages_behind_tls,
             body_timeout=self.config.gateway.body_timeout,
             oidc=self.oidc_flow,
+            signins=SignIns(self.oidc, self.ldap, self.scim, self.store),
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

@@ -55,6 +55,7 @@ from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.oidcflow import OidcFlow
 from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
+from llmgw.server.people.signins import SignIns
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Revocations, Session
@@ -162,6 +163,8 @@ class Services:
     body_timeout: float = 30.0
     # Sign-in through the cluster's OpenID Connect provider; None: not offered.
     oidc: OidcFlow | None = None
+    # The Sign-in page's three ways in (OIDC, LDAP, SCIM); None: no Sign-in page.
+    signins: SignIns | None = None
 
 
 @dataclass(frozen=True)

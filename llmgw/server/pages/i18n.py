@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llmgw.server.pages import peoplewords
+from llmgw.server.pages import peoplewords, signinwords
 
 LANGUAGES = {"en": "English", "tr": "Türkçe"}
 LANG_COOKIE = "llmgw_lang"
@@ -431,6 +431,7 @@ TURKISH: dict[str, str] = {
 }
 
 TURKISH.update(peoplewords.TURKISH)
+TURKISH.update(signinwords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
 

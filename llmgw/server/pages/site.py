@@ -35,6 +35,7 @@ from llmgw.server.pages import (
     orgpages,
     peoplepages,
     playpages,
+    signinpages,
     usagepages,
 )
 from llmgw.server.pages.frame import (
@@ -211,6 +212,7 @@ def routes(
         *usagepages.pages(frame, services),
         *peoplepages.pages(frame, services),
         *orgpages.pages(frame, services),
+        *(signinpages.pages(frame, services.signins) if services.signins else []),
         *playpages.pages(frame),
         *fabricpages.pages(frame, services.fabrics, services.registry),
         *devicepages.pages(frame, services.device_logins),
