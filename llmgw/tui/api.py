@@ -16,6 +16,9 @@ from typing import TypeVar
 
 from llmgw.client import admin
 from llmgw.client.admin import AdminClient, AdminError, Body, Query, Route
+from llmgw.client.ctl_auth import OIDC, OIDC_OFF
+from llmgw.client.ctl_ldap import LDAP, LDAP_OFF
+from llmgw.client.ctl_scim import SCIM, SCIM_OFF
 from llmgw.wire.admin import (
     EnginesJson,
     FabricMapJson,
@@ -28,6 +31,7 @@ from llmgw.wire.admin import (
     NewKeyJson,
     NodeJson,
     NvlinkJson,
+    OidcJson,
     OrgJson,
     PersonJson,
     PlanJson,
@@ -36,6 +40,8 @@ from llmgw.wire.admin import (
     StatusJson,
     TeamJson,
 )
+from llmgw.wire.admin.ldap import LdapSettingsJson
+from llmgw.wire.admin.scim import ScimJson
 
 T = TypeVar("T")
 
@@ -173,6 +179,22 @@ class ConsoleApi:
 
     async def set_member(self, org_id: str, body: Body) -> MembershipJson:
         return await self.call(admin.SET_MEMBER, org_id, body=body)
+
+    async def signins(self) -> tuple[OidcJson, LdapSettingsJson, ScimJson]:
+        """OIDC, LDAP and SCIM sign-in as the admin API shows them (no secret)."""
+        oidc, ldap, scim = await asyncio.gather(self.call(OIDC), self.call(LDAP), self.call(SCIM))
+        return oidc, ldap, scim
+
+    async def signin_off(self, way: str) -> None:
+        """Turn one sign-in off: ``oidc``, ``ldap`` or ``scim``."""
+        if way == "oidc":
+            await self.call(OIDC_OFF)
+        elif way == "ldap":
+            await self.call(LDAP_OFF)
+        elif way == "scim":
+            await self.call(SCIM_OFF)
+        else:
+            raise ValueError(f"no sign-in {way!r}: oidc, ldap or scim")
 
     async def status(self) -> StatusJson | None:
         """The cluster's status; None for a caller whose role does not read it."""

@@ -27,6 +27,7 @@ from llmgw.tui.nvlinkracks import NvlinkRacksPane
 from llmgw.tui.overview import OverviewPane
 from llmgw.tui.people import OrgsPane, PeoplePane
 from llmgw.tui.replicas import ReplicasPane
+from llmgw.tui.signin import SignInPane
 
 PANES: tuple[type[Pane], ...] = (
     OverviewPane,
@@ -39,6 +40,7 @@ PANES: tuple[type[Pane], ...] = (
     NvlinkRacksPane,
     PeoplePane,
     OrgsPane,
+    SignInPane,
 )
 # Screens that come with their own issues; shown, not yet there.
 LATER: tuple[str, ...] = ()
