@@ -19,10 +19,13 @@ import pytest
 
 from llmgw.server.app import ControlPlane
 from llmgw.server.datadir import DataDir, init
+from llmgw.server.ldap.service import LdapTest
 from llmgw.server.ldap.settings import LdapSet
 from llmgw.server.people.asks import Member, NewOrg, NewPerson, NewTeam
 from llmgw.server.people.oidcsettings import OidcSet
+from llmgw.server.people.signins import SignIns
 from llmgw.server.principal import Principal
+from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import COOKIE
 from llmgw.server.store import open_store
 
@@ -253,3 +256,26 @@ async def test_the_admin_sets_scim_maps_and_turns_each_off(world: World) -> None
     assert "Last changed" in text and "ldap://127.0.0.1:1" not in text
     nothing = await world.post("root", f"{PAGE}/kerberos/off", {})
     assert nothing.status_code == 404
+
+
+async def test_the_service_refuses_everyone_but_the_clusters_admins(world: World) -> None:
+    """Behind the gate's ``admin`` the service decides again, for any other edge."""
+    signins = SignIns(world.cp.oidc, world.cp.ldap, world.cp.scim, world.cp.store)
+    before = await world.settings()
+    for login in ("vic", "olga", "alice"):
+        by = world.cp.directory.session_principal(world.ids[login])
+        assert by is not None
+        calls = [
+            signins.shown(by),
+            signins.off("oidc", by),
+            signins.off("ldap", by),
+            signins.off("scim", by),
+            signins.test_ldap(LdapTest(login="alice"), by),
+            signins.new_scim_token(by),
+            signins.set_scim_maps(["x=cluster:admin"], by),
+        ]
+        for call in calls:
+            with pytest.raises(Refusal) as caught:
+                await call
+            assert caught.value.status == 403, login
+    assert await world.settings() == before
