@@ -24,7 +24,9 @@ APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build 
 	postgresql-15 etcd-server etcd-client patroni keepalived nftables prometheus chromium \
 	$(LDAP_PACKAGES)
 # nodejs, npm: the OIDC sign-in tests run the npm package oidc-provider, a real identity
-# provider (tests/support/oidcprovider.py installs it into ~/.cache/llmgw/npm).
+# provider (tests/support/oidcprovider.py installs it into ~/.cache/llmgw/npm). A nodejs
+# from NodeSource carries its own npm and conflicts with Debian's: npm is installed only
+# where no `npm` command is found.
 APT_PACKAGES += nodejs npm
 # What building llama-server from source needs: the tests always, the demo only when the
 # llama.cpp release it names cannot be fetched.
@@ -43,6 +45,7 @@ apt-build:
 
 apt:
 	@missing=""; for p in $(PACKAGES); do \
+	  if [ "$$p" = npm ] && command -v npm >/dev/null; then continue; fi; \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
