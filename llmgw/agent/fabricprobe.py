@@ -84,8 +84,9 @@ class BandwidthServers:
         except TimeoutError:
             await end(proc)
             raise RuntimeError(f"{self.tool} server on {device} did not listen in 15 s") from None
-        except asyncio.CancelledError:
-            # Whoever asked stopped waiting: no server is left behind on its port.
+        except BaseException:
+            # Whoever asked stopped waiting, or what it said could not be read (a line
+            # past the stream's limit): no server is left behind on its port, unreaped.
             await end(proc)
             raise
         self._running.add(proc)

@@ -48,6 +48,8 @@ class Shard:
     stopping: bool = False
     adopted: bool = False
     process: psutil.Process | None = None
+    # The engine as asyncio started it (None when adopted): what ``reaped`` waits on.
+    child: asyncio.subprocess.Process | None = None
     # What it was started from (the engine binary, or its environment's interpreter).
     binary: str | None = None
     # The log tail and the child reaper: held here so the loop does not lose them.
@@ -84,6 +86,19 @@ class Shard:
             return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.Error:
             return False
+
+    async def reaped(self, within: float) -> None:
+        """Once the engine this agent started has ended: until the loop has heard so, up
+        to ``within`` seconds. Its pid is gone as soon as the child watcher reaps it, but
+        on Python 3.11 the watcher is a thread whose word reaches the loop later; a loop
+        that ends first leaves the child "still running" in asyncio's eyes, with a
+        ResourceWarning when it is collected."""
+        child = self.child
+        if child is None or child.returncode is not None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(within):
+                await child.wait()
 
     def exit_reason(self) -> str:
         code: int | None = None

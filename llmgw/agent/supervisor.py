@@ -52,6 +52,9 @@ log = logging.getLogger("llmgw.agent.supervisor")
 CRASH_LINES = 30
 HEALTH_POLL = 0.5
 WATCH_POLL = 1.0
+# A stopped or crashed engine is reported once the loop knows it ended (killed, it may
+# take the kernel a moment): every process started here is waited for.
+REAP_WAIT = 5.0
 
 
 class ShardRecord(TypedDict):
@@ -250,6 +253,7 @@ class Supervisor:
                 user=self.engine_user,
             )
         shard.pid = proc.pid
+        shard.child = proc
         shard.process = psutil.Process(proc.pid)
         shard.create_time = shard.process.create_time()
         shard.started_at = time.time()
@@ -343,6 +347,7 @@ class Supervisor:
         last = shard.ring.tail(CRASH_LINES)
         if shard.alive():
             await self._terminate(shard, grace=5.0, report=False)
+        await shard.reaped(REAP_WAIT)
         shard.stop_tail.set()
         self._forget(shard.spec.replica_id)
         if self.cache is not None:
@@ -380,6 +385,7 @@ class Supervisor:
                 )
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(shard.pid, signal.SIGKILL)
+        await shard.reaped(REAP_WAIT)
         shard.stop_tail.set()
         self._forget(shard.spec.replica_id)
         if self.cache is not None:

@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
 import pytest
 
 from llmgw.agent.logbook import ENGINE_LINES
@@ -77,12 +76,16 @@ class Fetched:
         return self.model
 
 
-@pytest.fixture
-def engine(tmp_path: Path) -> Path:
-    binary = tmp_path / "llama-server"
+def write_engine(folder: Path) -> Path:
+    binary = folder / "llama-server"
     binary.write_text(ENGINE.format(python=sys.executable))
     binary.chmod(0o755)
     return binary
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Path:
+    return write_engine(tmp_path)
 
 
 def supervisor(root: Path, engine: Path, sent: list[Message]) -> Supervisor:
@@ -91,13 +94,14 @@ def supervisor(root: Path, engine: Path, sent: list[Message]) -> Supervisor:
     return Supervisor(root, Installed(engine), Fetched(model), sent.append, host="127.0.0.1")
 
 
-async def ended(pid: int) -> None:
-    """The engine killed and reaped (the loop's child watcher reaps the test's child)."""
-    os.killpg(pid, signal.SIGKILL)
+async def ended(child: asyncio.subprocess.Process) -> None:
+    """The engine the old agent left running killed, and its end heard by this loop:
+    its pid goes as the child watcher (a thread on 3.11) reaps it, but a loop closed
+    before the watcher's word arrives leaves it "still running", a ResourceWarning in
+    whichever test collects it."""
+    os.killpg(child.pid, signal.SIGKILL)
     async with asyncio.timeout(10):
-        while psutil.pid_exists(pid):
-            await asyncio.sleep(0.05)
-    await asyncio.sleep(0.05)  # the watcher's word reaches the loop
+        await child.wait()
 
 
 async def until_ready(sup: Supervisor, replica_id: str) -> None:
@@ -123,9 +127,10 @@ async def test_an_adopted_replica_keeps_its_compute_after_its_log_moved_on(
     )
     first = supervisor(root, engine, [])
     first.start(spec)
-    pid: int | None = None
+    child: asyncio.subprocess.Process | None = None
     try:
         await until_ready(first, "r1")
+        child = first.shards["r1"].child
         pid = first.shards["r1"].pid
         ran_on = first.shards["r1"].compute
         assert ran_on == Compute(backend="CPU")
@@ -144,8 +149,8 @@ async def test_an_adopted_replica_keeps_its_compute_after_its_log_moved_on(
         assert adopted.status().compute == Compute(backend="CPU")
         await second.close()
     finally:
-        if pid is not None:
-            await ended(pid)
+        if child is not None:
+            await ended(child)
 
 
 async def test_a_record_of_an_older_agent_reads_compute_from_the_log(
@@ -162,10 +167,10 @@ async def test_a_record_of_an_older_agent_reads_compute_from_the_log(
     )
     first = supervisor(root, engine, [])
     first.start(spec)
-    pid: int | None = None
+    child: asyncio.subprocess.Process | None = None
     try:
         await until_ready(first, "r2")
-        pid = first.shards["r2"].pid
+        child = first.shards["r2"].child
         await first.close()
         record_path = root / "r2.json"
         record = json.loads(record_path.read_text())
@@ -178,5 +183,5 @@ async def test_a_record_of_an_older_agent_reads_compute_from_the_log(
         assert second.shards["r2"].compute == Compute(backend="CPU")
         await second.close()
     finally:
-        if pid is not None:
-            await ended(pid)
+        if child is not None:
+            await ended(child)

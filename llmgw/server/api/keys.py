@@ -51,6 +51,7 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
             "Requests and tokens per day, key, model and replica",
             query=UsageQuery,
             answer={"type": "array", "items": {"type": "object"}},
+            errors=(404,),  # an organisation not there (or not the caller's)
             access="member",
         ),
         Op(
@@ -68,6 +69,7 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
             body=CreateKey,
             status=201,
             answer=KEY,
+            errors=(404,),  # its organisation or project not there (or not the caller's)
             access="member",
         ),
         Op(
