@@ -300,5 +300,8 @@ def test_every_route_but_the_public_ones_wants_the_token(cluster: Cluster) -> No
         "/api/v1/openapi.json",
         "/api/v1/enroll",
         "/api/v1/servers/join",
+        # `llmgw login`: a code, then its token once a signed-in person approves it.
+        "/api/v1/login/device",
+        "/api/v1/login/device/token",
     }
     assert guarded >= 35

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from llmgw.jsonvalue import JSON, JSONObject, as_int, as_list, as_object
+from llmgw.jsonvalue import JSON, JSONObject, as_int
 from llmgw.server.ha import sqlitesync
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING, Follower, store_term
+from llmgw.server.ha.keycounts import PeerCounts
 from llmgw.server.ha.lease import ROUND as LEASE_ROUND
 from llmgw.server.ha.lease import Lease, LeaseKeeper, LeaseStore
 from llmgw.server.ha.peerlink import (
@@ -136,6 +137,8 @@ class Leadership:
         self.standby_work: LeaderWork | None = None
         # What the other control planes said last: name -> (when, their state).
         self.seen: dict[str, tuple[float, JSONObject]] = {}
+        # The other control planes' last minute of each limited key (``keycounts``).
+        self.counted = PeerCounts()
         self.servers: dict[str, ServerRecord] = {}
         # The control planes agents were last told of (Registered).
         self._announced: list[str] = []
@@ -411,16 +414,12 @@ class Leadership:
             return_exceptions=True,
         )
         now = self.clock()
-        elsewhere: dict[str, tuple[int, int]] = {}
         for server, answer in zip(others, answers, strict=True):
             if isinstance(answer, dict):
-                counts = answer.pop("key_counts", None) or {}
+                self.counted.heard(server.name, answer.pop("key_counts", None), now)
                 self.seen[server.name] = (now, answer)
-                for key_id, pair in as_object(counts).items():
-                    requests, tokens = as_list(pair)
-                    r, t = elsewhere.get(key_id, (0, 0))
-                    elsewhere[key_id] = (r + as_int(requests), t + as_int(tokens))
-        self.hooks.elsewhere(elsewhere)
+        # One that did not answer this round counts as it said last, for a minute.
+        self.hooks.elsewhere(self.counted.summed((s.name for s in others), now))
         if not self.leading:
             if self.lease is not None:
                 # The store may be out of reach here: the one that says it leads, with

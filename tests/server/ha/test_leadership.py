@@ -206,6 +206,7 @@ class Recorded:
         self.announced = 0
         self.demanded: list[tuple[str, bool]] = []
         self.signed_out: list[tuple[str, float, str]] = []
+        self.elsewhere: list[dict[str, tuple[int, int]]] = []
 
     def hooks(self) -> Hooks:
         async def applied(tables: set[str]) -> None:
@@ -236,7 +237,7 @@ class Recorded:
             announce=announce,
             stepped_down=self.stepped_down.append,
             key_counts=dict,
-            elsewhere=lambda counts: None,
+            elsewhere=self.elsewhere.append,
         )
 
 
@@ -588,6 +589,32 @@ async def test_a_control_plane_that_stops_answering_is_listed_as_not_answering(
     listed = {s["name"]: s for s in members(a).listing()}
     assert not listed["cp-b"]["answers"] and listed["cp-b"]["role"] is None
     assert members(a).counts() == {"total": 2, "answering": 1}
+
+
+async def test_a_control_plane_that_misses_a_round_is_counted_as_it_said_last_for_a_minute(
+    planes: Callable[..., Plane], clock: Clock, tables: Tables, peers: Peers
+) -> None:
+    # A busy standby whose answer comes late must not let every limited key through
+    # here at its whole limit again: its last minute's counts stand until they age out.
+    tables.settings[TERM_SETTING] = "1"
+    a = planes("cp-a", postgres=False, role="leader")
+    address = SEATS["cp-b"].peer_address
+    said = {"name": "cp-b", "role": "standby", "term": 1, "key_counts": {"k1": [30, 300]}}
+    peers.states[address] = said
+    await a.ha.start()
+    await a.ha.look()
+    assert a.hooks.elsewhere[-1] == {"k1": (30, 300)}
+    del peers.states[address]
+    clock.advance(3 * WATCH)
+    await a.ha.look()
+    assert a.hooks.elsewhere[-1] == {"k1": (30, 300)}
+    peers.states[address] = {**said, "key_counts": {"k1": [31, 310], "k2": [1, 5]}}
+    await a.ha.look()
+    assert a.hooks.elsewhere[-1] == {"k1": (31, 310), "k2": (1, 5)}
+    del peers.states[address]
+    clock.advance(61)
+    await a.ha.look()
+    assert a.hooks.elsewhere[-1] == {}
 
 
 async def test_the_leader_tells_the_agents_when_the_control_planes_change(
