@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -35,12 +36,17 @@ class Finished:
 
 
 async def end(proc: asyncio.subprocess.Process) -> None:
-    """Kill ``proc`` (if it still runs) and reap it, even while its caller is being
+    """Kill ``proc`` (if it still runs; its process group too where it leads one) and
+    reap it, even while its caller is being
     cancelled: shielded, it waits for the exit and its pipes' end (a child of its own
     may hold them a moment). A cancel that comes meanwhile (a caller closing down)
     waits too, and goes up once it is reaped. Left unreaped, a killed process keeps its
     pipes open until the garbage collector finds them."""
     if proc.returncode is None:
+        # A command started in a session of its own (``run``) is killed with its
+        # children: a script's `sleep` would hold its pipes open, and be left behind.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
     reap = asyncio.ensure_future(proc.wait())
@@ -70,6 +76,7 @@ async def run(
         stdout=asyncio.subprocess.PIPE,
         stderr=_STDERR[stderr],
         env={**os.environ, **env} if env else None,
+        start_new_session=True,
     )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)

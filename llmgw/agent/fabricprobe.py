@@ -64,6 +64,7 @@ class BandwidthServers:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # killed with its children (command.end)
             )
         except OSError as exc:
             raise RuntimeError(f"{self.tool} cannot be run: {exc.strerror or exc}") from exc

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -123,3 +124,30 @@ async def test_end_reaps_through_cancels_and_then_passes_the_cancel_on(tmp_path:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert proc.returncode is not None and gone(pid) and me.num_fds() == before
+
+
+# A script whose own child hangs too, holding the script's stdout (an nvidia-smi wrapper
+# whose `nvidia-smi` hangs): writes the child's pid, then waits on it.
+HANG_IN_CHILD = (
+    "import subprocess, sys; child = subprocess.Popen(['sleep', '20']); "
+    "open(sys.argv[1], 'w').write(str(child.pid)); child.wait()"
+)
+
+
+def dead(pid: int) -> bool:
+    """Killed: gone, or a zombie its (orphaned) parent has not reaped."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_DEAD, psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def test_overrunning_its_time_it_is_killed_with_its_children(tmp_path: Path) -> None:
+    marker = tmp_path / "pid"
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        await command.run([sys.executable, "-c", HANG_IN_CHILD, str(marker)], 1.0)
+    # Its child was killed with it: nothing left running behind, nor holding the pipe
+    # (with the child alive, the pipe's end came only when its 20 s sleep did).
+    assert dead(await pid_of(marker))
+    assert time.monotonic() - started < 15

@@ -5,7 +5,6 @@ server on loopback."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from llmgw.agent.discovery.dcgm import (
     parse_dcgm_exporter,
     scrape_dcgm_exporter,
 )
+from tests.support.ports import free_port
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dcgm"
 H100_0 = "GPU-3f5a9c1e-7b2d-4e8a-9c61-0d2e4f6a8b10"
@@ -116,12 +116,6 @@ def test_empty_page() -> None:
 
 
 # --- scrape -----------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -339,8 +339,13 @@ async def rig(encoding: str = "map", *, replay_timeout: float = 5.0, replay: boo
         replay_port if replay else None,
         encoding="array" if encoding == "array" else "map",
     )
-    await fake.start()
-    await asyncio.wait_for(fake.subscribed.wait(), 10)
+    try:
+        await fake.start()
+        await asyncio.wait_for(fake.subscribed.wait(), 10)
+    except BaseException:  # nothing left open for a later test's garbage collection
+        await fake.close()
+        await sub.close()
+        raise
     return Rig(sub, fake)
 
 

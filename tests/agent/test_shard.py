@@ -19,6 +19,7 @@ from llmgw.agent.engines import EngineError
 from llmgw.agent.shard import Shard, accepts, port_in_use, split_endpoint, still_ours
 from llmgw.wire.messages import GroupSpec, ShardSpec
 from llmgw.wire.states import ShardState
+from tests.support.ports import free_port
 
 KEY = "the-engine-key"
 
@@ -53,12 +54,6 @@ def listening() -> Iterator[socket.socket]:
         s.bind(("127.0.0.1", 0))
         s.listen()
         yield s
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # --- the record -----------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.ports import free_port
 from tests.support.procs import stop_process
 
 LLMGW = [sys.executable, "-m", "llmgw"]
@@ -37,12 +37,6 @@ def engine_ports(use: int = 0) -> str:
     replica once before the control plane picks another port."""
     first = 22000 + (worker() * 3 + use) * 100
     return f"{first}-{first + 99}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str, step: float = 0.1) -> Any:

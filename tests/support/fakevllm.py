@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -40,16 +39,12 @@ import msgpack
 import zmq
 import zmq.asyncio
 
+from tests.support.ports import free_port
+
 Encoding = Literal["array", "map"]
 Hash = int | bytes
 END_OF_REPLAY = (-1).to_bytes(8, "big", signed=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+__all__ = ["FakeVllm", "free_port"]
 
 
 @dataclass(frozen=True)

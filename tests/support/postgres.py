@@ -18,7 +18,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 
 import psycopg
 from psycopg import sql
+
+from tests.support.ports import free_port
 
 BIN = Path(os.environ.get("LLMGW_PG_BIN", "/usr/lib/postgresql/15/bin"))
 USER = "postgres"  # the OS user that runs it when the tests run as root
@@ -61,12 +62,6 @@ def missing() -> str | None:
                 f"no {USER!r} user to run PostgreSQL as: run `make test` (postgresql-15 makes it)"
             )
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_owner(argv: list[str]) -> list[str]:

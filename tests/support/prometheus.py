@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from tests.support.ports import free_port
+
 BINARY = os.environ.get("LLMGW_PROMETHEUS", "/usr/bin/prometheus")
 INSTALL_HINT = (
     "run `make test`, which installs the Debian packages the tests need (prometheus, "
@@ -43,12 +44,6 @@ def missing() -> str | None:
     if not os.access(BINARY, os.X_OK):
         return f"Prometheus is not installed ({BINARY} missing): {INSTALL_HINT}"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape_config(

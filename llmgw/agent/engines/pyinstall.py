@@ -340,6 +340,7 @@ class PythonEngineInstaller:
             stderr=asyncio.subprocess.STDOUT,
             env=self._uv_env(),
             limit=1 << 20,
+            start_new_session=True,  # killed with its builds (command.end)
         )
         assert proc.stdout is not None
         loop = asyncio.get_running_loop()

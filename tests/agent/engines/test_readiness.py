@@ -5,19 +5,13 @@ SGLang answers 503 until warmed up; llama.cpp 503 "Loading model", then 200 ok."
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Callable
 
 import pytest
 from aiohttp import web
 
 from llmgw.agent.engines import adapter, wait_ready
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ports import free_port
 
 
 class FakeEngine:

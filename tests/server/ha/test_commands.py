@@ -4,7 +4,6 @@ say it leads from its next start, with the next term; with PostgreSQL it is refu
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,12 +13,7 @@ from llmgw.config import format_hostport
 from llmgw.server.datadir import DataDir, init
 from llmgw.server.ha.commands import promote
 from llmgw.server.store import open_store
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ports import free_port
 
 
 def standby(tmp_path: Path) -> DataDir:
