@@ -43,12 +43,16 @@ async def end(proc: asyncio.subprocess.Process) -> None:
     waits too, and goes up once it is reaped. Left unreaped, a killed process keeps its
     pipes open until the garbage collector finds them."""
     if proc.returncode is None:
-        # A command started in a session of its own (``run``) is killed with its
-        # children: a script's `sleep` would hold its pipes open, and be left behind.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
+            # A command started in a session of its own (``run``) is killed with its
+            # children: a script's `sleep` would hold its pipes open, and be left behind.
             os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        except (ProcessLookupError, PermissionError):
+            # Not a group of its own. (Never both: ``kill`` polls the process first,
+            # and a poll that reaps it before the loop's child watcher does leaves the
+            # watcher to report exit 255.)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
     reap = asyncio.ensure_future(proc.wait())
     cancelled = False
     while not reap.done():
