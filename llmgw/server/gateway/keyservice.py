@@ -157,12 +157,9 @@ class KeyService:
 
     def _owner(self, ask: CreateKey, by: Principal) -> tuple[str, str | None, str | None]:
         """(organisation, project, person) of a key asked for, checked against the caller."""
-        now = self.directory.now
         org_id = DEFAULT_ORG
         if ask.org is not None:
-            org = now.orgs.get(ask.org) or next(
-                (o for o in now.orgs.values() if o.name.casefold() == ask.org.casefold()), None
-            )
+            org = self.directory.find_org(ask.org)
             if org is None or not rights.sees_org(by, org.id):
                 raise Refusal(404, "not_found", "no such organisation; see `llmgw ctl orgs list`")
             org_id = org.id
@@ -278,10 +275,7 @@ class KeyService:
             raise Refusal(400, "bad_request", f"since: {since} is after until ({until})", "since")
         org_id = None
         if ask.org is not None:
-            now = self.directory.now
-            org = now.orgs.get(ask.org) or next(
-                (o for o in now.orgs.values() if o.name.casefold() == ask.org.casefold()), None
-            )
+            org = self.directory.find_org(ask.org)
             if org is None or not rights.sees_org(by, org.id):
                 raise Refusal(404, "not_found", "org: no such organisation", "org")
             org_id = org.id

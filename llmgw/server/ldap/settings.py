@@ -238,10 +238,7 @@ def parse_map(text: str, directory: Directory) -> GroupMap:
     if not is_org_role(role):
         raise _bad("maps", f"{text!r}: a role in an org or team is one of {', '.join(ORG_ROLES)}")
     org_ref, slash, team_ref = target.partition("/")
-    now = directory.now
-    org = now.orgs.get(org_ref) or next(
-        (o for o in now.orgs.values() if _same(o.name, org_ref)), None
-    )
+    org = directory.find_org(org_ref)
     if org is None:
         raise _bad("maps", f"{text!r}: no organisation {org_ref!r}; see `llmgw ctl orgs list`")
     if not slash:

@@ -93,6 +93,14 @@ class Directory:
     def by_subject(self, subject: str) -> Person | None:
         return self._by_subject.get(subject)
 
+    def find_org(self, ref: str) -> Org | None:
+        """An organisation by id or name (names are unique, whatever their case)."""
+        found = self.now.orgs.get(ref)
+        if found is not None:
+            return found
+        name = ref.strip().casefold()
+        return next((o for o in self.now.orgs.values() if o.name.strip().casefold() == name), None)
+
     def find_person(self, ref: str) -> Person | None:
         """A person by id or login."""
         return self.person(ref) or self.by_login(ref)

@@ -57,10 +57,7 @@ class OrgService:
 
     def org(self, ref: str, by: Principal) -> Org:
         """An organisation the caller may see, by id or name; else 404."""
-        now = self.directory.now
-        found = now.orgs.get(ref) or next(
-            (o for o in now.orgs.values() if _same(o.name, ref)), None
-        )
+        found = self.directory.find_org(ref)
         if found is None or not rights.sees_org(by, found.id):
             raise Refusal(404, "not_found", NO_SUCH_ORG)
         return found
