@@ -416,3 +416,79 @@ class FabricTest:
     a: str = spec(doc="the node that runs the clients", pattern=NODE_ID)
     b: str = spec(doc="the node that runs the servers", pattern=NODE_ID)
     seconds: int = spec(5, doc="seconds each rail runs", minimum=1, maximum=60)
+
+
+# ------------------------------------------------------------------------- slurm
+
+SLURM_PARTITION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,31}")
+
+
+@dataclass(frozen=True)
+class SlurmSetup:
+    """Turn on Slurm beside llmgw: which node runs slurmctld, the partition, the nodes
+    Slurm may be lent (default: every node), and where Slurm keeps its files."""
+
+    controller: str | None = spec(
+        None,
+        doc="the node that runs slurmctld (default: the first of nodes that is Ready)",
+        pattern=NODE_ID,
+        pattern_doc="a node id",
+    )
+    partition: str | None = spec(
+        None,
+        doc="the partition of the lent nodes (default llmgw)",
+        pattern=SLURM_PARTITION,
+        pattern_doc="letters, digits, '_' or '-', up to 32",
+    )
+    nodes: tuple[str, ...] | None = spec(
+        None,
+        doc="the nodes Slurm may be lent (default: every node)",
+        max_items=10000,
+        items=Spec(pattern=NODE_ID, pattern_doc="a node id"),
+    )
+    ctld_port: int | None = spec(
+        None, doc="slurmctld's port (default 6817)", minimum=1, maximum=65535
+    )
+    slurmd_port: int | None = spec(
+        None, doc="slurmd's port (default 6818)", minimum=1, maximum=65535
+    )
+    root: str | None = spec(
+        None,
+        doc="a directory that holds Slurm's state, spool and logs on every node "
+        "(default: the system's own paths)",
+        max_length=200,
+    )
+
+
+@dataclass(frozen=True)
+class SlurmNodes:
+    """Nodes to lend to Slurm or take back."""
+
+    nodes: tuple[str, ...] = spec(
+        doc="node ids",
+        min_items=1,
+        max_items=10000,
+        items=Spec(pattern=NODE_ID, pattern_doc="a node id"),
+    )
+
+
+@dataclass(frozen=True)
+class SlurmPolicySet:
+    """Lending by policy; ``off`` turns it off."""
+
+    lend_idle_after: float | None = spec(
+        None,
+        doc="lend a node whose cards served nothing this long (seconds)",
+        minimum=60,
+        maximum=7 * 86400,
+    )
+    keep_free_gpus: int | None = spec(
+        None, doc="cards kept free of Slurm for llmgw's replicas", minimum=0, maximum=100000
+    )
+    reclaim_when_queued: float | None = spec(
+        None,
+        doc="take a lent node back when a model's requests wait this long (seconds)",
+        minimum=1,
+        maximum=3600,
+    )
+    off: bool = spec(False, doc="turn lending by policy off")

@@ -298,6 +298,97 @@ class EngineStatus(Message):
     progress: dict[str, str] | None = None
 
 
+@dataclass(frozen=True)
+class Slurm(Message):
+    """This node's part in the cluster's Slurm (``ctl slurm setup``), sent after
+    Registered and on every change; ``part`` "none" (Slurm off, or the node not in it):
+    the agent stops what it started for Slurm and leaves what it did not start alone.
+
+    ``part``: "slurmctld" (runs the controller on ``slurm_conf`` and ``gres_conf``, the
+    files the control plane wrote), "slurmd" (runs slurmd configless from
+    ``conf_server``), "both" or "none". ``lent``: Slurm may run jobs here (the agent
+    resumes a drain llmgw made); not lent: the agent drains the node in Slurm with
+    ``DRAIN_REASON`` unless it is drained already. A drain whose reason does not start
+    with ``llmgw:`` is a Slurm administrator's, never touched. ``munge_key`` (base64)
+    travels only to a node with a part; the agent writes it 0400, owned by munge."""
+
+    TYPE: ClassVar[str] = "slurm"
+    version: int
+    part: str = "none"
+    lent: bool = False
+    # The node's NodeName in slurm.conf, for slurmd -N and scontrol.
+    name: str | None = None
+    # host:port of slurmctld, for slurmd --conf-server and this node's scontrol.
+    conf_server: str | None = None
+    munge_key: str | None = None
+    # The files slurmctld reads; sent to the controller's node only.
+    slurm_conf: str | None = None
+    gres_conf: str | None = None
+    cgroup_conf: str | None = None
+    # Where Slurm keeps its state, spool and logs on every node ("" : the system's own
+    # paths, /var/spool/slurmctld, /var/spool/slurmd, /var/log/slurm).
+    root: str = ""
+
+
+# The reason llmgw drains a node in Slurm with; a drain with another reason is not ours.
+DRAIN_REASON = "llmgw: reclaimed"
+# A drain llmgw made starts so (the reason new nodes enter slurm.conf with included).
+OUR_REASON_PREFIX = "llmgw:"
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A job with a step on the node, as squeue lists it."""
+
+    id: str
+    name: str | None = None
+    user: str | None = None
+    state: str | None = None
+    # When Slurm expects it to end (epoch seconds); None: unknown or unlimited.
+    end: float | None = None
+
+
+@dataclass(frozen=True)
+class SlurmdFacts:
+    """``slurmd -C``: the node as Slurm sees it (memory in MiB)."""
+
+    cpus: int
+    boards: int | None = None
+    sockets_per_board: int | None = None
+    cores_per_socket: int | None = None
+    threads_per_core: int | None = None
+    real_memory: int | None = None
+    gres: str | None = None
+
+
+@dataclass(frozen=True)
+class SlurmStatus(Message):
+    """What Slurm is on the node, after every Slurm message and every half minute while
+    it has a part (and once more when told it has none). Unknown figures are absent."""
+
+    TYPE: ClassVar[str] = "slurm_status"
+    # The Slurm message version it acted on.
+    version: int
+    part: str = "none"
+    # Slurm's version on the node ("22.05.8"); None: not installed.
+    installed: str | None = None
+    facts: SlurmdFacts | None = None
+    # scontrol's State ("IDLE", "IDLE+DRAIN", "MIXED"...) and Reason, as Slurm says them.
+    state: str | None = None
+    reason: str | None = None
+    # The jobs with a step here: squeue's, or None when slurmctld could not be asked.
+    jobs: list[SlurmJob] | None = None
+    # Job steps running on this machine now (slurmstepd processes), whatever slurmctld says.
+    steps: int | None = None
+    # The daemons running here, and which of them this agent started.
+    running: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+    # What is wrong, with its fix (slurmctld down, munge failing, a Slurm too old); None: nothing.
+    problem: str | None = None
+    # What the agent is doing about its part ("installing slurmd from apt").
+    doing: str | None = None
+
+
 # The PYTHONHASHSEED vLLM runs with where its KV events are routed on: the root of its
 # block hashes, so the router can hash a prompt's blocks as the engine does.
 KV_HASH_SEED = "0"
@@ -358,6 +449,8 @@ _REGISTRY: dict[str, type[Message]] = {
         DownloadProgress,
         EngineStatus,
         KvBlocks,
+        Slurm,
+        SlurmStatus,
         Request,
         Response,
     )

@@ -37,6 +37,8 @@ from llmgw.wire.messages import (
     Message,
     Response,
     ShardStatus,
+    Slurm,
+    SlurmStatus,
 )
 
 # Messages that must arrive, plus one entry per shard, source or followed log. A
@@ -55,6 +57,8 @@ _MARKER_RE = re.compile(r"\[llmgw: (\d+) log lines? dropped here; the reader fel
 _MARKED = methodcaller("startswith", "[llmgw: ")
 _HEARTBEAT = ("heartbeat",)
 _ENGINES = ("engines",)
+_SLURM = ("slurm",)
+_SLURM_STATUS = ("slurm_status",)
 
 
 class OutboxFull(Exception):
@@ -86,6 +90,10 @@ def coalesce_key(msg: Message) -> Hashable | None:
         return _HEARTBEAT
     if isinstance(msg, EngineStatus):
         return _ENGINES
+    if isinstance(msg, SlurmStatus):
+        return _SLURM_STATUS
+    if isinstance(msg, Slurm):
+        return _SLURM
     return None
 
 

@@ -40,6 +40,7 @@ from llmgw.wire.messages import (
     MessageError,
     Response,
     ShardStatus,
+    SlurmStatus,
     from_map,
     to_map,
 )
@@ -100,6 +101,8 @@ class NodeView:
     # What the agent runs with, each setting with where it came from, and the version of
     # the cluster's settings it applied (its Register's); None until it says.
     settings: dict[str, Any] | None = None
+    # What Slurm is on the node, as its agent last said (SlurmStatus); None: never said.
+    slurm: SlurmStatus | None = None
     # The JSON form of each record ``as_json`` showed, kept while the record is the same
     # object: a node's facts change when it registers, its slow figures once a minute.
     _shown: dict[str, tuple[object, Any]] = field(
@@ -427,10 +430,12 @@ class NodeRegistry:
         self.heartbeats += 1
 
     def report(
-        self, node_id: str, msg: ShardStatus | DownloadProgress | EngineStatus | KvBlocks
+        self,
+        node_id: str,
+        msg: ShardStatus | DownloadProgress | EngineStatus | KvBlocks | SlurmStatus,
     ) -> None:
-        """Keep the latest word of a shard, a download or the node's engines; hand a
-        replica's cache blocks on to the router (they change nothing else)."""
+        """Keep the latest word of a shard, a download, the node's engines or its Slurm;
+        hand a replica's cache blocks on to the router (they change nothing else)."""
         if isinstance(msg, KvBlocks):
             view = self.nodes.get(node_id)
             self.hooks.kv_blocks(node_id, msg, view is not None and msg.replica_id in view.shards)
@@ -453,6 +458,8 @@ class NodeRegistry:
                 view.downloads.pop(msg.source, None)
             else:
                 view.downloads[msg.source] = to_map(msg)
+        elif isinstance(msg, SlurmStatus):
+            view.slurm = msg
         else:
             view.engines = list(msg.engines)
             view.engines_probed = msg.probed

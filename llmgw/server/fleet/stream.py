@@ -53,6 +53,7 @@ from llmgw.wire.messages import (
     Request,
     Response,
     ShardStatus,
+    SlurmStatus,
     decode_message,
     encode_message,
 )
@@ -62,7 +63,7 @@ from llmgw.wire.outbox import Outbox, OutboxFull
 # of followed log lines; more than this waiting is an agent answering out of turn.
 ANSWERS = 16
 
-Report = Heartbeat | ShardStatus | DownloadProgress | EngineStatus | KvBlocks
+Report = Heartbeat | ShardStatus | DownloadProgress | EngineStatus | KvBlocks | SlurmStatus
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ class NodeStream:
             waiter = self.waiters.get(msg.id)
             if waiter is not None and waiter.put(msg):
                 out.append(Answered(msg.id))
-        elif isinstance(msg, Heartbeat | ShardStatus | DownloadProgress | EngineStatus | KvBlocks):
+        elif isinstance(msg, Report):
             out.append(Reported(msg))
 
     # --- what the control plane does --------------------------------------------------

@@ -132,8 +132,20 @@ from llmgw.wire.admin.people import (
     TeamJson,
 )
 from llmgw.wire.admin.signin import GroupMapJson, OidcJson, OidcKind
+from llmgw.wire.admin.slurm import (
+    SlurmFilesJson,
+    SlurmJobJson,
+    SlurmJson,
+    SlurmNodeJson,
+    SlurmPolicyJson,
+)
 
 __all__ = [
+    "SlurmFilesJson",
+    "SlurmJobJson",
+    "SlurmJson",
+    "SlurmNodeJson",
+    "SlurmPolicyJson",
     "GroupMapJson",
     "OidcJson",
     "OidcKind",
