@@ -387,6 +387,9 @@ class SlurmStatus(Message):
     problem: str | None = None
     # What the agent is doing about its part ("installing slurmd from apt").
     doing: str | None = None
+    # Slurm can confine jobs with cgroup v2 here (its controllers mounted and systemd
+    # running); None: not looked. slurm.conf's plugins follow the nodes' answers.
+    cgroup_v2: bool | None = None
 
 
 # The PYTHONHASHSEED vLLM runs with where its KV events are routed on: the root of its
