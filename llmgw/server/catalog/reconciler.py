@@ -102,6 +102,8 @@ class Reconciler:
         # Workers whose replica is gone (shard id -> node), and when each was told to stop.
         self.orphans: dict[str, str] = {}
         self._orphan_stops: dict[str, float] = {}
+        # Models a replica of which the last pass could place on no node, and why.
+        self.unplaced: dict[str, str] = {}
 
     # ------------------------------------------------------------------ observing
 
@@ -311,6 +313,7 @@ class Reconciler:
             self._stop_orphans(plan, now)
         wanted: list[tuple[Model, Profile, int]] = []
         self.status = {}
+        self.unplaced = {}
         for model in sorted(catalog.values(), key=lambda m: m.name):
             self._plan_model(model, by_profile, draining, hold, now, plan, wanted)
         if wanted:
@@ -481,9 +484,11 @@ class Reconciler:
             if isinstance(result, scheduler.Refusal):
                 if key not in refused:
                     refused.add(key)
+                    note = self._refusal_note(key, result, now)
+                    self.unplaced.setdefault(req.model, note)
                     status = self.status.get(key)
                     if status is not None:
-                        status.note = self._refusal_note(key, result, now)
+                        status.note = note
                 continue
             ports = self.ports.for_placement(result, nodes, used, now)
             if ports is None:

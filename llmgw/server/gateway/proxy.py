@@ -287,6 +287,7 @@ class Upstream:
                     current = endpoint
                     tally = Tally(resume)
                     current.outstanding += 1
+                    router.serves(current)
                     body = raw if resume is None else resume.body
                     try:
                         answer = await self._forward(
@@ -331,6 +332,7 @@ class Upstream:
                         retries -= 1
                     finally:
                         current.outstanding -= 1
+                        router.serves(current)
                         self.released(model)
                         if tally.answered:
                             record(current.replica_id, tally.prompt, tally.completion)

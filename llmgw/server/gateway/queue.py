@@ -70,12 +70,14 @@ class Line:
     """One model's waiters: by priority, then round robin across keys; each key's own
     requests in arrival order."""
 
-    __slots__ = ("levels", "depth", "handoff", "mean_wait")
+    __slots__ = ("levels", "depth", "handoff", "mean_wait", "since")
 
     def __init__(self) -> None:
         # Priority -> key -> that key's waiters; the first key is the next to be served.
         self.levels: dict[int, OrderedDict[str, deque[Waiter]]] = {}
         self.depth = 0
+        # When the line last went from empty to holding a waiter: its backlog began.
+        self.since: float | None = None
         # Woken waiters that have not picked their replica yet: room promised to them.
         self.handoff = 0
         self.mean_wait = 0.0
@@ -93,6 +95,8 @@ class Line:
         else:
             mine.append(waiter)
         self.depth += 1
+        if self.since is None or waiter.since < self.since:
+            self.since = waiter.since
 
     def pop(self) -> Waiter | None:
         """The next to be served: the highest priority's first key, which then goes to
@@ -110,6 +114,8 @@ class Line:
             if not keys:
                 del self.levels[priority]
         self.depth -= 1
+        if not self.depth:
+            self.since = None
         return waiter
 
     def remove(self, waiter: Waiter) -> None:
@@ -119,6 +125,8 @@ class Line:
             return
         mine.remove(waiter)
         self.depth -= 1
+        if not self.depth:
+            self.since = None
         if not mine:
             del keys[waiter.key]
             if not keys:
@@ -154,6 +162,17 @@ class FairQueue:
 
     def depths(self) -> dict[str, int]:
         return {model: line.depth for model, line in self._lines.items()}
+
+    def backlogs(self) -> dict[str, float]:
+        """Per model with requests waiting, the seconds its line has held waiters without
+        a break (since the oldest waiting came, or before: a waiter refused at
+        ``gateway.queue_wait`` does not end a backlog that others still wait in)."""
+        now = self.clock()
+        return {
+            model: max(0.0, now - line.since)
+            for model, line in self._lines.items()
+            if line.since is not None
+        }
 
     async def admit(
         self, model: str, key: str, priority: int, pick: Callable[[], T | None]

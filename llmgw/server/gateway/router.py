@@ -218,6 +218,9 @@ class Router:
         # Failures of replicas themselves, and breakers opened, per (model, replica).
         self.failures: dict[tuple[str, str], int] = {}
         self.breaker_opens: dict[tuple[str, str], int] = {}
+        # Node id -> when (monotonic) a request last began or ended on one of its
+        # replicas: how long its cards have served nothing (lending by policy).
+        self.last_served: dict[str, float] = {}
 
     def table(self) -> dict[str, list[Endpoint]]:
         """Model name → the replicas that serve it, rebuilt only when something changed."""
@@ -413,6 +416,11 @@ class Router:
         return chosen
 
     # -------------------------------------------------------------- breakers
+
+    def serves(self, endpoint: Endpoint) -> None:
+        """A request begins or ends on ``endpoint``: its node served just now."""
+        if endpoint.node:
+            self.last_served[endpoint.node] = time.monotonic()
 
     def succeeded(self, endpoint: Endpoint) -> None:
         endpoint.failures = 0

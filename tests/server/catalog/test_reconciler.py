@@ -371,3 +371,7 @@ def test_a_profile_nowhere_to_go_says_why_by_reason(clock: Clock) -> None:
     note = rec.status[("m", "default")].note
     assert note.startswith("no node fits (memory: 2 nodes, node cordoned: 1 node)")
     assert "llmgw ctl explain m" in note
+    # Lending by policy takes a node back from Slurm for a model with nowhere to go.
+    assert rec.unplaced == {"m": note}
+    rec.plan([model()], nodes)  # one that fits: placed, nothing unplaced any more
+    assert rec.unplaced == {}

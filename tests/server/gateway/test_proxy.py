@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -209,6 +210,19 @@ def test_no_sequence_of_client_requests_opens_a_breaker(tmp_path: Path, modes: l
     shutil.rmtree(tmp_path / "h", ignore_errors=True)
     (tmp_path / "h").mkdir()
     asyncio.run(run())
+
+
+async def test_a_request_marks_when_its_node_last_served(gw: Harness) -> None:
+    """Lending by policy lends a node whose cards served nothing for a while."""
+    assert gw.gateway.router.last_served == {}
+    before = time.monotonic()
+    status, _ = await gw.post(CHAT)
+    assert status == 200
+    assert list(gw.gateway.router.last_served) == ["a"]
+    first = gw.gateway.router.last_served["a"]
+    assert before <= first <= time.monotonic()
+    status, _ = await gw.post(CHAT)
+    assert status == 200 and gw.gateway.router.last_served["a"] > first
 
 
 async def test_a_failing_replica_is_retried_elsewhere_and_its_breaker_opens(gw: Harness) -> None:

@@ -215,6 +215,50 @@ async def test_waiters_of_a_model_that_lost_its_replicas_go_on_without_one() -> 
     assert s.queue.depth("m") == 0
 
 
+async def test_a_backlog_lasts_while_waiters_follow_one_another_past_queue_wait() -> None:
+    """Lending by policy asks how long a model's requests have queued: waiters are
+    refused at ``queue_wait`` (30 s), yet a line that never empties is one backlog."""
+    now = [1000.0]
+    s = scene(wait=30.0, clock=lambda: now[0], recheck=0.005)
+    assert s.queue.backlogs() == {}
+    await s.arrive("w1", "a")
+    now[0] += 20
+    await s.arrive("w2", "b")
+    assert s.queue.backlogs() == {"m": 20.0}
+    now[0] += 11  # w1 is refused at 31 s; w2 still waits
+    with pytest.raises(Refusal):
+        await s.tasks["w1"]
+    assert s.queue.depth("m") == 1
+    assert s.queue.backlogs() == {"m": 31.0}
+    await s.arrive("w3", "a")
+    now[0] += 29
+    assert s.queue.backlogs() == {"m": 60.0}
+    await s.finish_one()  # w2 served; w3 waits on
+    assert s.queue.backlogs() == {"m": 60.0}
+    await s.finish_one()  # w3 served: the line is empty, the backlog ended
+    assert s.served == ["w2", "w3"]
+    assert s.queue.backlogs() == {}
+    await s.arrive("w4", "b")
+    now[0] += 5
+    assert s.queue.backlogs() == {"m": 5.0}
+    s.tasks["w4"].cancel()  # gone: nothing waits
+    with pytest.raises(asyncio.CancelledError):
+        await s.tasks["w4"]
+    assert s.queue.backlogs() == {}
+
+
+async def test_a_woken_waiter_put_back_keeps_its_backlog() -> None:
+    now = [50.0]
+    s = scene(clock=lambda: now[0])
+    await s.arrive("first", "a")
+    now[0] += 10
+    s.pool.busy -= 1
+    s.queue.released("m")  # wakes "first": the line is empty while it picks...
+    s.pool.busy += 1  # ...and a retry elsewhere took the slot
+    await until(lambda: s.queue.depth("m") == 1, "first is back in line")
+    assert s.queue.backlogs() == {"m": 10.0}
+
+
 def test_the_queue_is_on_metrics() -> None:
     m = Metrics()
     m.queued("m", 0.3)
