@@ -132,6 +132,7 @@ class Lender:
                     jobs=jobs,
                     steps=status.steps if status is not None else None,
                     returned=None if back is None else max(0.0, now - back),
+                    cordoned=view.cordoned or view.draining,
                 )
             )
         backlogs = self.sources.backlogs()

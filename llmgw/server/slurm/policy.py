@@ -17,12 +17,12 @@ The rules, in order:
   then those whose last job ends soonest, then those whose jobs' ends are unknown.
 - Lend: only while no model is starved, so a pass never lends and reclaims, and a node
   just taken back for a model is not lent again at once. A node is lent when it is in
-  Slurm's set, serving, Ready, runs no replica (one whose replicas could be placed
-  elsewhere is left to an operator's ``ctl slurm lend``, which moves them first), and
-  served nothing for ``lend_idle_after`` (a node that never served counts as idle for
-  as long as the keeper has watched, so a new leader waits the whole time again); the
-  longest idle first, as long as ``keep_free_gpus`` cards stay with llmgw, counted over
-  the Ready nodes serving llmgw (in Slurm's set or not).
+  Slurm's set, serving, Ready, not cordoned by an operator, runs no replica (one whose
+  replicas could be placed elsewhere is left to an operator's ``ctl slurm lend``, which
+  moves them first), and served nothing for ``lend_idle_after`` (a node that never
+  served counts as idle for as long as the keeper has watched, so a new leader waits
+  the whole time again); the longest idle first, as long as ``keep_free_gpus`` cards stay with llmgw, counted over
+  the Ready, uncordoned nodes serving llmgw (in Slurm's set or not).
 
 The same inputs give the same decisions, in the same order.
 """
@@ -53,7 +53,7 @@ class PolicyNode:
     ``idle``: seconds since its cards (or CPU replicas) last served a request, or since
     it came back to llmgw when that is later; None: it served nothing since the keeper
     began watching. ``returned``: seconds since it came back from Slurm (None: not since
-    the keeper began watching). ``jobs``: None when Slurm could not be asked; ``steps``:
+    the keeper began watching). ``cordoned``: by an operator. ``jobs``: None when Slurm could not be asked; ``steps``:
     the job steps running on the machine (None: not read)."""
 
     id: str
@@ -66,6 +66,9 @@ class PolicyNode:
     jobs: tuple[PolicyJob, ...] | None = None
     steps: int | None = None
     returned: float | None = None
+    # An operator's cordon or drain in llmgw (not one made for Slurm): never lent by
+    # policy, and its cards are not free for llmgw's replicas.
+    cordoned: bool = False
 
 
 @dataclass(frozen=True)
@@ -235,12 +238,16 @@ def _lends(nodes: Sequence[PolicyNode], policy: Policy, watched: float) -> Outlo
     after = policy.lend_idle_after
     if after is None:
         return Outlook([], ["nothing: no model waits for room (lending by policy is off)"])
-    free = sum(n.cards for n in nodes if n.ready and (not n.in_set or n.stage == "serving"))
+    free = sum(
+        n.cards
+        for n in nodes
+        if n.ready and not n.cordoned and (not n.in_set or n.stage == "serving")
+    )
     candidates = sorted(
         (
             (n, watched if n.idle is None else n.idle)
             for n in nodes
-            if n.in_set and n.stage == "serving" and n.ready and n.replicas == 0
+            if n.in_set and n.stage == "serving" and n.ready and not n.cordoned and not n.replicas
         ),
         key=lambda c: (-c[1], c[0].id),
     )

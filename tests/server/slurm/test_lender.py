@@ -228,6 +228,18 @@ async def test_a_node_not_ready_is_neither_lent_nor_counted() -> None:
     ]
 
 
+async def test_a_node_an_operator_cordoned_is_not_lent() -> None:
+    kept = view("n2")
+    kept.cordoned = True
+    fleet = Fleet(kept)
+    fleet.policy = Policy(lend_idle_after=30 * MIN)
+    lender = fleet.lender()
+    fleet.now += 86400
+    assert await lender.pass_once() == []
+    kept.cordoned = False
+    assert lends(await lender.pass_once()) == [("lend", "n2")]
+
+
 def test_inputs_are_read_from_the_views() -> None:
     n2 = view("n2", cards=2, replicas=1)
     n2.slurm = SlurmStatus(version=1, jobs=None, steps=0)

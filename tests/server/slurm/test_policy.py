@@ -122,6 +122,7 @@ def test_a_cpu_node_is_spoken_of_as_itself() -> None:
     [
         ("not in Slurm's set", {"in_set": False}),
         ("not Ready", {"ready": False}),
+        ("cordoned by an operator", {"cordoned": True}),
         ("runs a replica", {"replicas": 1}),
         ("already lent", {"stage": "lent"}),
         ("being lent", {"stage": "lending"}),
@@ -156,6 +157,7 @@ def test_keep_free_gpus_keeps_that_many_cards_with_llmgw() -> None:
         node("n2", cards=2, idle=2 * 3600),
         node("lent", "lent", cards=8),  # Slurm's already: not counted
         node("down", cards=8, ready=False, idle=86400),  # NotReady: not counted
+        replace(node("kept", cards=8, in_set=False), cordoned=True),  # an operator's
     ]
     outlook = decide(nodes, [], policy, NOW, watched=86400)
     # 8 cards with llmgw: lending n1 leaves 6, n2 then 4, and no more.
@@ -378,6 +380,8 @@ def test_the_same_inputs_give_the_same_decisions_in_any_order() -> None:
                 steps=rng.choice([None, 0, 1]),
                 returned=rng.choice([None, 5.0, 600.0]),
             )
+            if rng.random() > 0.1
+            else replace(node(f"n{i}", idle=5 * 3600), cordoned=True)
             for i in range(6)
         ]
         models = [
@@ -404,7 +408,7 @@ def test_the_same_inputs_give_the_same_decisions_in_any_order() -> None:
             chosen = by_id[d.node]
             assert chosen.in_set and chosen.ready and d.reason.startswith(f"{d.node}: ")
             if d.action == "lend":
-                assert chosen.stage == "serving" and chosen.replicas == 0
+                assert chosen.stage == "serving" and not chosen.replicas and not chosen.cordoned
             else:
                 assert chosen.stage == "lent"
         if not policy.on:
@@ -414,7 +418,11 @@ def test_the_same_inputs_give_the_same_decisions_in_any_order() -> None:
         if policy.lend_idle_after is None:
             assert "lend" not in kinds
         lent_cards = sum(by_id[d.node].cards for d in first.decisions if d.action == "lend")
-        free = sum(n.cards for n in nodes if n.ready and (not n.in_set or n.stage == "serving"))
+        free = sum(
+            n.cards
+            for n in nodes
+            if n.ready and not n.cordoned and (not n.in_set or n.stage == "serving")
+        )
         if lent_cards:
             assert free - lent_cards >= policy.keep_free_gpus
 
