@@ -21,8 +21,9 @@ The rules, in order:
   replicas could be placed elsewhere is left to an operator's ``ctl slurm lend``, which
   moves them first), and served nothing for ``lend_idle_after`` (a node that never
   served counts as idle for as long as the keeper has watched, so a new leader waits
-  the whole time again); the longest idle first, as long as ``keep_free_gpus`` cards stay with llmgw, counted over
-  the Ready, uncordoned nodes serving llmgw (in Slurm's set or not).
+  the whole time again); the longest idle first, as long as ``keep_free_gpus`` cards
+  stay with llmgw, counted over the Ready, uncordoned nodes serving llmgw (in Slurm's
+  set or not).
 
 The same inputs give the same decisions, in the same order.
 """
@@ -53,8 +54,9 @@ class PolicyNode:
     ``idle``: seconds since its cards (or CPU replicas) last served a request, or since
     it came back to llmgw when that is later; None: it served nothing since the keeper
     began watching. ``returned``: seconds since it came back from Slurm (None: not since
-    the keeper began watching). ``cordoned``: by an operator. ``jobs``: None when Slurm could not be asked; ``steps``:
-    the job steps running on the machine (None: not read)."""
+    the keeper began watching). ``cordoned``: by an operator. ``jobs``: None when Slurm
+    could not be asked; ``steps``: the job steps running on the machine (None: not
+    read)."""
 
     id: str
     in_set: bool
