@@ -4,8 +4,7 @@ functions, no IO (the Slurm service sends the text to the controller's node).
 - ``conf_node`` makes one node of slurm.conf from its reports: ``slurmd -C``'s figures
   (``SlurmStatus.facts``) when the agent gave them, else the host facts (CPU count and
   memory), and its cards from the host facts. A node that says neither how many CPUs it
-  has is left out (None): slurmctld would refuse a NodeName without a true CPU count
-  once slurmd registered with another.
+  has is left out (None) until it does: Slurm would take it for a one-CPU node.
 - ``gres_type`` names a card as Slurm's own AutoDetect does, so a gres.conf written by
   llmgw and one a Slurm administrator wrote with ``AutoDetect=nvml`` ask for the same
   ``--gres=gpu:<type>:N``.

@@ -118,7 +118,7 @@ async def read_cards(tmp_path: Path, query: Path, listing: Path | str | None = N
 def test_a_two_cpu_node_without_cards_from_slurmd_figures() -> None:
     status = SlurmStatus(version=1, part="slurmd", facts=VM_SLURMD)
     node = conf_node("n1", "10.0.0.2", VM_HOST, status)
-    # slurmd -C's figures win over the host facts (24105 MiB, not MemTotal's 24105.2).
+    # slurmd -C's figures, with the layout the host facts do not have.
     assert node == ConfNode("n1", "10.0.0.2", 2, 1, 1, 2, 1, 24105)
     files = render(cluster(node))
     assert settings(files.slurm_conf) == [
