@@ -2,15 +2,18 @@
 nodes built from what agents report (``slurmd -C``'s figures, or the host facts, and
 the cards the agent reads from the shared ``nvidia-smi`` captures through its own
 reader), the refusals, and Debian's Slurm 22.05 reading the files: slurmctld runs as
-primary controller on them and ``slurmd -G`` accepts the gres.conf they give."""
+primary controller on them and shows the node as written (``scontrol``, through a munged
+of the test's own), and ``slurmd -G`` accepts the gres.conf they give."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -350,18 +353,51 @@ needs_slurm = pytest.mark.skipif(
 )
 
 
+@pytest.fixture
+def munge_socket(tmp_path: Path) -> Iterator[Path]:
+    """A munged of this test's own, on a socket and key of its own: the system's munged
+    (/run/munge), which other tests start and stop, is never touched."""
+    if shutil.which("munged") is None:
+        pytest.skip("munge is not installed (Debian: apt-get install munge)")
+    home = tmp_path / "munge"
+    home.mkdir(mode=0o700)
+    key = home / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    sock = home / "socket"
+    names = {"socket": sock, "key-file": key, "pid-file": home / "pid"}
+    names |= {"log-file": home / "log", "seed-file": home / "seed"}
+    args = [f"--{name}={path}" for name, path in names.items()]
+    # munged refuses to run as root without --force (the agent runs it as munge).
+    force = ["--force"] if os.geteuid() == 0 else []
+    munged = subprocess.Popen(["munged", "--foreground", *force, *args])
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert munged.poll() is None, (home / "log").read_text(errors="replace")
+            assert time.monotonic() < deadline, "munged made no socket in 10 s"
+            time.sleep(0.05)
+        yield sock
+    finally:
+        stop_process(munged)
+
+
 @needs_slurm
 @pytest.mark.xdist_group("slurm")
-def test_slurmctld_runs_as_primary_controller_on_the_files(tmp_path: Path) -> None:
-    # slurmctld does not need munge to start (checked on 22.05.8: it retries munge for a
-    # moment, then runs): no munged is started here.
+def test_slurmctld_runs_as_primary_controller_on_the_files(
+    tmp_path: Path, munge_socket: Path
+) -> None:
     node = conf_node("n1", "127.0.0.1", VM_HOST, SlurmStatus(version=1, facts=VM_SLURMD))
     assert node is not None
+    node = replace(node, gpus=(ConfCard("nvidia_h100_80gb_hbm3", ("/dev/nvidia0",)),))
     root = tmp_path / "slurm"
     host = socket.gethostname().split(".")[0]
     files = render(
         ConfCluster(host, "127.0.0.1", free_port(), free_port(), "llmgw", str(root), (node,), False)
     )
+    # The one line added to the files as written: this test's munged, not the system's.
+    auth = f"AuthType=auth/munge\nAuthInfo=socket={munge_socket}\n"
+    files = replace(files, slurm_conf=files.slurm_conf.replace("AuthType=auth/munge\n", auth))
     conf = write(files, root)
     output = tmp_path / "slurmctld.out"
     with output.open("wb") as out:
@@ -374,11 +410,25 @@ def test_slurmctld_runs_as_primary_controller_on_the_files(tmp_path: Path) -> No
             assert ctld.poll() is None, f"slurmctld stopped:\n{output.read_text()}"
             assert time.monotonic() < deadline, f"slurmctld never ran:\n{output.read_text()}"
             time.sleep(0.1)
+        # Slurm took the node as written: drained with our reason, its cards, its figures.
+        shown = subprocess.run(
+            ["scontrol", "show", "node", "n1", "-o"],
+            env={**os.environ, "SLURM_CONF": str(conf)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert shown.returncode == 0, shown.stderr
     finally:
         stop_process(ctld, grace=10)
+    said = shown.stdout
+    assert re.search(r" State=\S*\+DRAIN ", said), said
+    assert said.rstrip().endswith("Reason=llmgw: not lent"), said
+    for figure in ("CPUTot=2", "RealMemory=24105", "Gres=gpu:nvidia_h100_80gb_hbm3:1"):
+        assert f" {figure} " in said, said
+    assert "Partitions=llmgw " in said
     text = output.read_text(errors="replace")
-    assert "fatal" not in text
-    assert "started on cluster llmgw" in text
+    assert "fatal" not in text and "started on cluster llmgw" in text
 
 
 @needs_slurm
