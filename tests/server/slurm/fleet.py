@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -40,63 +41,11 @@ class Plane:
 
     async def node(self, node_id: str, address: str, cpus: int = 16) -> FakeSession:
         """A node enrolled and registered: Ready, llama.cpp installed, 64 GiB."""
-        cp = self.cp
-        await cp.registry.enrolled(node_id, 1)
-        session = FakeSession()
-        version = cp.engines.version_of("llama.cpp") or "b4321"
-        host = nodefacts.facts(
-            hostname=node_id,
-            cpu_count=cpus,
-            memory_total=64 * GIB,
-            memory_available=64 * GIB,
-            gpus=[],
-        )
-        await cp.registry.register(
-            Register(
-                node_id=node_id,
-                version="test",
-                host=host,
-                address=address,
-                engines=[EngineInfo(name="llama.cpp", path="/x", version=version)],
-                engines_probed=True,
-            ),
-            session,
-        )
-        return session
+        return await register_node(self.cp, node_id, address, cpus)
 
-    def slurm(
-        self,
-        node_id: str,
-        state: str | None = "IDLE+DRAIN",
-        reason: str | None = "llmgw: not lent",
-        jobs: list[SlurmJob] | None = None,
-        steps: int | None = 0,
-        installed: str | None = "22.05.8",
-        problem: str | None = None,
-        cgroup_v2: bool | None = False,
-    ) -> None:
+    def slurm(self, node_id: str, **said: Any) -> None:
         """What the node's agent reports of Slurm (its SlurmStatus)."""
-        self.cp.registry.report(
-            node_id,
-            SlurmStatus(
-                version=self.cp.slurm.kept.now.version,
-                part=self.cp.slurm.service.part_of(node_id),
-                installed=installed,
-                facts=SlurmdFacts(
-                    cpus=4,
-                    sockets_per_board=1,
-                    cores_per_socket=2,
-                    threads_per_core=2,
-                    real_memory=7900,
-                ),
-                state=state,
-                reason=reason,
-                jobs=[] if jobs is None else jobs,
-                steps=steps,
-                problem=problem,
-                cgroup_v2=cgroup_v2,
-            ),
-        )
+        report_slurm(self.cp, node_id, **said)
 
     def serve(self, name: str = "m") -> Model:
         """A llama.cpp model of one replica of 1 GiB, in the catalog."""
@@ -115,6 +64,69 @@ class Plane:
         self.cp.registry.report(
             node_id, ShardStatus(replica_id=replica_id, state=state, fingerprint=None)
         )
+
+
+async def register_node(
+    cp: ControlPlane, node_id: str, address: str, cpus: int = 16
+) -> FakeSession:
+    """A node enrolled and registered: Ready, llama.cpp installed, 64 GiB."""
+    await cp.registry.enrolled(node_id, 1)
+    session = FakeSession()
+    version = cp.engines.version_of("llama.cpp") or "b4321"
+    host = nodefacts.facts(
+        hostname=node_id,
+        cpu_count=cpus,
+        memory_total=64 * GIB,
+        memory_available=64 * GIB,
+        gpus=[],
+    )
+    await cp.registry.register(
+        Register(
+            node_id=node_id,
+            version="test",
+            host=host,
+            address=address,
+            engines=[EngineInfo(name="llama.cpp", path="/x", version=version)],
+            engines_probed=True,
+        ),
+        session,
+    )
+    return session
+
+
+def report_slurm(
+    cp: ControlPlane,
+    node_id: str,
+    state: str | None = "IDLE+DRAIN",
+    reason: str | None = "llmgw: not lent",
+    jobs: list[SlurmJob] | None = None,
+    steps: int | None = 0,
+    installed: str | None = "22.05.8",
+    problem: str | None = None,
+    cgroup_v2: bool | None = False,
+) -> None:
+    """What the node's agent reports of Slurm (its SlurmStatus)."""
+    cp.registry.report(
+        node_id,
+        SlurmStatus(
+            version=cp.slurm.kept.now.version,
+            part=cp.slurm.service.part_of(node_id),
+            installed=installed,
+            facts=SlurmdFacts(
+                cpus=4,
+                sockets_per_board=1,
+                cores_per_socket=2,
+                threads_per_core=2,
+                real_memory=7900,
+            ),
+            state=state,
+            reason=reason,
+            jobs=[] if jobs is None else jobs,
+            steps=steps,
+            problem=problem,
+            cgroup_v2=cgroup_v2,
+        ),
+    )
 
 
 def slurm_sent(session: FakeSession) -> list[Slurm]:
