@@ -7,6 +7,7 @@ refusal changes nothing; the munge key is in no answer and no log line."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -350,3 +351,31 @@ async def test_setup_names_a_ready_controller_when_none_is_given(plane: Plane) -
     plane.cp.registry.nodes["a"].state = NodeState.NOT_READY
     shown = await plane.cp.slurm.service.setup(SlurmSetup(), ADMIN)
     assert shown["controller"] == "b"
+
+
+async def test_the_keepers_duty_gives_a_node_back_when_its_agent_reports(plane: Plane) -> None:
+    """The leader's duty, not a pass called by hand: woken by the agent's report (the
+    registry's change), well before its 2 s pass would come round."""
+    await two_nodes(plane)
+    await setup(plane, controller="a")
+    service = plane.cp.slurm.service
+    await service.lend(SlurmNodes(nodes=("b",)), ADMIN)
+    await service.reclaim(SlurmNodes(nodes=("b",)), ADMIN)
+    plane.slurm("b", state="MIXED+DRAIN", reason="llmgw: reclaimed", jobs=[SlurmJob(id="3")])
+    keeper = plane.cp.slurm.keeper
+    keeper.interval = 3600.0
+    stop = asyncio.Event()
+    task = asyncio.create_task(keeper.run(stop))
+    try:
+        async with asyncio.timeout(10):
+            while keeper.passes < 1:
+                await asyncio.sleep(0.01)
+        assert service.stage_of("b") == "reclaiming"
+        plane.slurm("b", state="IDLE+DRAIN", reason="llmgw: reclaimed")
+        async with asyncio.timeout(10):
+            while service.stage_of("b") != "serving":
+                await asyncio.sleep(0.01)
+        assert not plane.cp.registry.nodes["b"].cordoned
+    finally:
+        stop.set()
+        await task
