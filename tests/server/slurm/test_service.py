@@ -267,10 +267,15 @@ async def test_an_administrators_drain_is_theirs_and_a_broken_slurm_keeps_no_nod
             problem="slurmctld at 127.0.0.1:6817 does not answer: start it on a",
         ),
     )
+    # And on the controller's node, not lent, slurmctld does not start: llmgw keeps it.
+    plane.slurm("a", state=None, reason=None, jobs=None, problem="slurmctld exited: see its log")
     await plane.cp.slurm.keeper.pass_once()
     assert not plane.cp.registry.nodes["b"].cordoned
+    assert not plane.cp.registry.nodes["a"].cordoned
+    assert plane.cp.slurm.service.stage_of("a") == "serving"
     status = plane.cp.slurm.service.status()
     assert any("does not answer" in w for w in status["warnings"])
+    assert "a: slurmctld exited: see its log" in status["warnings"]
 
 
 async def test_a_new_leader_carries_on_a_reclaim(plane: Plane) -> None:
