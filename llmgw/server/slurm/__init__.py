@@ -1,1 +1,1 @@
-"""Slurm beside llmgw: its configuration, the nodes lent to it, lending by policy."""
+"""Slurm beside llmgw: the files it runs on, and the nodes lent to it and taken back."""
