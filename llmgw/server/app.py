@@ -175,6 +175,7 @@ class ControlPlane:
             write_usage=self._write_usage,
             tree=lambda: self.directory.now,
         )
+        self.slurm.lend_by_policy(self.gateway.router, self.gateway.queue, self.reconciler)
         self.views = ModelViews(
             self.models.models,
             self.reconciler,

@@ -8,6 +8,7 @@ leader carries on where the last one was:
   uncordoned if llmgw cordoned it, and out of ``reclaim`` (audit ``slurm.reclaimed``);
   a lending node with no replica left is lent by the same reading (its stage is worked
   out, never kept), so its next message says ``lent``;
+- lending by policy decides and lends or reclaims (``lender.py``; off by default);
 - each connected agent is sent its ``Slurm`` message when it changed since the last
   one sent on that stream (the controller's carries the files, rendered once a pass
   from every node's facts and Slurm status).
@@ -26,12 +27,16 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
+from llmgw.server.gateway.queue import FairQueue
+from llmgw.server.gateway.router import Router
 from llmgw.server.leader import Duty
 from llmgw.server.principal import Principal
 from llmgw.server.slurm.conf import SlurmFiles
+from llmgw.server.slurm.lender import Lender, policy_lender
 from llmgw.server.slurm.service import SlurmService
 from llmgw.server.slurm.settings import KeptSlurm
 from llmgw.server.store import Store
@@ -60,6 +65,8 @@ class SlurmKeeper:
         # The message last sent to each node, with the stream it went on.
         self.sent: dict[str, tuple[object, Slurm]] = {}
         self.passes = 0
+        # Lending by policy (lender.py), once the gateway it reads exists (app.py).
+        self.lender: Lender | None = None
 
     def poke(self) -> None:
         """Something changed (a workflow of the service): a pass soon."""
@@ -67,6 +74,8 @@ class SlurmKeeper:
 
     async def run(self, stop: asyncio.Event) -> None:
         self.sent = {}
+        if self.lender is not None:
+            self.lender.restart()
         while not stop.is_set():
             seen = self.registry.version
             try:
@@ -89,8 +98,18 @@ class SlurmKeeper:
         if back:
             await service.give_back(back, KEEPER)
             log.info("back in llmgw from Slurm: %s", ", ".join(back))
+        await self.lend_by_policy()
         await self.send_messages()
         self.passes += 1
+
+    async def lend_by_policy(self) -> None:
+        """The policy's pass (while Slurm is on), and what it would do next."""
+        lender = self.lender
+        if lender is None or not self.service.settings.enabled:
+            self.service.next = []
+            return
+        await lender.pass_once()
+        self.service.next = lender.next
 
     async def send_messages(self) -> None:
         files: SlurmFiles | None
@@ -123,6 +142,13 @@ class SlurmParts:
 
     def duty(self) -> Duty:
         return Duty("slurm", self.keeper.run)
+
+    def lend_by_policy(self, router: Router, queue: FairQueue, reconciler: Reconciler) -> None:
+        """Lending by policy, reading the gateway (built after these parts) and the
+        reconciler."""
+        registry = self.keeper.registry
+        service = self.service
+        self.keeper.lender = policy_lender(service, service, registry, router, queue, reconciler)
 
 
 def slurm_parts(

@@ -27,20 +27,26 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.catalog.reconciler import Reconciler
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.gateway.queue import FairQueue
+from llmgw.server.gateway.router import Router
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
+from llmgw.server.requests import SlurmNodes
 from llmgw.server.slurm.policy import (
     Decision,
     Outlook,
-    Policy,
     PolicyJob,
     PolicyModel,
     PolicyNode,
     Stage,
     decide,
 )
+from llmgw.server.slurm.settings import SlurmPolicy
+from llmgw.server.slurm.view import SlurmView
 from llmgw.wire.states import NodeState
 
 log = logging.getLogger("llmgw.slurm.policy")
@@ -49,6 +55,12 @@ log = logging.getLogger("llmgw.slurm.policy")
 POLICY = Principal.system("slurm-policy")
 
 Clock = Callable[[], float]
+STAGES: dict[str | None, Stage] = {
+    "serving": "serving",
+    "lending": "lending",
+    "lent": "lent",
+    "reclaiming": "reclaiming",
+}
 # The decision carried out (the Slurm service's lend or reclaim, with its reason).
 Act = Callable[[Decision], Awaitable[object]]
 
@@ -61,7 +73,7 @@ class Sources:
     ``backlogs``: model -> seconds its requests have queued; ``unplaced``: model -> why
     a replica of it has nowhere to go."""
 
-    policy: Callable[[], Policy]
+    policy: Callable[[], SlurmPolicy]
     stages: Callable[[], Mapping[str, Stage]]
     nodes: Callable[[], Mapping[str, NodeView]]
     served: Callable[[], Mapping[str, float]]
@@ -173,3 +185,51 @@ class Lender:
             refused.get((d.action, d.node), d.words()) for d in after.decisions
         ] or after.waiting
         return done
+
+
+class Desk(Protocol):
+    """What the lender asks of the Slurm service: its lend and reclaim, with a reason."""
+
+    async def lend(self, ask: SlurmNodes, by: Principal, reason: str | None = None) -> object: ...
+
+    async def reclaim(
+        self, ask: SlurmNodes, by: Principal, reason: str | None = None
+    ) -> object: ...
+
+
+def policy_lender(
+    view: SlurmView,
+    desk: Desk,
+    registry: NodeRegistry,
+    router: Router,
+    queue: FairQueue,
+    reconciler: Reconciler,
+) -> Lender:
+    """The lender of a control plane: the Slurm service's settings and stages (``view``)
+    and workflows (``desk``), the registry, the gateway's router and queue, the
+    reconciler."""
+
+    def stages() -> dict[str, Stage]:
+        found: dict[str, Stage] = {}
+        for node_id in registry.nodes:
+            stage = STAGES.get(view.stage_of(node_id))
+            if stage is not None:
+                found[node_id] = stage
+        return found
+
+    async def act(decision: Decision) -> None:
+        ask = SlurmNodes(nodes=(decision.node,))
+        if decision.action == "lend":
+            await desk.lend(ask, POLICY, decision.reason)
+        else:
+            await desk.reclaim(ask, POLICY, decision.reason)
+
+    sources = Sources(
+        policy=lambda: view.settings.policy,
+        stages=stages,
+        nodes=lambda: registry.nodes,
+        served=lambda: router.last_served,
+        backlogs=queue.backlogs,
+        unplaced=lambda: reconciler.unplaced,
+    )
+    return Lender(sources, act)

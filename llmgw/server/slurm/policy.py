@@ -34,6 +34,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from llmgw.server.slurm.settings import SlurmPolicy
+
 Stage = Literal["serving", "lending", "lent", "reclaiming"]
 Action = Literal["lend", "reclaim"]
 
@@ -85,19 +87,6 @@ class PolicyModel:
 
 
 @dataclass(frozen=True)
-class Policy:
-    """``ctl slurm policy``'s settings, durations in seconds; None: that half is off."""
-
-    lend_idle_after: float | None = None
-    keep_free_gpus: int = 0
-    reclaim_when_queued: float | None = None
-
-    @property
-    def on(self) -> bool:
-        return self.lend_idle_after is not None or self.reclaim_when_queued is not None
-
-
-@dataclass(frozen=True)
 class Decision:
     """Lend or reclaim one node, and why, in words (the audit's reason)."""
 
@@ -136,7 +125,7 @@ def span(seconds: float) -> str:
 def decide(
     nodes: Sequence[PolicyNode],
     models: Sequence[PolicyModel],
-    policy: Policy,
+    policy: SlurmPolicy,
     now: float,
     watched: float,
 ) -> Outlook:
@@ -151,7 +140,7 @@ def decide(
     return _lends(nodes, policy, watched)
 
 
-def _starved(models: Sequence[PolicyModel], policy: Policy) -> list[tuple[PolicyModel, str]]:
+def _starved(models: Sequence[PolicyModel], policy: SlurmPolicy) -> list[tuple[PolicyModel, str]]:
     """Each starved model and why, most starved first: nowhere to go before queued, the
     longest queued first, then by name."""
     limit = policy.reclaim_when_queued
@@ -199,7 +188,7 @@ def _jobs_words(node: PolicyNode, now: float) -> str:
 def _reclaims(
     nodes: Sequence[PolicyNode],
     starved: list[tuple[PolicyModel, str]],
-    policy: Policy,
+    policy: SlurmPolicy,
     now: float,
 ) -> Outlook:
     limit = policy.reclaim_when_queued
@@ -236,7 +225,7 @@ def _reclaims(
     return Outlook(decisions, waiting)
 
 
-def _lends(nodes: Sequence[PolicyNode], policy: Policy, watched: float) -> Outlook:
+def _lends(nodes: Sequence[PolicyNode], policy: SlurmPolicy, watched: float) -> Outlook:
     after = policy.lend_idle_after
     if after is None:
         return Outlook([], ["nothing: no model waits for room (lending by policy is off)"])

@@ -161,9 +161,10 @@ class SlurmService(SlurmView):
     def _ready(view: NodeView) -> bool:
         return view.state == NodeState.READY and view.session is not None
 
-    async def lend(self, ask: SlurmNodes, by: Principal) -> SlurmJson:
+    async def lend(self, ask: SlurmNodes, by: Principal, reason: str | None = None) -> SlurmJson:
         """Lend nodes to Slurm: their replicas are placed elsewhere before they stop
-        (refused, naming where each would have to go, when one fits nowhere else)."""
+        (refused, naming where each would have to go, when one fits nowhere else).
+        ``reason``: the audit's words (lending by policy's), else the nodes named."""
         s = self._on()
         views = self._views(ask.nodes)
         outside = [v.id for v in views if not s.in_set(v.id)]
@@ -186,15 +187,16 @@ class SlurmService(SlurmView):
             cordoned=tuple(sorted({*s.cordoned, *(v.id for v in ours)})),
         )
         if changed != s:
-            await self.kept.write(changed, by, "slurm.lend", ", ".join(v.id for v in new))
+            said = reason or ", ".join(v.id for v in new)
+            await self.kept.write(changed, by, "slurm.lend", said)
         for view in ours:
             await self.fleet.mark(view.id, "drain" if view.shards else "cordon", by)
         self.changed()
         return self.status()
 
-    async def reclaim(self, ask: SlurmNodes, by: Principal) -> SlurmJson:
+    async def reclaim(self, ask: SlurmNodes, by: Principal, reason: str | None = None) -> SlurmJson:
         """Take nodes back: drained in Slurm, cordoned in llmgw until their last job
-        step ends (the keeper gives each back)."""
+        step ends (the keeper gives each back). ``reason`` as for ``lend``."""
         s = self._on()
         self._views(ask.nodes)
         not_lent = [n for n in ask.nodes if n not in s.lend and n not in s.reclaim]
@@ -208,7 +210,7 @@ class SlurmService(SlurmView):
                 lend=tuple(n for n in s.lend if n not in taken),
                 reclaim=tuple(sorted({*s.reclaim, *taken})),
             )
-            await self.kept.write(changed, by, "slurm.reclaim", ", ".join(taken))
+            await self.kept.write(changed, by, "slurm.reclaim", reason or ", ".join(taken))
         self.changed()
         return self.status()
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.slurm.lender import Lender, Sources
-from llmgw.server.slurm.policy import Decision, Policy, Stage
+from llmgw.server.slurm.policy import Decision, Stage
+from llmgw.server.slurm.settings import SlurmPolicy as Policy
 from llmgw.wire.hardware import GPU, HostFacts
 from llmgw.wire.messages import ShardStatus, SlurmJob, SlurmStatus
 from llmgw.wire.states import NodeState, ShardState

@@ -9,13 +9,13 @@ import pytest
 
 from llmgw.server.slurm.policy import (
     Decision,
-    Policy,
     PolicyJob,
     PolicyModel,
     PolicyNode,
     decide,
     span,
 )
+from llmgw.server.slurm.settings import SlurmPolicy as Policy
 
 NOW = 1_800_000_000.0
 MIN = 60.0
