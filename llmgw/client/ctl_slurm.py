@@ -66,7 +66,7 @@ def shown(doc: SlurmJson) -> str:
             f"{_minutes(policy['reclaim_when_queued'])}"
         )
     if doc["next"]:
-        out.append("The policy's next pass would:\n" + "\n".join(f"  {n}" for n in doc["next"]))
+        out.append("Lending by policy, next:\n" + "\n".join(f"  {n}" for n in doc["next"]))
     if doc["warnings"]:
         out.append("Warnings:\n" + "\n".join(doc["warnings"]))
     return "\n\n".join(out)

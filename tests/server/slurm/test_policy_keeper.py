@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from llmgw.client.ctl_slurm import shown as status_text
 from llmgw.server.catalog.model import Model, Profile
 from llmgw.server.gateway.router import Endpoint
 from llmgw.server.slurm.lender import Lender
@@ -111,9 +112,12 @@ async def test_an_idle_node_is_lent_after_the_set_time_and_not_before(plane: Pla
     await keeper.pass_once()
     assert plane.cp.slurm.service.stage_of("b") == "serving"
     assert not plane.cp.registry.nodes["b"].cordoned and last(plane, "b").lent is False
-    assert (await shown(plane))["next"] == [
-        "lend b in 1 s if it serves nothing meanwhile (policy: 30 min)"
-    ]
+    doc = await shown(plane)
+    assert doc["next"] == ["lend b in 1 s if it serves nothing meanwhile (policy: 30 min)"]
+    # `ctl slurm status` says it after its table.
+    assert status_text(doc).endswith(
+        "Lending by policy, next:\n  lend b in 1 s if it serves nothing meanwhile (policy: 30 min)"
+    )
     assert await policy_audit(plane) == []
     clock.now += 1
     await keeper.pass_once()
