@@ -108,7 +108,12 @@ class SlurmKeeper:
         if lender is None or not self.service.settings.enabled:
             self.service.next = []
             return
-        await lender.pass_once()
+        try:
+            await lender.pass_once()
+        except Exception:
+            # The nodes still hear their part this pass; the policy tries at the next.
+            log.exception("lending by policy failed this pass; the next one tries again")
+            return
         self.service.next = lender.next
 
     async def send_messages(self) -> None:

@@ -11,10 +11,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+import pytest
+
 from llmgw.client.ctl_slurm import shown as status_text
 from llmgw.server.catalog.model import Model, Profile
 from llmgw.server.gateway.router import Endpoint
 from llmgw.server.slurm.lender import Lender
+from llmgw.server.slurm.policy import Decision
+from llmgw.server.store import StoreUnavailable
 from llmgw.wire.messages import Slurm, SlurmJob, StartShard
 from llmgw.wire.states import ShardState
 from tests.server.slurm.fleet import GIB, Plane, plane, slurm_data, slurm_sent
@@ -252,3 +256,30 @@ async def test_with_the_policy_off_nothing_happens(plane: Plane) -> None:
         assert [service.stage_of(n) for n in "abc"] == ["serving", "lent", "serving"]
         assert (await shown(plane))["next"] == []
         assert await policy_audit(plane) == []
+
+
+async def test_a_failed_decision_keeps_no_node_from_hearing_its_part(
+    plane: Plane, caplog: pytest.LogCaptureFixture
+) -> None:
+    await plane.node("a", "127.0.0.1")
+    b = await plane.node("b", "127.0.0.2")
+    plane.slurm("a")
+    await setup(plane, controller="a", nodes=["b"])
+    clock = Clock(plane)
+    await policy(plane, lend_idle_after=1800)
+    lender = plane.cp.slurm.keeper.lender
+    assert lender is not None
+    act = lender.act
+
+    async def broken(decision: Decision) -> object:
+        raise StoreUnavailable("the store is read-only")
+
+    lender.act = broken
+    clock.now += 31 * MIN
+    await plane.cp.slurm.keeper.pass_once()
+    assert "lending by policy failed this pass" in caplog.text
+    assert [m.part for m in slurm_sent(b)] == ["slurmd"]  # told its part all the same
+    assert plane.cp.slurm.service.stage_of("b") == "serving"
+    lender.act = act
+    await plane.cp.slurm.keeper.pass_once()
+    assert plane.cp.slurm.service.stage_of("b") == "lent"
