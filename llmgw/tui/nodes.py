@@ -3,6 +3,9 @@ highlighted node's warnings in full with their fix, and Enter opens the node's p
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import cast
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
@@ -14,12 +17,23 @@ from llmgw.wire.admin import CardJson, NodeJson
 COLUMNS = ("NODE", "STATE", "CPU", "MEMORY", "CARDS", "ENGINES", "WARNINGS")
 
 
+def slurm_stage(n: NodeJson) -> str | None:
+    """The node's stage in Slurm's set (serving, lending, lent, reclaiming); None when
+    it is not in the set, or the control plane is older than Slurm beside llmgw."""
+    stage = cast(Mapping[str, object], n).get("slurm")
+    return stage if isinstance(stage, str) else None
+
+
 def node_state(n: NodeJson) -> str:
     state = n.get("state") or DASH
     if n.get("draining"):
         state += ",Draining"
     elif n.get("cordoned"):
         state += ",Cordoned"
+    stage = slurm_stage(n)
+    # Serving is the usual stage: only a node on its way to Slurm, or Slurm's, says so.
+    if stage is not None and stage != "serving":
+        state += f",{stage}"
     return state
 
 
@@ -66,6 +80,9 @@ def node_detail(n: NodeJson | None, hint: bool = True) -> Text:
     labels = n.get("labels") or {}
     if labels:
         text.append("  labels " + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    stage = slurm_stage(n)
+    if stage is not None:
+        text.append(f"\nSlurm: {stage}" + (" (Slurm's to schedule)" if stage == "lent" else ""))
     if n.get("state") != "Ready":
         reason = n.get("reason") or "no reason given"
         text.append(f"\n✗ {n.get('state') or 'unknown'}: {reason}", style="red")

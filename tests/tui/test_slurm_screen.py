@@ -1,0 +1,321 @@
+"""The console's Slurm screen against the admin API's client answering from a table
+(``tests/support/fakeadmin.py``), driven by Pilot: each node's part, stage, Slurm's state
+and reason, jobs, version and what it waits for; the highlighted node in full with its
+problem's fix; the warnings and what the policy would do next; lend and reclaim behind
+a question, sent as the admin API's bodies, the control plane's refusal shown as it
+said it; a control plane without the route; and the Nodes screen marking a lent node."""
+
+from __future__ import annotations
+
+import copy
+import io
+import urllib.error
+from email.message import Message
+from typing import Any
+
+from rich.text import Text
+from textual.pilot import Pilot
+from textual.screen import Screen
+from textual.widgets import DataTable, Static
+
+from llmgw.client.admin import AdminError
+from llmgw.tui.api import ConsoleApi
+from llmgw.tui.app import ConsoleApp
+from llmgw.tui.dialogs import ConfirmDialog
+from llmgw.tui.slurm import NO_SLURM, SlurmPane
+from llmgw.wire.admin import SlurmJson, SlurmNodeJson
+from tests.support.fakeadmin import FakeAdmin
+from tests.tui.test_node_screens import until
+
+NOW = 1_900_000_000.0
+PROBLEM = (
+    "munge: munged is not running (the key at /etc/munge/munge.key is not the cluster's). "
+    "Fix: restart the agent, which writes the key the control plane sends"
+)
+WARNING = (
+    "slurmctld on n1 does not answer. Fix: see `journalctl -u slurmctld` on n1; llmgw "
+    "keeps serving on every node"
+)
+
+
+def slurm_node(node: str, part: str, stage: str, **given: Any) -> SlurmNodeJson:
+    n: SlurmNodeJson = {
+        "node": node,
+        "name": node,
+        "part": part,
+        "stage": stage,
+        "lent": stage == "lent",
+        "connected": True,
+        "state": "IDLE+DRAIN",
+        "reason": "llmgw: not lent",
+        "admin_drain": False,
+        "jobs": [],
+        "steps": 0,
+        "version": "22.05.8",
+        "running": ["munge", "slurmd"],
+        "problem": None,
+        "doing": None,
+        "waiting_for": None,
+    }
+    n.update(given)  # type: ignore[typeddict-item]
+    return n
+
+
+def slurm_json() -> SlurmJson:
+    return {
+        "enabled": True,
+        "controller": "n1",
+        "conf_server": "10.0.0.1:6817",
+        "partition": "llmgw",
+        "ctld_port": 6817,
+        "slurmd_port": 6818,
+        "root": "",
+        "nodes": [
+            slurm_node("n1", "both", "serving", running=["munge", "slurmctld", "slurmd"]),
+            slurm_node(
+                "n2",
+                "slurmd",
+                "lent",
+                state="MIXED",
+                reason=None,
+                jobs=[
+                    {
+                        "id": "41",
+                        "name": "train",
+                        "user": "ayse",
+                        "state": "RUNNING",
+                        "end": NOW + 600,
+                    }
+                ],
+                steps=1,
+            ),
+            slurm_node(
+                "n3",
+                "slurmd",
+                "reclaiming",
+                state="ALLOCATED+DRAIN",
+                reason="llmgw: reclaimed",
+                jobs=None,
+                steps=None,
+                waiting_for="job 42 to end (srun sleep)",
+                problem=PROBLEM,
+            ),
+            slurm_node("n4", "slurmd", "serving", reason="maintenance", admin_drain=True),
+        ],
+        "policy": {"lend_idle_after": 1800.0, "keep_free_gpus": 2, "reclaim_when_queued": 60.0},
+        "next": ["lend n1: its cards served nothing for 31 min (policy: 30 min)"],
+        "warnings": [WARNING],
+    }
+
+
+def node_json(node: str, slurm: str | None) -> dict[str, Any]:
+    return {
+        "id": node,
+        "state": "Ready",
+        "reason": "",
+        "connected": True,
+        "address": "10.0.0.2",
+        "gpus": [],
+        "engines": [],
+        "warnings": [],
+        "cordoned": slurm == "lent",
+        "draining": False,
+        "labels": {},
+        "slurm": slurm,
+    }
+
+
+def refusal(path: str, code: int, message: str) -> AdminError:
+    """As the client raises a refusal: the message after the URL, the HTTP error under."""
+    url = f"http://cp{path}"
+    error = AdminError(f"{url}: {message}", None, code)
+    error.__cause__ = urllib.error.HTTPError(url, code, message, Message(), io.BytesIO())
+    return error
+
+
+def fake_admin() -> FakeAdmin:
+    admin = FakeAdmin()
+    admin.answer("GET", "/api/v1/status", {"version": "t", "leader": True, "nodes": {}})
+    nodes = [node_json("n1", "serving"), node_json("n2", "lent"), node_json("n9", None)]
+    admin.answer("GET", "/api/v1/nodes", nodes)
+    for path in ("models", "replicas", "keys", "people", "orgs"):
+        admin.answer("GET", f"/api/v1/{path}", [])
+    admin.answer("GET", "/api/v1/slurm", slurm_json())
+    return admin
+
+
+def cells(table: DataTable[Any], key: str) -> list[str]:
+    return [str(c) for c in table.get_row(key)]
+
+
+def plain(where: ConsoleApp | Screen[Any], selector: str) -> str:
+    shown = where.query_one(selector, Static).content
+    return shown.plain if isinstance(shown, Text) else str(shown)
+
+
+async def show_slurm(app: ConsoleApp, pilot: Pilot[None]) -> DataTable[Any]:
+    await until(pilot, lambda: app.snapshot.at, "the first snapshot")
+    await pilot.press(SlurmPane.KEY)
+    table = app.query_one("#slurm-table", DataTable)
+    await until(pilot, lambda: table.row_count == 4, "Slurm's nodes")
+    return table
+
+
+async def test_each_node_its_part_stage_state_jobs_version_and_what_it_waits_for() -> None:
+    admin = fake_admin()
+    app = ConsoleApp(ConsoleApi(admin), refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        table = await show_slurm(app, pilot)
+        assert cells(table, "n1") == [
+            "n1",
+            "both",
+            "serving",
+            "IDLE+DRAIN",
+            "llmgw: not lent",
+            "0",
+            "22.05.8",
+            "-",
+        ]
+        assert cells(table, "n2")[:6] == ["n2", "slurmd", "lent", "MIXED", "-", "1"]
+        # Jobs not read (slurmctld could not be asked) are a dash, never 0.
+        assert cells(table, "n3") == [
+            "n3",
+            "slurmd",
+            "reclaiming",
+            "ALLOCATED+DRAIN",
+            "llmgw: reclaimed",
+            "-",
+            "22.05.8",
+            "job 42 to end (srun sleep)",
+        ]
+        cluster = plain(app, "#slurm-cluster")
+        assert "Slurm on · controller n1 (10.0.0.1:6817) · partition llmgw" in cluster
+        assert "⚠ slurmctld on n1 does not answer" in cluster
+        assert "\n  fix: see `journalctl -u slurmctld` on n1" in cluster
+        assert "Policy: lend after 30 min idle, keep 2 card(s) free, reclaim when queued" in (
+            cluster
+        )
+        assert "next: lend n1: its cards served nothing for 31 min (policy: 30 min)" in cluster
+
+        table.focus()
+        await pilot.press("down")
+        await until(pilot, lambda: "job 41" in plain(app, "#slurm-detail"), "n2's jobs")
+        detail = plain(app, "#slurm-detail")
+        assert "n2  slurmd · lent · Slurm's to schedule" in detail
+        assert "job 41 train by ayse RUNNING, ends in" in detail
+        assert "Job steps on the machine: 1" in detail
+
+        await pilot.press("down")
+        await until(pilot, lambda: "Waiting for" in plain(app, "#slurm-detail"), "n3")
+        detail = plain(app, "#slurm-detail")
+        assert "Jobs: not read (slurmctld could not be asked)" in detail
+        assert "Waiting for job 42 to end (srun sleep)" in detail
+        assert "⚠ munge: munged is not running" in detail
+        assert "\n  fix: restart the agent, which writes the key" in detail
+
+        await pilot.press("down")
+        await until(pilot, lambda: "administrator" in plain(app, "#slurm-detail"), "n4")
+        assert "Drained by a Slurm administrator: llmgw never resumes" in plain(
+            app, "#slurm-detail"
+        )
+
+
+async def test_lend_asks_first_then_sends_the_node_and_shows_the_answer() -> None:
+    admin = fake_admin()
+    lent = slurm_json()
+    lent["nodes"][0] = slurm_node("n1", "both", "lending", waiting_for="replica qwen-0 to move")
+    admin.answer("POST", "/api/v1/slurm/lend", lent)
+    app = ConsoleApp(ConsoleApi(admin), refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        table = await show_slurm(app, pilot)
+        table.focus()
+        # Escape: nothing is sent.
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        assert "Lend n1 to Slurm? Its replicas are placed on other nodes" in plain(
+            app.screen, "#message"
+        )
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmDialog), "no question")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        await pilot.press("y")
+        await until(pilot, lambda: cells(table, "n1")[2] == "lending", "the answer shown")
+        posts = [a for a in admin.asked if a[0] == "POST"]
+        assert posts == [("POST", "/api/v1/slurm/lend", {"nodes": ["n1"]})]
+        assert cells(table, "n1")[7] == "replica qwen-0 to move"
+        await until(
+            pilot, lambda: any("n1: lending" in str(n.message) for n in app._notifications), "said"
+        )
+
+
+async def test_a_refused_reclaim_is_shown_as_the_control_plane_said_it() -> None:
+    admin = fake_admin()
+    why = "slurm is off: run `llmgw ctl slurm setup` first"
+    admin.answer("POST", "/api/v1/slurm/reclaim", refusal("/api/v1/slurm/reclaim", 409, why))
+    app = ConsoleApp(ConsoleApi(admin), refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        table = await show_slurm(app, pilot)
+        table.focus()
+        await pilot.press("down")
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        assert "Take n2 back from Slurm?" in plain(app.screen, "#message")
+        await pilot.press("y")
+        await until(
+            pilot, lambda: any(str(n.message) == why for n in app._notifications), "the refusal"
+        )
+        assert ("POST", "/api/v1/slurm/reclaim", {"nodes": ["n2"]}) in admin.asked
+        # Nothing changed: the table is the last answer's.
+        assert cells(table, "n2")[2] == "lent"
+
+
+async def test_a_control_plane_without_slurm_says_so() -> None:
+    admin = fake_admin()
+    admin.answer("GET", "/api/v1/slurm", refusal("/api/v1/slurm", 404, "Not Found"))
+    app = ConsoleApp(ConsoleApi(admin), refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await until(pilot, lambda: app.snapshot.at, "the first snapshot")
+        await pilot.press(SlurmPane.KEY)
+        await until(pilot, lambda: plain(app, "#slurm-cluster") == NO_SLURM, "the 404 said")
+        assert app.query_one("#slurm-table", DataTable).row_count == 0
+
+
+async def test_slurm_off_and_no_policy() -> None:
+    admin = fake_admin()
+    off = copy.deepcopy(slurm_json())
+    off.update(enabled=False, controller=None, conf_server=None, nodes=[], next=[], warnings=[])
+    off["policy"] = {"lend_idle_after": None, "keep_free_gpus": 0, "reclaim_when_queued": None}
+    admin.answer("GET", "/api/v1/slurm", off)
+    app = ConsoleApp(ConsoleApi(admin), refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await until(pilot, lambda: app.snapshot.at, "the first snapshot")
+        await pilot.press(SlurmPane.KEY)
+        await until(pilot, lambda: "Slurm is off" in plain(app, "#slurm-cluster"), "off said")
+        assert plain(app, "#slurm-cluster") == (
+            "Slurm is off: `llmgw ctl slurm setup` turns it on.\nPolicy: off"
+        )
+        await pilot.press("l")
+        await until(
+            pilot, lambda: any("No node to lend" in str(n.message) for n in app._notifications), "-"
+        )
+        assert not isinstance(app.screen, ConfirmDialog)
+
+
+async def test_the_nodes_screen_marks_a_lent_node() -> None:
+    admin = fake_admin()
+    app = ConsoleApp(ConsoleApi(admin), refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await until(pilot, lambda: app.snapshot.nodes, "the first snapshot")
+        await pilot.press("2")
+        table = app.query_one("#nodes-table", DataTable)
+        await until(pilot, lambda: table.row_count == 3, "the nodes")
+        assert cells(table, "n2")[1] == "Ready,Cordoned,lent"
+        # Serving, or not in Slurm's set: the state alone.
+        assert cells(table, "n1")[1] == "Ready"
+        assert cells(table, "n9")[1] == "Ready"
+        table.focus()
+        await pilot.press("down")
+        detail = app.query_one("#nodes-detail", Static)
+        await until(pilot, lambda: "Slurm: lent" in str(detail.render()), "n2's detail")
+        assert "Slurm: lent (Slurm's to schedule)" in str(detail.render())
