@@ -7,7 +7,6 @@ said it; a control plane without the route; and the Nodes screen marking a lent 
 
 from __future__ import annotations
 
-import copy
 import io
 import urllib.error
 from email.message import Message
@@ -23,89 +22,9 @@ from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
 from llmgw.tui.dialogs import ConfirmDialog
 from llmgw.tui.slurm import NO_SLURM, SlurmPane
-from llmgw.wire.admin import SlurmJson, SlurmNodeJson
 from tests.support.fakeadmin import FakeAdmin
+from tests.support.slurmjson import slurm_json, slurm_node, slurm_off
 from tests.tui.test_node_screens import until
-
-NOW = 1_900_000_000.0
-PROBLEM = (
-    "munge: munged is not running (the key at /etc/munge/munge.key is not the cluster's). "
-    "Fix: restart the agent, which writes the key the control plane sends"
-)
-WARNING = (
-    "slurmctld on n1 does not answer. Fix: see `journalctl -u slurmctld` on n1; llmgw "
-    "keeps serving on every node"
-)
-
-
-def slurm_node(node: str, part: str, stage: str, **given: Any) -> SlurmNodeJson:
-    n: SlurmNodeJson = {
-        "node": node,
-        "name": node,
-        "part": part,
-        "stage": stage,
-        "lent": stage == "lent",
-        "connected": True,
-        "state": "IDLE+DRAIN",
-        "reason": "llmgw: not lent",
-        "admin_drain": False,
-        "jobs": [],
-        "steps": 0,
-        "version": "22.05.8",
-        "running": ["munge", "slurmd"],
-        "problem": None,
-        "doing": None,
-        "waiting_for": None,
-    }
-    n.update(given)  # type: ignore[typeddict-item]
-    return n
-
-
-def slurm_json() -> SlurmJson:
-    return {
-        "enabled": True,
-        "controller": "n1",
-        "conf_server": "10.0.0.1:6817",
-        "partition": "llmgw",
-        "ctld_port": 6817,
-        "slurmd_port": 6818,
-        "root": "",
-        "nodes": [
-            slurm_node("n1", "both", "serving", running=["munge", "slurmctld", "slurmd"]),
-            slurm_node(
-                "n2",
-                "slurmd",
-                "lent",
-                state="MIXED",
-                reason=None,
-                jobs=[
-                    {
-                        "id": "41",
-                        "name": "train",
-                        "user": "ayse",
-                        "state": "RUNNING",
-                        "end": NOW + 600,
-                    }
-                ],
-                steps=1,
-            ),
-            slurm_node(
-                "n3",
-                "slurmd",
-                "reclaiming",
-                state="ALLOCATED+DRAIN",
-                reason="llmgw: reclaimed",
-                jobs=None,
-                steps=None,
-                waiting_for="job 42 to end (srun sleep)",
-                problem=PROBLEM,
-            ),
-            slurm_node("n4", "slurmd", "serving", reason="maintenance", admin_drain=True),
-        ],
-        "policy": {"lend_idle_after": 1800.0, "keep_free_gpus": 2, "reclaim_when_queued": 60.0},
-        "next": ["lend n1: its cards served nothing for 31 min (policy: 30 min)"],
-        "warnings": [WARNING],
-    }
 
 
 def node_json(node: str, slurm: str | None) -> dict[str, Any]:
@@ -283,10 +202,7 @@ async def test_a_control_plane_without_slurm_says_so() -> None:
 
 async def test_slurm_off_and_no_policy() -> None:
     admin = fake_admin()
-    off = copy.deepcopy(slurm_json())
-    off.update(enabled=False, controller=None, conf_server=None, nodes=[], next=[], warnings=[])
-    off["policy"] = {"lend_idle_after": None, "keep_free_gpus": 0, "reclaim_when_queued": None}
-    admin.answer("GET", "/api/v1/slurm", off)
+    admin.answer("GET", "/api/v1/slurm", slurm_off())
     app = ConsoleApp(ConsoleApi(admin), refresh=60)
     async with app.run_test(size=(140, 45)) as pilot:
         await until(pilot, lambda: app.snapshot.at, "the first snapshot")
