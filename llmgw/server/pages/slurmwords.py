@@ -30,6 +30,8 @@ TURKISH: dict[str, str] = {
     "ends {time} UTC": "bitişi {time} UTC",
     "Lend": "Slurm'e ver",
     "Reclaim": "Geri al",
+    "Lend to Slurm": "Slurm'e ver",
+    "Reclaim from Slurm": "Slurm'den geri al",
     "No node in Slurm's set.": "Slurm kümesinde düğüm yok.",
     "Lending by policy": "Kurala göre verme",
     "Lend a node idle for": "Boşta kalınca verme süresi",

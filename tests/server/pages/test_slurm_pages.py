@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -21,15 +22,18 @@ from starlette.routing import Route
 
 from llmgw.server.access import Gate
 from llmgw.server.pages import slurmpages
+from llmgw.server.pages.fleetpages import node_rows
 from llmgw.server.pages.frame import Frame
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import SlurmNodes
-from llmgw.server.sessions import COOKIE, Sessions
+from llmgw.server.sessions import COOKIE, Session, Sessions
 from llmgw.wire.admin import SlurmFilesJson, SlurmJson
+from tests.support.pagesfleet import fleet, frame, request
 from tests.support.slurmjson import NEXT, slurm_json, slurm_off
 
 SESSIONS = Sessions(b"s" * 32, lambda: ["h"])
+SESSION = Session("admin@test", "admin", "sid", time.time() + 60, "b")
 NOWHERE = (
     "n1 runs replica qwen-0, which has nowhere else to go: n2: lent to Slurm; n3: 4 GiB "
     "free of 12 GiB needed"
@@ -85,6 +89,10 @@ async def client(desk: Desk) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://cp") as c:
         yield c
+
+
+def render(template: str, **context: object) -> str:
+    return frame().render(request(), template, SESSION, **context).body.decode()
 
 
 def as_(role: str) -> dict[str, str]:
@@ -241,3 +249,23 @@ async def test_htmx_gets_the_body_alone_and_the_page_speaks_turkish(
     assert "Denetleyici n1" in said
     assert "Bir Slurm yöneticisi boşalttı" in said
     assert "n2 slurmd Slurm'de MIXED" in said
+
+
+def test_a_node_page_shows_its_slurm_part_stage_jobs_and_problem() -> None:
+    views = fleet(1)
+    (row,) = node_rows(views, "", "name")
+    lent = slurmpages.node_slurm(slurm_json(), "n2")
+    page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=lent)
+    part = text(page.split('<article id="node-slurm">')[1].split("</article>")[0])
+    assert "Part slurmd" in part and "Stage lent" in part
+    assert "Slurm state MIXED" in part and "Jobs 41 train · ayse" in part
+    reclaiming = slurmpages.node_slurm(slurm_json(), "n3")
+    page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=reclaiming)
+    part = text(page.split('<article id="node-slurm">')[1].split("</article>")[0])
+    assert "Jobs not read" in part and "Waiting for job 42 to end (srun sleep)" in part
+    assert "munge: munged is not running" in part and "Fix: restart the agent" in part
+    # Not in Slurm's set, or Slurm off: nothing said of Slurm.
+    assert slurmpages.node_slurm(slurm_json(), "n9") is None
+    assert slurmpages.node_slurm(slurm_off(), "n2") is None
+    page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=None)
+    assert "node-slurm" not in page and "Slurm" not in page
