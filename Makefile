@@ -28,6 +28,11 @@ APT_PACKAGES := openssh-server openssh-client procps iproute2 cmake ninja-build 
 # from NodeSource carries its own npm and conflicts with Debian's: npm is installed only
 # where no `npm` command is found.
 APT_PACKAGES += nodejs npm
+# Slurm beside llmgw: the tests start munged, slurmctld and slurmd on loopback
+# (tests/e2e/test_slurm.py, tests/agent/test_slurmnode.py); the packages' own services
+# are stopped and disabled where systemd runs, since the tests start their own.
+SLURM_PACKAGES := slurmd slurmctld slurm-client munge
+APT_PACKAGES += $(SLURM_PACKAGES)
 # What building llama-server from source needs: the tests always, the demo only when the
 # llama.cpp release it names cannot be fetched.
 BUILD_PACKAGES := cmake ninja-build g++
@@ -59,6 +64,9 @@ apt:
 	    >/dev/null 2>&1 || true;; esac; \
 	  case " $$missing " in *" slapd "*) [ ! -d /run/systemd/system ] || \
 	    $(SUDO) systemctl disable --now slapd.service >/dev/null 2>&1 || true;; esac; \
+	  case " $$missing " in *" slurmd "*) [ ! -d /run/systemd/system ] || \
+	    $(SUDO) systemctl disable --now slurmd.service slurmctld.service munge.service \
+	    >/dev/null 2>&1 || true;; esac; \
 	fi
 
 $(BIN)/python:

@@ -76,6 +76,8 @@ from llmgw.wire.admin import (
     SettingsJson,
     SettingValueJson,
     ShardAskedJson,
+    SlurmFilesJson,
+    SlurmJson,
     StatusJson,
     TeamJson,
     TokenJson,
@@ -166,6 +168,13 @@ ENGINES_HISTORY: Route[list[EngineChangeJson]] = Route("GET", "/api/v1/engines/h
 FIREWALL: Route[FirewallJson] = Route("GET", "/api/v1/firewall")
 SET_FIREWALL: Route[FirewallJson] = Route("POST", "/api/v1/firewall")
 FIREWALL_HISTORY: Route[list[FirewallChangeJson]] = Route("GET", "/api/v1/firewall/history")
+SLURM: Route[SlurmJson] = Route("GET", "/api/v1/slurm")
+SLURM_CONF: Route[SlurmFilesJson] = Route("GET", "/api/v1/slurm/conf")
+SLURM_SETUP: Route[SlurmJson] = Route("POST", "/api/v1/slurm/setup")
+SLURM_LEND: Route[SlurmJson] = Route("POST", "/api/v1/slurm/lend")
+SLURM_RECLAIM: Route[SlurmJson] = Route("POST", "/api/v1/slurm/reclaim")
+SLURM_OFF: Route[SlurmJson] = Route("POST", "/api/v1/slurm/off")
+SLURM_POLICY: Route[SlurmJson] = Route("POST", "/api/v1/slurm/policy")
 
 ME: Route[MeJson] = Route("GET", "/api/v1/me")
 PEOPLE: Route[list[PersonJson]] = Route("GET", "/api/v1/people")
@@ -444,6 +453,29 @@ class AdminClient:
 
     def firewall_history(self) -> list[FirewallChangeJson]:
         return self.call(FIREWALL_HISTORY)
+
+    # --- Slurm beside llmgw
+
+    def slurm(self) -> SlurmJson:
+        return self.call(SLURM)
+
+    def slurm_conf(self) -> SlurmFilesJson:
+        return self.call(SLURM_CONF)
+
+    def slurm_setup(self, body: Body) -> SlurmJson:
+        return self.call(SLURM_SETUP, body=body)
+
+    def slurm_lend(self, nodes: list[str]) -> SlurmJson:
+        return self.call(SLURM_LEND, body={"nodes": nodes})
+
+    def slurm_reclaim(self, nodes: list[str]) -> SlurmJson:
+        return self.call(SLURM_RECLAIM, body={"nodes": nodes})
+
+    def slurm_off(self, now: bool) -> SlurmJson:
+        return self.call(SLURM_OFF, body={"now": now})
+
+    def slurm_policy(self, body: Body) -> SlurmJson:
+        return self.call(SLURM_POLICY, body=body)
 
     # --- people, their tokens, organisations and the audit log
 

@@ -107,6 +107,10 @@ def nodes_table(nodes: list[NodeJson]) -> str:
             state += ",Draining"
         elif n.get("cordoned"):
             state += ",Cordoned"
+        slurm = n.get("slurm")
+        if slurm and slurm != "serving":
+            # Lent to Slurm (or on its way there or back): `llmgw ctl slurm status`.
+            state += f",{slurm}"
         rows.append(
             [
                 n["id"],

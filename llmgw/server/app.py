@@ -38,6 +38,7 @@ from llmgw.server.api import (
     servers,
     settings,
     signin,
+    slurm,
 )
 from llmgw.server.catalog.adapters import request_names
 from llmgw.server.catalog.inspector import make_inspector
@@ -82,6 +83,7 @@ from llmgw.server.scim.service import TABLES as SCIM_TABLES
 from llmgw.server.scim.service import ScimService
 from llmgw.server.scrape import Scrape
 from llmgw.server.sessions import Revocations, Sessions, SignOut
+from llmgw.server.slurm.keeper import slurm_parts
 from llmgw.server.store import Store
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
 from llmgw.wire.messages import Firewall, Message
@@ -157,6 +159,8 @@ class ControlPlane:
             CatalogHooks(inspect=self.inspect_shape, remove_files=self.fleet.remove_source),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
+        # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
+        self.slurm = slurm_parts(store, self.cluster_secret, self.registry, self.fleet, self.models)
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
         self.gateway = Gateway(
@@ -196,7 +200,12 @@ class ControlPlane:
         )
         self.serving = ServingSwitch(store, self._apply_stopped)
         self.scrape = Scrape(
-            self.gateway, self.models, self.views, self.registry, self.fabric_watch
+            self.gateway,
+            self.models,
+            self.views,
+            self.registry,
+            self.fabric_watch,
+            self.slurm.service,
         )
         self.tokens = JoinTokens(
             store,
@@ -212,6 +221,7 @@ class ControlPlane:
                 Duty("usage", self.gateway.run, self.gateway.flush),
                 Duty("node states", self.registry.monitor, self.registry.flush),
                 Duty("fabric maps", self.fabric_maps.run),
+                self.slurm.duty(),
             ]
         )
         self.ha = self._leadership()
@@ -292,8 +302,8 @@ class ControlPlane:
             self.agent_port.drop_all(f"this control plane no longer leads: {why}")
 
     def _pushed_for(self, node_id: str, local: str | None) -> list[Message]:
-        """What the cluster decides for a node: its settings, engines and firewall
-        (``local``: the address the node reached this control plane at)."""
+        """What the cluster decides for a node: its settings, engines, firewall and
+        Slurm part (``local``: the address the node reached this control plane at)."""
         s = self.agent_settings
         wall = self.firewall.current
         planes = self.agent_port.control_planes() if self.agent_port else []
@@ -314,6 +324,7 @@ class ControlPlane:
                 engine_ports=self.config.scheduling.engine_ports,
                 agent_port=self.config.agent_port,
             ),
+            self.slurm.service.message_for(node_id),
         ]
 
     def _settings_changed(self) -> None:
@@ -378,6 +389,7 @@ class ControlPlane:
             await self.engines.load()
             await self.firewall.load()
             await self.oidc.load()
+            await self.slurm.kept.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -403,6 +415,7 @@ class ControlPlane:
         await self.firewall.load()
         await self.oidc.load()
         await self.serving.load()
+        await self.slurm.kept.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
@@ -472,7 +485,7 @@ class ControlPlane:
                 ops, bounds_of(self.config.gateway), request_names(self.models.models)
             ),
         )
-        ops += replicas.routes(self.fleet, self.views)
+        ops += replicas.routes(self.fleet, self.views, self.slurm.service.stage_of)
         ops += models.routes(self.models, self.views, self.fleet)
         ops += adapters.routes(self.models)
         ops += plan.routes(self.planner)
@@ -489,6 +502,7 @@ class ControlPlane:
         ops += firewall.routes(self.firewall)
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
+        ops += slurm.routes(self.slurm.service)
         return ops
 
     def admin_app(self) -> AdminApp:

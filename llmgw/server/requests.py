@@ -473,6 +473,17 @@ class SlurmNodes:
 
 
 @dataclass(frozen=True)
+class SlurmOff:
+    """Turn Slurm off."""
+
+    now: bool = spec(
+        False,
+        doc="at once: every lent node back in llmgw whatever Slurm runs on it "
+        "(default: reclaim each first, then turn off)",
+    )
+
+
+@dataclass(frozen=True)
 class SlurmPolicySet:
     """Lending by policy; ``off`` turns it off."""
 

@@ -1,6 +1,7 @@
 """``/metrics``: the whole Prometheus exposition of a control plane, put together from
 the gateway's and the engines' families (the gateway writes those), then the fleet's
-(nodes, cards, shards), the models' replicas, the keys' budgets and the fabrics.
+(nodes, cards, shards), the models' replicas, the keys' budgets, the fabrics and the
+nodes lent to Slurm.
 
 The fleet's part is written in a worker thread: thousands of cards make megabytes of
 text, and the agents' streams (and their PINGs) are served meanwhile.
@@ -16,6 +17,7 @@ from llmgw.server.fleet import exposition
 from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.gateway import Gateway
+from llmgw.server.slurm.service import SlurmService
 
 
 class Scrape:
@@ -26,12 +28,14 @@ class Scrape:
         views: ModelViews,
         registry: NodeRegistry,
         fabric_watch: FabricWatch,
+        slurm: SlurmService | None = None,
     ) -> None:
         self.gateway = gateway
         self.models = models
         self.views = views
         self.registry = registry
         self.fabric_watch = fabric_watch
+        self.slurm = slurm
 
     async def text(self) -> str:
         """The exposition, every family once."""
@@ -50,12 +54,14 @@ class Scrape:
         joules = self.registry.energy.joules_per_token(self.gateway.metrics.replica_tokens)
         snapshots = [exposition.NodeSnapshot.of(v) for v in self.registry.nodes.values()]
         found = self.fabric_watch.fabrics(self.registry.nodes.values())
+        slurm = self.slurm.metrics() if self.slurm is not None else []
 
         def fleet() -> str:
             lines = [
                 *exposition.fleet_metrics(snapshots),
                 *exposition.cluster_metrics(models, budgets, joules),
                 *fabric_metrics(found),
+                *slurm,
             ]
             return "\n".join(lines)
 

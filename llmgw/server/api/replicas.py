@@ -5,7 +5,7 @@ of each replica, ``ModelViews``."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.responses import StreamingResponse
 
@@ -26,18 +26,26 @@ LIST = {"type": "array", "items": {"type": "object"}}
 NODE = {"type": "object", "required": ["id", "state"]}
 
 
-def node_json(view: NodeView) -> NodeJson:
+def node_json(view: NodeView, slurm: str | None = None) -> NodeJson:
     """A node as the API shows it. ``NodeView.as_json`` builds it from the agent's maps;
-    tests/server/api/test_answer_shapes.py holds its keys and values to ``NodeJson``."""
-    return view.as_json()
+    tests/server/api/test_answer_shapes.py holds its keys and values to ``NodeJson``.
+    ``slurm``: the node's stage in Slurm's set (``lent``...), None when not in it."""
+    shown = view.as_json()
+    shown["slurm"] = slurm
+    return shown
 
 
-def routes(fleet: FleetService, views: ModelViews) -> Ops:
+def routes(
+    fleet: FleetService,
+    views: ModelViews,
+    slurm_stage: Callable[[str], str | None] = lambda node: None,
+) -> Ops:
     async def list_nodes(call: Call[None, None]) -> list[NodeJson]:
-        return [node_json(v) for v in fleet.nodes()]
+        return [node_json(v, slurm_stage(v.id)) for v in fleet.nodes()]
 
     async def show_node(call: Call[None, None]) -> NodeJson:
-        return node_json(fleet.node(call.params["node_id"]))
+        view = fleet.node(call.params["node_id"])
+        return node_json(view, slurm_stage(view.id))
 
     async def history(call: Call[None, HistoryQuery]) -> object:
         return fleet.history(call.params["node_id"], call.query.minutes)

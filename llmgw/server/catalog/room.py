@@ -10,6 +10,7 @@ for each profile, judged afresh. One judge of fit: the planner's figures
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 from llmgw.config import SchedulingConfig
@@ -116,6 +117,38 @@ class Room:
                     f"no room to start the changed replicas of {model.name} beside the "
                     f"running ones ({result.reason}); add --in-place to stop each "
                     "replica before its replacement starts",
+                    verdicts=[v.as_json() for v in result.verdicts],
+                )
+
+    def check_leaving(self, nodes: Collection[str], models: Mapping[str, Model]) -> None:
+        """Every replica running on ``nodes`` placed on the fleet without them (as a
+        drain would place it): refuse, naming each replica that fits nowhere else and
+        every node's reason, when one does not."""
+        leaving = set(nodes)
+        if not leaving:
+            return
+        caps = [
+            replace(c, cordoned=True) if c.id in leaving else c for c in self.fleet(at_rest=False)
+        ]
+        now = self.reconciler.now()
+        moved: list[tuple[str, scheduler.Request]] = []
+        for track in sorted(self.reconciler.tracks.values(), key=lambda t: t.replica_id):
+            model = models.get(track.model)
+            profile = model.profile(track.profile) if model is not None else None
+            if model is None or profile is None or not leaving & set(track.nodes):
+                continue
+            request = replace(self.reconciler.request(model, profile, now), engine_version=None)
+            moved.append((track.replica_id, request))
+        placed = scheduler.place_many([r for _, r in moved], caps, self.strategy)
+        for (replica_id, request), result in zip(moved, placed, strict=True):
+            if isinstance(result, scheduler.Refusal):
+                raise Refusal(
+                    409,
+                    "nowhere_to_go",
+                    f"replica {replica_id} of {request.model} (profile {request.profile}) "
+                    f"has nowhere else to go: {result.reason}; make room for it first "
+                    "(more nodes, or fewer replicas)",
+                    "nodes",
                     verdicts=[v.as_json() for v in result.verdicts],
                 )
 

@@ -206,6 +206,8 @@ class NodeView:
             # The agent's own report, passed on as it came (Register.settings).
             "settings": cast("SettingsReportJson | None", self.settings),
             "features": list(self.features),
+            # Filled by the admin API from the Slurm service (``api/replicas.py``).
+            "slurm": None,
         }
 
 

@@ -219,6 +219,9 @@ class NodeJson(TypedDict):
     labels: dict[str, str]
     settings: SettingsReportJson | None
     features: list[str]
+    # The node's stage in Slurm's set (serving, lending, lent, reclaiming); null when
+    # it is not in it (``GET /api/v1/slurm``).
+    slurm: str | None
 
 
 class CardHistoryJson(TypedDict):
