@@ -46,12 +46,6 @@ from llmgw.wire.admin.scim import ScimJson
 
 T = TypeVar("T")
 
-# Slurm beside llmgw (``ctl slurm``'s routes).
-SLURM_PATH = "/api/v1/slurm"
-SLURM: Route[SlurmJson] = Route("GET", SLURM_PATH)
-SLURM_LEND: Route[SlurmJson] = Route("POST", f"{SLURM_PATH}/lend")
-SLURM_RECLAIM: Route[SlurmJson] = Route("POST", f"{SLURM_PATH}/reclaim")
-
 
 def refused(exc: AdminError) -> bool:
     """Whether the control plane answered 403: the caller's role falls short."""
@@ -146,15 +140,15 @@ class ConsoleApi:
             raise
 
     async def slurm(self) -> SlurmJson:
-        return await self.call(SLURM)
+        return await self.call(admin.SLURM)
 
     # --- what the screens change
 
     async def slurm_lend(self, nodes: list[str]) -> SlurmJson:
-        return await self.call(SLURM_LEND, body={"nodes": nodes})
+        return await self.call(admin.SLURM_LEND, body={"nodes": nodes})
 
     async def slurm_reclaim(self, nodes: list[str]) -> SlurmJson:
-        return await self.call(SLURM_RECLAIM, body={"nodes": nodes})
+        return await self.call(admin.SLURM_RECLAIM, body={"nodes": nodes})
 
     async def serve(self, body: Body) -> ModelJson:
         return await self.call(admin.SERVE, body=body)

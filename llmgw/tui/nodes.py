@@ -3,9 +3,6 @@ highlighted node's warnings in full with their fix, and Enter opens the node's p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import cast
-
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
@@ -20,8 +17,7 @@ COLUMNS = ("NODE", "STATE", "CPU", "MEMORY", "CARDS", "ENGINES", "WARNINGS")
 def slurm_stage(n: NodeJson) -> str | None:
     """The node's stage in Slurm's set (serving, lending, lent, reclaiming); None when
     it is not in the set, or the control plane is older than Slurm beside llmgw."""
-    stage = cast(Mapping[str, object], n).get("slurm")
-    return stage if isinstance(stage, str) else None
+    return n.get("slurm")
 
 
 def node_state(n: NodeJson) -> str:

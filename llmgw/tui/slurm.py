@@ -24,8 +24,9 @@ from textual.containers import VerticalScroll
 from textual.events import Show
 from textual.widgets import DataTable, Static
 
+from llmgw.client import admin
 from llmgw.client.admin import AdminError
-from llmgw.tui.api import SLURM_PATH, Snapshot
+from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem, fill, highlighted
 from llmgw.tui.dialogs import ConfirmDialog
 from llmgw.tui.fabrics import is_not_found, said
@@ -211,7 +212,7 @@ class SlurmPane(Pane):
             if is_not_found(exc):
                 cluster.update(Text(NO_SLURM, style="dim"))
             else:
-                why = said(exc, api.base_url + SLURM_PATH)
+                why = said(exc, api.base_url + admin.SLURM.path)
                 cluster.update(Text(f"Cannot read Slurm's state: {why}", style="red"))
             return
         self.show(found)
@@ -264,7 +265,8 @@ class SlurmPane(Pane):
             else:
                 found = await api.slurm_reclaim([node_id])
         except AdminError as exc:
-            why = said(exc, f"{api.base_url}{SLURM_PATH}/{action}")
+            route = admin.SLURM_LEND if action == "lend" else admin.SLURM_RECLAIM
+            why = said(exc, api.base_url + route.path)
             self.app.notify(why, title=action.capitalize(), severity="error", timeout=15)
             return
         stage = next((n["stage"] for n in found["nodes"] if n["node"] == node_id), None)

@@ -311,7 +311,7 @@ def pages(
     services: Services,
     gateway_totals: Callable[[], GatewayTotals],
     recent: Callable[[], Mapping[str, object]],
-    slurm_of: Callable[[str], ShownNode | None] = lambda node_id: None,
+    slurm_of: Callable[[str], ShownNode | None],
 ) -> list[Page]:
     """``gateway_totals`` gives the gateway's requests, errors and time to first token so
     far; ``recent`` its last hour; ``slurm_of`` a node's part and stage in Slurm's set

@@ -13,6 +13,7 @@ changed. ``node_slurm`` gives a node's page its own row.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, Protocol, TypedDict
 
 from starlette.responses import RedirectResponse, Response
@@ -31,6 +32,8 @@ OFFERED: dict[Change, tuple[str, ...]] = {
     "lend": ("serving",),
     "reclaim": ("lending", "lent"),
 }
+# Only a node that runs slurmd can be lent (the controller's alone is not in the set).
+LENDABLE = ("slurmd", "both")
 
 
 class SlurmDesk(Protocol):
@@ -39,6 +42,10 @@ class SlurmDesk(Protocol):
     def status(self) -> SlurmJson: ...
 
     def files(self) -> SlurmFilesJson: ...
+
+    def part_of(self, node_id: str) -> str: ...
+
+    def node_json(self, node_id: str) -> SlurmNodeJson: ...
 
     async def lend(self, ask: SlurmNodes, by: Principal) -> SlurmJson: ...
 
@@ -87,18 +94,27 @@ def shown_node(n: SlurmNodeJson) -> ShownNode:
         "problem": split_fix(n["problem"]) if n["problem"] else None,
         "doing": n["doing"],
         "waiting_for": n["waiting_for"],
-        "offers": [c for c, stages in OFFERED.items() if n["stage"] in stages],
+        "offers": [
+            c
+            for c, stages in OFFERED.items()
+            if n["stage"] in stages and (c != "lend" or n["part"] in LENDABLE)
+        ],
     }
 
 
-def node_slurm(status: SlurmJson, node_id: str) -> ShownNode | None:
-    """``node_id``'s row while Slurm is on and the node is in its set; else None."""
-    if not status["enabled"]:
+def node_slurm(slurm: SlurmDesk, node_id: str) -> ShownNode | None:
+    """``node_id``'s row while it has a part in Slurm (in its set, being taken back, or
+    running slurmctld); None when it has none or Slurm is off."""
+    if slurm.part_of(node_id) == "none":
         return None
-    for n in status["nodes"]:
-        if n["node"] == node_id:
-            return shown_node(n)
-    return None
+    return shown_node(slurm.node_json(node_id))
+
+
+def of_node(slurm: SlurmDesk | None) -> Callable[[str], ShownNode | None]:
+    """What a node's page shows of Slurm (``node_slurm``); nothing without the service."""
+    if slurm is None:
+        return lambda node_id: None
+    return lambda node_id: node_slurm(slurm, node_id)
 
 
 def policy_on(status: SlurmJson) -> bool:

@@ -28,9 +28,9 @@ from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import SlurmNodes
 from llmgw.server.sessions import COOKIE, Session, Sessions
-from llmgw.wire.admin import SlurmFilesJson, SlurmJson
+from llmgw.wire.admin import SlurmFilesJson, SlurmJson, SlurmNodeJson
 from tests.support.pagesfleet import fleet, frame, request
-from tests.support.slurmjson import NEXT, slurm_json, slurm_off
+from tests.support.slurmjson import NEXT, slurm_json, slurm_node, slurm_off
 
 SESSIONS = Sessions(b"s" * 32, lambda: ["h"])
 SESSION = Session("admin@test", "admin", "sid", time.time() + 60, "b")
@@ -59,6 +59,15 @@ class Desk:
 
     def files(self) -> SlurmFilesJson:
         return FILES
+
+    def part_of(self, node_id: str) -> str:
+        if not self.answer["enabled"]:
+            return "none"
+        return next((n["part"] for n in self.answer["nodes"] if n["node"] == node_id), "none")
+
+    def node_json(self, node_id: str) -> SlurmNodeJson:
+        (found,) = [n for n in self.answer["nodes"] if n["node"] == node_id]
+        return found
 
     async def lend(self, ask: SlurmNodes, by: Principal) -> SlurmJson:
         return self.change("lend", ask, by, "lending")
@@ -254,18 +263,28 @@ async def test_htmx_gets_the_body_alone_and_the_page_speaks_turkish(
 def test_a_node_page_shows_its_slurm_part_stage_jobs_and_problem() -> None:
     views = fleet(1)
     (row,) = node_rows(views, "", "name")
-    lent = slurmpages.node_slurm(slurm_json(), "n2")
+    desk = Desk()
+    lent = slurmpages.node_slurm(desk, "n2")
     page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=lent)
     part = text(page.split('<article id="node-slurm">')[1].split("</article>")[0])
     assert "Part slurmd" in part and "Stage lent" in part
     assert "Slurm state MIXED" in part and "Jobs 41 train · ayse" in part
-    reclaiming = slurmpages.node_slurm(slurm_json(), "n3")
+    reclaiming = slurmpages.node_slurm(desk, "n3")
     page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=reclaiming)
     part = text(page.split('<article id="node-slurm">')[1].split("</article>")[0])
     assert "Jobs not read" in part and "Waiting for job 42 to end (srun sleep)" in part
     assert "munge: munged is not running" in part and "Fix: restart the agent" in part
     # Not in Slurm's set, or Slurm off: nothing said of Slurm.
-    assert slurmpages.node_slurm(slurm_json(), "n9") is None
-    assert slurmpages.node_slurm(slurm_off(), "n2") is None
+    assert slurmpages.node_slurm(desk, "n9") is None
+    assert slurmpages.node_slurm(Desk(slurm_off()), "n2") is None
     page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=None)
     assert "node-slurm" not in page and "Slurm" not in page
+
+
+async def test_a_node_that_runs_slurmctld_alone_is_not_offered_to_lend(
+    client: httpx.AsyncClient, desk: Desk
+) -> None:
+    desk.answer["nodes"].append(slurm_node("n5", "slurmctld", "serving"))
+    page = (await client.get("/admin/slurm", headers=as_("operator"))).text
+    assert row(page, "n5").startswith("n5 slurmctld serving")
+    assert 'id="lend-n5"' not in page and 'id="lend-n4"' in page
