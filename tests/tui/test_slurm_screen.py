@@ -3,28 +3,41 @@
 and reason, jobs, version and what it waits for; the highlighted node in full with its
 problem's fix; the warnings and what the policy would do next; lend and reclaim behind
 a question, sent as the admin API's bodies, the control plane's refusal shown as it
-said it; a control plane without the route; and the Nodes screen marking a lent node."""
+said it; a control plane without the route; and the Nodes screen marking a lent node.
+Then the same against a real control plane with fake agents, over HTTP
+(``tests/support/slurmplane.py``): a refused reclaim in the service's words, a lend that
+the service takes, and the Nodes screen marking it."""
 
 from __future__ import annotations
 
 import io
 import urllib.error
+from collections.abc import Iterator
 from email.message import Message
+from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.text import Text
 from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from llmgw.client.admin import AdminError
+from llmgw.client.admin import AdminClient, AdminError
+from llmgw.server.requests import SlurmNodes, SlurmSetup
 from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
 from llmgw.tui.dialogs import ConfirmDialog
 from llmgw.tui.slurm import NO_SLURM, SlurmPane
+from llmgw.wire.messages import SlurmJob
+from tests.server.slurm.fleet import Plane
 from tests.support.fakeadmin import FakeAdmin
 from tests.support.slurmjson import slurm_json, slurm_node, slurm_off
+from tests.support.slurmplane import Served, served
+from tests.support.wiring import ADMIN
 from tests.tui.test_node_screens import until
+
+JOB = SlurmJob(id="41", name="train", user="ayse", state="RUNNING", end=None)
 
 
 def node_json(node: str, slurm: str | None) -> dict[str, Any]:
@@ -235,3 +248,64 @@ async def test_the_nodes_screen_marks_a_lent_node() -> None:
         detail = app.query_one("#nodes-detail", Static)
         await until(pilot, lambda: "Slurm: lent" in str(detail.render()), "n2's detail")
         assert "Slurm: lent (Slurm's to schedule)" in str(detail.render())
+
+
+# --- against a real control plane ---------------------------------------------------
+
+
+async def b_lent_c_serving(plane: Plane) -> None:
+    """a runs slurmctld alone; b (lent, a job running) and c (serving) run slurmd."""
+    cp = plane.cp
+    for i, node in enumerate(("a", "b", "c")):
+        await plane.node(node, f"127.0.0.{i + 1}")
+        plane.slurm(node)
+    await cp.slurm.service.setup(SlurmSetup(controller="a", nodes=("b", "c")), ADMIN)
+    await cp.slurm.service.lend(SlurmNodes(nodes=("b",)), ADMIN)
+    await cp.slurm.keeper.pass_once()
+    plane.slurm("b", state="MIXED", reason=None, jobs=[JOB], steps=1)
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[Served]:
+    with served(tmp_path, b_lent_c_serving) as s:
+        yield s
+
+
+async def test_against_the_control_plane_lend_goes_through_and_a_refusal_is_its_words(
+    site: Served,
+) -> None:
+    slurm = site.plane.cp.slurm.service
+    app = ConsoleApp(ConsoleApi(AdminClient(site.base, site.token)), refresh=60)
+    async with app.run_test(size=(140, 45)) as pilot:
+        await until(pilot, lambda: app.snapshot.at and app.snapshot.nodes, "the nodes")
+        await pilot.press(SlurmPane.KEY)
+        table = app.query_one("#slurm-table", DataTable)
+        await until(pilot, lambda: table.row_count == 3, "Slurm's nodes", seconds=20)
+        assert cells(table, "a")[:3] == ["a", "slurmctld", "serving"]
+        assert cells(table, "b")[:6] == ["b", "slurmd", "lent", "MIXED", "-", "1"]
+        assert cells(table, "c")[:3] == ["c", "slurmd", "serving"]
+        table.focus()
+        # a is no lent node: the control plane refuses, in its words, and nothing changes.
+        await pilot.press("c")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: any("not lent to Slurm: a" in str(n.message) for n in app._notifications),
+            "the refusal",
+            seconds=20,
+        )
+        assert slurm.stage_of("a") is None and slurm.settings.reclaim == ()
+        # c is lent from the console: the service has it, the table shows it.
+        await pilot.press("down", "down")
+        await pilot.press("l")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), "the question")
+        await pilot.press("y")
+        await until(pilot, lambda: cells(table, "c")[2] == "lent", "c lent", seconds=20)
+        assert "c" in slurm.settings.lend
+        # The Nodes screen marks both lent nodes, once its snapshot is read again.
+        await pilot.press("r", "2")
+        nodes = app.query_one("#nodes-table", DataTable)
+        await until(pilot, lambda: cells(nodes, "c")[1].endswith(",lent"), "c marked", seconds=20)
+        assert cells(nodes, "b")[1] == "Ready,Cordoned,lent"
+        assert cells(nodes, "a")[1] == "Ready"

@@ -9,94 +9,42 @@ not load."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Coroutine, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
 
-import httpx
 import pytest
-from aiohttp import web
 from playwright.sync_api import Page, expect
 
-from llmgw.server.app import ControlPlane
-from llmgw.server.datadir import DataDir, init
-from llmgw.server.front import AsgiBridge
 from llmgw.server.requests import SlurmNodes, SlurmSetup
-from llmgw.server.store import open_store
 from llmgw.wire.messages import SlurmJob
 from tests.server.slurm.fleet import Plane
 from tests.support.browser import launched
+from tests.support.slurmplane import Served, served
 from tests.support.wiring import ADMIN
 
-T = TypeVar("T")
 JOB = SlurmJob(id="41", name="train", user="ayse", state="RUNNING", end=None)
 
 
-@dataclass
-class Served:
-    base: str
-    token: str
-    plane: Plane
-    loop: asyncio.AbstractEventLoop
-
-    def run(self, work: Coroutine[Any, Any, T]) -> T:
-        """``work`` on the control plane's loop, its result here."""
-        return asyncio.run_coroutine_threadsafe(work, self.loop).result(30)
+async def a_and_b(plane: Plane) -> None:
+    """Nodes a (slurmctld and slurmd) and b (slurmd) in Slurm's set, b lent with a job
+    running."""
+    cp = plane.cp
+    for node, address in (("a", "127.0.0.1"), ("b", "127.0.0.2")):
+        await plane.node(node, address)
+        plane.slurm(node)
+    slurm = cp.slurm.service
+    await slurm.setup(SlurmSetup(controller="a", nodes=("a", "b")), ADMIN)
+    await cp.slurm.keeper.pass_once()
+    await slurm.lend(SlurmNodes(nodes=("b",)), ADMIN)
+    # b runs no replica: the next pass makes it Slurm's, and its agent resumes it.
+    await cp.slurm.keeper.pass_once()
+    plane.slurm("b", state="MIXED", reason=None, jobs=[JOB], steps=1)
 
 
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[Served]:
-    """Nodes a (slurmctld and slurmd) and b (slurmd) in Slurm's set, b lent with a job
-    running; the control plane's pages on a free loopback port."""
-    root = tmp_path / "data"
-    _, token = init(root, listen="127.0.0.1:1", agent_port=2, advertise=["127.0.0.1"])
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, name="slurm-pages", daemon=True)
-    thread.start()
-
-    async def start() -> tuple[Plane, asyncio.Server, web.Server]:
-        data = DataDir(root)
-        config = data.load_config()
-        store = await open_store(config, root)
-        cp = ControlPlane(data, config, store)
-        await cp.load()
-        # The pages call the service in process: no test client is needed.
-        plane = Plane(cp, cast(httpx.AsyncClient, None), root)
-        for node, address in (("a", "127.0.0.1"), ("b", "127.0.0.2")):
-            await plane.node(node, address)
-            plane.slurm(node)
-        slurm = cp.slurm.service
-        await slurm.setup(SlurmSetup(controller="a", nodes=("a", "b")), ADMIN)
-        await cp.slurm.keeper.pass_once()
-        await slurm.lend(SlurmNodes(nodes=("b",)), ADMIN)
-        # b runs no replica: the next pass makes it Slurm's, and its agent resumes it.
-        await cp.slurm.keeper.pass_once()
-        plane.slurm("b", state="MIXED", reason=None, jobs=[JOB], steps=1)
-        handler = web.Server(AsgiBridge(cp.admin_app()))
-        return plane, await loop.create_server(handler, "127.0.0.1", 0), handler
-
-    plane, server, handler = asyncio.run_coroutine_threadsafe(start(), loop).result(60)
-
-    async def stop() -> None:
-        server.close()
-        await handler.shutdown(5)
-        await server.wait_closed()
-        cp = plane.cp
-        await cp.gateway.close()
-        await cp.inspector.close()
-        await cp.store.close()
-
-    try:
-        port = server.sockets[0].getsockname()[1]
-        yield Served(f"http://127.0.0.1:{port}", token, plane, loop)
-    finally:
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(30)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
+def site(tmp_path: Path) -> Iterator[Served]:
+    with served(tmp_path, a_and_b) as s:
+        yield s
 
 
 def watch(page: Page) -> list[str]:
@@ -111,21 +59,21 @@ def watch(page: Page) -> list[str]:
     return errors
 
 
-def sign_in(served: Served, page: Page) -> None:
-    page.goto(f"{served.base}/admin/slurm")
+def sign_in(site: Served, page: Page) -> None:
+    page.goto(f"{site.base}/admin/slurm")
     assert "/admin/login" in page.url
-    page.fill("#token", served.token)
+    page.fill("#token", site.token)
     page.click("button[type=submit]")
-    page.wait_for_url(f"{served.base}/admin/slurm")
+    page.wait_for_url(f"{site.base}/admin/slurm")
 
 
-def test_a_lent_node_is_shown_and_the_lend_form_lends_another(served: Served) -> None:
-    slurm = served.plane.cp.slurm.service
+def test_a_lent_node_is_shown_and_the_lend_form_lends_another(site: Served) -> None:
+    slurm = site.plane.cp.slurm.service
     assert slurm.stage_of("b") == "lent" and slurm.stage_of("a") == "serving"
     with launched() as browser:
         page = browser.new_page()
         errors = watch(page)
-        sign_in(served, page)
+        sign_in(site, page)
         b = page.locator("#slurm-b")
         expect(b.locator("td.stage")).to_have_text("lent")
         expect(b).to_contain_text("MIXED")
@@ -142,18 +90,18 @@ def test_a_lent_node_is_shown_and_the_lend_form_lends_another(served: Served) ->
         expect(page.locator("#reclaim-b")).to_be_visible()
         expect(page.locator("#lend-b")).to_have_count(0)
         page.locator("#lend-a button").click()
-        page.wait_for_url(f"{served.base}/admin/slurm")
+        page.wait_for_url(f"{site.base}/admin/slurm")
         assert slurm.stage_of("a") in ("lending", "lent")
         stage = page.locator("#slurm-a td.stage")
         expect(stage).to_have_text(slurm.stage_of("a") or "")
         expect(page.locator("#lend-a")).to_have_count(0)
-        entries = served.run(served.plane.cp.store.audit_log(limit=20))
+        entries = site.run(site.plane.cp.store.audit_log(limit=20))
         lends = [(e["actor"], e["detail"]) for e in entries if e["action"] == "slurm.lend"]
         # The first lend (b) the test's own; then a, by whoever signed in to the page.
         assert lends[0] == ("admin@127.0.0.1", "a"), lends
 
         # b's own page: its part and stage, and the form that takes it back.
-        page.goto(f"{served.base}/admin/nodes/b")
+        page.goto(f"{site.base}/admin/nodes/b")
         part = page.locator("#node-slurm")
         expect(part).to_contain_text("slurmd")
         expect(part.locator("dd.stage-lent")).to_have_text("lent")
