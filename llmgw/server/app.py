@@ -530,6 +530,7 @@ class ControlPlane:
             body_timeout=self.config.gateway.body_timeout,
             oidc=self.oidc_flow,
             signins=SignIns(self.oidc, self.ldap, self.scim, self.store),
+            slurm=self.slurm.service,
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

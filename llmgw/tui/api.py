@@ -37,6 +37,7 @@ from llmgw.wire.admin import (
     PlanJson,
     ProjectJson,
     ReplicaJson,
+    SlurmJson,
     StatusJson,
     TeamJson,
 )
@@ -138,7 +139,16 @@ class ConsoleApi:
                 return None
             raise
 
+    async def slurm(self) -> SlurmJson:
+        return await self.call(admin.SLURM)
+
     # --- what the screens change
+
+    async def slurm_lend(self, nodes: list[str]) -> SlurmJson:
+        return await self.call(admin.SLURM_LEND, body={"nodes": nodes})
+
+    async def slurm_reclaim(self, nodes: list[str]) -> SlurmJson:
+        return await self.call(admin.SLURM_RECLAIM, body={"nodes": nodes})
 
     async def serve(self, body: Body) -> ModelJson:
         return await self.call(admin.SERVE, body=body)

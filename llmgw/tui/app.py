@@ -28,6 +28,7 @@ from llmgw.tui.overview import OverviewPane
 from llmgw.tui.people import OrgsPane, PeoplePane
 from llmgw.tui.replicas import ReplicasPane
 from llmgw.tui.signin import SignInPane
+from llmgw.tui.slurm import SlurmPane
 
 PANES: tuple[type[Pane], ...] = (
     OverviewPane,
@@ -41,6 +42,7 @@ PANES: tuple[type[Pane], ...] = (
     PeoplePane,
     OrgsPane,
     SignInPane,
+    SlurmPane,
 )
 # Screens that come with their own issues; shown, not yet there.
 LATER: tuple[str, ...] = ()

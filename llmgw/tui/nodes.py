@@ -14,12 +14,22 @@ from llmgw.wire.admin import CardJson, NodeJson
 COLUMNS = ("NODE", "STATE", "CPU", "MEMORY", "CARDS", "ENGINES", "WARNINGS")
 
 
+def slurm_stage(n: NodeJson) -> str | None:
+    """The node's stage in Slurm's set (serving, lending, lent, reclaiming); None when
+    it is not in the set, or the control plane is older than Slurm beside llmgw."""
+    return n.get("slurm")
+
+
 def node_state(n: NodeJson) -> str:
     state = n.get("state") or DASH
     if n.get("draining"):
         state += ",Draining"
     elif n.get("cordoned"):
         state += ",Cordoned"
+    stage = slurm_stage(n)
+    # Serving is the usual stage: only a node on its way to Slurm, or Slurm's, says so.
+    if stage is not None and stage != "serving":
+        state += f",{stage}"
     return state
 
 
@@ -66,6 +76,9 @@ def node_detail(n: NodeJson | None, hint: bool = True) -> Text:
     labels = n.get("labels") or {}
     if labels:
         text.append("  labels " + ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+    stage = slurm_stage(n)
+    if stage is not None:
+        text.append(f"\nSlurm: {stage}" + (" (Slurm's to schedule)" if stage == "lent" else ""))
     if n.get("state") != "Ready":
         reason = n.get("reason") or "no reason given"
         text.append(f"\n✗ {n.get('state') or 'unknown'}: {reason}", style="red")

@@ -253,7 +253,7 @@ async def test_an_older_control_plane_without_nvlink_is_said_so() -> None:
 
 async def test_the_sidebar_has_both_screens_and_nothing_later() -> None:
     assert LATER == ()
-    assert [p.KEY for p in PANES] == [*(str(k) for k in range(1, 10)), "0", "i"]
+    assert [p.KEY for p in PANES] == [*(str(k) for k in range(1, 10)), "0", "i", "u"]
     app = ConsoleApp(FleetApi(), refresh=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.snapshot.nodes, "the recorded snapshot")
@@ -265,6 +265,7 @@ async def test_the_sidebar_has_both_screens_and_nothing_later() -> None:
             "9 People",
             "0 Organisations",
             "i Sign-in",
+            "u Slurm",
         ]
         assert not any("later" in w for w in words)
         sidebar.focus()

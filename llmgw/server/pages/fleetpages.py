@@ -20,6 +20,7 @@ from llmgw.server.fleet.figures import NodeFigures, node_warnings
 from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.fleet.service import Mark
 from llmgw.server.pages.frame import Frame, Page, PageCall, PageHandler, Services
+from llmgw.server.pages.slurmpages import ShownNode
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import LabelsRequest, LogsQuery
 from llmgw.wire.hardware import GPU, Disk
@@ -310,9 +311,11 @@ def pages(
     services: Services,
     gateway_totals: Callable[[], GatewayTotals],
     recent: Callable[[], Mapping[str, object]],
+    slurm_of: Callable[[str], ShownNode | None],
 ) -> list[Page]:
     """``gateway_totals`` gives the gateway's requests, errors and time to first token so
-    far; ``recent`` its last hour."""
+    far; ``recent`` its last hour; ``slurm_of`` a node's part and stage in Slurm's set
+    (None: not in it, or Slurm is off)."""
     registry = services.registry
     fleet = services.fleet
 
@@ -382,6 +385,7 @@ def pages(
             node=row,
             shards=shards,
             labels_text="\n".join(f"{k}={v}" for k, v in sorted(view.labels.items())),
+            slurm_node=slurm_of(view.id),
         )
 
     async def history(call: PageCall) -> Response:

@@ -59,6 +59,7 @@ from llmgw.server.people.signins import SignIns
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import CSRF_FIELD, CSRF_HEADER, Revocations, Session
+from llmgw.server.slurm.service import SlurmService
 from llmgw.server.store import Store
 
 log = logging.getLogger("llmgw.pages")
@@ -165,6 +166,8 @@ class Services:
     oidc: OidcFlow | None = None
     # The Sign-in page's three ways in (OIDC, LDAP, SCIM); None: no Sign-in page.
     signins: SignIns | None = None
+    # Slurm beside llmgw (the Slurm page, a node's Slurm part); None: no Slurm page.
+    slurm: SlurmService | None = None
 
 
 @dataclass(frozen=True)

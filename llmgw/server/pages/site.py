@@ -36,6 +36,7 @@ from llmgw.server.pages import (
     peoplepages,
     playpages,
     signinpages,
+    slurmpages,
     usagepages,
 )
 from llmgw.server.pages.frame import (
@@ -207,6 +208,7 @@ def routes(
             services,
             lambda: gateway_totals(services.gateway),
             lambda: services.gateway.metrics.recent.series(time.time()),
+            slurmpages.of_node(services.slurm),
         ),
         *catalogpages.pages(frame, services),
         *usagepages.pages(frame, services),
@@ -216,6 +218,7 @@ def routes(
         *playpages.pages(frame),
         *fabricpages.pages(frame, services.fabrics, services.registry),
         *devicepages.pages(frame, services.device_logins),
+        *(slurmpages.pages(frame, services.slurm) if services.slurm else []),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

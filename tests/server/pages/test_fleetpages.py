@@ -96,7 +96,7 @@ def test_a_nodes_page_shows_its_cards_with_figures_not_read_said_so() -> None:
     views = fleet(10)
     for i, unread in ((0, False), (5, True)):
         (row,) = node_rows(views[i : i + 1], "", "name")
-        page = render("node_body.html", node=row, shards=[], labels_text="")
+        page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=None)
         cards = re.findall(r"<td>(\d) <code>(GPU-[0-9a-f-]+)</code></td>", page)
         assert cards == [(str(g.index), g.uuid) for g in row.gpus] and len(cards) == 8
         assert ("not read" in page.split("<h2>Cards</h2>")[1]) is unread
@@ -112,7 +112,7 @@ def test_figures_not_live_are_shown_grey_with_their_age_and_left_off_the_map() -
     view.live.read_at["gpus"] = now - 40
     (row,) = node_rows([view], "", "name")
     assert row.stale == {"gpus": 40}
-    page = render("node_body.html", node=row, shards=[], labels_text="")
+    page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=None)
     cards = page.split("<h2>Cards</h2>")[1].split("</article>")[0]
     assert "read 40 s ago" in cards and '<table class="stale">' in cards
     assert "°C" in cards  # the last figures, shown for what they are
@@ -130,5 +130,5 @@ def test_figures_not_live_are_shown_grey_with_their_age_and_left_off_the_map() -
     view.live.read_at.clear()
     (row,) = node_rows([view], "", "name")
     assert set(row.stale) == {"gpus", "cpu_percent", "memory_available", "disks"}
-    page = render("node_body.html", node=row, shards=[], labels_text="")
+    page = render("node_body.html", node=row, shards=[], labels_text="", slurm_node=None)
     assert page.count("read at an unknown time") == 4
