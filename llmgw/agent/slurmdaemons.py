@@ -61,6 +61,8 @@ class Machine(Protocol):
 
     async def kill(self, pid: int, program: str) -> None: ...
 
+    async def reach(self, host: str, port: int) -> str | None: ...
+
 
 def _zombie(stat: str) -> bool:
     # /proc/PID/stat: "pid (comm) S ..."; the state follows the last ")".
@@ -109,6 +111,18 @@ class LocalMachine:
         except OSError:
             return None
         return [part.decode(errors="replace") for part in raw.split(b"\0") if part] or None
+
+    async def reach(self, host: str, port: int) -> str | None:
+        """None when ``host:port`` takes a TCP connection within 3 s; else why not."""
+        try:
+            async with asyncio.timeout(3.0):
+                _, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            return str(exc) or type(exc).__name__
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return None
 
     async def kill(self, pid: int, program: str) -> None:
         """SIGTERM, then SIGKILL after STOP_GRACE; returns once it is gone."""

@@ -449,14 +449,9 @@ class SlurmNode:
         itself takes MessageTimeout, 10 s, to say the same.)"""
         host, _, port = conf_server.rpartition(":")
         try:
-            async with asyncio.timeout(3.0):
-                _, writer = await asyncio.open_connection(host.strip("[]"), int(port))
-        except (OSError, ValueError, TimeoutError) as exc:
-            return str(exc) or type(exc).__name__
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return None
+            return await self.machine.reach(host.strip("[]"), int(port))
+        except ValueError:
+            return f"{conf_server!r} is not host:port"
 
     async def node(self, name: str) -> SlurmNodeRecord | str:
         code, out = await self._ask(["scontrol", "show", "node", name, "-o"])
