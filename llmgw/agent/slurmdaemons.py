@@ -96,8 +96,10 @@ class LocalMachine:
                 continue
             try:
                 comm = (entry / "comm").read_text().strip()
-                # slurmctld's own helper (slurmscriptd) keeps its comm, not its cmdline.
-                if comm == program and is_program(self.cmdline(int(entry.name)), program):
+                # slurmctld's helper (": slurmscriptd") keeps its comm, not its command
+                # line; slurmstepd names itself "slurmstepd: [1.batch]"; a zombie has none.
+                line = self.cmdline(int(entry.name))
+                if comm == program and line and Path(line[0]).name.startswith(program):
                     found.append(int(entry.name))
             except OSError:
                 continue

@@ -72,6 +72,7 @@ from llmgw.wire.slurmpaths import SlurmPaths, slurm_paths
 log = logging.getLogger("llmgw.agent.slurm")
 
 REPORT_EVERY = 30.0
+RETRY_SOON = 2.0
 # How long a converge waits for a slurmctld it (or another node) started to answer.
 ANSWER_WAIT = 20.0
 # Each package, per manager, and the programs that say it is there.
@@ -149,6 +150,13 @@ def wanted_packages(part: str, manager: Manager, which: Callable[[str], str | No
     ]
 
 
+def registered(node: SlurmNodeRecord) -> bool:
+    """slurmd has registered with slurmctld (its state is no longer UNKNOWN, and it
+    answers)."""
+    flags = node.flags
+    return bool(flags) and flags[0] != "UNKNOWN" and "NOT_RESPONDING" not in flags
+
+
 def slurm_user(slurm_conf: str | None) -> str | None:
     """SlurmUser in ``slurm_conf`` (slurmctld runs as it and writes its state so)."""
     found = re.search(r"(?im)^\s*SlurmUser\s*=\s*(\S+)", slurm_conf or "")
@@ -185,6 +193,8 @@ class SlurmNode:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._facts: SlurmdFacts | None = None
+        # A resume or drain Slurm refused (the node not registered yet): try again soon.
+        self._retry_soon = False
 
     # --- the runtime's hooks ------------------------------------------------------------
 
@@ -229,6 +239,8 @@ class SlurmNode:
             if self._pending is not None:
                 continue
             every = REPORT_EVERY if self.msg.part != "none" else None
+            if self._retry_soon:
+                every, self._retry_soon = RETRY_SOON, False
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(every):
                     await self._wake.wait()
@@ -258,7 +270,10 @@ class SlurmNode:
         try:
             key_changed = self._write_key(msg.munge_key)
         except (OSError, ValueError) as exc:
-            self.problem = f"the munge key could not be written to {self.places.munge_key}: {exc}"
+            self.problem = (
+                f"the munge key could not be written to {self.places.munge_key}: {exc} "
+                "(the agent runs Slurm only as root)"
+            )
             return
         paths = slurm_paths(msg.root)
         self._make_dirs(paths, msg)
@@ -399,14 +414,19 @@ class SlurmNode:
 
     async def _await_answer(self, msg: Slurm) -> None:
         """Give a slurmctld just started (here or on the controller) a moment to answer,
-        so the first report after a converge already says the node's state."""
+        and a slurmd just started a moment to register (Slurm refuses to resume a node
+        whose state is still UNKNOWN), so the first report already says the node's state."""
         if not msg.conf_server:
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ANSWER_WAIT
         while loop.time() < deadline:
             if await self._unreachable(msg.conf_server) is None:
-                return
+                if not (has_slurmd(msg.part) and msg.name):
+                    return
+                found = await self.node(msg.name)
+                if isinstance(found, SlurmNodeRecord) and registered(found):
+                    return
             await asyncio.sleep(0.5)
 
     # --- reading Slurm -------------------------------------------------------------------
@@ -480,6 +500,7 @@ class SlurmNode:
         code, out = await self._ask(argv)
         if code != 0:
             log.warning("slurm: %s failed: %s", " ".join(argv[:4]), out.strip())
+            self._retry_soon = True
             return False
         log.info("slurm: %s %s", "resumed" if self.msg.lent else "drained", name)
         return True

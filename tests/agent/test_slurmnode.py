@@ -35,6 +35,7 @@ class FakeMachine:
         self.procs: dict[int, list[str]] = {}
         self.killed: list[int] = []
         self.active: set[str] = set()
+        self.refuse_updates = 0
         self._pid = 1000
 
     async def run(
@@ -53,6 +54,9 @@ class FakeMachine:
             return Finished(0 if argv[-1] in self.active else 3, "")
         if program == "scontrol" and argv[1] == "show":
             return Finished(0, self.node)
+        if program == "scontrol" and argv[1] == "update" and self.refuse_updates:
+            self.refuse_updates -= 1
+            return Finished(1, "slurm_update error: Invalid node state specified\n")
         return Finished(0, "")
 
     async def spawn(self, argv: Sequence[str], log_file: Path) -> int:
@@ -131,7 +135,9 @@ ROOT: list[Path] = []
 
 
 @pytest.fixture(autouse=True)
-def root(tmp_path: Path) -> Path:
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    # A node the fake says is not responding is waited for this long, not 20 s.
+    monkeypatch.setattr("llmgw.agent.slurmnode.ANSWER_WAIT", 0.3)
     ROOT[:] = [tmp_path / "root"]
     return ROOT[0]
 
@@ -435,7 +441,6 @@ async def test_first_report_without_a_part(made: Callable[..., Made]) -> None:
 async def test_slurmctld_not_answering_is_a_problem_with_its_fix(
     made: Callable[..., Made], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("llmgw.agent.slurmnode.ANSWER_WAIT", 0.2)
     node, machine, reports = made()
 
     async def refused(host: str, port: int) -> str | None:
@@ -461,3 +466,16 @@ async def test_munge_failing_is_a_problem_with_its_fix(made: Callable[..., Made]
     assert status.problem.startswith("munge does not work here: unmunge: Error")
     assert "systemctl status munge" in status.problem
     assert "munge.key must match the cluster's" in status.problem
+
+
+async def test_a_resume_slurm_refused_is_tried_again_soon(made: Callable[..., Made]) -> None:
+    node, machine, reports = made()
+    machine.node = (FIXTURES / "scontrol-show-node-o_drained-llmgw_22.05.8.txt").read_text()
+    machine.refuse_updates = 1
+    node.want(msg(1, lent=True))
+    await reports.version(1)
+    deadline = time.monotonic() + 5  # RETRY_SOON is 2 s, REPORT_EVERY 30 s
+    while len(machine.updates()) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    resume = ["scontrol", "update", "nodename=n1", "state=resume"]
+    assert machine.updates() == [resume, resume]

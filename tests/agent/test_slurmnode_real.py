@@ -153,6 +153,19 @@ async def test_a_node_with_both_parts_lent_and_reclaimed(
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.strip() == socket.gethostname()
 
+        # A job running here: squeue's job and its step on this machine.
+        job = await asyncio.create_subprocess_exec(
+            "srun", "-N1", "-w", "n1", "-J", "llmgw-sleep", "sleep", "30", env=env
+        )
+        try:
+            node.report_soon()
+            busy = await reports.until(lambda s: bool(s.jobs) and (s.steps or 0) >= 1)
+            assert busy.jobs is not None and busy.jobs[0].name == "llmgw-sleep"
+            assert busy.jobs[0].state == "RUNNING"
+        finally:
+            job.terminate()
+            await job.wait()
+
         # An administrator's drain survives lent and not lent.
         subprocess.run(
             ["scontrol", "update", "nodename=n1", "state=drain", "reason=maintenance"],
