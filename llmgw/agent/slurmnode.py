@@ -73,6 +73,9 @@ log = logging.getLogger("llmgw.agent.slurm")
 
 REPORT_EVERY = 30.0
 RETRY_SOON = 2.0
+# A converge that ended in a problem (an install, a daemon that would not start) is
+# tried again this often while no newer message comes.
+CONVERGE_AGAIN = 120.0
 # How long a converge waits for a slurmctld it (or another node) started to answer.
 ANSWER_WAIT = 20.0
 # Each package, per manager, and the programs that say it is there.
@@ -221,9 +224,13 @@ class SlurmNode:
             self._task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        failed_at: float | None = None
         while True:
             self._wake.clear()
             msg, self._pending = self._pending, None
+            if msg is None and failed_at is not None and loop.time() - failed_at >= CONVERGE_AGAIN:
+                msg = self.msg
             # A failing Slurm never stops the agent's other work: it is said, and tried
             # again with the next message or pass.
             try:
@@ -232,6 +239,8 @@ class SlurmNode:
             except Exception as exc:
                 log.exception("slurm: keeping this node's part failed")
                 self.problem = f"this node's Slurm part failed: {type(exc).__name__}: {exc}"
+            if msg is not None:
+                failed_at = loop.time() if self.problem is not None else None
             try:
                 self.emit(await self.status())
             except Exception:

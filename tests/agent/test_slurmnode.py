@@ -479,3 +479,19 @@ async def test_a_resume_slurm_refused_is_tried_again_soon(made: Callable[..., Ma
         await asyncio.sleep(0.05)
     resume = ["scontrol", "update", "nodename=n1", "state=resume"]
     assert machine.updates() == [resume, resume]
+
+
+async def test_a_converge_that_failed_is_tried_again(
+    made: Callable[..., Made], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("llmgw.agent.slurmnode.REPORT_EVERY", 0.1)
+    monkeypatch.setattr("llmgw.agent.slurmnode.CONVERGE_AGAIN", 0.2)
+    node, machine, reports = made(version="slurm-wlm 21.08.8")
+    node.want(msg(1))
+    assert (await reports.version(1)).problem is not None
+    machine.version = "slurm-wlm 23.11.4"  # upgraded by hand
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not machine.pids("slurmd"):
+        await asyncio.sleep(0.05)
+    assert machine.pids("slurmd")
+    assert reports[-1].version == 1
