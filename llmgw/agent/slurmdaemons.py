@@ -150,7 +150,7 @@ class Started:
 
 
 def is_program(cmdline: list[str] | None, program: str) -> bool:
-    return bool(cmdline) and Path(cmdline[0]).name == program  # type: ignore[index]
+    return cmdline is not None and len(cmdline) > 0 and Path(cmdline[0]).name == program
 
 
 class StartedBook:
@@ -177,16 +177,19 @@ class StartedBook:
 
 
 def dropin(name: Daemon, exec_start: Sequence[str]) -> str:
-    """The drop-in that runs ``name``'s packaged unit as llmgw needs it. Type=notify
-    follows ``--systemd``; the packaged units' ConditionPathExists=/etc/slurm/slurm.conf
-    and PIDFile are cleared (configless slurmd has no such file, llmgw's root its own pids)."""
+    """The drop-in that runs ``name``'s packaged unit as llmgw needs it: in the
+    foreground (``-D``) as Type=simple, which every Slurm since 22.05 takes (22.05 has no
+    ``--systemd``: it refuses the option; and a configless slurmd under Type=notify can
+    time out fetching its config). The packaged units' ConditionPathExists=
+    /etc/slurm/slurm.conf and PIDFile are cleared: configless slurmd has no such file,
+    and llmgw's root keeps its own pids."""
     env = "$SLURMCTLD_OPTIONS" if name == "slurmctld" else "$SLURMD_OPTIONS"
     return (
         "# Written by llmgw's agent for this node's Slurm part; removed when it has none.\n"
         "[Unit]\n"
         "ConditionPathExists=\n"
         "[Service]\n"
-        "Type=notify\n"
+        "Type=simple\n"
         "PIDFile=\n"
         "ExecStart=\n"
         f"ExecStart={shlex.join(exec_start)} {env}\n"

@@ -397,7 +397,7 @@ class SlurmNode:
         changed = self._write_conf(msg)
         program = self.which("slurmctld") or "slurmctld"
         conf = str(self.etc / "slurm.conf")
-        argv = [program, "--systemd" if self.systemd else "-D", "-f", conf]
+        argv = [program, "-D", "-f", conf]
         return await self.daemons.ensure(
             "slurmctld", argv, Path(paths.log_dir) / "slurmctld.out", restart=changed
         )
@@ -411,7 +411,7 @@ class SlurmNode:
         program = self.which("slurmd") or "slurmd"
         argv = [
             program,
-            "--systemd" if self.systemd else "-D",
+            "-D",
             "--conf-server",
             msg.conf_server,
             "-N",

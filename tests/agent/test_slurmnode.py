@@ -276,13 +276,11 @@ async def test_systemd_drop_ins_and_none_undoes_them(made: Callable[..., Made]) 
     ctld = (systemd / "slurmctld.service.d" / "llmgw.conf").read_text()
     conf = node.state_dir / "slurm" / "etc" / "slurm.conf"
     assert "ExecStart=\n" in ctld
-    assert f"ExecStart=/usr/sbin/slurmctld --systemd -f {conf} $SLURMCTLD_OPTIONS\n" in ctld
+    assert f"ExecStart=/usr/sbin/slurmctld -D -f {conf} $SLURMCTLD_OPTIONS\n" in ctld
     assert "ConditionPathExists=\n" in ctld
+    assert "Type=simple\n" in ctld  # Slurm 22.05 has no --systemd for Type=notify
     slurmd = (systemd / "slurmd.service.d" / "llmgw.conf").read_text()
-    assert (
-        "ExecStart=/usr/sbin/slurmd --systemd --conf-server ctl:6817 -N n1 $SLURMD_OPTIONS\n"
-        in slurmd
-    )
+    assert "ExecStart=/usr/sbin/slurmd -D --conf-server ctl:6817 -N n1 $SLURMD_OPTIONS\n" in slurmd
     assert conf.read_text() == "ClusterName=c\nSlurmUser=root\n"
     calls = machine.systemctl()
     assert ["enable", "--now", "munge.service"] in calls
