@@ -153,6 +153,26 @@ def is_program(cmdline: list[str] | None, program: str) -> bool:
     return cmdline is not None and len(cmdline) > 0 and Path(cmdline[0]).name == program
 
 
+def node_name(argv: Sequence[str]) -> str | None:
+    """The NodeName a slurmd runs as (``-N NAME``); None: the host's own."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-N":
+            return argv[i + 1]
+    return None
+
+
+def clashes(other: list[str] | None, ours: list[str]) -> bool:
+    """Another daemon of the same program stands where ours would: always for one
+    slurmctld or munged a machine; for slurmd, one serving the same node (a machine may
+    run several slurmd, each its own ``-N`` node, as a test cluster on one host does)."""
+    if other is None:
+        return False
+    if Path(ours[0]).name != "slurmd":
+        return True
+    mine, theirs = node_name(ours), node_name(other)
+    return theirs is None or mine is None or theirs == mine
+
+
 class StartedBook:
     """``started.json``: the daemons this agent started, kept across its restarts."""
 
@@ -246,7 +266,7 @@ class Daemons:
         if entry is not None and entry.argv == argv and not restart:
             return None
         if entry is None:
-            others = self.foreign(name)
+            others = [p for p in self.foreign(name) if clashes(self.machine.cmdline(p), argv)]
             if others:
                 return (
                     f"{PROGRAM[name]} already runs here (pid {others[0]}), not started by "

@@ -497,3 +497,15 @@ async def test_a_converge_that_failed_is_tried_again(
         await asyncio.sleep(0.05)
     assert machine.pids("slurmd")
     assert reports[-1].version == 1
+
+
+async def test_a_slurmd_of_another_node_on_this_machine_is_no_clash(
+    made: Callable[..., Made],
+) -> None:
+    node, machine, reports = made()
+    machine.procs[8] = ["/usr/sbin/slurmd", "-D", "--conf-server", "ctl:6817", "-N", "n2"]
+    node.want(msg(1, part="slurmd"))
+    status = await reports.version(1)
+    assert status.problem is None, status.problem
+    assert "slurmd" in status.started
+    assert 8 in machine.procs and 8 not in machine.killed
