@@ -111,7 +111,9 @@ async def test_a_node_with_both_parts_lent_and_reclaimed(
     setup: tuple[Path, Path, str, int],
 ) -> None:
     state, root, conf, ctld_port = setup
-    munge_before = subprocess.run("munge -n | unmunge", shell=True, capture_output=True).returncode
+    munge_before = subprocess.run(
+        "munge -n | unmunge", shell=True, capture_output=True, stdin=subprocess.DEVNULL
+    ).returncode
     reports = Reports()
     node = SlurmNode(state, reports, systemd=False, places=SlurmPlaces())
     base = dict(
@@ -149,13 +151,26 @@ async def test_a_node_with_both_parts_lent_and_reclaimed(
             capture_output=True,
             text=True,
             timeout=30,
+            # srun hands its stdin to the job: never the test worker's own (xdist's channel).
+            stdin=subprocess.DEVNULL,
         )
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.strip() == socket.gethostname()
 
         # A job running here: squeue's job and its step on this machine.
         job = await asyncio.create_subprocess_exec(
-            "srun", "-N1", "-w", "n1", "-J", "llmgw-sleep", "sleep", "30", env=env
+            "srun",
+            "-N1",
+            "-w",
+            "n1",
+            "-J",
+            "llmgw-sleep",
+            "sleep",
+            "30",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             node.report_soon()
@@ -171,6 +186,8 @@ async def test_a_node_with_both_parts_lent_and_reclaimed(
             ["scontrol", "update", "nodename=n1", "state=drain", "reason=maintenance"],
             env=env,
             check=True,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
         )
         for version, lent_now in ((3, True), (4, False)):
             node.want(Slurm(version=version, lent=lent_now, **base))
