@@ -3,7 +3,7 @@ control plane makes of the node (logs, the weights list, collecting, a model's s
 
 ``NodeRuntime`` is what the session calls: it adds engines and running shards to
 Register, per-shard usage and the memory read rate to heartbeats, and handles
-StartShard, StopShard and Request.
+StartShard, StopShard, Slurm and Request.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
 from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.nodewall import NodeFirewall
 from llmgw.agent.session import HeartbeatFields, RegisterFields
+from llmgw.agent.slurmnode import SlurmNode
 from llmgw.agent.supervisor import Supervisor
 from llmgw.agent.weights import HubClient, WeightStore
 from llmgw.agent.weights.cache import manifest_holds, read_manifest
@@ -44,6 +45,7 @@ from llmgw.wire.messages import (
     Request,
     Response,
     ShardStatus,
+    Slurm,
     StartShard,
     StopShard,
     WantedEngines,
@@ -125,6 +127,8 @@ class NodeRuntime:
             said=self._report_engines,
         )
         self.firewall = NodeFirewall(opts.state_dir)
+        # This node's part in the cluster's Slurm, kept in the background.
+        self.slurm = SlurmNode(opts.state_dir, self.emit)
         # ib_write_bw servers started for the control plane's fabric tests.
         self.bw_servers = BandwidthServers()
         self._probe_task: asyncio.Task[None] | None = None
@@ -186,6 +190,7 @@ class NodeRuntime:
         if self._probe_task is not None:
             self._probe_task.cancel()
         await self.convergence.close()
+        await self.slurm.close()  # its daemons keep running, as engines do
         await self.bw_servers.close()
         await self.memrate.close()
         for task in self._follows.values():
@@ -213,6 +218,7 @@ class NodeRuntime:
         self._send = send
         if send is not None:
             self.cache.attach()  # a control plane new to this stream knows no cache
+            self.slurm.report_soon()  # what Slurm is here, before any Slurm message
 
     def register_fields(self) -> RegisterFields:
         settings, running = self.opts.settings, self.opts.running
@@ -251,6 +257,8 @@ class NodeRuntime:
             self.convergence.want(msg)
         elif isinstance(msg, Firewall):
             await self.firewall.keep(msg)
+        elif isinstance(msg, Slurm):
+            self.slurm.want(msg)
         elif isinstance(msg, Request):
             try:
                 await self._answer(msg)

@@ -37,7 +37,8 @@ async def ask(rt: NodeRuntime, source: str) -> Response:
     sent: list[Message] = []
     rt.attach(sent.append)
     await rt.handle(Request(id="r1", kind="weights.inspect", args={"source": source}))
-    (answer,) = sent
+    # The one answer (the stream's other reports, SlurmStatus, may come meanwhile).
+    (answer,) = [m for m in sent if isinstance(m, Response)]
     assert isinstance(answer, Response) and answer.id == "r1"
     return answer
 
