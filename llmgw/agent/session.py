@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -183,7 +184,9 @@ class AgentSession:
             pipe.close()
 
     async def _stream(self, pipe: _Pipe, reader: asyncio.StreamReader, address: str) -> None:
-        facts = await self.source.facts(self.node_id)
+        # The machine's own name (its node id may be another): Slurm's SlurmctldHost
+        # must be it, and the pages show both.
+        facts = await self.source.facts(socket.gethostname())
         extra = self.hooks.register_fields() if self.hooks else {}
         register = Register(
             node_id=self.node_id,

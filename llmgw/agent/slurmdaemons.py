@@ -24,6 +24,8 @@ import os
 import shlex
 import shutil
 import signal
+import socket
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -58,6 +60,8 @@ class Machine(Protocol):
     def pids(self, program: str) -> list[int]: ...
 
     def cmdline(self, pid: int) -> list[str] | None: ...
+
+    def steps(self, spool: Path, name: str) -> int | None: ...
 
     async def kill(self, pid: int, program: str) -> None: ...
 
@@ -104,6 +108,29 @@ class LocalMachine:
             except OSError:
                 continue
         return sorted(found)
+
+    def steps(self, spool: Path, name: str) -> int | None:
+        """The job steps node ``name``'s slurmd runs here: each step's slurmstepd
+        listens on ``<spool>/<name>_<job>.<step>``, as slurmd itself finds them; a
+        socket nothing answers on is a step that ended without cleaning up. None when
+        the spool cannot be read. (Counting slurmstepd processes would count the steps
+        of another slurmd on the machine, and strays no slurmd owns any more.)"""
+        try:
+            entries = list(spool.glob(f"{name}_*.*"))
+        except OSError:
+            return None
+        alive = 0
+        for entry in entries:
+            try:
+                if not stat.S_ISSOCK(entry.stat().st_mode):
+                    continue
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.settimeout(1.0)
+                    probe.connect(str(entry))
+                alive += 1
+            except OSError:
+                continue
+        return alive
 
     def cmdline(self, pid: int) -> list[str] | None:
         try:

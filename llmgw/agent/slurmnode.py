@@ -16,7 +16,8 @@ converges (never two at once; a message that comes meanwhile is taken after):
   starting ``llmgw:``) -> resumed; not lent and not drained -> drained with
   ``DRAIN_REASON``. A drain with any other reason is an administrator's: never touched.
 
-It reports after every converge, every ``REPORT_EVERY`` seconds while it has a part,
+It reports after every converge, every ``REPORT_EVERY`` seconds while it has a part
+(``BUSY_REPORT_EVERY`` while it is lent or runs a job step),
 and when the stream attaches (with no part too: the installed version, ``slurmd -C``,
 cgroup v2, so the control plane can refuse a Slurm too old at setup). A failing Slurm
 is a ``problem`` with its fix, never an exception out of the task. The munge key is
@@ -72,6 +73,9 @@ from llmgw.wire.slurmpaths import SlurmPaths, slurm_paths
 log = logging.getLogger("llmgw.agent.slurm")
 
 REPORT_EVERY = 30.0
+# While the node is lent or runs a job step: a reclaim waits on its jobs ending, and the
+# console and pages show them.
+BUSY_REPORT_EVERY = 5.0
 RETRY_SOON = 2.0
 # A converge that ended in a problem (an install, a daemon that would not start) is
 # tried again this often while no newer message comes.
@@ -241,13 +245,16 @@ class SlurmNode:
                 self.problem = f"this node's Slurm part failed: {type(exc).__name__}: {exc}"
             if msg is not None:
                 failed_at = loop.time() if self.problem is not None else None
+            busy = False
             try:
-                self.emit(await self.status())
+                said = await self.status()
+                self.emit(said)
+                busy = self.msg.lent or bool(said.jobs) or bool(said.steps)
             except Exception:
                 log.exception("slurm: reading Slurm's state failed")
             if self._pending is not None:
                 continue
-            every = REPORT_EVERY if self.msg.part != "none" else None
+            every = None if self.msg.part == "none" else BUSY_REPORT_EVERY if busy else REPORT_EVERY
             if self._retry_soon:
                 every, self._retry_soon = RETRY_SOON, False
             with contextlib.suppress(TimeoutError):
@@ -514,11 +521,11 @@ class SlurmNode:
         log.info("slurm: %s %s", "resumed" if self.msg.lent else "drained", name)
         return True
 
-    def steps(self) -> int | None:
-        try:
-            return len(self.machine.pids("slurmstepd"))
-        except OSError:
+    def steps(self, msg: Slurm) -> int | None:
+        """Job steps this node's slurmd runs (None: it runs no slurmd here)."""
+        if not (has_slurmd(msg.part) and msg.name):
             return None
+        return self.machine.steps(Path(slurm_paths(msg.root).slurmd_spool), msg.name)
 
     async def status(self) -> SlurmStatus:
         msg = self.msg
@@ -551,7 +558,7 @@ class SlurmNode:
             state=state,
             reason=reason,
             jobs=jobs,
-            steps=self.steps(),
+            steps=self.steps(msg),
             running=self.daemons.running(),
             started=self.daemons.started(),
             problem=problem,

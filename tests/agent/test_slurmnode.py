@@ -19,6 +19,7 @@ import pytest
 from llmgw.agent import command
 from llmgw.agent.command import Finished
 from llmgw.agent.engines.ospackages import OsPackages
+from llmgw.agent.slurmdaemons import LocalMachine
 from llmgw.agent.slurmnode import SlurmNode, SlurmPlaces, wanted_packages
 from llmgw.wire.messages import Message, Slurm, SlurmStatus
 
@@ -39,6 +40,8 @@ class FakeMachine:
         self.active: set[str] = set()
         self.refuse_updates = 0
         self._pid = 1000
+        self.step_count: int | None = 0
+        self.asked_steps: list[tuple[Path, str]] = []
 
     async def run(
         self, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
@@ -73,6 +76,10 @@ class FakeMachine:
 
     def cmdline(self, pid: int) -> list[str] | None:
         return self.procs.get(pid)
+
+    def steps(self, spool: Path, name: str) -> int | None:
+        self.asked_steps.append((spool, name))
+        return self.step_count
 
     async def kill(self, pid: int, program: str) -> None:
         self.killed.append(pid)
@@ -509,3 +516,31 @@ async def test_a_slurmd_of_another_node_on_this_machine_is_no_clash(
     assert status.problem is None, status.problem
     assert "slurmd" in status.started
     assert 8 in machine.procs and 8 not in machine.killed
+
+
+def test_job_steps_are_counted_by_this_nodes_slurmd_sockets_alive(tmp_path: Path) -> None:
+    """A step's slurmstepd listens on <spool>/<node>_<job>.<step>: a stale socket (the
+    step died) and another node's steps on the same machine are not this node's."""
+    import socket
+
+    spool = tmp_path / "slurmd"
+    spool.mkdir()
+    live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    live.bind(str(spool / "n1_5.0"))
+    live.listen(1)
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(spool / "n1_6.4294967292"))
+    stale.close()  # the file stays; nothing answers on it
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(spool / "n2_7.0"))
+    other.listen(1)
+    (spool / "n1_8.0").write_text("not a socket")
+    try:
+        machine = LocalMachine()
+        assert machine.steps(spool, "n1") == 1
+        assert machine.steps(spool, "n2") == 1
+        assert machine.steps(spool, "n3") == 0
+    finally:
+        live.close()
+        other.close()
+    assert LocalMachine().steps(spool, "n1") == 0
