@@ -83,7 +83,10 @@ async def run(
         start_new_session=True,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        # Not asyncio.wait_for: on Python 3.11 a cancel that comes as the command ends
+        # is lost there (the result wins), and a caller being closed runs on.
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate()
     except (TimeoutError, asyncio.CancelledError):
         await end(proc)
         raise

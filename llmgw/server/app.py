@@ -159,8 +159,6 @@ class ControlPlane:
             CatalogHooks(inspect=self.inspect_shape, remove_files=self.fleet.remove_source),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
-        # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
-        self.slurm = slurm_parts(store, self.cluster_secret, self.registry, self.fleet, self.models)
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
         self.gateway = Gateway(
@@ -175,7 +173,17 @@ class ControlPlane:
             write_usage=self._write_usage,
             tree=lambda: self.directory.now,
         )
-        self.slurm.lend_by_policy(self.gateway.router, self.gateway.queue, self.reconciler)
+        # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
+        self.slurm = slurm_parts(
+            store,
+            self.cluster_secret,
+            self.registry,
+            self.fleet,
+            self.models,
+            self.gateway.router,
+            self.gateway.queue,
+            self.reconciler,
+        )
         self.views = ModelViews(
             self.models.models,
             self.reconciler,

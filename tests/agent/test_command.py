@@ -4,6 +4,7 @@ time or its caller stops waiting."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -151,3 +152,22 @@ async def test_overrunning_its_time_it_is_killed_with_its_children(tmp_path: Pat
     # (with the child alive, the pipe's end came only when its 20 s sleep did).
     assert dead(await pid_of(marker))
     assert time.monotonic() - started < 15
+
+
+async def test_a_cancel_as_the_command_ends_is_never_lost() -> None:
+    """A caller cancelled at any moment of a short command, the moment it ends included,
+    is cancelled: the cancel is never swallowed by the command's result (as
+    ``asyncio.wait_for`` does on Python 3.11), which left a closing task running on."""
+    lost = 0
+    for spins in range(120):
+        task = asyncio.ensure_future(command.run(["true"], 10))
+        for _ in range(spins % 40):
+            await asyncio.sleep(0)
+        if spins >= 40:
+            await asyncio.sleep(0.001 * (spins - 40))
+        asked = task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        if asked and not task.cancelled():
+            lost += 1
+    assert lost == 0

@@ -60,6 +60,7 @@ def routes(slurm: SlurmService) -> Ops:
             body=SlurmSetup,
             answer=DOC,
             access="admin",
+            errors=(404, 409),
         ),
         Op(
             "POST",
@@ -69,6 +70,7 @@ def routes(slurm: SlurmService) -> Ops:
             body=SlurmNodes,
             answer=DOC,
             access="operator",
+            errors=(404, 409),
         ),
         Op(
             "POST",
@@ -78,6 +80,7 @@ def routes(slurm: SlurmService) -> Ops:
             body=SlurmNodes,
             answer=DOC,
             access="operator",
+            errors=(404, 409),
         ),
         Op(
             "POST",
@@ -87,6 +90,7 @@ def routes(slurm: SlurmService) -> Ops:
             body=SlurmOff,
             answer=DOC,
             access="admin",
+            errors=(409,),
         ),
         Op(
             "POST",
@@ -96,5 +100,6 @@ def routes(slurm: SlurmService) -> Ops:
             body=SlurmPolicySet,
             answer=DOC,
             access="admin",
+            errors=(409,),
         ),
     ]

@@ -56,8 +56,10 @@ class SlurmKeeper:
         self,
         service: SlurmService,
         registry: NodeRegistry,
+        lender: Lender | None,
         interval: float = INTERVAL,
     ) -> None:
+        """``lender``: lending by policy (lender.py); None leaves it out."""
         self.service = service
         self.registry = registry
         self.interval = interval
@@ -65,8 +67,7 @@ class SlurmKeeper:
         # The message last sent to each node, with the stream it went on.
         self.sent: dict[str, tuple[object, Slurm]] = {}
         self.passes = 0
-        # Lending by policy (lender.py), once the gateway it reads exists (app.py).
-        self.lender: Lender | None = None
+        self.lender = lender
 
     def poke(self) -> None:
         """Something changed (a workflow of the service): a pass soon."""
@@ -148,13 +149,6 @@ class SlurmParts:
     def duty(self) -> Duty:
         return Duty("slurm", self.keeper.run)
 
-    def lend_by_policy(self, router: Router, queue: FairQueue, reconciler: Reconciler) -> None:
-        """Lending by policy, reading the gateway (built after these parts) and the
-        reconciler."""
-        registry = self.keeper.registry
-        service = self.service
-        self.keeper.lender = policy_lender(service, service, registry, router, queue, reconciler)
-
 
 def slurm_parts(
     store: Store,
@@ -162,9 +156,14 @@ def slurm_parts(
     registry: NodeRegistry,
     fleet: FleetService,
     models: ModelService,
+    router: Router,
+    queue: FairQueue,
+    reconciler: Reconciler,
     interval: float = INTERVAL,
 ) -> SlurmParts:
-    """The settings, the service and its keeper, each handed what it uses."""
+    """The settings, the service and its keeper (with lending by policy, which reads
+    the gateway's ``router`` and ``queue`` and the ``reconciler``), each handed what it
+    uses."""
     kept = KeptSlurm(store, cluster_secret)
     poke: list[Callable[[], None]] = []
 
@@ -172,6 +171,7 @@ def slurm_parts(
         models.room.check_leaving(nodes, models.models)
 
     service = SlurmService(kept, registry, fleet, check_leaving, lambda: poke[0]())
-    keeper = SlurmKeeper(service, registry, interval)
+    lender = policy_lender(service, service, registry, router, queue, reconciler)
+    keeper = SlurmKeeper(service, registry, lender, interval)
     poke.append(keeper.poke)
     return SlurmParts(kept, service, keeper)

@@ -288,15 +288,18 @@ class SlurmService(SlurmView):
     async def give_back(self, node_ids: Collection[str], by: Principal) -> None:
         """Reclaimed nodes back in llmgw: uncordoned where llmgw cordoned them for Slurm."""
         s = self.settings
+        # Uncordoned first, then out of ``reclaim``: a node shown back in llmgw is
+        # placeable, and a pass cut between the two does the rest next time.
+        for node_id in sorted(node_ids):
+            view = self.registry.nodes.get(node_id)
+            if node_id in s.cordoned and view is not None and (view.cordoned or view.draining):
+                await self.fleet.mark(node_id, "uncordon", by)
+        s = self.settings
         changed = replace(
             s,
             reclaim=tuple(n for n in s.reclaim if n not in node_ids),
             cordoned=tuple(n for n in s.cordoned if n not in node_ids),
         )
         await self.kept.write(changed, by, "slurm.reclaimed", ", ".join(sorted(node_ids)))
-        for node_id in sorted(node_ids):
-            view = self.registry.nodes.get(node_id)
-            if node_id in s.cordoned and view is not None and (view.cordoned or view.draining):
-                await self.fleet.mark(node_id, "uncordon", by)
         if changed.turning_off and not changed.reclaim:
             await self._turn_off(by, "every lent node is back")
