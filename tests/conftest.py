@@ -4,10 +4,10 @@ run; and how the run is shared out among pytest-xdist's workers.
 `make test` runs the suite on several workers (``-n``, ``--dist loadgroup``). Tests
 that share something only one of them may hold at a time run in one worker, in order,
 by their ``xdist_group`` (``GROUPS``, set here at collection): the one Patroni cluster
-and the one PostgreSQL server of a run, the admin pages' cluster and browser, and this
-machine's own nftables table. An end-to-end module keeps its tests together too (its
-namespaces, ports and fixtures are made for one test at a time); everything else is
-shared out test by test.
+and the one PostgreSQL server of a run, the admin pages' cluster and browser, this
+machine's own nftables table, and its munged and Slurm daemons. An end-to-end module
+keeps its tests together too (its namespaces, ports and fixtures are made for one test
+at a time); everything else is shared out test by test.
 """
 
 from __future__ import annotations
@@ -46,6 +46,10 @@ GROUPS = {
     # own namespace (no_firewall_table_left).
     "tests/e2e/test_demo.py": "host-firewall",
     "tests/e2e/test_node_add.py": "host-firewall",
+    # This machine's one munged (/run/munge, /etc/munge/munge.key) and the Slurm daemons
+    # the tests start: the module joins the tests marked "slurm" elsewhere (the agent's,
+    # the files'), never beside them.
+    "tests/e2e/test_slurm.py": "slurm",
 }
 
 
