@@ -135,10 +135,15 @@ HANG_IN_CHILD = (
 )
 
 
-def dead(pid: int) -> bool:
-    """Killed: gone, or a zombie its (orphaned) parent has not reaped."""
+def dead(pid: int, argv: list[str]) -> bool:
+    """Killed: gone, or a zombie its (orphaned) parent has not reaped. A process of
+    another command line under that pid is another process: the suite starts thousands,
+    and the kernel hands a reaped child's pid to a new one soon after it wraps."""
     try:
-        return psutil.Process(pid).status() in (psutil.STATUS_DEAD, psutil.STATUS_ZOMBIE)
+        proc = psutil.Process(pid)
+        if proc.status() in (psutil.STATUS_DEAD, psutil.STATUS_ZOMBIE):
+            return True
+        return proc.cmdline() != argv
     except psutil.NoSuchProcess:
         return True
 
@@ -150,7 +155,7 @@ async def test_overrunning_its_time_it_is_killed_with_its_children(tmp_path: Pat
         await command.run([sys.executable, "-c", HANG_IN_CHILD, str(marker)], 1.0)
     # Its child was killed with it: nothing left running behind, nor holding the pipe
     # (with the child alive, the pipe's end came only when its 20 s sleep did).
-    assert dead(await pid_of(marker))
+    assert dead(await pid_of(marker), ["sleep", "20"])
     assert time.monotonic() - started < 15
 
 
