@@ -16,7 +16,7 @@ from pathlib import Path
 
 from llmgw.client import Client, Subcommands, UsageError
 from llmgw.client.admin import Route
-from llmgw.client.ctl_engines import keep_given
+from llmgw.client.ctl_engines import json_and_client_options
 from llmgw.client.tables import render, when
 from llmgw.wire.admin import OidcJson
 
@@ -96,10 +96,7 @@ def add_parsers(
         return run
 
     def options(p: argparse.ArgumentParser, action: bool = True) -> None:
-        p.add_argument("--json", action="store_true", help="print the API's JSON")
-        client_options(p)
-        if action:
-            keep_given(p)
+        json_and_client_options(p, client_options, action)
 
     def settings(p: argparse.ArgumentParser) -> None:
         p.add_argument("--client-id", required=True, help="the client id the provider gave")

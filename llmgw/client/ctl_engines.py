@@ -79,6 +79,19 @@ def keep_given(action: argparse.ArgumentParser) -> None:
             option.default = argparse.SUPPRESS
 
 
+def json_and_client_options(
+    p: argparse.ArgumentParser,
+    client_options: Callable[[argparse.ArgumentParser], None],
+    action: bool = True,
+) -> None:
+    """A command's ``--json`` and the client's options; on an ``action`` (a subcommand
+    of a command that takes them too) they keep what was given before it."""
+    p.add_argument("--json", action="store_true", help="print the API's JSON")
+    client_options(p)
+    if action:
+        keep_given(p)
+
+
 def add_parsers(
     ctl_cmds: Subcommands,
     client: Client,

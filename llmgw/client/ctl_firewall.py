@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 
 from llmgw.client import Client, Subcommands
-from llmgw.client.ctl_engines import keep_given
+from llmgw.client.ctl_engines import json_and_client_options
 from llmgw.client.tables import render, when
 from llmgw.wire.admin import FirewallJson
 
@@ -69,10 +69,7 @@ def add_parsers(
         return 0
 
     def options(p: argparse.ArgumentParser, action: bool = True) -> None:
-        p.add_argument("--json", action="store_true", help="print the API's JSON")
-        client_options(p)
-        if action:
-            keep_given(p)
+        json_and_client_options(p, client_options, action)
 
     wall = ctl_cmds.add_parser(
         "firewall", help="llmgw's firewall on every node: on or off, the agents' networks"

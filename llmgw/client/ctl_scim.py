@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from llmgw.client import Client, Subcommands
 from llmgw.client.admin import AdminClient, Route
-from llmgw.client.ctl_engines import keep_given
+from llmgw.client.ctl_engines import json_and_client_options
 from llmgw.client.tables import render, when
 from llmgw.wire.admin.scim import ScimJson, ScimTokenJson
 
@@ -73,10 +73,7 @@ def add_parsers(
         return output(client(args).call(SCIM_MAPS, body={"maps": given}), args)
 
     def options(p: argparse.ArgumentParser, action: bool = True) -> None:
-        p.add_argument("--json", action="store_true", help="print the API's JSON")
-        client_options(p)
-        if action:
-            keep_given(p)
+        json_and_client_options(p, client_options, action)
 
     scim = auth_cmds.add_parser(
         "scim", help="SCIM provisioning: the identity provider makes people and groups"

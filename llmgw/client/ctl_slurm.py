@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from llmgw.cliargs import parse_duration
 from llmgw.client import Client, Subcommands
-from llmgw.client.ctl_engines import keep_given
+from llmgw.client.ctl_engines import json_and_client_options
 from llmgw.client.tables import DASH, render
 from llmgw.wire.admin import SlurmJson, SlurmNodeJson
 
@@ -172,10 +172,7 @@ def add_parsers(
         return 0
 
     def options(p: argparse.ArgumentParser, action: bool = True) -> None:
-        p.add_argument("--json", action="store_true", help="print the API's JSON")
-        client_options(p)
-        if action:
-            keep_given(p)
+        json_and_client_options(p, client_options, action)
 
     top = ctl_cmds.add_parser(
         "slurm", help="Slurm beside llmgw: lend nodes to Slurm and take them back"

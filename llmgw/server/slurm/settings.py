@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from llmgw import pki
+from llmgw.jsonvalue import JSONObject
 from llmgw.server.principal import Principal
 from llmgw.server.store import Store
 
@@ -68,7 +68,7 @@ class SlurmSettings:
         """Whether the node is one Slurm may be lent (while Slurm is on)."""
         return self.enabled and (self.nodes is None or node_id in self.nodes)
 
-    def document(self) -> dict[str, Any]:
+    def document(self) -> JSONObject:
         return {
             "enabled": self.enabled,
             "controller": self.controller,
@@ -91,7 +91,7 @@ class SlurmSettings:
         }
 
     @classmethod
-    def read(cls, doc: dict[str, Any]) -> SlurmSettings:
+    def read(cls, doc: JSONObject) -> SlurmSettings:
         """The settings from their document; what is missing or of the wrong type takes
         its default (a document written by an older llmgw)."""
 
@@ -103,8 +103,11 @@ class SlurmSettings:
         def number(value: object) -> float | None:
             return float(value) if isinstance(value, int | float) else None
 
-        policy = doc.get("policy") if isinstance(doc.get("policy"), dict) else {}
-        assert isinstance(policy, dict)
+        def whole(value: object, default: int) -> int:
+            return value if isinstance(value, int) and value else default
+
+        found = doc.get("policy")
+        policy = found if isinstance(found, dict) else {}
         nodes = doc.get("nodes")
         controller = doc.get("controller")
         key = doc.get("munge_key")
@@ -113,8 +116,8 @@ class SlurmSettings:
             controller=controller if isinstance(controller, str) else None,
             partition=str(doc.get("partition") or DEFAULT_PARTITION),
             nodes=names(nodes) if isinstance(nodes, list) else None,
-            ctld_port=int(doc.get("ctld_port") or DEFAULT_CTLD_PORT),
-            slurmd_port=int(doc.get("slurmd_port") or DEFAULT_SLURMD_PORT),
+            ctld_port=whole(doc.get("ctld_port"), DEFAULT_CTLD_PORT),
+            slurmd_port=whole(doc.get("slurmd_port"), DEFAULT_SLURMD_PORT),
             root=str(doc.get("root") or ""),
             munge_key=key if isinstance(key, str) else None,
             lend=names(doc.get("lend")),
@@ -122,11 +125,11 @@ class SlurmSettings:
             cordoned=names(doc.get("cordoned")),
             policy=SlurmPolicy(
                 lend_idle_after=number(policy.get("lend_idle_after")),
-                keep_free_gpus=int(policy.get("keep_free_gpus") or 0),
+                keep_free_gpus=whole(policy.get("keep_free_gpus"), 0),
                 reclaim_when_queued=number(policy.get("reclaim_when_queued")),
             ),
             turning_off=doc.get("turning_off") is True,
-            version=int(doc.get("version") or 0),
+            version=whole(doc.get("version"), 0),
         )
 
 
