@@ -87,8 +87,11 @@ class SlurmKeeper:
             while waited < self.interval and not stop.is_set():
                 if self.wake.is_set() or self.registry.version != seen:
                     break
+                # asyncio.timeout, not wait_for: on 3.11 a cancel (the leader stepping
+                # down) that comes as the event is set would be lost there.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), GLANCE)
+                    async with asyncio.timeout(GLANCE):
+                        await self.wake.wait()
                 waited += GLANCE
             self.wake.clear()
 
