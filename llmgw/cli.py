@@ -159,9 +159,13 @@ def cmd_server_run(args: argparse.Namespace) -> int:
 
     try:
         with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            runner.run(run_server(_data_dir(args)))
+            again = runner.run(run_server(_data_dir(args)))
     except StoreError as exc:  # a store that cannot be opened: said, not a traceback
         raise UsageError(str(exc)) from None
+    if again:
+        from llmgw.reexec import exec_again
+
+        exec_again()
     return 0
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,6 +34,7 @@ from llmgw.agent.weights.cache import manifest_holds, read_manifest
 from llmgw.config import AgentConfig
 from llmgw.modelkit.files import ShapeError, inspect_local
 from llmgw.modelkit.sources import SourceError, cache_name, parse_source
+from llmgw.reexec import exec_again
 from llmgw.wire.messages import (
     AgentSettings,
     EngineInfo,
@@ -449,10 +448,4 @@ def _loopback(endpoint: str | None) -> bool:
 def restart_self() -> None:
     """This agent again, as it was started: the same process id, so its engines stay its
     children, and the new agent adopts them (supervisor.py)."""
-    for handler in logging.getLogger().handlers:
-        with contextlib.suppress(Exception):
-            handler.flush()
-    args = list(sys.argv)
-    if args and args[0].endswith("__main__.py"):  # started as `python -m llmgw`
-        args = ["-m", "llmgw", *args[1:]]
-    os.execv(sys.executable, [sys.executable, *args])
+    exec_again()

@@ -120,6 +120,8 @@ class ControlPlane:
         self.admin_tokens = AdminTokens(store, lambda: self.ha.leading, data.admin_token)
         self.started = time.time()
         self.stopping = asyncio.Event()
+        # Why this control plane stops to start again in place (``relaunch``), or None.
+        self.relaunch_reason: str | None = None
         self.agent_port: AgentPort | None = None
         self.listeners: list[Listener] = []
         self._background: set[asyncio.Task[None]] = set()
@@ -410,6 +412,13 @@ class ControlPlane:
             self.gateway.keys.relevel()  # their limits, on every control plane
         if every or tables & SCIM_TABLES:
             await self.scim.load()
+
+    def relaunch(self, reason: str) -> None:
+        """Stop serving, then start again in place (``llmgw.reexec``): after an upgrade
+        swapped the zipapp, or for ``llmgw restart``. The engines keep serving."""
+        log.info("starting again in place: %s", reason)
+        self.relaunch_reason = reason
+        self.stopping.set()
 
     async def load(self) -> None:
         await self.admin_tokens.load()

@@ -97,7 +97,9 @@ async def serve(cp: ControlPlane) -> None:
         await store
 
 
-async def run_server(root: Path) -> None:
+async def run_server(root: Path) -> bool:
+    """Run the control plane of ``root`` to its stop; True when it asked to be started
+    again in place (``ControlPlane.relaunch``)."""
     # Before the agents' streams come: their TLS buffers are the most of the heap.
     hold_mmap_threshold()
     data = DataDir(root)
@@ -112,3 +114,4 @@ async def run_server(root: Path) -> None:
         await serve(cp)
     finally:
         await store.close()
+    return cp.relaunch_reason is not None
