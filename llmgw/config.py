@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import yaml
 
+from llmgw.release import DEFAULT_SOURCE as DEFAULT_RELEASE_SOURCE
+
 _T = TypeVar("_T")
 _V = TypeVar("_V")
 
@@ -224,6 +226,15 @@ def _check_networks(value: list[str]) -> str | None:
 
 
 @dataclass(frozen=True)
+class ReleasesConfig:
+    """Where this cluster's llmgw releases come from (``llmgw/release.py``): what
+    ``node add``, ``server add`` and ``ctl upgrade`` install when not told otherwise."""
+
+    # GitHub's release layout: {source}/download/v{VERSION}/{ASSET}.
+    source: str = _checked(_check_http_url, DEFAULT_RELEASE_SOURCE)
+
+
+@dataclass(frozen=True)
 class FirewallConfig:
     """llmgw's own nftables table on every node whose agent runs as root."""
 
@@ -257,6 +268,7 @@ class ServerConfig:
     # set`` changes it for the running cluster (kept in the store, over this).
     engines: dict[str, Any] | None = _checked(_check_engines, None)
     firewall: FirewallConfig = field(default_factory=FirewallConfig)
+    releases: ReleasesConfig = field(default_factory=ReleasesConfig)
 
 
 @dataclass(frozen=True)
