@@ -162,10 +162,10 @@ def cmd_server_run(args: argparse.Namespace) -> int:
             again = runner.run(run_server(_data_dir(args)))
     except StoreError as exc:  # a store that cannot be opened: said, not a traceback
         raise UsageError(str(exc)) from None
-    if again:
+    if again is not None:
         from llmgw.reexec import exec_again
 
-        exec_again()
+        exec_again(again.keep_fds, again.env())
     return 0
 
 

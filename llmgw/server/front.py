@@ -26,6 +26,7 @@ import logging
 import os
 import platform
 import resource
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -39,6 +40,7 @@ from aiohttp.web_protocol import RequestHandler
 from starlette.types import ASGIApp, Message, Scope
 
 from llmgw.config import parse_hostport
+from llmgw.server.handover import BACKLOG, bind, duplicate
 
 log = logging.getLogger("llmgw.http")
 
@@ -356,6 +358,8 @@ class Listener:
         self.keepalive_timeout = keepalive_timeout
         self.runner: web.ServerRunner | None = None
         self.server: Guard | None = None
+        # The listening sockets: bound here, or handed over by the program before.
+        self.sockets: list[socket.socket] = []
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         proto = request.protocol
@@ -384,7 +388,8 @@ class Listener:
             "header_timeouts": server.timed_out,
         }
 
-    async def start(self) -> None:
+    async def start(self, sockets: list[socket.socket] | None = None) -> None:
+        """Serve ``sockets`` (handed over, ``handover.py``), or bind the address."""
         loop = asyncio.get_running_loop()
 
         def request(
@@ -413,9 +418,14 @@ class Listener:
         self.server.sweep()
         self.runner = web.ServerRunner(self.server, shutdown_timeout=3.0)
         await self.runner.setup()
-        host, port = parse_hostport(self.address)
-        site = web.TCPSite(self.runner, host, port, backlog=1024)
-        await site.start()
+        self.sockets = sockets or bind(parse_hostport(self.address))
+        for sock in self.sockets:
+            await web.SockSite(self.runner, sock, backlog=BACKLOG).start()
+
+    def hand_over(self) -> list[int]:
+        """Descriptors of the listening sockets that stay open once this listener stops,
+        for the program started again in this one's place: clients wait in the backlog."""
+        return duplicate(self.sockets)
 
     async def stop(self) -> None:
         if self.server is not None:

@@ -22,14 +22,16 @@ from llmgw.server.front import (
     raise_file_limit,
 )
 from llmgw.server.ha.peerlink import PeerListener
+from llmgw.server.handover import Handover, close_unused, inherited
 from llmgw.server.store import open_store
 
 log = logging.getLogger("llmgw.server")
 
 
-async def serve(cp: ControlPlane) -> None:
+async def serve(cp: ControlPlane) -> Handover | None:
     """Run a control plane to its stop: its agents' and control planes' ports, its
-    listeners, its store's and engines' watches, its role."""
+    listeners, its store's and engines' watches, its role. When it stops to start again
+    (``cp.relaunch``), its listening sockets are handed over (``handover.py``)."""
     agent_host = parse_hostport(cp.config.listen)[0]
     cp.agent_port = AgentPort(
         cp.registry,
@@ -62,6 +64,8 @@ async def serve(cp: ControlPlane) -> None:
     store = asyncio.create_task(cp.store.watch(cp.stopping))
     probe = asyncio.create_task(cp.gateway.probe_engines(cp.stopping))
     watch = asyncio.create_task(cp.ha.watch(cp.stopping))
+    handed = inherited()
+    handover: Handover | None = None
     try:
         # The role first: an old leader started again learns here that another leads.
         await cp.ha.start()
@@ -69,7 +73,8 @@ async def serve(cp: ControlPlane) -> None:
         # so the first requests find them (no 503 until their agents come back).
         await cp.gateway.probe.first_round()
         for listener in cp.listeners:
-            await listener.start()
+            await listener.start(handed.pop(listener.address, None))
+        close_unused(handed)
         log.info(
             "control plane %s (%s, %s): HTTP on %s, agents on port %d, control planes "
             "on port %d, store %s, at most %d client connections",
@@ -85,6 +90,10 @@ async def serve(cp: ControlPlane) -> None:
         await cp.stopping.wait()
     finally:
         cp.stopping.set()
+        if cp.relaunch_reason is not None:
+            # Kept listening while the requests in flight finish and the program starts
+            # again: new clients wait in the backlog, none is refused.
+            handover = Handover({x.address: x.hand_over() for x in cp.listeners if x.sockets})
         for listener in cp.listeners:
             await listener.stop()
         await watch
@@ -95,11 +104,12 @@ async def serve(cp: ControlPlane) -> None:
         await cp.agent_port.stop()
         await cp.peer_listener.stop()
         await store
+    return handover
 
 
-async def run_server(root: Path) -> bool:
-    """Run the control plane of ``root`` to its stop; True when it asked to be started
-    again in place (``ControlPlane.relaunch``)."""
+async def run_server(root: Path) -> Handover | None:
+    """Run the control plane of ``root`` to its stop; when it asked to be started again
+    in place (``ControlPlane.relaunch``), what the next program takes over."""
     # Before the agents' streams come: their TLS buffers are the most of the heap.
     hold_mmap_threshold()
     data = DataDir(root)
@@ -111,7 +121,7 @@ async def run_server(root: Path) -> bool:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, cp.stopping.set)
     try:
-        await serve(cp)
+        handover = await serve(cp)
     finally:
         await store.close()
-    return cp.relaunch_reason is not None
+    return handover if cp.relaunch_reason is not None else None
