@@ -61,6 +61,10 @@ class ReleaseError(RuntimeError):
     from where, and what to do. Nothing was changed."""
 
 
+class ReleaseNotFound(ReleaseError):
+    """The release source has no such file (404): an unknown version, or no release there."""
+
+
 @total_ordering
 @dataclass(frozen=True)
 class Version:
@@ -222,7 +226,7 @@ def _open(url: str, timeout: float) -> BinaryIO:
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code == 404:
-            raise ReleaseError(f"{url}: not found (404): no such release there") from None
+            raise ReleaseNotFound(f"{url}: not found (404): no such release there") from None
         raise ReleaseError(f"{url}: the release source answered {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from llmgw.agent import upgrade
 from llmgw.agent.cachewatch import CacheWatch
 from llmgw.agent.clustersettings import ClusterSettings
 from llmgw.agent.discovery.ibwatch import parse_smir, run_ibnetdiscover
@@ -312,6 +313,8 @@ class NodeRuntime:
             await self._discover_fabric(req)
         elif req.kind in ("fabric.bw_serve", "fabric.bw_run"):
             await self._bandwidth(req)
+        elif req.kind == "upgrade":
+            await upgrade.answer(req, self.emit, self.opts.restart or restart_self)
         else:
             self.emit(
                 Response(id=req.id, ok=False, error=f"this agent does not answer {req.kind!r}")

@@ -39,6 +39,7 @@ from llmgw.server.api import (
     settings,
     signin,
     slurm,
+    upgrade,
 )
 from llmgw.server.catalog.adapters import request_names
 from llmgw.server.catalog.inspector import make_inspector
@@ -85,6 +86,7 @@ from llmgw.server.scrape import Scrape
 from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.slurm.keeper import slurm_parts
 from llmgw.server.store import Store
+from llmgw.server.upgrade.keeper import upgrade_parts
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
 from llmgw.wire.messages import Firewall, Message
 
@@ -226,6 +228,10 @@ class ControlPlane:
             self.agent_addresses,
             self.registry.enrolled,
         )
+        # llmgw's own upgrades (ctl upgrade): the run and the leader's keeper.
+        self.upgrades = upgrade_parts(
+            store, self.registry, lambda: self.ha, self.relaunch, config.releases.source
+        )
         self.leader = LeaderWork(
             [
                 Duty("reconciler", self.models.run),
@@ -233,6 +239,7 @@ class ControlPlane:
                 Duty("node states", self.registry.monitor, self.registry.flush),
                 Duty("fabric maps", self.fabric_maps.run),
                 self.slurm.duty(),
+                self.upgrades.duty(),
             ]
         )
         self.ha = self._leadership()
@@ -521,6 +528,7 @@ class ControlPlane:
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         ops += slurm.routes(self.slurm.service)
+        ops += upgrade.routes(self.upgrades.service)
         return ops
 
     def admin_app(self) -> AdminApp:

@@ -48,6 +48,7 @@ async def serve(cp: ControlPlane) -> Handover | None:
         pki.peer_tls(cp.data.peer_cert, cp.data.peer_key, cp.data.ca_cert, server=True),
         agent_host,
         cp.config.ha.peer_port,
+        cp.upgrades.service.peer_upgrade,
     )
     await cp.peer_listener.start()
     gw = cp.config.gateway

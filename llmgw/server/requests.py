@@ -503,3 +503,36 @@ class SlurmPolicySet:
         maximum=3600,
     )
     off: bool = spec(False, doc="turn lending by policy off")
+
+
+# ------------------------------------------------------------------------- upgrade
+
+VERSION_WORDS = "MAJOR.MINOR.PATCH, e.g. 0.2.0 (or 0.2.0rc1)"
+
+
+@dataclass(frozen=True)
+class UpgradeStart:
+    """Move the cluster to another llmgw release (``llmgw ctl upgrade``)."""
+
+    version: str = spec(
+        doc="the llmgw version to run",
+        pattern=re.compile(r"v?\d{1,4}\.\d{1,4}\.\d{1,4}(?:-?(?:a|b|rc|dev)\d{1,4})?"),
+        pattern_doc=VERSION_WORDS,
+        max_length=24,
+    )
+    source: str | None = spec(
+        None,
+        doc="the release source, in GitHub's release layout (default: server.yaml's "
+        "releases.source)",
+        pattern=re.compile(r"https?://\S+"),
+        pattern_doc="an http(s) URL",
+        max_length=500,
+    )
+    downgrade: bool = spec(False, doc="allow a version older than the cluster's")
+    node_timeout: float | None = spec(
+        None,
+        doc="how long each node (and control plane) may take to come back on the version "
+        "(seconds, default 300)",
+        minimum=5,
+        maximum=86400,
+    )

@@ -19,7 +19,10 @@ What goes over it, always asked by a standby of its leader:
 - ``POST /peer/signout``: an admin page session signed out on a standby, for the store
   (so every control plane refuses it);
 - ``POST /peer/promote``: asked by ``llmgw server promote`` on the same machine, with
-  that control plane's own certificate.
+  that control plane's own certificate;
+- ``POST /peer/upgrade``: asked by the leader of a standby during ``llmgw ctl upgrade``
+  (``{version, source}``): it fetches and checks the release itself, answers, and starts
+  again on it (``server/upgrade/service.py``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ class PeerState(TypedDict):
     role: Role
     term: int
     leader: LeaderInfo | None
+    # The llmgw it runs.
+    version: str
     problem: str | None
     lag_seconds: float | None
     last_contact: float | None
@@ -146,7 +151,12 @@ def _error(status: int, kind: str, message: str) -> web.Response:
     return web.json_response({"error": {"type": kind, "message": message}}, status=status)
 
 
-def peer_app(host: PeerHost) -> web.Application:
+# ``POST /peer/upgrade``'s work: (version, source) -> its answer; raises ValueError (400)
+# or Refused (409) with words.
+PeerUpgrade = Callable[[str, str], Awaitable[JSON]]
+
+
+def peer_app(host: PeerHost, upgrade: PeerUpgrade | None = None) -> web.Application:
     @web.middleware
     async def gate(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -225,6 +235,19 @@ def peer_app(host: PeerHost) -> web.Application:
         body = await request.json()
         return web.json_response(await host.promote(bool(body.get("force"))))
 
+    async def upgrade_here(request: web.Request) -> web.Response:
+        body = await request.json()
+        version = body.get("version") if isinstance(body, dict) else None
+        source = body.get("source") if isinstance(body, dict) else None
+        if not isinstance(version, str) or not isinstance(source, str):
+            return _error(400, "bad_request", "an upgrade names a version and a source")
+        if upgrade is None:
+            return _error(409, "refused", "this control plane does not take upgrades")
+        try:
+            return web.json_response(await upgrade(version, source))
+        except ValueError as exc:
+            return _error(400, "bad_request", str(exc))
+
     app = web.Application(middlewares=[gate], client_max_size=64 << 20)
     app.router.add_get("/peer/state", state)
     app.router.add_get("/peer/snapshot", snapshot)
@@ -234,12 +257,20 @@ def peer_app(host: PeerHost) -> web.Application:
     app.router.add_post("/peer/demand", demand)
     app.router.add_post("/peer/signout", sign_out)
     app.router.add_post("/peer/promote", promote)
+    app.router.add_post("/peer/upgrade", upgrade_here)
     return app
 
 
 class PeerListener:
-    def __init__(self, host: PeerHost, tls: ssl.SSLContext, bind: str, port: int) -> None:
-        self.runner = web.AppRunner(peer_app(host), access_log=None)
+    def __init__(
+        self,
+        host: PeerHost,
+        tls: ssl.SSLContext,
+        bind: str,
+        port: int,
+        upgrade: PeerUpgrade | None = None,
+    ) -> None:
+        self.runner = web.AppRunner(peer_app(host, upgrade), access_log=None)
         self.tls = tls
         self.bind = bind
         self.port = port
