@@ -16,43 +16,17 @@ step is pending again and the done ones stay done.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal, TypedDict, cast
+from typing import cast
 
 from llmgw.jsonvalue import JSONObject
+from llmgw.wire.admin.upgrade import RunState, StepKind, StepState, UpgradeJson
 
 SETTING = "upgrade"
 
-StepKind = Literal["control-plane", "node"]
-StepState = Literal["pending", "running", "done", "skipped", "failed"]
-RunState = Literal["running", "done", "failed"]
 STEP_STATES: tuple[StepState, ...] = ("pending", "running", "done", "skipped", "failed")
 RUN_STATES: tuple[RunState, ...] = ("running", "done", "failed")
-
-
-class StepJson(TypedDict):
-    kind: StepKind
-    target: str
-    state: StepState
-    detail: str
-    started: float | None
-    ended: float | None
-
-
-class RunJson(TypedDict):
-    """``GET /api/v1/upgrade``: the run, its current step and each step's state."""
-
-    version: str
-    source: str
-    by: str
-    started: float
-    ended: float | None
-    state: RunState
-    step: str | None
-    error: str | None
-    node_timeout: float
-    downgrade: bool
-    ready: dict[str, int]
-    steps: list[StepJson]
+# The run as the API answers it.
+RunJson = UpgradeJson
 
 
 @dataclass(frozen=True)
