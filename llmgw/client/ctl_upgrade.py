@@ -24,8 +24,8 @@ PATH = "/api/v1/upgrade"
 POLL = 1.0
 # How long the control plane may be away while it starts again on the new version.
 AWAY = 60.0
-# Starting checks the release at its source (a stalled one is given up after 30 s).
-START_TIMEOUT = 120.0
+# Starting fetches and checks this control plane's zipapp (a fetch may take 10 minutes).
+START_TIMEOUT = 660.0
 
 
 def shown(run: UpgradeJson) -> str:

@@ -4,8 +4,10 @@
 not run from a zipapp (a source install is upgraded by its installer), a version older
 than the cluster's (the highest among the control planes and agents) unless
 ``downgrade``, a release the source does not have (404), a source that answers
-garbage, a bad signature or stalls (502), and a release with no build for this control
-plane's platform. Then it keeps the run (``run.py``) and the leader's keeper drives it:
+garbage, a bad signature or stalls, and a zipapp that does not match the signed sums
+(502: this control plane's is fetched and checked here, and kept hidden beside the
+running one for step 1), and a release with no build for this control plane's
+platform. Then it keeps the run (``run.py``) and the leader's keeper drives it:
 ``advance`` does one pass of the current step (``keeper.py``).
 
 The steps, each done when what it moved is seen back on the version:
@@ -101,6 +103,7 @@ class UpgradeService:
         changed: Callable[[], None] = lambda: None,
         keys: tuple[str, ...] | None = None,
         clock: Callable[[], float] = time.time,
+        timeout: float = release.READ_TIMEOUT,
     ) -> None:
         """``relaunch``: this control plane stops and starts again in place;
         ``changed``: after a run is started (the keeper looks at once)."""
@@ -112,6 +115,8 @@ class UpgradeService:
         self.changed = changed
         self.keys = keys if keys is not None else PUBLIC_KEYS
         self.clock = clock
+        # A read from the release source that moves no byte this long: a stalled source.
+        self.timeout = timeout
         self.run: UpgradeRun | None = None
         # The stream each node was asked on: it is back once on another.
         self.asked_on: dict[str, Session | None] = {}
@@ -177,11 +182,11 @@ class UpgradeService:
                 "version",
             )
         try:
-            sums = await asyncio.to_thread(release.checked_sums, source, version, keys=self.keys)
+            sums = await asyncio.to_thread(
+                release.checked_sums, source, version, keys=self.keys, timeout=self.timeout
+            )
         except release.ReleaseNotFound as exc:
-            raise Refusal(
-                404, "unknown_version", f"no llmgw release {version} at {source}: {exc}", "version"
-            ) from None
+            raise Refusal(404, "unknown_version", str(exc), "version") from None
         except release.ReleaseError as exc:
             raise Refusal(502, "release_source", str(exc), "source") from None
         asset = release.asset_name(version)
@@ -193,6 +198,13 @@ class UpgradeService:
                 f"release {version} at {source} has no {asset} (it has "
                 f"{', '.join(sorted(sums))}): no build for this control plane's platform",
             )
+        try:
+            # This control plane's zipapp, fetched and checked now (a corrupt or tampered
+            # one is refused before anything changes); kept hidden beside the running one
+            # for the first step.
+            await asyncio.to_thread(self._fetch, version, source, sha256)
+        except release.ReleaseError as exc:
+            raise Refusal(502, "release_source", str(exc), "source") from None
         if run is not None and run.version == version and run.state == "failed":
             run = replace(run.resumed(), source=source, by=by.name)
             words = f"resumed the upgrade to {version}"
@@ -232,17 +244,33 @@ class UpgradeService:
 
     # --------------------------------------------------------- this control plane
 
-    async def install_here(self, version: str, source: str, sha256: str | None) -> Path:
-        """This control plane's zipapp swapped for ``version``'s, checked; where the old
-        one is kept. Raises ReleaseError (nothing changed) or Refusal."""
+    def _fetch(self, version: str, source: str, sha256: str | None) -> release.Fetched:
+        """``version``'s zipapp for this platform, checked, hidden beside the running
+        one: the one fetched before when it is there and still checks out."""
         zipapp = release.running_zipapp()
         if zipapp is None:
-            raise Refusal(409, "not_zipapp", "this control plane does not run from an llmgw zipapp")
+            raise release.ReleaseError("this control plane does not run from an llmgw zipapp")
+        name = release.asset_name(version)
+        part = zipapp.parent / f".{name}.part"
+        if sha256 and part.is_file() and release.sha256_file(part) == sha256:
+            return release.Fetched(version, name, part, sha256, part.stat().st_size)
+        return release.fetch(
+            source,
+            version,
+            zipapp.parent,
+            keys=self.keys,
+            timeout=self.timeout,
+            expect_sha256=sha256,
+        )
+
+    async def install_here(self, version: str, source: str, sha256: str | None) -> Path:
+        """This control plane's zipapp swapped for ``version``'s, checked; where the old
+        one is kept. Raises ReleaseError (nothing changed)."""
 
         def install() -> Path:
-            fetched = release.fetch(
-                source, version, zipapp.parent, keys=self.keys, expect_sha256=sha256
-            )
+            fetched = self._fetch(version, source, sha256)
+            zipapp = release.running_zipapp()
+            assert zipapp is not None  # _fetch refused otherwise
             return release.swap_in(fetched, zipapp, __version__)
 
         return await asyncio.to_thread(install)
@@ -260,8 +288,6 @@ class UpgradeService:
             kept = await self.install_here(version, source, None)
         except release.ReleaseError as exc:
             raise Refused(str(exc)) from None
-        except Refusal as exc:
-            raise Refused(exc.message) from None
         log.info("llmgw %s is in place (%s kept); starting again", version, kept.name)
         asyncio.get_running_loop().call_later(LINGER, self.relaunch, f"upgrade to {version}")
         return {"version": version, "restarting": True}
@@ -339,7 +365,7 @@ class UpgradeService:
             run = await self._set(run, at, state="running", detail=f"fetching {run.asset}")
             try:
                 kept = await self.install_here(v, run.source, run.sha256 or None)
-            except (release.ReleaseError, Refusal) as exc:
+            except release.ReleaseError as exc:
                 await self._fail(run, at, f"control plane {step.target}: {exc}")
                 return
             await self._set(run, at, detail=f"restarting on {v} ({kept.name} kept)")
