@@ -198,15 +198,16 @@ class UpgradeService:
                 f"release {version} at {source} has no {asset} (it has "
                 f"{', '.join(sorted(sums))}): no build for this control plane's platform",
             )
-        try:
-            # This control plane's zipapp, fetched and checked now (a corrupt or tampered
-            # one is refused before anything changes); kept hidden beside the running one
-            # for the first step.
-            await asyncio.to_thread(self._fetch, version, source, sha256)
-        except release.ReleaseError as exc:
-            raise Refusal(502, "release_source", str(exc), "source") from None
+        # This control plane's zipapp, fetched and checked now (a corrupt or tampered one
+        # is refused before anything changes), kept hidden beside the running one for the
+        # first step; not when it is on the version already (its step is skipped).
+        if version != __version__:
+            try:
+                await asyncio.to_thread(self._fetch, version, source, sha256)
+            except release.ReleaseError as exc:
+                raise Refusal(502, "release_source", str(exc), "source") from None
         if run is not None and run.version == version and run.state == "failed":
-            run = replace(run.resumed(), source=source, by=by.name)
+            run = replace(run.resumed(), source=source, by=by.name, asset=asset, sha256=sha256)
             words = f"resumed the upgrade to {version}"
         else:
             run = self._new_run(version, source, by, ask, asset, sha256)
