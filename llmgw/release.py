@@ -28,6 +28,7 @@ import hashlib
 import os
 import platform
 import re
+import subprocess
 import sys
 import time
 import urllib.error
@@ -383,4 +384,44 @@ def swap_in(fetched: Fetched, target: Path, old_version: str) -> Path:
         raise ReleaseError(
             f"swapping {target} failed ({exc}); the old zipapp stays and runs"
         ) from None
+    return kept
+
+
+# Starting a zipapp the first time unpacks it (shiv), tens of seconds on a busy machine.
+START_CHECK = 180.0
+
+
+def check_starts(zipapp: Path, version: str, timeout: float = START_CHECK) -> None:
+    """Run ``zipapp --version`` with this Python, and refuse one that does not say
+    ``llmgw {version}``. Shiv unpacks a zipapp once, at its first start: done here,
+    before the process that runs it is started again on it, that restart is short."""
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(zipapp), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ReleaseError(f"{zipapp} does not start: {exc}") from None
+    if proc.returncode != 0 or proc.stdout.strip() != f"llmgw {version}":
+        said = (proc.stdout + proc.stderr).strip()[-300:]
+        raise ReleaseError(
+            f"{zipapp} does not start as llmgw {version} (exit {proc.returncode}: {said})"
+        )
+
+
+def swap_in_started(fetched: Fetched, target: Path, old_version: str) -> Path:
+    """``swap_in``, then ``check_starts``: a zipapp that does not start is swapped back
+    out (the old one in place again) and refused."""
+    kept = swap_in(fetched, target, old_version)
+    try:
+        check_starts(target, fetched.version)
+    except ReleaseError as exc:
+        try:
+            os.replace(kept, target)
+        except OSError as back:
+            raise ReleaseError(f"{exc}; putting the old one back failed: {back}") from None
+        raise ReleaseError(f"{exc}; the old zipapp is back in place") from None
     return kept

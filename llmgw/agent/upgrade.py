@@ -1,10 +1,11 @@
 """The agent's part of ``llmgw ctl upgrade``: the control plane's ``upgrade`` request
-(``{version, source, sha256, asset}``) answered, then this agent started again on the version.
+(``{version, source, sha256, asset}``) answered, then this agent started again on it.
 
 The release is fetched beside the zipapp this agent runs from and checked (the signed
-sums, and the sha256 the control plane names), then swapped in by rename, the old one
-kept beside it (``llmgw.release``). Only then is the request answered ok, and once the
-answer has had its moment to leave, the agent starts again in place
+sums, and the sha256 the control plane names), swapped in by rename with the old one
+kept beside it, and started once (``--version``: shiv unpacks it, and one that does not
+start is swapped back out; ``llmgw.release``). Only then is the request answered ok,
+and once the answer has had its moment to leave, the agent starts again in place
 (``llmgw.reexec``): the same process, so its engines stay its children and the new
 agent adopts them, serving all along. Any failure is answered with its words and
 changes nothing: the agent goes on as it was.
@@ -65,7 +66,7 @@ def install(
             "with the installer it came from, then restart it"
         )
     fetched = release.fetch(source, version, zipapp.parent, expect_sha256=sha256)
-    return release.swap_in(fetched, zipapp, __version__)
+    return release.swap_in_started(fetched, zipapp, __version__)
 
 
 async def answer(

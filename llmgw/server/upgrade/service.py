@@ -118,6 +118,8 @@ class UpgradeService:
         # A read from the release source that moves no byte this long: a stalled source.
         self.timeout = timeout
         self.run: UpgradeRun | None = None
+        # This control plane is starting again (the keeper's passes are over).
+        self.relaunching = False
         # The stream each node was asked on: it is back once on another.
         self.asked_on: dict[str, Session | None] = {}
 
@@ -272,7 +274,7 @@ class UpgradeService:
             fetched = self._fetch(version, source, sha256)
             zipapp = release.running_zipapp()
             assert zipapp is not None  # _fetch refused otherwise
-            return release.swap_in(fetched, zipapp, __version__)
+            return release.swap_in_started(fetched, zipapp, __version__)
 
         return await asyncio.to_thread(install)
 
@@ -290,6 +292,7 @@ class UpgradeService:
         except release.ReleaseError as exc:
             raise Refused(str(exc)) from None
         log.info("llmgw %s is in place (%s kept); starting again", version, kept.name)
+        self.relaunching = True
         asyncio.get_running_loop().call_later(LINGER, self.relaunch, f"upgrade to {version}")
         return {"version": version, "restarting": True}
 
@@ -298,7 +301,7 @@ class UpgradeService:
     async def advance(self) -> None:
         """One pass of the run's current step (the leader's keeper, every second)."""
         run = self.run
-        if run is None or run.state != "running":
+        if run is None or run.state != "running" or self.relaunching:
             return
         at = run.current
         if at is None:
@@ -370,6 +373,7 @@ class UpgradeService:
                 await self._fail(run, at, f"control plane {step.target}: {exc}")
                 return
             await self._set(run, at, detail=f"restarting on {v} ({kept.name} kept)")
+            self.relaunching = True
             self.relaunch(f"upgrade to {v}")
 
     async def _back_here(self, run: UpgradeRun, at: int, step: Step) -> None:
