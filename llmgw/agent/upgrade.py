@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from llmgw import __version__, release
+from llmgw import __version__, release, releasekey
 from llmgw.wire.messages import Message, Request, Response
 
 log = logging.getLogger("llmgw.agent")
@@ -65,7 +65,9 @@ def install(
             "this agent does not run from a zipapp (a source or pip install): upgrade it "
             "with the installer it came from, then restart it"
         )
-    fetched = release.fetch(source, version, zipapp.parent, expect_sha256=sha256)
+    fetched = release.fetch(
+        source, version, zipapp.parent, keys=releasekey.PUBLIC_KEYS, expect_sha256=sha256
+    )
     return release.swap_in_started(fetched, zipapp, __version__)
 
 
