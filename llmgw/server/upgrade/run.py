@@ -113,7 +113,9 @@ class UpgradeRun:
     def resumed(self) -> UpgradeRun:
         """A failed run again: its failed steps pending, the rest as they were."""
         steps = tuple(
-            replace(s, state="pending", detail=f"again (before: {s.detail})", ended=None)
+            replace(
+                s, state="pending", detail=f"again (before: {s.detail})", started=None, ended=None
+            )
             if s.state == "failed"
             else s
             for s in self.steps

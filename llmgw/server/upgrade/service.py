@@ -209,7 +209,15 @@ class UpgradeService:
             except release.ReleaseError as exc:
                 raise Refusal(502, "release_source", str(exc), "source") from None
         if run is not None and run.version == version and run.state == "failed":
-            run = replace(run.resumed(), source=source, by=by.name, asset=asset, sha256=sha256)
+            run = replace(
+                run.resumed(),
+                source=source,
+                by=by.name,
+                asset=asset,
+                sha256=sha256,
+                node_timeout=ask.node_timeout or run.node_timeout,
+                downgrade=ask.downgrade,
+            )
             words = f"resumed the upgrade to {version}"
         else:
             run = self._new_run(version, source, by, ask, asset, sha256)

@@ -224,6 +224,19 @@ async def test_a_node_not_back_in_time_fails_the_run_with_what_was_last_seen(
     )
     assert d.kinds() == []  # the next node untouched
 
+    # Again, with more time: the node's wait starts anew, with the new limit.
+    now[0] += 100
+    status, run = await start(plane, version=V2, source=releases.url(), node_timeout=60)
+    assert status == 202 and run["node_timeout"] == 60
+    await service.advance()
+    now[0] += 59
+    await service.advance()
+    assert c.kinds() == ["upgrade", "upgrade"]
+    assert service.run is not None and service.run.state == "running"
+    now[0] += 2
+    await service.advance()
+    assert service.run.state == "failed" and "within 60s" in str(service.run.error)
+
 
 async def test_a_release_that_does_not_start_is_swapped_back_out(
     plane: Plane, releases: Releases
