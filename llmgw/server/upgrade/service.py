@@ -42,7 +42,7 @@ from llmgw import __version__, release
 from llmgw.jsonvalue import JSON
 from llmgw.releasekey import PUBLIC_KEYS
 from llmgw.server.fleet.registry import NodeRegistry, NodeView, Session
-from llmgw.server.ha.peerlink import Refused
+from llmgw.server.ha.peerlink import PeerError, Refused
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import UpgradeStart
@@ -355,7 +355,7 @@ class UpgradeService:
             elif step.state == "pending":
                 try:
                     await self.planes.upgrade(step.target, v, run.source)
-                except Exception as exc:
+                except (PeerError, LookupError) as exc:
                     await self._fail(run, at, f"control plane {step.target} refused: {exc}")
                     return
                 await self._set(run, at, state="running", detail=f"restarting on {v}")
