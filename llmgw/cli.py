@@ -88,6 +88,8 @@ def cmd_server_init(args: argparse.Namespace) -> int:
 
     root = _data_dir(args)
     flags = (args.listen, args.agent_port, args.advertise, args.store, args.dsn)
+    if args.config is not None or args.keys is not None:
+        return _server_init_from(root, args, flags)
     if all(f is None for f in flags) and not args.yes and _terminal():
         from llmgw.tui.setup import SetupApp
 
@@ -142,6 +144,29 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     print(f"  {token}")
     print()
     print(f"Next: llmgw server run --data-dir {root}")
+    return 0
+
+
+def _server_init_from(root: Path, args: argparse.Namespace, flags: tuple[object, ...]) -> int:
+    """``server init --config FILE [--keys DIR]``: the data dir made or brought up to
+    date from a settings file, on every start (Kubernetes' init step)."""
+    from llmgw.config import ConfigError
+    from llmgw.server.datadir import InitError, ensure
+
+    if args.config is None:
+        raise UsageError("--keys goes with --config FILE (the settings to start from)")
+    if any(f is not None for f in flags) or args.name is not None or args.peer_port is not None:
+        raise UsageError(
+            "--config takes every setting from its file: leave out --listen, --agent-port, "
+            "--advertise, --name, --peer-port, --store and --dsn"
+        )
+    try:
+        config = ensure(root, Path(args.config), Path(args.keys) if args.keys else None)
+    except (InitError, ConfigError) as exc:
+        raise UsageError(str(exc)) from exc
+    print(f"The control plane's data dir {root} is ready (settings from {args.config})")
+    print(f"  advertised as: {', '.join(config.advertise) or '(this host)'}")
+    print(f"  admin token kept, readable by its owner alone, in {root / 'admin.token'}")
     return 0
 
 
@@ -332,6 +357,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the cluster's state is kept (default sqlite, in the data dir)",
     )
     p.add_argument("--dsn", help="with --store postgres: a libpq DSN or postgresql:// URI")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="take server.yaml from FILE and make the data dir, or bring it up to date "
+        "(certificates issued again, the store seeded once): for Kubernetes' init step, "
+        "run on every start",
+    )
+    p.add_argument(
+        "--keys",
+        metavar="DIR",
+        help="with --config: ca.crt, ca.key, cluster.key and admin.token from DIR "
+        "(a mounted Secret) instead of made here",
+    )
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.set_defaults(handler=cmd_server_init)
     p = server_cmds.add_parser("run", help="run the control plane in the foreground")

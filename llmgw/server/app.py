@@ -451,7 +451,7 @@ class ControlPlane:
             self.ca,
             self.ha.state()["leader"],
             self.ha.term,
-            {"backend": self.config.store.backend, "dsn": self.config.store.dsn},
+            {"backend": self.config.store.backend, "dsn": self.config.store.connection()},
         )
 
     def health(self) -> dict[str, Any]:
