@@ -171,7 +171,6 @@ def test_postgres_takes_the_dsn_and_keys_from_secrets_and_has_no_claim() -> None
     [
         ({"store": {"backend": "postgres"}}, "secrets.existingSecret"),
         ({**POSTGRES, "store": {"backend": "postgres"}}, "store.dsn.existingSecret"),
-        ({"store": {"backend": "etcd"}}, '"etcd" is not sqlite or postgres'),
         ({"agentService": {"type": "NodePort"}}, "agentService.nodePort"),
         ({"serviceMonitor": {"enabled": True}}, "serviceMonitor.tokenSecret.name"),
         ({"agents": {"enabled": True}}, "agents.joinToken.existingSecret"),
@@ -181,6 +180,25 @@ def test_incomplete_values_are_refused_naming_what_to_set(
     values: dict[str, Any], problem: str
 ) -> None:
     with pytest.raises(helm.HelmRenderError, match=problem.replace(".", r"\.")):
+        render(values)
+
+
+@pytest.mark.parametrize(
+    ("values", "where"),
+    [
+        ({"store": {"backend": "etcd"}}, "/store/backend"),
+        ({"agentService": {"type": "NodePort", "nodePort": 8443}}, "/agentService/nodePort"),
+        ({"agentService": {"type": "External"}}, "/agentService/type"),
+        ({"controlPlane": {"config": {"store": {"backend": "sqlite"}}}}, "/controlPlane/config"),
+        ({"controlPlane": {"httpPort": 70000}}, "/controlPlane/httpPort"),
+        ({"persistence": {"size": "ten gigs"}}, "/persistence/size"),
+    ],
+)
+def test_values_of_the_wrong_kind_are_refused_where_they_are(
+    values: dict[str, Any], where: str
+) -> None:
+    # values.schema.json, which Helm checks before rendering anything.
+    with pytest.raises(helm.HelmValuesError, match=f"at '{where}'"):
         render(values)
 
 
