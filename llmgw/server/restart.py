@@ -3,12 +3,13 @@ engines serving throughout.
 
 The order, each step waited for before the next:
 
-1. every agent at once, over its stream (``Request`` ``restart``: it answers, then execs
-   itself; its engines are its children and the new agent adopts them). An agent is back
-   when a new stream of its node registers after it was asked, on the same version. Its
-   engines' pids (its replicas' as it reported them) before and after say whether they
-   kept serving. A node whose agent is not connected, or does not list ``restart.v1`` in
-   its Register's features (an older agent), is skipped and named;
+1. every agent, ``AT_ONCE`` at a time, over its stream (``Request`` ``restart``: it
+   answers, then execs itself; its engines are its children and the new agent adopts
+   them). An agent is back when a new stream of its node registers after it was asked,
+   on the same version. Its engines' pids (its replicas' as it reported them) before
+   and after say whether they kept serving. A node whose agent is not connected, or
+   does not list ``restart.v1`` in its Register's features (an older agent), is
+   skipped and named;
 2. the other control planes over the control planes' link (``POST /peer/restart``),
    standbys before a leader, one at a time: each is back when its ``/peer/state`` says a
    later start;
@@ -44,6 +45,10 @@ ASK_TIMEOUT = 15.0
 AGENT_BACK = 90.0
 # How long another control plane may take to answer its /peer/state with a later start.
 PLANE_BACK = 90.0
+# Agents asked at once: each new agent's first handshake comes at once (no spread, as
+# after a lost stream), so thousands asked together would land on the agents' port in
+# the same second.
+AT_ONCE = 64
 # How often an agent's node and a control plane's state are looked at while waiting.
 POLL = 0.25
 # A moment between saying this control plane restarts (GET /api/v1/restart) and doing it.
@@ -180,7 +185,13 @@ class ClusterRestart:
 
     async def _agents(self) -> None:
         rows = [r for r in self.doc["agents"] if r["state"] == "waiting"]
-        done = await asyncio.gather(*(self._agent(r) for r in rows), return_exceptions=True)
+        turns = asyncio.Semaphore(AT_ONCE)
+
+        async def one(row: RestartAgentJson) -> None:
+            async with turns:
+                await self._agent(row)
+
+        done = await asyncio.gather(*(one(r) for r in rows), return_exceptions=True)
         failed = [f"{r['node']}: {r['reason']}" for r in rows if r["state"] == "failed"]
         for row, outcome in zip(rows, done, strict=True):
             if isinstance(outcome, BaseException) and row["state"] != "failed":

@@ -187,3 +187,14 @@ async def test_a_control_plane_that_does_not_come_back_stops_the_run_there() -> 
     assert doc["stage"] == "failed" and "cp-b did not come back" in str(doc["error"])
     assert [p["state"] for p in doc["control_planes"]] == ["failed", "waiting", "waiting"]
     assert said[1:] == ["peer restart 10.0.0.2:8444"] and relaunched == []
+
+
+async def test_agents_are_asked_so_many_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(restart_module, "AT_ONCE", 1)
+    said: list[str] = []
+    relaunched = asyncio.Event()
+    nodes = [node(n, said, ["restart.v1"]) for n in ("a", "b")]
+    run = service(nodes, said, Peers(said), lambda why: relaunched.set())
+    await run.start(ADMIN)
+    await asyncio.wait_for(relaunched.wait(), 5)
+    assert said[1:5] == ["restart a", "back a", "restart b", "back b"]
