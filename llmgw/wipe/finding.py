@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -34,6 +35,7 @@ from typing import Literal
 from llmgw.agent.firewall import TABLE
 from llmgw.agent.slurmdaemons import DAEMONS, DROPIN_NAME, PROGRAM, SYSTEMD_DIR, StartedBook
 from llmgw.agent.slurmdaemons import dropin as slurm_dropin
+from llmgw.client import credentials
 from llmgw.client.keepalived import KEEPALIVED_DIR, KEEPALIVED_MARK
 from llmgw.client.nodeadd import UNIT_NAME as AGENT_UNIT
 from llmgw.client.serveradd import UNIT_NAME as SERVER_UNIT
@@ -58,6 +60,18 @@ SYSTEM_DIR = SYSTEMD_DIR.as_posix()
 SYSTEM_DATA_DIR = "/var/lib/llmgw"
 SYSTEM_STATE_DIR = "/var/lib/llmgw-agent"
 SYSTEM_WEIGHTS_DIR = "/var/lib/llmgw-weights"
+# What node add and server add put in a prefix (remote.py's scripts, release.py's swap):
+# all of a prefix that is not llmgw's own dir by name goes entry by entry.
+INSTALL_ENTRIES = (
+    "llmgw.pyz",
+    "agent.yaml",
+    "agent.log",
+    "agent.pid",
+    "server.log",
+    "server.pid",
+    ".shiv",
+)
+_SHIV_ROOT = re.compile(r"^Environment=SHIV_ROOT=(/\S+)/\.shiv$", re.MULTILINE)
 # The supervisor's shard records, under an agent's state dir (agent/runtime.py).
 SHARDS = "shards"
 # What the agent writes at the top of a Slurm drop-in.
@@ -107,6 +121,8 @@ class Places:
     data_dirs: tuple[str, ...]
     weights_dirs: tuple[str, ...]
     prefixes: tuple[str, ...] = (DEFAULT_PREFIX,)
+    # Single files of llmgw's outside those dirs (ctl's saved login, on the host).
+    files: tuple[str, ...] = ()
 
     def real(self, path: str) -> Path:
         return self.root / path.lstrip("/")
@@ -130,17 +146,30 @@ def _configured(agent_yaml: Path) -> tuple[list[str], list[str]]:
     return state, weights
 
 
+def _unit_prefixes(root: Path) -> list[str]:
+    """The install prefixes llmgw's own units run from (``node add --prefix``)."""
+    out = []
+    for unit in (AGENT_UNIT, SERVER_UNIT):
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = (root / SYSTEM_DIR.lstrip("/") / unit).read_text()
+            out += [m.group(1) for m in _SHIV_ROOT.finditer(text)]
+    return out
+
+
 def places(root: Path, on_host: bool) -> Places:
-    """The system's places, those the agents' agent.yaml name and, on the host, this
-    user's own defaults (``~/.local/share/llmgw`` and the like when not root)."""
-    state = [SYSTEM_STATE_DIR, f"{DEFAULT_PREFIX}/state"]
-    data = [SYSTEM_DATA_DIR, f"{DEFAULT_PREFIX}/data"]
+    """The system's places, those llmgw's units and the agents' agent.yaml name and, on
+    the host, this user's own defaults (``~/.local/share/llmgw`` and the like)."""
+    prefixes = [DEFAULT_PREFIX, *_unit_prefixes(root)]
+    state = [SYSTEM_STATE_DIR, *(f"{p}/state" for p in prefixes)]
+    data = [SYSTEM_DATA_DIR, *(f"{p}/data" for p in prefixes)]
     weights = [SYSTEM_WEIGHTS_DIR]
+    files = []
     if on_host:
         state.append(str(default_state_dir()))
         data.append(str(default_data_dir()))
         weights.append(str(default_weights_dir()))
-    configs = [CONFIG_DIR + "/agent.yaml", f"{DEFAULT_PREFIX}/agent.yaml"]
+        files.append(str(credentials.path()))
+    configs = [CONFIG_DIR + "/agent.yaml", *(f"{p}/agent.yaml" for p in prefixes)]
     configs += [d + "/agent.yaml" for d in state]
     for config in configs:
         more_state, more_weights = _configured(root / config.lstrip("/"))
@@ -148,7 +177,9 @@ def places(root: Path, on_host: bool) -> Places:
         weights += more_weights
     for d in list(state):
         weights.append(d + "/weights")  # an agent run without a weights dir of its own
-    return Places(root, _unique(state), _unique(data), _unique(weights))
+    return Places(
+        root, _unique(state), _unique(data), _unique(weights), _unique(prefixes), _unique(files)
+    )
 
 
 def _unique(paths: list[str]) -> tuple[str, ...]:
@@ -289,8 +320,16 @@ def _files(p: Places, choice: Choice) -> Iterator[Item]:
     yield from _spread(p, CONFIG_DIR, "llmgw's configuration", keep)
     for d in p.state_dirs:
         yield from _spread(p, d, "an agent's state (its key, certificate, engines)", keep)
+    why = "llmgw's install (node add, server add)"
     for prefix in p.prefixes:
-        yield from _spread(p, prefix, "llmgw's install (node add, server add)", keep)
+        if _llmgw_path(prefix):
+            yield from _spread(p, prefix, why, keep)
+            continue
+        old = sorted(e.name for e in p.real(prefix).glob("llmgw-*.pyz"))
+        for name in [*INSTALL_ENTRIES, *old, "state"]:
+            yield from _spread(p, f"{prefix}/{name}", why, keep)
+    for path in p.files:
+        yield from _spread(p, path, "llmgw's own file", keep)
     if choice.store:
         for d in p.data_dirs:
             yield from _spread(p, d, "the control plane's data dir and store (--store)", keep)
@@ -308,9 +347,9 @@ def _files(p: Places, choice: Choice) -> Iterator[Item]:
 
 def find(p: Places, machine: Machine, choice: Choice) -> list[Item]:
     """Everything wipe would take, each once (a path inside one listed goes with it)."""
-    found: list[Item] = [*_units(p)]
-    found += [*_engines(p, machine), *_slurm_daemons(p, machine), *_pid_files(p, machine)]
-    found += [*_daemons(machine)]
+    # Agents and control planes before the engines and daemons they would start again.
+    found: list[Item] = [*_units(p), *_pid_files(p, machine), *_daemons(machine)]
+    found += [*_engines(p, machine), *_slurm_daemons(p, machine)]
     state = [p.real(d) for d in p.state_dirs]
     if machine.firewall_table(state):
         found.append(Item("firewall", f"table inet {TABLE}", "llmgw's nftables table (agent)"))

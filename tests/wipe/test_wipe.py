@@ -16,6 +16,7 @@ import pytest
 
 from llmgw.agent.slurmdaemons import dropin
 from llmgw.client.keepalived import KEEPALIVED_MARK
+from llmgw.client.nodeadd import systemd_unit
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = socket.gethostname()
@@ -265,3 +266,26 @@ def test_an_engine_llmgw_started_is_stopped_and_another_process_left(
     assert engine.wait(timeout=30) == -15  # TERM was enough
     assert other.poll() is None and reused.poll() is None
     assert not tmp_path.joinpath("var/lib/llmgw-agent").exists()
+
+
+def test_a_prefix_named_by_llmgws_unit_loses_only_llmgws_entries(tmp_path: Path) -> None:
+    unit = tmp_path / "etc/systemd/system/llmgw-agent.service"
+    unit.parent.mkdir(parents=True)
+    unit.write_text(systemd_unit("/srv/ai"))
+    prefix = tmp_path / "srv/ai"
+    for rel in ("llmgw.pyz", "llmgw-0.9.0.pyz", "agent.yaml", "state/node.key", "mine.txt"):
+        (prefix / rel).parent.mkdir(parents=True, exist_ok=True)
+        (prefix / rel).write_text("x\n")
+    before = tree(tmp_path)
+    items = listed(tmp_path)
+    paths = {str(i["path"]) for i in items if "path" in i}
+    assert {p for p in paths if p.startswith("/srv/")} == {
+        "/srv/ai/llmgw.pyz",
+        "/srv/ai/llmgw-0.9.0.pyz",
+        "/srv/ai/agent.yaml",
+        "/srv/ai/state",
+    }
+    done = wipe(tmp_path, f"--yes-i-mean-{HOST}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert tree(tmp_path) == left_after(before, paths)
+    assert (prefix / "mine.txt").exists()
