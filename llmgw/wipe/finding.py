@@ -246,8 +246,8 @@ def _engines(p: Places, machine: Machine) -> Iterator[Item]:
             pid, started = record.get("pid"), record.get("create_time")
             if not isinstance(pid, int) or not isinstance(started, int | float):
                 continue
-            facts = machine.process(pid)
-            if facts is None or abs(facts.create_time - started) > 1.0:
+            facts = machine.process(pid, started)
+            if facts is None:
                 continue  # ended, or the pid is another process's now
             where = f"{state}/{SHARDS}/{record_path.name}"
             yield Item("process", facts.name, f"an engine llmgw started ({where})", pid, facts)
@@ -259,7 +259,7 @@ def _slurm_daemons(p: Places, machine: Machine) -> Iterator[Item]:
         for daemon, entry in book.entries.items():
             if entry.how != "direct" or entry.pid is None:
                 continue
-            facts = machine.process(entry.pid)
+            facts = machine.process(entry.pid, None)
             if facts is None or facts.name != PROGRAM[daemon]:
                 continue
             why = f"{PROGRAM[daemon]} llmgw's agent started ({state}/slurm/started.json)"
@@ -270,8 +270,8 @@ def _pid_files(p: Places, machine: Machine) -> Iterator[Item]:
     for prefix in p.prefixes:
         for role in ("agent", "server"):
             path = f"{prefix}/{role}.pid"
-            with contextlib.suppress(OSError, ValueError):
-                facts = machine.process(int(p.real(path).read_text().split()[0]))
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                facts = machine.process(int(p.real(path).read_text().split()[0]), None)
                 # As node add's own stop does: a pid reused by another program stays.
                 if facts is not None and any("llmgw.pyz" in w for w in facts.cmdline):
                     yield Item("process", facts.name, f"llmgw's {role} ({path})", facts.pid, facts)

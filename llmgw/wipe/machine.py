@@ -3,10 +3,12 @@ table, processes.
 
 ``HostMachine`` is this machine (systemctl, nft, every process). ``ScratchMachine`` is
 a scratch root (``--root DIR``): its units and table are only what files under the root
-say, and nothing reaches this machine's systemd or nft. Both look at processes only by
-the pid and start time a record names, so a stale record never stops a process that
-took its pid; the host alone also looks for llmgw's own agent and control plane by
-their command line.
+say, nothing reaches this machine's systemd or nft, and the only processes it knows are
+those a record under the root names by pid *and* start time (an engine's shard record):
+a bare pid (a pid file, Slurm's started.json) cannot prove a process of this machine
+belongs to the scratch root. Stopping checks the start time again, so a pid reused
+since is never signalled. The host alone also looks for llmgw's own agent and control
+plane by their command line.
 """
 
 from __future__ import annotations
@@ -51,6 +53,14 @@ def process_facts(pid: int) -> ProcessFacts | None:
             return ProcessFacts(pid, proc.name(), tuple(proc.cmdline()), proc.create_time())
     except psutil.Error:
         return None
+
+
+def _matching(pid: int, create_time: float | None) -> ProcessFacts | None:
+    """The process ``pid``, if it started when recorded (any, with no time recorded)."""
+    facts = process_facts(pid)
+    if facts is None or create_time is None:
+        return facts
+    return facts if abs(facts.create_time - create_time) <= START_SLACK else None
 
 
 def _ended(proc: psutil.Process, within: float) -> bool:
@@ -103,8 +113,9 @@ def is_llmgw_daemon(cmdline: tuple[str, ...]) -> bool:
 class Machine(Protocol):
     """The parts of a machine that are not files under its root."""
 
-    def process(self, pid: int) -> ProcessFacts | None:
-        """The running process ``pid`` (a record under the root named it)."""
+    def process(self, pid: int, create_time: float | None) -> ProcessFacts | None:
+        """The running process ``pid`` a record under the root names, with its start
+        time where the record has one (None when the pid is all it says)."""
 
     def llmgw_daemons(self) -> list[ProcessFacts]:
         """llmgw agents and control planes running, found by command line."""
@@ -131,8 +142,8 @@ class HostMachine:
         self.systemctl = shutil.which("systemctl") if Path("/run/systemd/system").is_dir() else None
         self.nft = Nft()
 
-    def process(self, pid: int) -> ProcessFacts | None:
-        return process_facts(pid)
+    def process(self, pid: int, create_time: float | None) -> ProcessFacts | None:
+        return _matching(pid, create_time)
 
     def llmgw_daemons(self) -> list[ProcessFacts]:
         mine = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
@@ -195,8 +206,8 @@ class ScratchMachine:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def process(self, pid: int) -> ProcessFacts | None:
-        return process_facts(pid)
+    def process(self, pid: int, create_time: float | None) -> ProcessFacts | None:
+        return None if create_time is None else _matching(pid, create_time)
 
     def llmgw_daemons(self) -> list[ProcessFacts]:
         return []  # this machine's own agents are not the scratch root's

@@ -245,7 +245,11 @@ def test_an_engine_llmgw_started_is_stopped_and_another_process_left(
     tmp_path: Path, sleepers: list[subprocess.Popen[bytes]]
 ) -> None:
     engine, other, reused = (subprocess.Popen(["sleep", "300"]) for _ in range(3))
-    sleepers += [engine, other, reused]
+    # This machine's own "agent": a pid file in the scratch root cannot make it the root's.
+    agent = subprocess.Popen(["sh", "-c", "sleep 300; :", "llmgw.pyz", "agent", "run"])
+    sleepers += [engine, other, reused, agent]
+    (tmp_path / "opt/llmgw").mkdir(parents=True)
+    (tmp_path / "opt/llmgw/agent.pid").write_text(f"{agent.pid}\n")
     shards = tmp_path / "var/lib/llmgw-agent/shards"
     shards.mkdir(parents=True)
 
@@ -264,7 +268,7 @@ def test_an_engine_llmgw_started_is_stopped_and_another_process_left(
     done = wipe(tmp_path, f"--yes-i-mean-{HOST}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert engine.wait(timeout=30) == -15  # TERM was enough
-    assert other.poll() is None and reused.poll() is None
+    assert other.poll() is None and reused.poll() is None and agent.poll() is None
     assert not tmp_path.joinpath("var/lib/llmgw-agent").exists()
 
 
