@@ -155,11 +155,16 @@ def _asked(host: str) -> bool:
     print(f"\nType this machine's name ({host}) to remove all of the above: ", end="")
     sys.stdout.flush()
     answer = sys.stdin.readline()
+    if not sys.stdin.isatty():
+        print()  # the answer came from a pipe: end the prompt's line
     if not answer:
-        print(f"\nllmgw wipe: no answer: nothing was changed ({CONFIRM_FLAG}{host} to skip asking)")
+        print(
+            f"llmgw wipe: no answer: nothing was changed ({CONFIRM_FLAG}{host} to skip asking)",
+            file=sys.stderr,
+        )
         return False
     if answer.strip() != host:
-        print(f"llmgw wipe: {answer.strip()!r} is not {host}: nothing was changed")
+        print(f"llmgw wipe: {answer.strip()!r} is not {host}: nothing was changed", file=sys.stderr)
         return False
     return True
 

@@ -280,7 +280,10 @@ def _pid_files(p: Places, machine: Machine) -> Iterator[Item]:
 def _daemons(machine: Machine) -> Iterator[Item]:
     for facts in machine.llmgw_daemons():
         if is_llmgw_daemon(facts.cmdline):
-            why = "llmgw's " + ("agent" if "agent" in facts.cmdline else "control plane")
+            role = "agent" if "agent" in facts.cmdline else "control plane"
+            command = " ".join(facts.cmdline)
+            command = command if len(command) <= 60 else command[:57] + "..."
+            why = f"llmgw's {role} ({command})"
             yield Item("process", facts.name, why, facts.pid, facts)
 
 
