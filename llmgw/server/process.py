@@ -46,7 +46,7 @@ async def serve(cp: ControlPlane) -> None:
         pki.peer_tls(cp.data.peer_cert, cp.data.peer_key, cp.data.ca_cert, server=True),
         agent_host,
         cp.config.ha.peer_port,
-        cp.relaunch,
+        relaunch=cp.relaunch,
     )
     await cp.peer_listener.start()
     gw = cp.config.gateway

@@ -257,9 +257,10 @@ class PeerListener:
         tls: ssl.SSLContext,
         bind: str,
         port: int,
+        *,
         relaunch: Callable[[str], None] | None = None,
     ) -> None:
-        self.runner = web.AppRunner(peer_app(host, relaunch), access_log=None)
+        self.runner = web.AppRunner(peer_app(host, relaunch=relaunch), access_log=None)
         self.tls = tls
         self.bind = bind
         self.port = port
