@@ -82,7 +82,10 @@ class Follow:
             except AdminError as exc:
                 if exc.status is None:
                     return  # not answering: this one is starting again
-                raise
+                if exc.status < 500:
+                    raise
+                time.sleep(POLL)  # a passing failure of the control plane: ask again
+                continue
             if doc["asked_at"] != self.last["asked_at"]:
                 return  # a new process, which knows no run: this one started again
             self.last = doc
