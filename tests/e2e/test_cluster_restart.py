@@ -61,6 +61,12 @@ def test_llmgw_restart_starts_every_process_again_and_engines_keep_serving(
     before = {"cp-a": started(leader), "cp-b": started(standby)}
     servers = {"cp-a": leader.server, "cp-b": standby.server}
 
+    # Asked of the standby: refused, naming the leader, and nothing restarts.
+    refused = run("restart", "--data-dir", str(standby.data_dir), check=False)
+    assert refused.returncode == 1
+    assert "standby" in refused.stderr and leader.listen in refused.stderr, refused.stderr
+    assert leader.api("/api/v1/restart")["stage"] == "idle"
+
     done = run(
         "restart", "--json", "--timeout", "150", "--data-dir", str(leader.data_dir), timeout=180
     )
