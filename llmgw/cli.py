@@ -477,6 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
     ctl_orgs.add_parsers(ctl_cmds, _client, _client_options)
     ctl_login.add_parsers(roles)
 
+    from llmgw.client import restart, service
+
+    restart.add_parsers(roles, _client, _client_options)
+    service.add_parsers(roles)
+
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)
     p.set_defaults(handler=cmd_console)
@@ -488,12 +493,17 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.agent.firewallcmd import add_parsers as add_firewall_parsers
 
     add_firewall_parsers(roles)
+    from llmgw.wipe.command import add_parsers as add_wipe_parsers
+
+    add_wipe_parsers(roles)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from llmgw.wipe.command import confirm_spelling
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(confirm_spelling(sys.argv[1:] if argv is None else argv))
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         # A role without its subcommand: show that role's help.
