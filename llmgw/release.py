@@ -61,6 +61,10 @@ class ReleaseError(RuntimeError):
     from where, and what to do. Nothing was changed."""
 
 
+class ReleaseNotFound(ReleaseError):
+    """The source has no such file (404): most often, no such version there."""
+
+
 @total_ordering
 @dataclass(frozen=True)
 class Version:
@@ -222,7 +226,7 @@ def _open(url: str, timeout: float) -> BinaryIO:
     except urllib.error.HTTPError as exc:
         exc.close()
         if exc.code == 404:
-            raise ReleaseError(f"{url}: not found (404): no such release there") from None
+            raise ReleaseNotFound(f"{url}: not found (404)") from None
         raise ReleaseError(f"{url}: the release source answered {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -273,7 +277,12 @@ def checked_sums(
     """A release's ``{asset: sha256}``, its signature checked first."""
     version = str(Version.parse(version))
     deadline = time.monotonic() + FETCH_DEADLINE
-    signature = fetch_small(release_url(source, version, SIGNATURE), timeout, deadline)
+    try:
+        signature = fetch_small(release_url(source, version, SIGNATURE), timeout, deadline)
+    except ReleaseNotFound as exc:
+        raise ReleaseNotFound(
+            f"no llmgw release {version} at {source} ({exc}): check the version (and --source)"
+        ) from None
     sums = fetch_small(release_url(source, version, SUMS), timeout, deadline)
     verify_signature(sums, signature, keys, where=f"{release_url(source, version, SIGNATURE)}")
     return parse_sums(sums, where=release_url(source, version, SUMS))
