@@ -77,8 +77,7 @@ def check_key(path: Path) -> bytes:
         raise
     except (ValueError, TypeError):
         raise Refused(
-            f"{path} is not a PEM private key (make one with "
-            "`openssl genpkey -algorithm ed25519`)"
+            f"{path} is not a PEM private key (make one with `openssl genpkey -algorithm ed25519`)"
         ) from None
     if public not in trusted_keys():
         raise Refused(
@@ -113,9 +112,10 @@ def moved_changelog(text: str, version: str, date: str) -> str:
             f"{CHANGELOG.name}: `{UNRELEASED}` is empty; write what this release changes first"
         )
     head = text[: start - len(UNRELEASED) - 1]
-    return f"{head}{UNRELEASED}\n\n## {version} - {date}\n{body.rstrip()}\n\n{text[end:]}".rstrip(
-        "\n"
-    ) + "\n"
+    return (
+        f"{head}{UNRELEASED}\n\n## {version} - {date}\n{body.rstrip()}\n\n{text[end:]}".rstrip("\n")
+        + "\n"
+    )
 
 
 def pin_engines(api: str | None) -> None:
@@ -176,6 +176,11 @@ def cut(args: argparse.Namespace) -> Path:
     except release.ReleaseError as exc:
         raise Refused(str(exc)) from None
     pem = check_key(Path(args.signing_key))
+    out = Path(args.out).resolve() if args.out else REPO / "dist" / "releases"
+    if (out / "download" / f"v{version}").exists():
+        raise Refused(
+            f"{out / 'download' / f'v{version}'} exists: release {version} was cut already"
+        )
     changelog = CHANGELOG.read_text() if CHANGELOG.is_file() else ""
     date = datetime.datetime.now(datetime.UTC).date().isoformat()
     new_changelog = moved_changelog(changelog, version, date)
@@ -187,7 +192,6 @@ def cut(args: argparse.Namespace) -> Path:
         pin_engines(args.api)
         INIT.write_text(_INIT_VERSION.sub(f'__version__ = "{version}"', INIT.read_text()))
         CHANGELOG.write_text(new_changelog)
-        out = Path(args.out).resolve() if args.out else REPO / "dist" / "releases"
         if zipapp is None:
             zipapp = build_zipapp(REPO / "dist")
         return write_layout(out, version, zipapp, pem, args.tag or release.platform_tag())

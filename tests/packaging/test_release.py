@@ -79,7 +79,7 @@ def tree(tmp_path: Path) -> tuple[Path, bytes, str]:
     shutil.copytree(REPO / "packaging", copy / "packaging", ignore=ignore)
     for name in ("pyproject.toml", "Makefile", "CHANGELOG.md"):
         shutil.copy2(REPO / name, copy / name)
-    pem, public = releases.test_key()
+    pem, public = releases.signing_key()
     keyfile = copy / "llmgw" / "releasekey.py"
     text, count = re.subn(
         r"^PUBLIC_KEYS: tuple\[str, \.\.\.\] = \(",
@@ -163,7 +163,9 @@ def test_a_release_is_signed_in_githubs_layout_and_fetch_takes_it(
     init = (copy / "llmgw" / "__init__.py").read_text()
     assert re.search(r'^__version__ = "9\.8\.7"$', init, re.MULTILINE)
     after = (copy / "CHANGELOG.md").read_text()
-    moved = re.search(r"^## Unreleased\n\n## 9\.8\.7 - (\d{4}-\d\d-\d\d)\n(.*?)\n## ", after, re.S)
+    moved = re.search(
+        r"^## Unreleased\n\n## 9\.8\.7 - (\d{4}-\d\d-\d\d)\n(.*?)\n## ", after, re.M | re.S
+    )
     assert moved, after[:600]
     assert moved[2].strip() == unreleased
     assert after.count("## Unreleased") == 1
@@ -171,7 +173,15 @@ def test_a_release_is_signed_in_githubs_layout_and_fetch_takes_it(
     pins = (copy / "llmgw" / "enginepins.py").read_text()
     assert f'"{ARCHIVE}": "{HEX}"' in pins
     ruff = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--check", "--quiet", str(copy / "llmgw")],
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "format",
+            "--check",
+            "--quiet",
+            str(copy / "llmgw" / "enginepins.py"),
+        ],
         capture_output=True,
         text=True,
     )
@@ -192,7 +202,7 @@ def test_a_release_is_signed_in_githubs_layout_and_fetch_takes_it(
 
 def _foreign_key(tmp_path: Path) -> Path:
     path = tmp_path / "foreign.pem"
-    path.write_bytes(releases.test_key()[0])
+    path.write_bytes(releases.signing_key()[0])
     return path
 
 
