@@ -439,6 +439,10 @@ def build_parser() -> argparse.ArgumentParser:
     ctl_orgs.add_parsers(ctl_cmds, _client, _client_options)
     ctl_login.add_parsers(roles)
 
+    from llmgw.client import ctl_version
+
+    ctl_version.add_parsers(roles, _client, _client_options)
+
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)
     p.set_defaults(handler=cmd_console)

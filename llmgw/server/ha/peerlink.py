@@ -64,6 +64,8 @@ class PeerState(TypedDict):
     problem: str | None
     lag_seconds: float | None
     last_contact: float | None
+    # The llmgw it runs (``llmgw version --cluster``, and an upgrade's standbys).
+    version: str
 
 
 class ChangesAnswer(TypedDict):
