@@ -21,8 +21,8 @@ import pytest
 
 from llmgw import release
 from llmgw.enginepins import LLAMACPP_PIN
-from tests.support.ports import free_port
 from tests.support import releases
+from tests.support.ports import free_port
 from tests.support.releases import ReleaseServer
 
 REPO = Path(__file__).resolve().parents[2]
