@@ -36,9 +36,11 @@ def zipapp_for(
     systemd: bool,
     into: Path,
     explicit: Path | None,
+    keys: tuple[str, ...] = release.PUBLIC_KEYS,
 ) -> Path:
     """The file to copy to ``host``, checked against what the machine runs: ``explicit``
-    as it is, else the control plane's release fetched into ``into``."""
+    as it is, else the control plane's release fetched into ``into`` (its signature by one
+    of ``keys``: this llmgw's own)."""
     if explicit is not None:
         check_node(facts, host, compiled_for(explicit), systemd=systemd)
         print(
@@ -65,7 +67,7 @@ def zipapp_for(
         flush=True,
     )
     try:
-        fetched = release.fetch(source, version, into, tag=tag)
+        fetched = release.fetch(source, version, into, tag=tag, keys=keys)
     except release.ReleaseError as exc:
         raise NodeAddError(
             f"llmgw {version} for {tag} from {source} was refused: {exc}. Nothing was copied "
