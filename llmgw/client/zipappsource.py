@@ -19,6 +19,7 @@ from pathlib import Path
 from llmgw import release
 from llmgw.client.admin import AdminClient, AdminError
 from llmgw.client.remote import NodeAddError, NodeFacts, check_node, compiled_for, find_zipapp
+from llmgw.releasekey import PUBLIC_KEYS
 
 
 def explicit_zipapp(args: argparse.Namespace) -> Path | None:
@@ -36,7 +37,7 @@ def zipapp_for(
     systemd: bool,
     into: Path,
     explicit: Path | None,
-    keys: tuple[str, ...] = release.PUBLIC_KEYS,
+    keys: tuple[str, ...] = PUBLIC_KEYS,
 ) -> Path:
     """The file to copy to ``host``, checked against what the machine runs: ``explicit``
     as it is, else the control plane's release fetched into ``into`` (its signature by one
