@@ -465,12 +465,17 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.agent.firewallcmd import add_parsers as add_firewall_parsers
 
     add_firewall_parsers(roles)
+    from llmgw.wipe.command import add_parsers as add_wipe_parsers
+
+    add_wipe_parsers(roles)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from llmgw.wipe.command import confirm_spelling
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(confirm_spelling(sys.argv[1:] if argv is None else argv))
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         # A role without its subcommand: show that role's help.
