@@ -88,34 +88,33 @@ def check_key(path: Path) -> bytes:
     return pem
 
 
-def unreleased(text: str) -> tuple[int, int]:
-    """Where the ``## Unreleased`` section's body begins and ends in CHANGELOG.md."""
-    lines = text.splitlines(keepends=True)
+def unreleased(text: str) -> tuple[int, int, int]:
+    """Where CHANGELOG.md's ``## Unreleased`` line begins, where its body begins, and
+    where the body ends (the next ``## `` heading, or the end)."""
     offset = 0
-    start = None
-    for line in lines:
+    heading = start = None
+    for line in text.splitlines(keepends=True):
         if start is None and line.rstrip() == UNRELEASED:
-            start = offset + len(line)
-        elif start is not None and line.startswith("## "):
-            return start, offset
+            heading, start = offset, offset + len(line)
+        elif heading is not None and start is not None and line.startswith("## "):
+            return heading, start, offset
         offset += len(line)
-    if start is None:
+    if heading is None or start is None:
         raise Refused(f"{CHANGELOG.name} has no `{UNRELEASED}` section to release")
-    return start, offset
+    return heading, start, offset
 
 
 def moved_changelog(text: str, version: str, date: str) -> str:
-    start, end = unreleased(text)
+    """The Unreleased section's lines under ``## VERSION - DATE``, below a fresh empty
+    Unreleased heading."""
+    heading, start, end = unreleased(text)
     body = text[start:end]
     if not body.strip():
         raise Refused(
             f"{CHANGELOG.name}: `{UNRELEASED}` is empty; write what this release changes first"
         )
-    head = text[: start - len(UNRELEASED) - 1]
-    return (
-        f"{head}{UNRELEASED}\n\n## {version} - {date}\n{body.rstrip()}\n\n{text[end:]}".rstrip("\n")
-        + "\n"
-    )
+    moved = f"{UNRELEASED}\n\n## {version} - {date}\n{body.rstrip()}\n\n"
+    return (text[:heading] + moved + text[end:]).rstrip("\n") + "\n"
 
 
 def pin_engines(api: str | None) -> None:
