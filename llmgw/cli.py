@@ -450,6 +450,11 @@ def build_parser() -> argparse.ArgumentParser:
     ctl_orgs.add_parsers(ctl_cmds, _client, _client_options)
     ctl_login.add_parsers(roles)
 
+    from llmgw.client import restart, service
+
+    restart.add_parsers(roles, _client, _client_options)
+    service.add_parsers(roles)
+
     from llmgw.client import ctl_version
 
     ctl_version.add_parsers(roles, _client, _client_options)

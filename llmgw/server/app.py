@@ -35,6 +35,7 @@ from llmgw.server.api import (
     plan,
     releases,
     replicas,
+    restart,
     scim,
     servers,
     settings,
@@ -80,6 +81,7 @@ from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.people.signins import SignIns
 from llmgw.server.principal import Principal
+from llmgw.server.restart import cluster_restart
 from llmgw.server.scim.service import TABLES as SCIM_TABLES
 from llmgw.server.scim.service import ScimService
 from llmgw.server.scrape import Scrape
@@ -240,6 +242,8 @@ class ControlPlane:
         # A standby's on-demand requests, for the leader's catalog.
         self.demand_relay = DemandRelay(self.ha.client, lambda: self.ha.follower.leader)
         self.members = Membership(self.ha, self.admission)
+        # `llmgw restart`: the agents, the other control planes, then this one.
+        self.restarts = cluster_restart(self.registry, self.ha, store, self.relaunch)
         # The admin pages' sessions, one set for every listener that serves pages; a
         # sign-out reaches the other control planes through the store.
         self.sessions = Sessions(self.cluster_secret, self.admin_tokens.hashes)
@@ -524,6 +528,7 @@ class ControlPlane:
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         ops += slurm.routes(self.slurm.service)
+        ops += restart.routes(self.restarts)
         return ops
 
     def admin_app(self) -> AdminApp:

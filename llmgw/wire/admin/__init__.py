@@ -135,6 +135,13 @@ from llmgw.wire.admin.people import (
     ProjectJson,
     TeamJson,
 )
+from llmgw.wire.admin.restart import (
+    RestartAgentJson,
+    RestartJson,
+    RestartPlaneJson,
+    RestartStage,
+    RestartStep,
+)
 from llmgw.wire.admin.signin import GroupMapJson, OidcJson, OidcKind
 from llmgw.wire.admin.slurm import (
     SlurmFilesJson,
@@ -145,6 +152,11 @@ from llmgw.wire.admin.slurm import (
 )
 
 __all__ = [
+    "RestartAgentJson",
+    "RestartJson",
+    "RestartPlaneJson",
+    "RestartStage",
+    "RestartStep",
     "SlurmFilesJson",
     "SlurmJobJson",
     "SlurmJson",
