@@ -429,7 +429,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefix", default="/opt/llmgw", help="where to install on the node (default /opt/llmgw)"
     )
-    p.add_argument("--zipapp", help="llmgw.pyz to copy (default: this one, or dist/llmgw.pyz)")
+    p.add_argument(
+        "--source",
+        metavar="URL",
+        help="take the release from this source, GitHub's layout (default: the control plane's "
+        "releases.source)",
+    )
+    p.add_argument(
+        "--zipapp",
+        metavar="PATH",
+        help="copy this llmgw.pyz as it is, unchecked (development; default: the release the "
+        "control plane names, its signature and sha256 checked)",
+    )
     p.add_argument("--control-plane", help="HOST:PORT the node reaches the control plane at")
     p.add_argument("--timeout", type=float, default=120, help="seconds to wait for Ready")
     _client_options(p)
@@ -481,6 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     restart.add_parsers(roles, _client, _client_options)
     service.add_parsers(roles)
+
+    from llmgw.client import ctl_version
+
+    ctl_version.add_parsers(roles, _client, _client_options)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

@@ -67,6 +67,7 @@ from llmgw.wire.admin import (
     PersonTokenJson,
     PlanJson,
     ProjectJson,
+    ReleaseJson,
     ReplicaJson,
     RestartJson,
     RotatedTokenJson,
@@ -84,6 +85,7 @@ from llmgw.wire.admin import (
     TokenJson,
     UsageJson,
     UsageSumJson,
+    VersionsJson,
     WeightsEntry,
 )
 
@@ -154,6 +156,8 @@ ENERGY: Route[list[EnergyJson]] = Route("GET", "/api/v1/energy")
 ROTATE_ADMIN_TOKEN: Route[RotatedTokenJson] = Route("POST", "/api/v1/admin-token/rotate")
 
 SERVERS: Route[list[ServerJson]] = Route("GET", "/api/v1/servers")
+VERSIONS: Route[VersionsJson] = Route("GET", "/api/v1/versions")
+RELEASE: Route[ReleaseJson] = Route("GET", "/api/v1/release")
 SERVER_TOKEN: Route[TokenJson] = Route("POST", "/api/v1/servers/tokens")
 REMOVE_SERVER: Route[ServerRemovedJson] = Route("DELETE", "/api/v1/servers/{}")
 
@@ -419,6 +423,14 @@ class AdminClient:
 
     def remove_server(self, name: str) -> ServerRemovedJson:
         return self.call(REMOVE_SERVER, name)
+
+    def versions(self) -> VersionsJson:
+        """The llmgw every control plane and agent runs."""
+        return self.call(VERSIONS)
+
+    def release(self) -> ReleaseJson:
+        """The release a new node or control plane gets, and its source."""
+        return self.call(RELEASE)
 
     # --- the agents' settings and the fleet's engines
 

@@ -1,9 +1,10 @@
 """``llmgw node add HOST``: install and start an agent on a machine over ssh.
 
 Run on (or against) the control plane: it looks at the node over the system ``ssh``
-client, copies the zipapp there, writes ``agent.yaml`` with a fresh join token, starts
-the agent (a systemd unit where systemd runs, else ``nohup``), runs ``llmgw doctor``
-there, and waits until the control plane reports the node Ready.
+client, copies there the llmgw release the control plane names, fetched and checked here
+(``zipappsource``; or ``--zipapp``'s file as it is), writes ``agent.yaml`` with a fresh
+join token, starts the agent (a systemd unit where systemd runs, else ``nohup``), runs
+``llmgw doctor`` there, and waits until the control plane reports the node Ready.
 
 The ssh side (``Remote``, the node's probe, the copy and start scripts) is in
 ``llmgw.client.remote``, shared with ``server add``; here are the agent's own files and
@@ -18,6 +19,7 @@ import json
 import re
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,15 +31,13 @@ from llmgw.client.remote import (
     NodeFacts,
     Remote,
     RemoteResult,
-    check_node,
-    compiled_for,
     config_script,
     copy_script,
-    find_zipapp,
     launch_script,
     parse_probe,
     remote_from_args,
 )
+from llmgw.client.zipappsource import explicit_zipapp, zipapp_for
 from llmgw.config import AgentConfig, ConfigError, dump, parse_hostport
 from llmgw.wire.admin import TokenJson
 
@@ -102,11 +102,22 @@ class NodeInstaller:
         self.sudo = ""
 
     def run(self) -> int:
-        pyz = find_zipapp(self.args.zipapp)
-        needs = compiled_for(pyz)
+        explicit = explicit_zipapp(self.args)
         _step(f"looking at {self.remote.destination} over ssh (port {self.remote.port})")
         facts = self.probe()
-        check_node(facts, self.host, needs, systemd=self.use_systemd)
+        with tempfile.TemporaryDirectory(prefix="llmgw-release-") as fetched:
+            pyz = zipapp_for(
+                self.args,
+                self.client,
+                facts,
+                self.host,
+                systemd=self.use_systemd,
+                into=Path(fetched),
+                explicit=explicit,
+            )
+            return self.install(facts, pyz)
+
+    def install(self, facts: NodeFacts, pyz: Path) -> int:
         node_id = self.args.node_id or facts.hostname
         if not node_id:
             raise NodeAddError(f"{self.host} did not say its hostname: pass --node-id NAME")

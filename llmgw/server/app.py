@@ -33,6 +33,7 @@ from llmgw.server.api import (
     openapi,
     people,
     plan,
+    releases,
     replicas,
     restart,
     scim,
@@ -519,6 +520,8 @@ class ControlPlane:
         ops += scim.routes(self.scim)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
+        # The hook for an offline cluster's mirror: the source a new machine fetches from.
+        ops += releases.routes(self.members, self.fleet.nodes, lambda: self.config.releases.source)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
         ops += firewall.routes(self.firewall)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from llmgw import __version__
 from llmgw.jsonvalue import JSON, JSONObject, as_int
 from llmgw.server.ha import sqlitesync
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING, Follower, store_term
@@ -491,6 +492,7 @@ class Leadership:
             "problem": None if self.leading else (follower.problem or None),
             "lag_seconds": None if self.leading else follower.lag(),
             "last_contact": None if self.leading else follower.last_contact,
+            "version": __version__,
             "started": self.started,
         }
 

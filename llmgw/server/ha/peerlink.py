@@ -66,6 +66,8 @@ class PeerState(TypedDict):
     problem: str | None
     lag_seconds: float | None
     last_contact: float | None
+    # The llmgw it runs (``llmgw version --cluster``, and an upgrade's standbys).
+    version: str
     # When this process started (epoch seconds): a later one after ``/peer/restart``.
     started: float
 

@@ -398,6 +398,8 @@ READS: list[Ask] = [
     ("USAGE_SUMS", (), {"since": "2025-03-01", "by": "org"}),
     ("ENERGY", (), None),
     ("SERVERS", (), None),
+    ("VERSIONS", (), None),
+    ("RELEASE", (), None),
     ("SETTINGS", (), None),
     ("NODE_SETTINGS", (), {"node": "gpu-1"}),
     ("SETTING", (), {"key": "discovery.slow_interval"}),
