@@ -450,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.agent.firewallcmd import add_parsers as add_firewall_parsers
 
     add_firewall_parsers(roles)
+    from llmgw.client.bundlecmd import add_parsers as add_bundle_parsers
+
+    add_bundle_parsers(roles)
     return parser
 
 
