@@ -235,6 +235,15 @@ class ReleasesConfig:
 
 
 @dataclass(frozen=True)
+class OfflineConfig:
+    """A cluster with no route out: the control plane serves its mirror (``DATA_DIR/mirror``,
+    filled by ``llmgw bundle import``) at ``/mirror/`` on its listener, and its agents
+    install llama.cpp, llmgw and weights from there."""
+
+    mirror: bool = False
+
+
+@dataclass(frozen=True)
 class FirewallConfig:
     """llmgw's own nftables table on every node whose agent runs as root."""
 
@@ -269,6 +278,7 @@ class ServerConfig:
     engines: dict[str, Any] | None = _checked(_check_engines, None)
     firewall: FirewallConfig = field(default_factory=FirewallConfig)
     releases: ReleasesConfig = field(default_factory=ReleasesConfig)
+    offline: OfflineConfig = field(default_factory=OfflineConfig)
 
 
 @dataclass(frozen=True)

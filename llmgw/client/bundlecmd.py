@@ -41,8 +41,7 @@ def _human(n: int) -> str:
 
 def cmd_create(args: argparse.Namespace) -> int:
     from llmgw import release
-    from llmgw.agent.engines.install import GITHUB_RELEASES
-    from llmgw.offline.bundle import BundlePlan, create
+    from llmgw.offline.bundle import ENGINE_SOURCE, BundlePlan, create
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     config = _server_config(data_dir) if data_dir else None
@@ -60,7 +59,7 @@ def cmd_create(args: argparse.Namespace) -> int:
         llmgw_source=source,
         platforms=args.platform or [release.platform_tag()],
         engines={name: pins[name] for name in args.engines},
-        engine_source=args.engine_source or GITHUB_RELEASES,
+        engine_source=args.engine_source or ENGINE_SOURCE,
         engine_builds=args.engine_build or ["cpu"],
         models=args.models or [],
         hub_endpoint=args.hub,

@@ -56,6 +56,8 @@ from llmgw.offline.manifest import (
 from llmgw.releasekey import PUBLIC_KEYS
 
 CHUNK = 1 << 20
+# llama.cpp's release source unless told (the one the agents use by default).
+ENGINE_SOURCE = GITHUB_RELEASES
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class BundlePlan:
     platforms: list[str] = field(default_factory=lambda: [release.platform_tag()])
     # {engine: {version, sha256: {asset: hex}}}: the fleet's pins (enginepins.pinned()).
     engines: dict[str, dict[str, object]] = field(default_factory=dict)
-    engine_source: str = GITHUB_RELEASES
+    engine_source: str = ENGINE_SOURCE
     engine_builds: list[str] = field(default_factory=lambda: ["cpu"])
     models: list[str] = field(default_factory=list)
     hub_endpoint: str | None = None
@@ -92,9 +94,7 @@ def machine_of(tag: str) -> str:
     """``x86_64`` of the platform tag ``py311-linux-x86_64``."""
     head, sep, machine = tag.partition("-linux-")
     if not sep or not head.startswith("py") or not machine:
-        raise BundleError(
-            f"{tag!r} is not a platform tag; give one like {release.platform_tag()}"
-        )
+        raise BundleError(f"{tag!r} is not a platform tag; give one like {release.platform_tag()}")
     return machine
 
 
@@ -344,8 +344,7 @@ async def _model(
             )
         if f.size is not None and size != f.size:
             raise BundleError(
-                f"{source.text} {f.path}: {size} bytes, the hub lists {f.size}; nothing was "
-                "bundled"
+                f"{source.text} {f.path}: {size} bytes, the hub lists {f.size}; nothing was bundled"
             )
         out.append(
             BundleFile(

@@ -69,6 +69,7 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
+from llmgw.server.mirror import MirrorFiles, offline_defaults, with_mirror_digests
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.people.devicelogin import DeviceLogins
@@ -124,6 +125,8 @@ class ControlPlane:
         self.relaunch_reason: str | None = None
         self.agent_port: AgentPort | None = None
         self.listeners: list[Listener] = []
+        # offline.mirror: DATA_DIR/mirror served at /mirror/ (llmgw bundle import fills it).
+        self.mirror = MirrorFiles(data.root / "mirror") if config.offline.mirror else None
         self._background: set[asyncio.Task[None]] = set()
         # The reconcile loop's wake-up: set by every change of the catalog and every
         # report of a node that matters.
@@ -319,15 +322,22 @@ class ControlPlane:
         wall = self.firewall.current
         planes = self.agent_port.control_planes() if self.agent_port else []
         hosts = {parse_hostport(a)[0] for a in planes} | ({local} if local else set())
+        default, engines = s.default, self.engines.message(node_id)
+        if self.mirror is not None:
+            # Offline: the agents install from this control plane's mirror.
+            host = local or parse_hostport(self.api_addresses[0])[0]
+            base = f"http://{format_hostport(host, parse_hostport(self.config.listen)[1])}"
+            default = offline_defaults(default, base)
+            engines = with_mirror_digests(engines, self.mirror)
         return [
             AgentSettingsMessage(
                 # The layers as they are: encoding copies them (document() deep-copies
                 # every node's, once per agent of a push).
                 version=s.version,
-                default=s.default,
+                default=default,
                 node=s.nodes.get(node_id, {}),
             ),
-            self.engines.message(node_id),
+            engines,
             Firewall(
                 enabled=wall.enabled,
                 networks=list(wall.networks),

@@ -55,7 +55,10 @@ async def serve(cp: ControlPlane) -> None:
         "header_timeout": gw.header_timeout,
         "keepalive_timeout": gw.keepalive_timeout,
     }
-    cp.listeners = [Listener(cp.config.listen, cp.gateway.handle, bridge, cap=cap, **limits)]
+    mirror = cp.mirror.handle if cp.mirror is not None else None
+    cp.listeners = [
+        Listener(cp.config.listen, cp.gateway.handle, bridge, cap=cap, mirror=mirror, **limits)
+    ]
     if cp.config.admin_listen:
         # The admin listener serves the admin API and pages, never /v1.
         cp.listeners.append(Listener(cp.config.admin_listen, None, bridge, **limits))

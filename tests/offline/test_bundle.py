@@ -7,59 +7,22 @@ import hashlib
 import io
 import json
 import tarfile
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from llmgw import release
-from llmgw.offline.bundle import BundlePlan, create
+from llmgw.offline.bundle import create
 from llmgw.offline.bundleimport import import_bundle, read_index
 from llmgw.offline.manifest import MANIFEST, BundleError, dump_manifest, read_manifest
-from tests.agent.weights.weights_fakehub import FakeHub, blob, start_hub
-from tests.support.bundles import ENGINE_TAG, VERSION, Sources, bundle_sources
-
-GGUF = "tiny-Q4_K_M.gguf"
-
-
-@pytest.fixture
-def sources(tmp_path: Path) -> Iterator[Sources]:
-    with bundle_sources(tmp_path / "sources") as found:
-        yield found
-
-
-@pytest.fixture
-async def hub() -> AsyncIterator[FakeHub]:
-    fake, runner = await start_hub()
-    fake.add("org/tiny-GGUF", GGUF, blob(40_000, 1))
-    fake.add("org/tiny-GGUF", "README.md", b"# tiny\n", lfs=False)
-    fake.add("org/tiny-st", "model.safetensors", blob(30_000, 2))
-    fake.add("org/tiny-st", "config.json", b'{"model_type": "llama"}\n', lfs=False)
-    try:
-        yield fake
-    finally:
-        await runner.cleanup()
-
-
-def plan(sources: Sources, hub: FakeHub, out: Path, **over: object) -> BundlePlan:
-    base = BundlePlan(
-        out=out,
-        llmgw_version=VERSION,
-        llmgw_source=sources.releases.url,
-        engines={"llama.cpp": {"version": ENGINE_TAG, "sha256": {}}},
-        engine_source=sources.engines.url,
-        models=["hf:org/tiny-GGUF:Q4_K_M", "hf:org/tiny-st"],
-        hub_endpoint=hub.endpoint,
-        keys=sources.keys,
-    )
-    return replace(base, **over)  # type: ignore[arg-type]
+from tests.agent.weights.weights_fakehub import FakeHub
+from tests.support.bundles import ENGINE_TAG, GGUF, VERSION, Sources, plan
 
 
 async def test_a_bundle_holds_each_part_checked_and_fills_the_mirror(
     sources: Sources, hub: FakeHub, tmp_path: Path
 ) -> None:
-    made = await create(plan(sources, hub, tmp_path / "bundle"))
+    made = await create(plan(sources, hub.endpoint, tmp_path / "bundle"))
     manifest = read_manifest(made.path / MANIFEST)
     kinds = {f.path: f.kind for f in manifest.files}
     asset = release.asset_name(VERSION)
@@ -93,7 +56,7 @@ async def test_a_bundle_holds_each_part_checked_and_fills_the_mirror(
 async def test_a_tar_bundle_is_checked_against_the_manifest_digest_carried_apart(
     sources: Sources, hub: FakeHub, tmp_path: Path
 ) -> None:
-    made = await create(plan(sources, hub, tmp_path / "b.tar", models=["hf:org/tiny-st"]))
+    made = await create(plan(sources, hub.endpoint, tmp_path / "b.tar", models=["hf:org/tiny-st"]))
     with tarfile.open(made.path) as tar:
         member = tar.extractfile(MANIFEST)
         assert member is not None
@@ -110,11 +73,11 @@ async def test_a_changed_file_is_refused_by_name_and_the_mirror_is_untouched(
     sources: Sources, hub: FakeHub, tmp_path: Path
 ) -> None:
     mirror = tmp_path / "mirror"
-    first = await create(plan(sources, hub, tmp_path / "one", models=["hf:org/tiny-st"]))
+    first = await create(plan(sources, hub.endpoint, tmp_path / "one", models=["hf:org/tiny-st"]))
     import_bundle(first.path, mirror, keys=sources.keys)
     before = {p: p.read_bytes() for p in mirror.rglob("*") if p.is_file()}
 
-    made = await create(plan(sources, hub, tmp_path / "two"))
+    made = await create(plan(sources, hub.endpoint, tmp_path / "two"))
     victim = made.path / "hf/org/tiny-GGUF" / GGUF
     data = bytearray(victim.read_bytes())
     data[100] ^= 1
@@ -127,7 +90,7 @@ async def test_a_changed_file_is_refused_by_name_and_the_mirror_is_untouched(
 async def test_a_release_not_signed_by_a_trusted_key_is_refused(
     sources: Sources, hub: FakeHub, tmp_path: Path
 ) -> None:
-    made = await create(plan(sources, hub, tmp_path / "bundle", models=[]))
+    made = await create(plan(sources, hub.endpoint, tmp_path / "bundle", models=[]))
     mirror = tmp_path / "mirror"
     # Signed by the test's key; this llmgw trusts only its own.
     with pytest.raises(BundleError, match="not signed by a key this llmgw trusts"):
@@ -138,7 +101,7 @@ async def test_a_release_not_signed_by_a_trusted_key_is_refused(
 async def test_an_engine_archive_unlike_its_pin_is_refused(
     sources: Sources, hub: FakeHub, tmp_path: Path
 ) -> None:
-    made = await create(plan(sources, hub, tmp_path / "bundle", models=[]))
+    made = await create(plan(sources, hub.endpoint, tmp_path / "bundle", models=[]))
     pins = {"llama.cpp": {"version": ENGINE_TAG, "sha256": {sources.engine_asset: "a" * 64}}}
     with pytest.raises(BundleError, match=f"{sources.engine_asset}: sha256 .* not the pinned"):
         import_bundle(made.path, tmp_path / "mirror", keys=sources.keys, pins=pins)
@@ -150,7 +113,7 @@ async def test_creating_refuses_a_file_unlike_the_hubs_hash(
 ) -> None:
     hub.repos["org/tiny-st"]["model.safetensors"].published_sha = "b" * 64
     with pytest.raises(BundleError, match="model.safetensors: sha256 .* not the hub's"):
-        await create(plan(sources, hub, tmp_path / "bundle", models=["hf:org/tiny-st"]))
+        await create(plan(sources, hub.endpoint, tmp_path / "bundle", models=["hf:org/tiny-st"]))
     assert not (tmp_path / "bundle").exists()
     assert list(tmp_path.iterdir()) == [tmp_path / "sources"]  # no staging left
 
@@ -160,7 +123,7 @@ async def test_creating_refuses_an_engine_unlike_what_its_source_publishes(
 ) -> None:
     sources.engines.publish(ENGINE_TAG, {"llama-server": b"x"}, checksum="c" * 64)
     with pytest.raises(BundleError, match="is not the published"):
-        await create(plan(sources, hub, tmp_path / "bundle", models=[]))
+        await create(plan(sources, hub.endpoint, tmp_path / "bundle", models=[]))
 
 
 def _tar(path: Path, members: dict[str, bytes], link: tuple[str, str] | None = None) -> Path:

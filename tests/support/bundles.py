@@ -8,15 +8,17 @@ import io
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from llmgw import release
+from llmgw.offline.bundle import BundlePlan
 from tests.support.engines import ASSET, Mirror
 from tests.support.releases import ReleaseServer, publish, signing_key
 
 VERSION = "0.9.0"
 ENGINE_TAG = "b4242"
+GGUF = "tiny-Q4_K_M.gguf"
 
 
 def tiny_zipapp(path: Path) -> Path:
@@ -68,3 +70,19 @@ def bundle_sources(
             )
     finally:
         engines.close()
+
+
+def plan(sources: Sources, hub: str, out: Path, **over: object) -> BundlePlan:
+    """A bundle of ``sources``'s release and engine and two models of the hub at ``hub``
+    (``over`` changes any part)."""
+    base = BundlePlan(
+        out=out,
+        llmgw_version=VERSION,
+        llmgw_source=sources.releases.url,
+        engines={"llama.cpp": {"version": ENGINE_TAG, "sha256": {}}},
+        engine_source=sources.engines.url,
+        models=[f"hf:org/tiny-GGUF:{GGUF}", "hf:org/tiny-st"],
+        hub_endpoint=hub,
+        keys=sources.keys,
+    )
+    return replace(base, **over)  # type: ignore[arg-type]

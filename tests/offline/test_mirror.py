@@ -1,0 +1,101 @@
+"""The control plane's mirror over HTTP, read by the clients the agents and ``node add``
+use: the hub client and weights cache, llama.cpp's checksum file, and llmgw's release
+fetch. Only what the index lists is served."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import RawTestServer
+
+from llmgw import release
+from llmgw.agent.weights.fetch import WeightStore
+from llmgw.modelkit.hub import HubClient, HubNotFound
+from llmgw.offline.bundle import create
+from llmgw.offline.bundleimport import import_bundle
+from llmgw.server.mirror import MirrorFiles, mirror_urls, offline_defaults, with_mirror_digests
+from llmgw.wire.messages import WantedEngines
+from tests.agent.weights.weights_fakehub import FakeHub
+from tests.support.bundles import ENGINE_TAG, GGUF, VERSION, Sources, plan
+
+
+@pytest.fixture
+async def mirror(sources: Sources, hub: FakeHub, tmp_path: Path) -> MirrorFiles:
+    made = await create(plan(sources, hub.endpoint, tmp_path / "bundle"))
+    import_bundle(made.path, tmp_path / "data" / "mirror", keys=sources.keys)
+    return MirrorFiles(tmp_path / "data" / "mirror")
+
+
+@pytest.fixture
+async def base(mirror: MirrorFiles) -> AsyncIterator[str]:
+    server = RawTestServer(mirror.handle, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close()
+
+
+async def test_the_weights_cache_fetches_from_the_mirror_checked(
+    hub: FakeHub, base: str, tmp_path: Path
+) -> None:
+    urls = mirror_urls(base)
+    asked = len(hub.requests)  # the bundle's making asked the hub; nothing after it does
+    async with HubClient(urls["hf_endpoint"], environ={}) as client:
+        store = WeightStore(tmp_path / "cache", client, retries=0)
+        entry = await store.fetch(
+            f"hf:org/tiny-GGUF:{GGUF}", allow_pickle=False, replica_id="r1", progress=lambda _: None
+        )
+        assert entry.read_bytes() == hub.repos["org/tiny-GGUF"][GGUF].content
+        folder = await store.fetch(
+            "hf:org/tiny-st", allow_pickle=False, replica_id="r2", progress=lambda _: None
+        )
+        assert (folder / "config.json").read_bytes() == b'{"model_type": "llama"}\n'
+        listing = await client.list_files("org/tiny-st")
+        # Every file comes with a sha256, the small ones too: the agent checks each.
+        assert all(f.sha256 for f in listing)
+        with pytest.raises(HubNotFound):
+            await client.list_files("org/not-bundled")
+    assert len(hub.requests) == asked
+
+
+async def test_engine_archives_and_llmgw_come_from_the_mirror(
+    sources: Sources, mirror: MirrorFiles, base: str, tmp_path: Path
+) -> None:
+    urls = mirror_urls(base)
+    asset = sources.engine_asset
+    published = (sources.engines.root / "download" / ENGINE_TAG / asset).read_bytes()
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{urls['release_source']}/download/{ENGINE_TAG}/{asset}") as r:
+            assert r.status == 200 and await r.read() == published
+        async with http.get(f"{urls['release_source']}/download/{ENGINE_TAG}/{asset}.sha256") as r:
+            digest = (await r.text()).split()[0]
+        for hidden in ("index.json", "llmgw/../index.json", "hf/org/tiny-st/../../index.json"):
+            async with http.get(f"{base}/mirror/{hidden}") as r:
+                assert r.status == 404, hidden
+        async with http.post(f"{urls['release_source']}/download/{ENGINE_TAG}/{asset}") as r:
+            assert r.status == 405
+    wanted = WantedEngines(version=1, engines={"llama.cpp": {"version": ENGINE_TAG, "sha256": {}}})
+    assert with_mirror_digests(wanted, mirror).engines["llama.cpp"]["sha256"] == {asset: digest}
+
+    fetched = await asyncio.to_thread(
+        release.fetch, urls["llmgw_source"], VERSION, tmp_path / "bin", keys=sources.keys
+    )
+    assert fetched.path.read_bytes() == (tmp_path / "sources" / "tiny.pyz").read_bytes()
+
+
+def test_an_operators_setting_stays_over_the_mirrors() -> None:
+    mine = offline_defaults({"hf_endpoint": "http://hub.internal"}, "http://10.0.0.1:8080")
+    assert mine == {
+        "release_source": "http://10.0.0.1:8080/mirror/llama.cpp",
+        "hf_endpoint": "http://hub.internal",
+    }
+
+
+def test_an_empty_mirror_serves_nothing(tmp_path: Path) -> None:
+    files = MirrorFiles(tmp_path / "mirror")
+    assert files.held().files == [] and files.file("llmgw/download/v1.0.0/x") is None
