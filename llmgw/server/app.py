@@ -69,7 +69,7 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
-from llmgw.server.mirror import MirrorFiles, offline_defaults, with_mirror_digests
+from llmgw.server.mirror import MirrorFiles, offline_defaults, self_url, with_mirror_digests
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.people.devicelogin import DeviceLogins
@@ -150,7 +150,8 @@ class ControlPlane:
         self.fabric_maps = FabricMaps(self.registry, self.fabric_watch)
         self.fleet = FleetService(self.registry, self.cluster_secret)
         self.fabrics = FabricService(self.fabric_watch, self.fabric_maps, self.registry)
-        self.inspector = make_inspector(self.registry)
+        own_hub = self_url(config.listen) + "/mirror/hf" if self.mirror is not None else None
+        self.inspector = make_inspector(self.registry, own_hub)
         self.reconciler = Reconciler(
             config.scheduling, self.engines.version_of, self.fabric_maps.wiring
         )

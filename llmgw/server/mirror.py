@@ -27,6 +27,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
+from llmgw.config import format_hostport, parse_hostport
 from llmgw.offline.manifest import INDEX, BundleError, BundleFile, Manifest, parse_manifest
 from llmgw.wire.messages import WantedEngines
 
@@ -176,6 +177,13 @@ def _error(status: int, message: str, code: str = "") -> web.Response:
     if code:
         headers["X-Error-Code"] = code
     return web.Response(status=status, text=message + "\n", headers=headers)
+
+
+def self_url(listen: str) -> str:
+    """How this control plane reaches its own listener (``0.0.0.0`` is not an address)."""
+    host, port = parse_hostport(listen)
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://{format_hostport(host, port)}"
 
 
 def offline_defaults(default: dict[str, object], base: str) -> dict[str, object]:
