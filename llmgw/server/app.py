@@ -69,7 +69,13 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
-from llmgw.server.mirror import MirrorFiles, offline_defaults, self_url, with_mirror_digests
+from llmgw.server.mirror import (
+    MirrorFiles,
+    mirror_urls,
+    offline_defaults,
+    self_url,
+    with_mirror_digests,
+)
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.people.devicelogin import DeviceLogins
@@ -315,6 +321,14 @@ class ControlPlane:
     def _stepped_down(self, why: str) -> None:
         if self.agent_port is not None:
             self.agent_port.drop_all(f"this control plane no longer leads: {why}")
+
+    def release_source(self) -> str:
+        """Where a new machine and ``ctl upgrade`` fetch llmgw releases from: this
+        control plane's mirror when the cluster is offline, else ``releases.source``
+        (``GET /api/v1/release`` answers it)."""
+        if self.mirror is not None and self.api_addresses:
+            return mirror_urls(f"http://{self.api_addresses[0]}")["llmgw_source"]
+        return self.config.releases.source
 
     def _pushed_for(self, node_id: str, local: str | None) -> list[Message]:
         """What the cluster decides for a node: its settings, engines, firewall and
