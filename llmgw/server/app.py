@@ -168,7 +168,11 @@ class ControlPlane:
             config.scheduling,
             self.cluster_secret,
             wake,
-            CatalogHooks(inspect=self.inspect_shape, remove_files=self.fleet.remove_source),
+            CatalogHooks(
+                inspect=self.inspect_shape,
+                remove_files=self.fleet.remove_source,
+                vouched=self.mirror.digests_of if self.mirror is not None else lambda s: {},
+            ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
         # People, organisations, teams and projects: who is who, and their services.

@@ -28,6 +28,7 @@ from urllib.parse import unquote
 from aiohttp import web
 
 from llmgw.config import format_hostport, parse_hostport
+from llmgw.modelkit.sources import SourceError, parse_source
 from llmgw.offline.manifest import INDEX, BundleError, BundleFile, Manifest, parse_manifest
 from llmgw.wire.messages import WantedEngines
 
@@ -108,6 +109,17 @@ class MirrorFiles:
             for f in index.files
             if f.kind == "engine" and f.version == tag
         }
+
+    def digests_of(self, source: str) -> dict[str, str]:
+        """``{path: sha256}`` of the files the mirror holds of an ``hf:`` source's
+        repository (nothing for another source, or one it does not hold)."""
+        try:
+            parsed = parse_source(source)
+        except SourceError:
+            return {}
+        if parsed.kind != "hf" or parsed.repo is None:
+            return {}
+        return {str(f.repo_path): f.sha256 for f in self.listing(parsed.repo)}
 
     def listing(self, repo: str) -> list[BundleFile]:
         index = self.index()

@@ -9,6 +9,7 @@ chat completion from the official openai SDK."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import shutil
@@ -139,6 +140,10 @@ def test_a_bundle_serves_a_model_on_a_control_plane_with_no_route_to_the_hub(
         cached = list((cluster.root / "weights-a").rglob(MODEL))
         assert [p.read_bytes() == model for p in cached] == [True]
         assert len(hub.requests) == asked
+        # The shard's spec carried the model file's sha256 from the control plane.
+        (record,) = (cluster.state_dir("a") / "shards").glob("*.json")
+        spec = json.loads(record.read_text())["spec"]
+        assert spec["sha256"] == {MODEL: hashlib.sha256(model).hexdigest()}
         marker = json.loads(
             (
                 cluster.state_dir("a") / "engines/llama.cpp" / f"{ENGINE_TAG}-cpu/installed.json"

@@ -88,6 +88,19 @@ async def test_engine_archives_and_llmgw_come_from_the_mirror(
     assert fetched.path.read_bytes() == (tmp_path / "sources" / "tiny.pyz").read_bytes()
 
 
+async def test_the_mirror_vouches_for_what_it_holds_of_a_source(
+    hub: FakeHub, mirror: MirrorFiles
+) -> None:
+    gguf = hub.repos["org/tiny-GGUF"][GGUF]
+    assert mirror.digests_of(f"hf:org/tiny-GGUF:{GGUF}") == {GGUF: gguf.sha256}
+    held = hub.repos["org/tiny-st"]
+    assert mirror.digests_of("hf:org/tiny-st") == {p: held[p].sha256 for p in held}
+    assert mirror.digests_of("hf:ORG/TINY-gguf") == mirror.digests_of("hf:org/tiny-GGUF")
+    assert mirror.digests_of("hf:org/elsewhere") == {}
+    assert mirror.digests_of("https://example.com/x.gguf") == {}
+    assert mirror.digests_of("not a source") == {}
+
+
 def test_an_operators_setting_stays_over_the_mirrors() -> None:
     mine = offline_defaults({"hf_endpoint": "http://hub.internal"}, "http://10.0.0.1:8080")
     assert mine == {

@@ -48,9 +48,11 @@ class Dispatch:
         scheduling: SchedulingConfig,
         wake: asyncio.Event,
         park: Park,
+        vouched: Callable[[str], dict[str, str]] = lambda source: {},
     ) -> None:
         """``models`` is the catalog as it stands (read afresh at each pass); ``wake``
-        is set by whoever changed something; ``park`` keeps a model parked."""
+        is set by whoever changed something; ``park`` keeps a model parked; ``vouched``
+        gives the sha256 of a source's files the control plane vouches for."""
         self.reconciler = reconciler
         self.registry = registry
         self.models = models
@@ -58,6 +60,7 @@ class Dispatch:
         self.interval = scheduling.interval
         self.wake = wake
         self.park = park
+        self.vouched = vouched
         self.last_plan = Plan()
         # Passes made: a test waits for this to move on rather than sleeping.
         self.passes = 0
@@ -103,8 +106,9 @@ class Dispatch:
             self.reconciler.abandon(start.replica_id, "node not connected")
             return
         version = self.reconciler.engine_version(profile.engine)
+        digests = self.vouched(model.source)
         for node, spec in self._specs(model, profile, start, nodes):
-            spec = replace(spec, engine_version=version)
+            spec = replace(spec, engine_version=version, sha256=digests)
             log.info(
                 "starting %s on %s (port %d%s)",
                 spec.replica_id,

@@ -58,6 +58,9 @@ class CatalogHooks:
     inspect: Inspect
     # Ask every node to delete its copy of a source (a model removed with its files).
     remove_files: Callable[[str, Principal], Awaitable[None]]
+    # The sha256 of a source's files this control plane vouches for (its mirror's,
+    # offline), sent with each start so the node checks what it fetches against them.
+    vouched: Callable[[str], dict[str, str]] = lambda source: {}
 
 
 def _provider_url(url: str) -> bool:
@@ -99,7 +102,14 @@ class ModelService:
         self.room = Room(reconciler, registry, scheduling)
         self._wake = wake
         self.dispatch = Dispatch(
-            reconciler, registry, self.models, cluster_secret, scheduling, wake, self.park
+            reconciler,
+            registry,
+            self.models,
+            cluster_secret,
+            scheduling,
+            wake,
+            self.park,
+            vouched=hooks.vouched,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         # Bumped on every change of the catalog: the gateway rebuilds its routes.
