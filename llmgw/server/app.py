@@ -577,6 +577,7 @@ class ControlPlane:
             oidc=self.oidc_flow,
             signins=SignIns(self.oidc, self.ldap, self.scim, self.store),
             slurm=self.slurm.service,
+            mirror=self.mirror,
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

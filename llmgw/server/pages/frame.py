@@ -50,6 +50,7 @@ from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.ldap.service import LdapService
+from llmgw.server.mirror import MirrorFiles
 from llmgw.server.pages import i18n
 from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.oidcflow import OidcFlow
@@ -168,6 +169,8 @@ class Services:
     signins: SignIns | None = None
     # Slurm beside llmgw (the Slurm page, a node's Slurm part); None: no Slurm page.
     slurm: SlurmService | None = None
+    # The offline mirror (offline.mirror); None: the mirror page says it is off.
+    mirror: MirrorFiles | None = None
 
 
 @dataclass(frozen=True)
