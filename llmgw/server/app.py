@@ -12,6 +12,7 @@ from typing import Any
 from llmgw import __version__, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.modelkit.sizing import ModelShape
+from llmgw.offline.mirrorfiles import MirrorFiles, mirror_urls
 from llmgw.server.admintokens import AdminTokens
 from llmgw.server.admission import JoinTokens
 from llmgw.server.api import (
@@ -70,8 +71,6 @@ from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.mirror import (
-    MirrorFiles,
-    mirror_urls,
     offline_defaults,
     self_url,
     with_mirror_digests,

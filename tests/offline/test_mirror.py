@@ -11,13 +11,15 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp.test_utils import RawTestServer
+from yarl import URL
 
 from llmgw import release
 from llmgw.agent.weights.fetch import WeightStore
 from llmgw.modelkit.hub import HubClient, HubNotFound
 from llmgw.offline.bundle import create
 from llmgw.offline.bundleimport import import_bundle
-from llmgw.server.mirror import MirrorFiles, mirror_urls, offline_defaults, with_mirror_digests
+from llmgw.offline.mirrorfiles import MirrorFiles, mirror_urls
+from llmgw.server.mirror import offline_defaults, with_mirror_digests
 from llmgw.wire.messages import WantedEngines
 from tests.agent.weights.weights_fakehub import FakeHub
 from tests.support.bundles import ENGINE_TAG, GGUF, VERSION, Sources, plan
@@ -74,9 +76,15 @@ async def test_engine_archives_and_llmgw_come_from_the_mirror(
             assert r.status == 200 and await r.read() == published
         async with http.get(f"{urls['release_source']}/download/{ENGINE_TAG}/{asset}.sha256") as r:
             digest = (await r.text()).split()[0]
-        for hidden in ("index.json", "llmgw/../index.json", "hf/org/tiny-st/../../index.json"):
-            async with http.get(f"{base}/mirror/{hidden}") as r:
+        # Only what the index lists: not a file left beside it, a folder, or a climb.
+        (mirror.root / "llmgw" / "planted.pyz").write_bytes(b"not imported")
+        for hidden in ("llmgw/planted.pyz", "hf/org/tiny-st", "llmgw/%2e%2e/index.json"):
+            # encoded=True: sent as written, not tidied by the client first.
+            async with http.get(URL(f"{base}/mirror/{hidden}", encoded=True)) as r:
                 assert r.status == 404, hidden
+        async with http.get(f"{base}/mirror/index.json") as r:
+            listed = {f["path"] for f in (await r.json())["files"]}
+            assert f"llama.cpp/download/{ENGINE_TAG}/{asset}" in listed
         async with http.post(f"{urls['release_source']}/download/{ENGINE_TAG}/{asset}") as r:
             assert r.status == 405
     wanted = WantedEngines(version=1, engines={"llama.cpp": {"version": ENGINE_TAG, "sha256": {}}})

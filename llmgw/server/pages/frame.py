@@ -40,6 +40,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from llmgw.offline.mirrorfiles import MirrorFiles
 from llmgw.server import schema
 from llmgw.server.access import Access, Gate, allowed
 from llmgw.server.catalog.planner import Planner
@@ -50,7 +51,6 @@ from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.ldap.service import LdapService
-from llmgw.server.mirror import MirrorFiles
 from llmgw.server.pages import i18n
 from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.oidcflow import OidcFlow

@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from llmgw.modelkit.sources import is_pickled
 from llmgw.offline.manifest import BundleFile
-from llmgw.server.mirror import MirrorHeld
+from llmgw.offline.mirrorfiles import MirrorHeld
 from llmgw.server.pages.frame import Frame, Page, PageCall
 
 Format = Literal["gguf", "safetensors", "pickle", "other"]

@@ -16,8 +16,8 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from llmgw.offline.manifest import BundleFile
+from llmgw.offline.mirrorfiles import MirrorHeld
 from llmgw.server.access import Gate
-from llmgw.server.mirror import MirrorHeld
 from llmgw.server.pages import mirrorpages
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import COOKIE, Sessions
