@@ -1,5 +1,5 @@
-"""``llmgw bundle create`` and ``llmgw bundle import``: the command line of offline
-bundles (``llmgw/offline``)."""
+"""``llmgw bundle create|import`` and ``llmgw mirror serve``: the command line of offline
+bundles and mirrors (``llmgw/offline``)."""
 
 from __future__ import annotations
 
@@ -108,6 +108,27 @@ def import_into(bundle: Path, data_dir: Path, manifest_sha256: str | None = None
     return 0
 
 
+def cmd_mirror_serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from llmgw.offline.mirrorpeer import serve
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(Path(args.dir), args.listen, args.follow, stop)
+
+    asyncio.run(run())
+    return 0
+
+
 def add_parsers(roles: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``bundle create`` and ``bundle import``, under the top-level subparsers."""
     bundle = roles.add_parser("bundle", help="offline bundles: llmgw, engines and models")
@@ -160,3 +181,15 @@ def add_parsers(roles: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--manifest-sha256", metavar="HEX", help="the manifest digest `bundle create` printed"
     )
     p.set_defaults(handler=cmd_import)
+
+    mirror = roles.add_parser("mirror", help="a model mirror on this node (mirror.api, peers)")
+    sub = mirror.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    p = sub.add_parser("serve", help="serve a mirror directory at /mirror/, following another")
+    p.add_argument("--dir", required=True, help="the mirror's directory")
+    p.add_argument("--listen", default="0.0.0.0:8090", help="HOST:PORT (default 0.0.0.0:8090)")
+    p.add_argument(
+        "--follow",
+        metavar="URL",
+        help="keep in step with the mirror at URL (http://CP:8080) every 15 s",
+    )
+    p.set_defaults(handler=cmd_mirror_serve)

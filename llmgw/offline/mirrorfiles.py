@@ -65,6 +65,13 @@ def mirror_urls(base: str) -> dict[str, str]:
     }
 
 
+def url_path(f: BundleFile) -> str:
+    """Where a mirror serves ``f``, from its ``/mirror/``."""
+    if f.kind == "model":
+        return f"{HUB}/{f.repo}/resolve/main/{f.repo_path}"
+    return f.path
+
+
 class MirrorFiles:
     """``DATA_DIR/mirror``'s index, read again whenever it changes on disk."""
 

@@ -7,9 +7,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import RawTestServer
 
+from llmgw.offline.bundle import create
+from llmgw.offline.bundleimport import import_bundle
+from llmgw.offline.mirrorfiles import MirrorFiles
 from tests.agent.weights.weights_fakehub import FakeHub, blob, start_hub
-from tests.support.bundles import GGUF, Sources, bundle_sources
+from tests.support.bundles import GGUF, Sources, bundle_sources, plan
 
 
 @pytest.fixture
@@ -29,3 +33,20 @@ async def hub() -> AsyncIterator[FakeHub]:
         yield fake
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def mirror(sources: Sources, hub: FakeHub, tmp_path: Path) -> MirrorFiles:
+    made = await create(plan(sources, hub.endpoint, tmp_path / "bundle"))
+    import_bundle(made.path, tmp_path / "data" / "mirror", keys=sources.keys)
+    return MirrorFiles(tmp_path / "data" / "mirror")
+
+
+@pytest.fixture
+async def base(mirror: MirrorFiles) -> AsyncIterator[str]:
+    server = RawTestServer(mirror.handle, host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        await server.close()

@@ -5,41 +5,20 @@ fetch. Only what the index lists is served."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import RawTestServer
 from yarl import URL
 
 from llmgw import release
 from llmgw.agent.weights.fetch import WeightStore
 from llmgw.modelkit.hub import HubClient, HubNotFound
-from llmgw.offline.bundle import create
-from llmgw.offline.bundleimport import import_bundle
 from llmgw.offline.mirrorfiles import MirrorFiles, mirror_urls
 from llmgw.server.mirror import offline_defaults, with_mirror_digests
 from llmgw.wire.messages import WantedEngines
 from tests.agent.weights.weights_fakehub import FakeHub
-from tests.support.bundles import ENGINE_TAG, GGUF, VERSION, Sources, plan
-
-
-@pytest.fixture
-async def mirror(sources: Sources, hub: FakeHub, tmp_path: Path) -> MirrorFiles:
-    made = await create(plan(sources, hub.endpoint, tmp_path / "bundle"))
-    import_bundle(made.path, tmp_path / "data" / "mirror", keys=sources.keys)
-    return MirrorFiles(tmp_path / "data" / "mirror")
-
-
-@pytest.fixture
-async def base(mirror: MirrorFiles) -> AsyncIterator[str]:
-    server = RawTestServer(mirror.handle, host="127.0.0.1")
-    await server.start_server()
-    try:
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        await server.close()
+from tests.support.bundles import ENGINE_TAG, GGUF, VERSION, Sources
 
 
 async def test_the_weights_cache_fetches_from_the_mirror_checked(
