@@ -85,6 +85,7 @@ class WeightFetcher(Protocol):
         replica_id: str,
         progress: Callable[[DownloadProgress], None],
         vouched: Mapping[str, str] | None = None,
+        hub: str | None = None,
     ) -> Path: ...
 
 
@@ -209,6 +210,7 @@ class Supervisor:
                     replica_id=spec.replica_id,
                     progress=self.emit,
                     vouched=spec.sha256,
+                    hub=spec.hub,
                 )
             if spec.adapters and not shard.worker:
                 spec = shard.spec = await lora.fetch(self.weights, spec, engine, self.emit)

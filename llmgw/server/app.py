@@ -71,6 +71,7 @@ from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.mirror import (
+    MirrorWatch,
     offline_defaults,
     self_url,
     with_mirror_digests,
@@ -132,6 +133,8 @@ class ControlPlane:
         self.listeners: list[Listener] = []
         # offline.mirror: DATA_DIR/mirror served at /mirror/ (llmgw bundle import fills it).
         self.mirror = MirrorFiles(data.root / "mirror") if config.offline.mirror else None
+        # mirror.api and mirror.peers: asked every 15 s, a shard sent from a live one.
+        self.mirror_watch = MirrorWatch(config.mirror, self.mirror)
         self._background: set[asyncio.Task[None]] = set()
         # The reconcile loop's wake-up: set by every change of the catalog and every
         # report of a node that matters.
@@ -170,7 +173,8 @@ class ControlPlane:
             CatalogHooks(
                 inspect=self.inspect_shape,
                 remove_files=self.fleet.remove_source,
-                vouched=self.mirror.digests_of if self.mirror is not None else lambda s: {},
+                vouched=self.mirror_watch.vouched,
+                hub_for=self.mirror_watch.hub_for,
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
@@ -577,6 +581,7 @@ class ControlPlane:
             signins=SignIns(self.oidc, self.ldap, self.scim, self.store),
             slurm=self.slurm.service,
             mirror=self.mirror,
+            mirror_watch=self.mirror_watch,
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

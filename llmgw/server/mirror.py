@@ -1,15 +1,29 @@
 """The control plane's part of the offline mirror (``offline.mirror``): its files are
 ``offline/mirrorfiles.py``'s, served at ``/mirror/`` on its listener; here is what the
 agents are given of it (their llama.cpp release source and hub, the mirror's engine
-digests over the stream) and how the control plane reaches itself."""
+digests over the stream) and how the control plane reaches itself; and the mirrors beyond
+it (``mirror.api``, ``mirror.peers``: ``llmgw mirror serve`` on nodes), asked every 15 s
+whether they answer, a shard's files sent from a live one."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
-from llmgw.config import format_hostport, parse_hostport
-from llmgw.offline.mirrorfiles import ENGINES, MirrorFiles, mirror_urls
+import aiohttp
+
+from llmgw.config import MirrorConfig, format_hostport, parse_hostport
+from llmgw.modelkit.sources import SourceError, parse_source
+from llmgw.offline.manifest import INDEX, BundleError, parse_manifest
+from llmgw.offline.mirrorfiles import ENGINES, PREFIX, MirrorFiles, mirror_urls
 from llmgw.wire.messages import WantedEngines
+
+log = logging.getLogger("llmgw.mirror")
 
 
 def self_url(listen: str) -> str:
@@ -41,3 +55,108 @@ def with_mirror_digests(message: WantedEngines, mirror: MirrorFiles) -> WantedEn
     engines = dict(message.engines)
     engines[ENGINES] = {**want, "sha256": {**digests, **(pinned or {})}}
     return replace(message, engines=engines)
+
+
+# --- mirrors beyond the control plane (mirror.api, mirror.peers) -------------------------
+
+PROBE_EVERY = 15.0
+PROBE_TIMEOUT = 5.0
+
+
+@dataclass
+class MirrorState:
+    """One mirror as the last probe found it."""
+
+    url: str
+    role: Literal["api", "peer"]
+    live: bool | None = None  # None: not asked yet
+    checked_at: float | None = None
+    error: str | None = None
+    # What its index lists of models: (repo lower-cased, path in it) -> sha256.
+    holds: dict[tuple[str, str], str] = field(default_factory=dict)
+    files: int = 0
+
+
+class MirrorWatch:
+    """Asks each mirror of ``mirror.api`` and ``mirror.peers`` every 15 s whether it
+    answers (``/mirror/index.json``), and names the first live one holding a source's
+    files for a shard to be sent from."""
+
+    def __init__(
+        self,
+        config: MirrorConfig,
+        own: MirrorFiles | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``own``: the control plane's mirror (``offline.mirror``), whose sha256 of a
+        source's files the others must match."""
+        self.own = own
+        self.states = ([MirrorState(config.api, "api")] if config.api else []) + [
+            MirrorState(url, "peer") for url in config.peers
+        ]
+        self._clock = clock
+
+    async def probe_once(self, http: aiohttp.ClientSession) -> None:
+        await asyncio.gather(*(self._probe(http, s) for s in self.states))
+
+    async def _probe(self, http: aiohttp.ClientSession, state: MirrorState) -> None:
+        url = state.url.rstrip("/") + PREFIX + INDEX
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                async with http.get(url) as resp:
+                    if resp.status != 200:
+                        raise BundleError(f"{url} answered HTTP {resp.status}")
+                    index = parse_manifest(await resp.read(), url)
+        except (BundleError, aiohttp.ClientError, TimeoutError, OSError) as exc:
+            if state.live is not False:
+                log.warning("mirror %s does not answer: %s", state.url, exc or "timed out")
+            state.live, state.error = False, str(exc) or "timed out"
+        else:
+            if state.live is not True:
+                log.info("mirror %s answers (%d files)", state.url, len(index.files))
+            state.live, state.error = True, None
+            state.files = len(index.files)
+            state.holds = {
+                (str(f.repo).lower(), str(f.repo_path)): f.sha256
+                for f in index.files
+                if f.kind == "model"
+            }
+        state.checked_at = self._clock()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=PROBE_TIMEOUT)
+        if not self.states:
+            return
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            while not stop.is_set():
+                await self.probe_once(http)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(PROBE_EVERY):
+                        await stop.wait()
+
+    def vouched(self, source: str) -> dict[str, str]:
+        """The sha256 of ``source``'s files the control plane vouches for: its mirror's."""
+        return self.own.digests_of(source) if self.own is not None else {}
+
+    def hub_for(self, source: str) -> str | None:
+        """The hub endpoint of the first live mirror that holds ``source``'s files: each
+        the control plane vouches for, with that sha256 (with none vouched, any of the
+        repository's). None: no live mirror holds them (the agent's own hub serves)."""
+        try:
+            parsed = parse_source(source)
+        except SourceError:
+            return None
+        if parsed.kind != "hf" or parsed.repo is None:
+            return None
+        repo = parsed.repo.lower()
+        vouched = self.vouched(source)
+        for state in self.states:
+            if not state.live:
+                continue
+            if vouched:
+                held = all(state.holds.get((repo, p)) == sha for p, sha in vouched.items())
+            else:
+                held = any(r == repo for r, _ in state.holds)
+            if held:
+                return mirror_urls(state.url)["hf_endpoint"]
+        return None

@@ -65,6 +65,8 @@ async def serve(cp: ControlPlane) -> None:
     store = asyncio.create_task(cp.store.watch(cp.stopping))
     probe = asyncio.create_task(cp.gateway.probe_engines(cp.stopping))
     watch = asyncio.create_task(cp.ha.watch(cp.stopping))
+    # mirror.api and mirror.peers, asked every 15 s (none named: done at once).
+    mirrors = asyncio.create_task(cp.mirror_watch.run(cp.stopping))
     try:
         # The role first: an old leader started again learns here that another leads.
         await cp.ha.start()
@@ -97,6 +99,7 @@ async def serve(cp: ControlPlane) -> None:
         await cp.inspector.close()
         await cp.agent_port.stop()
         await cp.peer_listener.stop()
+        await mirrors
         await store
 
 

@@ -97,6 +97,9 @@ class ShardSpec:
     # plane vouches for (its mirror's, offline): a fetched file that differs is refused,
     # whatever the hub it was fetched from lists.
     sha256: dict[str, str] = field(default_factory=dict)
+    # The hub endpoint to fetch the source's files from (a live mirror of ``mirror.api``
+    # or ``mirror.peers``); None: the node's own (``hf_endpoint``).
+    hub: str | None = None
 
 
 @dataclass(frozen=True)

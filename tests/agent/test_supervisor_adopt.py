@@ -73,6 +73,7 @@ class Fetched:
         replica_id: str,
         progress: Callable[[DownloadProgress], None],
         vouched: Mapping[str, str] | None = None,
+        hub: str | None = None,
     ) -> Path:
         return self.model
 

@@ -95,6 +95,8 @@ class _Flight:
     task: asyncio.Task[Manifest] | None = None
     # sha256 the control plane vouches for, by path in the repository: over the hub's.
     vouched: Mapping[str, str] = field(default_factory=dict)
+    # The hub to list and fetch from (a mirror the control plane named); None: ours.
+    hub: str | None = None
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,8 @@ class WeightStore:
     ) -> None:
         self.cache_dir = Path(cache_dir)
         self.hub = hub
+        # Mirrors the control plane named for a shard (ShardSpec.hub), by endpoint.
+        self._mirrors: dict[str, HubClient] = {}
         self._disk_usage = disk_usage
         self._revision = revision
         # Retries of a cut connection within one fetch, each resuming where it stopped.
@@ -202,6 +206,8 @@ class WeightStore:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for client in self._mirrors.values():
+            await client.close()
 
     async def fetch(
         self,
@@ -211,12 +217,13 @@ class WeightStore:
         replica_id: str,
         progress: ProgressCallback,
         vouched: Mapping[str, str] | None = None,
+        hub: str | None = None,
     ) -> Path:
         """The local path of ``source``, fetching it first when the cache lacks it: the
         GGUF file (the first part of a split one), the single file of a URL, the
         directory of a whole repository, or a local source where it is. ``vouched``: the
         sha256 the control plane sent for the source's files (its mirror's), believed
-        over what the hub lists."""
+        over what the hub lists; ``hub``: the mirror it named to fetch them from."""
         src = parse_source(source, allow_http=self.hub.allow_http)
         check_named_pickle(src, allow_pickle=allow_pickle)
         if src.kind == "local":
@@ -231,6 +238,7 @@ class WeightStore:
                 given=source.strip(),
                 waiters=[waiter],
                 vouched=dict(vouched or {}),
+                hub=hub,
             )
             self._flights[name] = flight
             flight.task = asyncio.create_task(self._run(flight), name=f"weights {name}")
@@ -266,7 +274,7 @@ class WeightStore:
             if cached is not None:
                 _check_vouched(flight, cached)
                 return cached
-            items, entry = await self._plan(flight.source, flight.vouched)
+            items, entry = await self._plan(flight.source, flight.vouched, self._hub(flight.hub))
             pickled = [i.path for i in items if is_pickled(i.path)]
             if pickled and not any(w.allow_pickle for w in flight.waiters):
                 raise pickle_refusal(flight.source.text, pickled)
@@ -291,17 +299,29 @@ class WeightStore:
         finally:
             self._locks.release(flight.name)
 
-    async def _plan(self, src: Source, vouched: Mapping[str, str]) -> tuple[list[_Item], str]:
+    def _hub(self, endpoint: str | None) -> HubClient:
+        """Our hub, or a mirror's: no token goes to a mirror (``environ={}``)."""
+        if endpoint is None:
+            return self.hub
+        client = self._mirrors.get(endpoint)
+        if client is None:
+            client = HubClient(endpoint, environ={}, allow_http=self.hub.allow_http)
+            self._mirrors[endpoint] = client
+        return client
+
+    async def _plan(
+        self, src: Source, vouched: Mapping[str, str], hub: HubClient
+    ) -> tuple[list[_Item], str]:
         if src.kind == "url":
             assert src.url is not None and src.filename is not None
             return [_Item(path=src.filename, url=src.url, size=None, sha256=None)], src.filename
         assert src.repo is not None
-        listing = await self.hub.list_files(src.repo, self._revision)
+        listing = await hub.list_files(src.repo, self._revision)
         selection = select_files(src, listing)
         items = [
             _Item(
                 path=f.path,
-                url=self.hub.resolve_url(src.repo, f.path, self._revision),
+                url=hub.resolve_url(src.repo, f.path, self._revision),
                 size=f.size,
                 sha256=vouched.get(f.path) or f.sha256,
                 repo=src.repo,

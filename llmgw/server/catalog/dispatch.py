@@ -49,10 +49,12 @@ class Dispatch:
         wake: asyncio.Event,
         park: Park,
         vouched: Callable[[str], dict[str, str]] = lambda source: {},
+        hub_for: Callable[[str], str | None] = lambda source: None,
     ) -> None:
         """``models`` is the catalog as it stands (read afresh at each pass); ``wake``
         is set by whoever changed something; ``park`` keeps a model parked; ``vouched``
-        gives the sha256 of a source's files the control plane vouches for."""
+        gives the sha256 of a source's files the control plane vouches for, ``hub_for``
+        the mirror they are sent from."""
         self.reconciler = reconciler
         self.registry = registry
         self.models = models
@@ -61,6 +63,7 @@ class Dispatch:
         self.wake = wake
         self.park = park
         self.vouched = vouched
+        self.hub_for = hub_for
         self.last_plan = Plan()
         # Passes made: a test waits for this to move on rather than sleeping.
         self.passes = 0
@@ -107,8 +110,9 @@ class Dispatch:
             return
         version = self.reconciler.engine_version(profile.engine)
         digests = self.vouched(model.source)
+        hub = self.hub_for(model.source)
         for node, spec in self._specs(model, profile, start, nodes):
-            spec = replace(spec, engine_version=version, sha256=digests)
+            spec = replace(spec, engine_version=version, sha256=digests, hub=hub)
             log.info(
                 "starting %s on %s (port %d%s)",
                 spec.replica_id,

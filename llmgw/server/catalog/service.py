@@ -61,6 +61,8 @@ class CatalogHooks:
     # The sha256 of a source's files this control plane vouches for (its mirror's,
     # offline), sent with each start so the node checks what it fetches against them.
     vouched: Callable[[str], dict[str, str]] = lambda source: {}
+    # The hub a source's files are sent from (a live mirror), None: the node's own.
+    hub_for: Callable[[str], str | None] = lambda source: None
 
 
 def _provider_url(url: str) -> bool:
@@ -110,6 +112,7 @@ class ModelService:
             wake,
             self.park,
             vouched=hooks.vouched,
+            hub_for=hooks.hub_for,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         # Bumped on every change of the catalog: the gateway rebuilds its routes.

@@ -51,6 +51,7 @@ from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.ldap.service import LdapService
+from llmgw.server.mirror import MirrorWatch
 from llmgw.server.pages import i18n
 from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.oidcflow import OidcFlow
@@ -171,6 +172,8 @@ class Services:
     slurm: SlurmService | None = None
     # The offline mirror (offline.mirror); None: the mirror page says it is off.
     mirror: MirrorFiles | None = None
+    # mirror.api and mirror.peers, as last asked (the mirror page).
+    mirror_watch: MirrorWatch | None = None
 
 
 @dataclass(frozen=True)

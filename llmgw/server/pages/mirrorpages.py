@@ -1,8 +1,9 @@
 """The mirror page (``/admin/mirror``): what this control plane's mirror holds (filled
 by ``llmgw bundle import``, served at ``/mirror/`` with ``offline.mirror``): each model
 repository with its files, size and format, a pickle-only set marked with how to get
-its safetensors; each llama.cpp archive and llmgw release with its sha256. It reads
-``MirrorFiles.held`` and changes nothing.
+its safetensors; each llama.cpp archive and llmgw release with its sha256; and the
+mirrors beyond it (``mirror.api``, ``mirror.peers``), whether each answered when last
+asked. It reads ``MirrorFiles.held`` and ``MirrorWatch.states`` and changes nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from starlette.responses import Response
 from llmgw.modelkit.sources import is_pickled
 from llmgw.offline.manifest import BundleFile
 from llmgw.offline.mirrorfiles import MirrorHeld
+from llmgw.server.mirror import MirrorState
 from llmgw.server.pages.frame import Frame, Page, PageCall
 
 Format = Literal["gguf", "safetensors", "pickle", "other"]
@@ -106,9 +108,19 @@ def mirror_view(held: MirrorHeld) -> MirrorView:
     }
 
 
-def pages(frame: Frame, mirror: MirrorDesk | None) -> list[Page]:
+class MirrorsAsked(Protocol):
+    """The mirrors beyond the control plane as last asked (``server/mirror.py``)."""
+
+    @property
+    def states(self) -> list[MirrorState]: ...
+
+
+def pages(
+    frame: Frame, mirror: MirrorDesk | None, others: MirrorsAsked | None = None
+) -> list[Page]:
     async def show(call: PageCall) -> Response:
         view = mirror_view(mirror.held()) if mirror is not None else None
-        return frame.render(call.request, "mirror.html", call.session, mirror=view)
+        states = list(others.states) if others is not None else []
+        return frame.render(call.request, "mirror.html", call.session, mirror=view, others=states)
 
     return [Page("GET", "/admin/mirror", show)]

@@ -42,4 +42,13 @@ TURKISH: dict[str, str] = {
     "Engines and llmgw releases": "Motorlar ve llmgw sürümleri",
     "Release": "Sürüm",
     "File": "Dosya",
+    "Mirrors on nodes": "Düğümlerdeki yansılar",
+    "Order": "Sıra",
+    "asked {ago} ago": "{ago} önce soruldu",
+    "Answers": "Yanıt veriyor",
+    "first": "ilk",
+    "peer": "eş",
+    "not asked yet": "henüz sorulmadı",
+    "yes": "evet",
+    "no": "hayır",
 }

@@ -220,7 +220,7 @@ def routes(
         *fabricpages.pages(frame, services.fabrics, services.registry),
         *devicepages.pages(frame, services.device_logins),
         *(slurmpages.pages(frame, services.slurm) if services.slurm else []),
-        *mirrorpages.pages(frame, services.mirror),
+        *mirrorpages.pages(frame, services.mirror, services.mirror_watch),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

@@ -3,11 +3,14 @@ believed over the hub's listing: a file unlike it is refused, fetched or already
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from weights_fakehub import FakeHub, Progress, blob
 
-from llmgw.agent.weights import WeightStore
+from llmgw.agent.weights import HubClient, WeightStore
 from llmgw.agent.weights.errors import ChecksumError
+from tests.support.ports import free_port
 
 REPO = "org/tiny-GGUF"
 SOURCE = f"hf:{REPO}:tiny-Q4_K_M.gguf"
@@ -45,3 +48,26 @@ async def test_a_file_as_vouched_is_fetched_and_a_held_one_checked_again(
             vouched={"tiny-Q4_K_M.gguf": "f" * 64},
         )
     assert path.read_bytes() == served.content
+
+
+async def test_a_shard_is_fetched_from_the_mirror_the_control_plane_named(
+    hub: FakeHub, cache: Path
+) -> None:
+    served = hub.add(REPO, "tiny-Q4_K_M.gguf", blob(20_000, 1))
+    # The node's own hub answers nothing; the named mirror (here the fake hub) does.
+    own = HubClient(f"http://127.0.0.1:{free_port()}", environ={})
+    store = WeightStore(cache, own, retries=0)
+    try:
+        path = await store.fetch(
+            SOURCE,
+            allow_pickle=False,
+            replica_id="r1",
+            progress=Progress(),
+            vouched={"tiny-Q4_K_M.gguf": served.sha256},
+            hub=hub.endpoint,
+        )
+    finally:
+        await store.close()
+        await own.close()
+    assert path.read_bytes() == served.content
+    assert [d.path for d in hub.downloads()] == [f"/{REPO}/resolve/main/tiny-Q4_K_M.gguf"]

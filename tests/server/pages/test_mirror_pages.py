@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from starlette.routing import Route
 from llmgw.offline.manifest import BundleFile
 from llmgw.offline.mirrorfiles import MirrorHeld
 from llmgw.server.access import Gate
+from llmgw.server.mirror import MirrorState
 from llmgw.server.pages import mirrorpages
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import COOKIE, Sessions
@@ -66,9 +68,16 @@ class Desk:
         return self.answer
 
 
-async def client_of(desk: Desk | None) -> AsyncIterator[httpx.AsyncClient]:
+@dataclass
+class Asked:
+    states: list[MirrorState] = field(default_factory=list)
+
+
+async def client_of(
+    desk: Desk | None, others: Asked | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
     frame = Frame(Gate(lambda token: False, lambda: None, SESSIONS), lambda: None)
-    pages = mirrorpages.pages(frame, desk)
+    pages = mirrorpages.pages(frame, desk, others)
     app = Starlette(routes=[Route(p.path, frame.endpoint(p), methods=[p.method]) for p in pages])
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://cp") as c:
         yield c
@@ -108,17 +117,17 @@ async def test_each_repository_its_files_and_a_pickle_only_set_marked(
     page = answer.text
     gguf = row(page, "mirror-org--tiny-GGUF")
     assert "pickle-only" not in gguf
-    assert "hf:org/tiny-GGUF gguf 40.0 kB tiny-Q4_K_M.gguf · 40.0 kB" in gguf
+    assert "hf:org/tiny-GGUF gguf 39.1 KiB tiny-Q4_K_M.gguf · 39.1 KiB" in gguf
     old = row(page, "mirror-org--old")
     assert 'class="pickle-only"' in old
     assert "Pickled weights only: llmgw refuses them unless the model allows pickles." in old
     assert "SFconvertbot pull request, revision refs/pr/N" in old
-    assert "config.json · 20 Bytes" in old and "(size checked; the hub lists no sha256)" in old
+    assert "config.json · 20 B" in old and "(size checked; the hub lists no sha256)" in old
     st = row(page, "mirror-org--st")
     assert "safetensors" in st and "pickle-only" not in st and "Pickled" not in st
     said = text(page)
-    assert "llama.cpp b4242 llama-b4242-bin-ubuntu-x64.tar.gz 4.0 MB aaaaaaaaaaaa" in said
-    assert "4.1 MB in all" in said
+    assert "llama.cpp b4242 llama-b4242-bin-ubuntu-x64.tar.gz 3.8 MiB aaaaaaaaaaaa" in said
+    assert "3.9 MiB in all" in said
 
 
 async def test_a_mirror_off_or_empty_says_so() -> None:
@@ -128,3 +137,21 @@ async def test_a_mirror_off_or_empty_says_so() -> None:
     async for empty in client_of(Desk(MirrorHeld(files=[], models=[]))):
         page = (await empty.get("/admin/mirror", headers=VIEWER)).text
         assert "The mirror holds nothing yet" in text(page)
+
+
+async def test_the_mirrors_on_nodes_whether_each_answered() -> None:
+    asked = Asked(
+        [
+            MirrorState("http://n7:8090", "api", live=True, checked_at=time.time(), files=5),
+            MirrorState(
+                "http://n8:8090", "peer", live=False, checked_at=time.time(), error="refused"
+            ),
+            MirrorState("http://n9:8090", "peer"),
+        ]
+    )
+    async for c in client_of(Desk(), asked):
+        page = (await c.get("/admin/mirror", headers=VIEWER)).text
+    assert row(page, "other-1").startswith(' class="live" http://n7:8090 first yes asked ')
+    assert row(page, "other-1").endswith(" 5")
+    assert row(page, "other-2").startswith(' class="away" http://n8:8090 peer no refused asked ')
+    assert row(page, "other-3") == ' class="away" http://n9:8090 peer not asked yet —'
