@@ -3,8 +3,9 @@ loopback hub, llama.cpp release source and llmgw release server, imported into a
 control plane's data dir, and that control plane and its agent run in a network
 namespace whose only way out is a link to the test, where the hub's address answers
 nothing. The agent installs llama.cpp (the test's llama-server packed as a release
-archive) and fetches the weights from the control plane's mirror; the model answers a
-chat completion from the official openai SDK."""
+archive) from the control plane's mirror and the weights from a mirror on a node of the
+island (``llmgw mirror serve``, ``mirror.api``), each checked against what the control
+plane sent; the model answers a chat completion from the official openai SDK."""
 
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ from llmgw.offline.bundle import create
 from llmgw.offline.bundleimport import import_bundle
 from tests.agent.weights.weights_fakehub import start_hub
 from tests.e2e.catalog import SCHEDULING, ctl, ctl_json, wait_ready
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import Cluster, Proc, spawn, wait_for
 from tests.support.bundles import ENGINE_TAG, bundle_sources, plan
 from tests.support.engines import LoopThread
 from tests.support.netns import inside, ip, reach
+from tests.support.ports import free_port
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
@@ -81,6 +83,7 @@ def test_a_bundle_serves_a_model_on_a_control_plane_with_no_route_to_the_hub(
     members: dict[str, bytes | Path] = {"build/bin/llama-server": binary}
     cluster = Cluster(tmp_path / "cluster", host=island.address)
     cluster.server_prefix = inside(island.netns)
+    served: Proc | None = None
     try:
         with bundle_sources(tmp_path / "sources", engine_members=members) as sources:
             made = asyncio.run(
@@ -102,12 +105,25 @@ def test_a_bundle_serves_a_model_on_a_control_plane_with_no_route_to_the_hub(
             keys=sources.keys,
             manifest_sha256=made.manifest_sha256,
         )
+        # A mirror on a "node" of the island (`llmgw mirror serve`), holding the same
+        # files: mirror.api, which the shard's weights are sent from.
+        import_bundle(made.path, tmp_path / "node-mirror", keys=sources.keys)
+        node_mirror = f"http://{island.address}:{free_port()}"
+        argv = ["mirror", "serve", "--dir", str(tmp_path / "node-mirror"), "--listen"]
+        served = spawn(
+            [*argv, node_mirror.removeprefix("http://")],
+            cluster.root / "node-mirror.log",
+            inside(island.netns),
+        )
         config = cluster.data_dir / "server.yaml"
         config.write_text(
             config.read_text()
             + SCHEDULING
             + f"offline:\n  mirror: true\nengines:\n  llama.cpp: {ENGINE_TAG}\n"
+            + f"mirror:\n  api: {node_mirror}\n"
         )
+        host, mirror_port = node_mirror.removeprefix("http://").split(":")
+        wait_for(lambda: reach(island.netns, host, int(mirror_port)) == "answered", 20, "mirror")
         cluster.start_server()
         port = hub.endpoint.rsplit(":", 1)[1]
         # Inside, the hub's address answers nothing, and nothing lies beyond the link.
@@ -144,6 +160,8 @@ def test_a_bundle_serves_a_model_on_a_control_plane_with_no_route_to_the_hub(
         (record,) = (cluster.state_dir("a") / "shards").glob("*.json")
         spec = json.loads(record.read_text())["spec"]
         assert spec["sha256"] == {MODEL: hashlib.sha256(model).hexdigest()}
+        # ...and named the node's mirror, which answered, to fetch them from.
+        assert spec["hub"] == f"{node_mirror}/mirror/hf"
         marker = json.loads(
             (
                 cluster.state_dir("a") / "engines/llama.cpp" / f"{ENGINE_TAG}-cpu/installed.json"
@@ -151,6 +169,8 @@ def test_a_bundle_serves_a_model_on_a_control_plane_with_no_route_to_the_hub(
         )
         assert marker["source"].startswith(f"http://{cluster.listen}/mirror/llama.cpp/download/")
     finally:
+        if served is not None:
+            served.stop()
         cluster.stop()
         loop.run(runner.cleanup())
         loop.close()
