@@ -185,6 +185,10 @@ def _check_file(root: Path, f: BundleFile) -> None:
         raise BundleError(f"{f.path} is in the manifest but not in the bundle") from None
     if not path.is_file() or path.is_symlink():
         raise BundleError(f"{f.path} is not a plain file; nothing was imported")
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise BundleError(
+            f"{f.path} lies outside the bundle (through a link); nothing was imported"
+        )
     if st.st_size != f.size:
         raise BundleError(
             f"{f.path} is {st.st_size} bytes, the manifest says {f.size}: a changed or cut "

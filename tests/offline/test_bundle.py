@@ -180,3 +180,27 @@ def test_a_manifest_entry_pointing_outside_is_refused(tmp_path: Path) -> None:
     (bundle / MANIFEST).write_bytes(dump_manifest(Manifest(1, 0.0, VERSION, [entry])))
     with pytest.raises(BundleError, match="leaves the bundle"):
         import_bundle(bundle, tmp_path / "mirror")
+
+
+def test_a_file_reached_through_a_link_out_of_the_bundle_is_refused(tmp_path: Path) -> None:
+    from llmgw.offline.manifest import BundleFile, Manifest
+
+    outside = tmp_path / "elsewhere"
+    (outside / "x").mkdir(parents=True)
+    (outside / "x/m.gguf").write_bytes(b"secret")
+    bundle = tmp_path / "bundle"
+    (bundle / "hf").mkdir(parents=True)
+    (bundle / "hf/org").symlink_to(outside)
+    entry = BundleFile(
+        path="hf/org/x/m.gguf",
+        kind="model",
+        sha256=hashlib.sha256(b"secret").hexdigest(),
+        size=6,
+        origin="",
+        repo="org/x",
+        repo_path="m.gguf",
+    )
+    (bundle / MANIFEST).write_bytes(dump_manifest(Manifest(1, 0.0, VERSION, [entry])))
+    with pytest.raises(BundleError, match="lies outside the bundle"):
+        import_bundle(bundle, tmp_path / "mirror")
+    assert not (tmp_path / "mirror").exists()
