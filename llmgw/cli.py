@@ -87,8 +87,13 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     from llmgw.server.datadir import DataDir, InitError, init
 
     root = _data_dir(args)
-    flags = (args.listen, args.agent_port, args.advertise, args.store, args.dsn, args.bundle)
-    if all(f is None for f in flags) and not args.yes and _terminal():
+    flags = (args.listen, args.agent_port, args.advertise, args.store, args.dsn)
+    if args.config is not None or args.keys is not None:
+        if args.bundle:
+            raise UsageError("--bundle goes without --config: import it with `llmgw bundle import`")
+        return _server_init_from(root, args, flags)
+    # --bundle is a flag given too: no full-screen form.
+    if all(f is None for f in (*flags, args.bundle)) and not args.yes and _terminal():
         from llmgw.tui.setup import SetupApp
 
         result = SetupApp(root, init_hooks()).run()
@@ -162,6 +167,29 @@ def _init_bundle(root: Path, bundle: Path) -> int:
     path.write_text(dump(dataclasses.replace(config, offline=OfflineConfig(mirror=True))))
     print("offline.mirror is set: the nodes install from this control plane's mirror.")
     print(f"Next: llmgw server run --data-dir {root}")
+    return 0
+
+
+def _server_init_from(root: Path, args: argparse.Namespace, flags: tuple[object, ...]) -> int:
+    """``server init --config FILE [--keys DIR]``: the data dir made or brought up to
+    date from a settings file, on every start (Kubernetes' init step)."""
+    from llmgw.config import ConfigError
+    from llmgw.server.datadir import InitError, ensure
+
+    if args.config is None:
+        raise UsageError("--keys goes with --config FILE (the settings to start from)")
+    if any(f is not None for f in flags) or args.name is not None or args.peer_port is not None:
+        raise UsageError(
+            "--config takes every setting from its file: leave out --listen, --agent-port, "
+            "--advertise, --name, --peer-port, --store and --dsn"
+        )
+    try:
+        config = ensure(root, Path(args.config), Path(args.keys) if args.keys else None)
+    except (InitError, ConfigError) as exc:
+        raise UsageError(str(exc)) from exc
+    print(f"The control plane's data dir {root} is ready (settings from {args.config})")
+    print(f"  advertised as: {', '.join(config.advertise) or '(this host)'}")
+    print(f"  admin token kept, readable by its owner alone, in {root / 'admin.token'}")
     return 0
 
 
@@ -352,6 +380,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the cluster's state is kept (default sqlite, in the data dir)",
     )
     p.add_argument("--dsn", help="with --store postgres: a libpq DSN or postgresql:// URI")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="take server.yaml from FILE and make the data dir, or bring it up to date "
+        "(certificates issued again, the store seeded once): for Kubernetes' init step, "
+        "run on every start",
+    )
+    p.add_argument(
+        "--keys",
+        metavar="DIR",
+        help="with --config: ca.crt, ca.key, cluster.key and admin.token from DIR "
+        "(a mounted Secret) instead of made here",
+    )
     p.add_argument("--yes", action="store_true", help="do not ask")
     p.add_argument(
         "--bundle", metavar="PATH", help="import an offline bundle and serve it (offline.mirror)"
@@ -462,6 +503,11 @@ def build_parser() -> argparse.ArgumentParser:
     ctl_orgs.add_parsers(ctl_cmds, _client, _client_options)
     ctl_login.add_parsers(roles)
 
+    from llmgw.client import restart, service
+
+    restart.add_parsers(roles, _client, _client_options)
+    service.add_parsers(roles)
+
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)
     p.set_defaults(handler=cmd_console)
@@ -473,6 +519,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.agent.firewallcmd import add_parsers as add_firewall_parsers
 
     add_firewall_parsers(roles)
+    from llmgw.wipe.command import add_parsers as add_wipe_parsers
+
+    add_wipe_parsers(roles)
     from llmgw.client.bundlecmd import add_parsers as add_bundle_parsers
 
     add_bundle_parsers(roles)
@@ -480,8 +529,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from llmgw.wipe.command import confirm_spelling
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(confirm_spelling(sys.argv[1:] if argv is None else argv))
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         # A role without its subcommand: show that role's help.

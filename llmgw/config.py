@@ -103,6 +103,24 @@ class StoreConfig:
     backend: str = _checked(_check_one_of("sqlite", "postgres"), "sqlite")
     # SQLite: a path (relative to the data dir); PostgreSQL: a libpq DSN.
     dsn: str = "store.db"
+    # PostgreSQL: a file holding the DSN (a mounted Kubernetes Secret, say), read at
+    # start instead of ``dsn``, so a password stays out of server.yaml.
+    dsn_file: str | None = None
+
+    def connection(self) -> str:
+        """The DSN to open: ``dsn_file``'s text when set, else ``dsn``."""
+        if self.dsn_file is None:
+            return self.dsn
+        try:
+            text = Path(self.dsn_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"store.dsn_file: cannot read {self.dsn_file} ({exc.strerror}); "
+                "mount the Secret that holds the DSN there, or set store.dsn"
+            ) from exc
+        if not text:
+            raise ConfigError(f"store.dsn_file: {self.dsn_file} is empty; it must hold the DSN")
+        return text
 
 
 def _check_port_range(value: str) -> str | None:

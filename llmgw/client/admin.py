@@ -68,6 +68,7 @@ from llmgw.wire.admin import (
     PlanJson,
     ProjectJson,
     ReplicaJson,
+    RestartJson,
     RotatedTokenJson,
     ServerJson,
     ServerRemovedJson,
@@ -175,6 +176,9 @@ SLURM_LEND: Route[SlurmJson] = Route("POST", "/api/v1/slurm/lend")
 SLURM_RECLAIM: Route[SlurmJson] = Route("POST", "/api/v1/slurm/reclaim")
 SLURM_OFF: Route[SlurmJson] = Route("POST", "/api/v1/slurm/off")
 SLURM_POLICY: Route[SlurmJson] = Route("POST", "/api/v1/slurm/policy")
+
+RESTART: Route[RestartJson] = Route("POST", "/api/v1/restart")
+RESTART_STATUS: Route[RestartJson] = Route("GET", "/api/v1/restart")
 
 ME: Route[MeJson] = Route("GET", "/api/v1/me")
 PEOPLE: Route[list[PersonJson]] = Route("GET", "/api/v1/people")
@@ -476,6 +480,14 @@ class AdminClient:
 
     def slurm_policy(self, body: Body) -> SlurmJson:
         return self.call(SLURM_POLICY, body=body)
+
+    # --- llmgw restart
+
+    def restart(self) -> RestartJson:
+        return self.call(RESTART)
+
+    def restart_status(self) -> RestartJson:
+        return self.call(RESTART_STATUS)
 
     # --- people, their tokens, organisations and the audit log
 

@@ -55,6 +55,12 @@ def agent_yaml(server: str, token: str, node_id: str, prefix: str) -> str:
     return "# written by `llmgw node add`; the token is used once, to enroll\n" + dump(config)
 
 
+def agent_argv(prefix: str) -> list[str]:
+    """The agent's command line as installed under ``prefix`` (``llmgw service`` starts
+    it the same way)."""
+    return ["agent", "run", "--config", f"{prefix}/agent.yaml"]
+
+
 def systemd_unit(prefix: str) -> str:
     return f"""\
 [Unit]
@@ -65,7 +71,7 @@ Wants=network-online.target
 [Service]
 # shiv unpacks the zipapp here instead of in root's home.
 Environment=SHIV_ROOT={prefix}/.shiv
-ExecStart=/usr/bin/env python3 {prefix}/llmgw.pyz agent run --config {prefix}/agent.yaml
+ExecStart=/usr/bin/env python3 {prefix}/llmgw.pyz {" ".join(agent_argv(prefix))}
 Restart=always
 RestartSec=2
 
@@ -76,14 +82,7 @@ WantedBy=multi-user.target
 
 def start_script(prefix: str, systemd: bool) -> str:
     """Shell that (re)starts the agent: the unit (read on stdin) or a nohup'd process."""
-    return launch_script(
-        prefix,
-        systemd,
-        UNIT_NAME,
-        UNIT_PATH,
-        "agent",
-        ["agent", "run", "--config", f"{prefix}/agent.yaml"],
-    )
+    return launch_script(prefix, systemd, UNIT_NAME, UNIT_PATH, "agent", agent_argv(prefix))
 
 
 def _step(message: str) -> None:

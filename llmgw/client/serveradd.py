@@ -120,6 +120,12 @@ def listener_script(url: str) -> str:
     return f"python3 -c {shlex.quote(code)} {shlex.quote(url)}"
 
 
+def server_argv(prefix: str) -> list[str]:
+    """The control plane's command line as installed under ``prefix`` (``llmgw service``
+    starts it the same way)."""
+    return ["server", "run", "--data-dir", f"{prefix}/data"]
+
+
 def systemd_unit(prefix: str) -> str:
     return f"""\
 [Unit]
@@ -130,7 +136,7 @@ Wants=network-online.target
 [Service]
 # shiv unpacks the zipapp here instead of in root's home.
 Environment=SHIV_ROOT={prefix}/.shiv
-ExecStart=/usr/bin/env python3 {prefix}/llmgw.pyz server run --data-dir {prefix}/data
+ExecStart=/usr/bin/env python3 {prefix}/llmgw.pyz {" ".join(server_argv(prefix))}
 Restart=always
 RestartSec=2
 # One connection per agent, and thousands of agents: the default 1,024 is too few.
@@ -141,10 +147,14 @@ WantedBy=multi-user.target
 """
 
 
+# Tenths of a second a stopping control plane gets before its start goes on anyway.
+STOP_TENTHS = 100
+
+
 def start_script(prefix: str, systemd: bool) -> str:
     """Shell that (re)starts the control plane: the unit (read on stdin) or nohup'd."""
-    argv = ["server", "run", "--data-dir", f"{prefix}/data"]
-    return launch_script(prefix, systemd, UNIT_NAME, UNIT_PATH, "server", argv, tenths=100)
+    argv = server_argv(prefix)
+    return launch_script(prefix, systemd, UNIT_NAME, UNIT_PATH, "server", argv, STOP_TENTHS)
 
 
 # --- the steps ------------------------------------------------------------------------

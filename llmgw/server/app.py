@@ -12,7 +12,7 @@ from typing import Any
 from llmgw import __version__, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.modelkit.sizing import ModelShape
-from llmgw.offline.mirrorfiles import MirrorFiles, mirror_urls
+from llmgw.offline.mirrorfiles import MirrorFiles
 from llmgw.server.admintokens import AdminTokens
 from llmgw.server.admission import JoinTokens
 from llmgw.server.api import (
@@ -35,6 +35,7 @@ from llmgw.server.api import (
     people,
     plan,
     replicas,
+    restart,
     scim,
     servers,
     settings,
@@ -70,12 +71,7 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
-from llmgw.server.mirror import (
-    MirrorWatch,
-    offline_defaults,
-    self_url,
-    with_mirror_digests,
-)
+from llmgw.server.mirror import MirrorWatch, offline_pushed, release_source, self_url
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.people.devicelogin import DeviceLogins
@@ -86,6 +82,7 @@ from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.people.signins import SignIns
 from llmgw.server.principal import Principal
+from llmgw.server.restart import cluster_restart
 from llmgw.server.scim.service import TABLES as SCIM_TABLES
 from llmgw.server.scim.service import ScimService
 from llmgw.server.scrape import Scrape
@@ -256,6 +253,8 @@ class ControlPlane:
         # A standby's on-demand requests, for the leader's catalog.
         self.demand_relay = DemandRelay(self.ha.client, lambda: self.ha.follower.leader)
         self.members = Membership(self.ha, self.admission)
+        # `llmgw restart`: the agents, the other control planes, then this one.
+        self.restarts = cluster_restart(self.registry, self.ha, store, self.relaunch)
         # The admin pages' sessions, one set for every listener that serves pages; a
         # sign-out reaches the other control planes through the store.
         self.sessions = Sessions(self.cluster_secret, self.admin_tokens.hashes)
@@ -330,12 +329,8 @@ class ControlPlane:
             self.agent_port.drop_all(f"this control plane no longer leads: {why}")
 
     def release_source(self) -> str:
-        """Where a new machine and ``ctl upgrade`` fetch llmgw releases from: this
-        control plane's mirror when the cluster is offline, else ``releases.source``
-        (``GET /api/v1/release`` answers it)."""
-        if self.mirror is not None and self.api_addresses:
-            return mirror_urls(f"http://{self.api_addresses[0]}")["llmgw_source"]
-        return self.config.releases.source
+        """Where new machines and ``ctl upgrade`` fetch llmgw (``GET /api/v1/release``)."""
+        return release_source(self.mirror, self.api_addresses, self.config.releases.source)
 
     def _pushed_for(self, node_id: str, local: str | None) -> list[Message]:
         """What the cluster decides for a node: its settings, engines, firewall and
@@ -344,13 +339,10 @@ class ControlPlane:
         wall = self.firewall.current
         planes = self.agent_port.control_planes() if self.agent_port else []
         hosts = {parse_hostport(a)[0] for a in planes} | ({local} if local else set())
-        default, engines = s.default, self.engines.message(node_id)
-        if self.mirror is not None:
-            # Offline: the agents install from this control plane's mirror.
-            host = local or parse_hostport(self.api_addresses[0])[0]
-            base = f"http://{format_hostport(host, parse_hostport(self.config.listen)[1])}"
-            default = offline_defaults(default, base)
-            engines = with_mirror_digests(engines, self.mirror)
+        # Offline: the agents install from this control plane's mirror.
+        default, engines = offline_pushed(
+            self.mirror, s.default, self.engines.message(node_id), local, self.api_addresses
+        )
         return [
             AgentSettingsMessage(
                 # The layers as they are: encoding copies them (document() deep-copies
@@ -483,7 +475,7 @@ class ControlPlane:
             self.ca,
             self.ha.state()["leader"],
             self.ha.term,
-            {"backend": self.config.store.backend, "dsn": self.config.store.dsn},
+            {"backend": self.config.store.backend, "dsn": self.config.store.connection()},
         )
 
     def health(self) -> dict[str, Any]:
@@ -553,6 +545,7 @@ class ControlPlane:
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         ops += slurm.routes(self.slurm.service)
+        ops += restart.routes(self.restarts)
         return ops
 
     def admin_app(self) -> AdminApp:

@@ -57,6 +57,32 @@ def with_mirror_digests(message: WantedEngines, mirror: MirrorFiles) -> WantedEn
     return replace(message, engines=engines)
 
 
+def offline_pushed(
+    mirror: MirrorFiles | None,
+    default: dict[str, object],
+    engines: WantedEngines,
+    local: str | None,
+    api_addresses: list[str],
+) -> tuple[dict[str, object], WantedEngines]:
+    """A node's default settings and engines, as an offline control plane (``mirror``
+    set) gives them: its mirror as the node's sources, at the address the node reached
+    it at (``local``), else its first advertised one; the mirror's engine digests. As
+    they are otherwise."""
+    if mirror is None or not api_addresses:
+        return default, engines
+    host, port = parse_hostport(api_addresses[0])
+    base = f"http://{format_hostport(local or host, port)}"
+    return offline_defaults(default, base), with_mirror_digests(engines, mirror)
+
+
+def release_source(mirror: MirrorFiles | None, api_addresses: list[str], configured: str) -> str:
+    """Where new machines and ``ctl upgrade`` fetch llmgw releases from: the control
+    plane's mirror when the cluster is offline, else ``releases.source``."""
+    if mirror is not None and api_addresses:
+        return mirror_urls(f"http://{api_addresses[0]}")["llmgw_source"]
+    return configured
+
+
 # --- mirrors beyond the control plane (mirror.api, mirror.peers) -------------------------
 
 PROBE_EVERY = 15.0

@@ -46,6 +46,7 @@ async def serve(cp: ControlPlane) -> None:
         pki.peer_tls(cp.data.peer_cert, cp.data.peer_key, cp.data.ca_cert, server=True),
         agent_host,
         cp.config.ha.peer_port,
+        relaunch=cp.relaunch,
     )
     await cp.peer_listener.start()
     gw = cp.config.gateway
@@ -100,6 +101,7 @@ async def serve(cp: ControlPlane) -> None:
         await cp.agent_port.stop()
         await cp.peer_listener.stop()
         await mirrors
+        await cp.restarts.close()
         await store
 
 

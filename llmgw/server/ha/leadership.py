@@ -114,6 +114,7 @@ class Leadership:
         self.clock = clock
         self.seat = seat
         self.name = seat.name
+        self.started = clock()  # this process's start, as /peer/state says it
         self.term = 0
         self.client = client
         self.work = work
@@ -490,6 +491,7 @@ class Leadership:
             "problem": None if self.leading else (follower.problem or None),
             "lag_seconds": None if self.leading else follower.lag(),
             "last_contact": None if self.leading else follower.last_contact,
+            "started": self.started,
         }
 
     def agent_addresses(self) -> list[str]:

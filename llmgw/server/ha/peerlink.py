@@ -19,7 +19,9 @@ What goes over it, always asked by a standby of its leader:
 - ``POST /peer/signout``: an admin page session signed out on a standby, for the store
   (so every control plane refuses it);
 - ``POST /peer/promote``: asked by ``llmgw server promote`` on the same machine, with
-  that control plane's own certificate.
+  that control plane's own certificate;
+- ``POST /peer/restart``: asked by the control plane running ``llmgw restart``: this one
+  answers, then starts again in place (``ControlPlane.relaunch``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class PeerState(TypedDict):
     problem: str | None
     lag_seconds: float | None
     last_contact: float | None
+    # When this process started (epoch seconds): a later one after ``/peer/restart``.
+    started: float
 
 
 class ChangesAnswer(TypedDict):
@@ -146,7 +150,7 @@ def _error(status: int, kind: str, message: str) -> web.Response:
     return web.json_response({"error": {"type": kind, "message": message}}, status=status)
 
 
-def peer_app(host: PeerHost) -> web.Application:
+def peer_app(host: PeerHost, relaunch: Callable[[str], None] | None = None) -> web.Application:
     @web.middleware
     async def gate(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -225,6 +229,14 @@ def peer_app(host: PeerHost) -> web.Application:
         body = await request.json()
         return web.json_response(await host.promote(bool(body.get("force"))))
 
+    async def restart(request: web.Request) -> web.Response:
+        if relaunch is None:
+            return _error(409, "refused", f"{host.name} cannot start again in place")
+        log.info("asked to start again in place by %s (llmgw restart)", request["peer"])
+        # After this answer is on its way: the listener closes as the relaunch stops.
+        asyncio.get_running_loop().call_soon(relaunch, f"llmgw restart, via {request['peer']}")
+        return web.json_response({"name": host.name, "restarting": True})
+
     app = web.Application(middlewares=[gate], client_max_size=64 << 20)
     app.router.add_get("/peer/state", state)
     app.router.add_get("/peer/snapshot", snapshot)
@@ -234,12 +246,21 @@ def peer_app(host: PeerHost) -> web.Application:
     app.router.add_post("/peer/demand", demand)
     app.router.add_post("/peer/signout", sign_out)
     app.router.add_post("/peer/promote", promote)
+    app.router.add_post("/peer/restart", restart)
     return app
 
 
 class PeerListener:
-    def __init__(self, host: PeerHost, tls: ssl.SSLContext, bind: str, port: int) -> None:
-        self.runner = web.AppRunner(peer_app(host), access_log=None)
+    def __init__(
+        self,
+        host: PeerHost,
+        tls: ssl.SSLContext,
+        bind: str,
+        port: int,
+        *,
+        relaunch: Callable[[str], None] | None = None,
+    ) -> None:
+        self.runner = web.AppRunner(peer_app(host, relaunch=relaunch), access_log=None)
         self.tls = tls
         self.bind = bind
         self.port = port

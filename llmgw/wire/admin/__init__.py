@@ -131,6 +131,13 @@ from llmgw.wire.admin.people import (
     ProjectJson,
     TeamJson,
 )
+from llmgw.wire.admin.restart import (
+    RestartAgentJson,
+    RestartJson,
+    RestartPlaneJson,
+    RestartStage,
+    RestartStep,
+)
 from llmgw.wire.admin.signin import GroupMapJson, OidcJson, OidcKind
 from llmgw.wire.admin.slurm import (
     SlurmFilesJson,
@@ -141,6 +148,11 @@ from llmgw.wire.admin.slurm import (
 )
 
 __all__ = [
+    "RestartAgentJson",
+    "RestartJson",
+    "RestartPlaneJson",
+    "RestartStage",
+    "RestartStep",
     "SlurmFilesJson",
     "SlurmJobJson",
     "SlurmJson",
