@@ -89,8 +89,11 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     root = _data_dir(args)
     flags = (args.listen, args.agent_port, args.advertise, args.store, args.dsn)
     if args.config is not None or args.keys is not None:
+        if args.bundle:
+            raise UsageError("--bundle goes without --config: import it with `llmgw bundle import`")
         return _server_init_from(root, args, flags)
-    if all(f is None for f in flags) and not args.yes and _terminal():
+    # --bundle is a flag given too: no full-screen form.
+    if all(f is None for f in (*flags, args.bundle)) and not args.yes and _terminal():
         from llmgw.tui.setup import SetupApp
 
         result = SetupApp(root, init_hooks()).run()
@@ -143,6 +146,26 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     print(f"Admin token (shown once; also kept, readable by you alone, in {root / 'admin.token'}):")
     print(f"  {token}")
     print()
+    if args.bundle:
+        return _init_bundle(root, Path(args.bundle))
+    print(f"Next: llmgw server run --data-dir {root}")
+    return 0
+
+
+def _init_bundle(root: Path, bundle: Path) -> int:
+    """``server init --bundle``: the new data dir's mirror filled, and served."""
+    import dataclasses
+
+    from llmgw.client.bundlecmd import import_into
+    from llmgw.config import OfflineConfig, ServerConfig, dump, load
+
+    if import_into(bundle, root) != 0:
+        print(f"The data dir {root} was made; import a good bundle with `llmgw bundle import`.")
+        return 1
+    path = root / "server.yaml"
+    config = load(ServerConfig, path)
+    path.write_text(dump(dataclasses.replace(config, offline=OfflineConfig(mirror=True))))
+    print("offline.mirror is set: the nodes install from this control plane's mirror.")
     print(f"Next: llmgw server run --data-dir {root}")
     return 0
 
@@ -371,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
         "(a mounted Secret) instead of made here",
     )
     p.add_argument("--yes", action="store_true", help="do not ask")
+    p.add_argument(
+        "--bundle", metavar="PATH", help="import an offline bundle and serve it (offline.mirror)"
+    )
     p.set_defaults(handler=cmd_server_init)
     p = server_cmds.add_parser("run", help="run the control plane in the foreground")
     p.add_argument("--data-dir", help="state dir made by `server init` (or LLMGW_DATA_DIR)")
@@ -511,6 +537,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.wipe.command import add_parsers as add_wipe_parsers
 
     add_wipe_parsers(roles)
+    from llmgw.client.bundlecmd import add_parsers as add_bundle_parsers
+
+    add_bundle_parsers(roles)
     return parser
 
 

@@ -56,13 +56,18 @@ async def serve(cp: ControlPlane) -> None:
         "header_timeout": gw.header_timeout,
         "keepalive_timeout": gw.keepalive_timeout,
     }
-    cp.listeners = [Listener(cp.config.listen, cp.gateway.handle, bridge, cap=cap, **limits)]
+    mirror = cp.mirror.handle if cp.mirror is not None else None
+    cp.listeners = [
+        Listener(cp.config.listen, cp.gateway.handle, bridge, cap=cap, mirror=mirror, **limits)
+    ]
     if cp.config.admin_listen:
         # The admin listener serves the admin API and pages, never /v1.
         cp.listeners.append(Listener(cp.config.admin_listen, None, bridge, **limits))
     store = asyncio.create_task(cp.store.watch(cp.stopping))
     probe = asyncio.create_task(cp.gateway.probe_engines(cp.stopping))
     watch = asyncio.create_task(cp.ha.watch(cp.stopping))
+    # mirror.api and mirror.peers, asked every 15 s (none named: done at once).
+    mirrors = asyncio.create_task(cp.mirror_watch.run(cp.stopping))
     try:
         # The role first: an old leader started again learns here that another leads.
         await cp.ha.start()
@@ -95,6 +100,7 @@ async def serve(cp: ControlPlane) -> None:
         await cp.inspector.close()
         await cp.agent_port.stop()
         await cp.peer_listener.stop()
+        await mirrors
         await cp.restarts.close()
         await store
 
