@@ -541,7 +541,7 @@ class ControlPlane:
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
         # The hook for an offline cluster's mirror: the source a new machine fetches from.
-        ops += releases.routes(self.members, self.fleet.nodes, lambda: self.config.releases.source)
+        ops += releases.routes(self.members, self.fleet.nodes, self.release_source)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
         ops += firewall.routes(self.firewall)
