@@ -38,7 +38,7 @@ APT_PACKAGES += $(SLURM_PACKAGES)
 BUILD_PACKAGES := cmake ninja-build g++
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all demo test check apt apt-build venv runtime zipapp bench clean llama-server
+.PHONY: all demo test check apt apt-build venv runtime zipapp release bench clean llama-server
 
 all: test
 
@@ -117,6 +117,13 @@ zipapp: venv
 	$(BIN)/shiv --quiet --compressed -p '/usr/bin/env python3' -e llmgw.cli:entry \
 	  -o $(ZIPAPP) .
 	@echo $(ZIPAPP)
+
+# A signed release in GitHub's layout under dist/releases (packaging/release.py says what
+# it checks and writes): make release VERSION=0.2.0 SIGNING_KEY=/path/outside/key.pem
+release: venv
+	@[ -n "$(VERSION)" ] && [ -n "$(SIGNING_KEY)" ] || \
+	  { echo "usage: make release VERSION=X.Y.Z SIGNING_KEY=/path/key.pem" >&2; exit 2; }
+	$(BIN)/python packaging/release.py --version "$(VERSION)" --signing-key "$(SIGNING_KEY)"
 
 # Only what the demo runs: llmgw in the venv, and llama.cpp's release (the agent fetches
 # it); the compiler and cmake come only if the release cannot be reached and the demo

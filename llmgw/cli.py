@@ -88,7 +88,12 @@ def cmd_server_init(args: argparse.Namespace) -> int:
 
     root = _data_dir(args)
     flags = (args.listen, args.agent_port, args.advertise, args.store, args.dsn)
-    if all(f is None for f in flags) and not args.yes and _terminal():
+    if args.config is not None or args.keys is not None:
+        if args.bundle:
+            raise UsageError("--bundle goes without --config: import it with `llmgw bundle import`")
+        return _server_init_from(root, args, flags)
+    # --bundle is a flag given too: no full-screen form.
+    if all(f is None for f in (*flags, args.bundle)) and not args.yes and _terminal():
         from llmgw.tui.setup import SetupApp
 
         result = SetupApp(root, init_hooks()).run()
@@ -141,7 +146,50 @@ def cmd_server_init(args: argparse.Namespace) -> int:
     print(f"Admin token (shown once; also kept, readable by you alone, in {root / 'admin.token'}):")
     print(f"  {token}")
     print()
+    if args.bundle:
+        return _init_bundle(root, Path(args.bundle))
     print(f"Next: llmgw server run --data-dir {root}")
+    return 0
+
+
+def _init_bundle(root: Path, bundle: Path) -> int:
+    """``server init --bundle``: the new data dir's mirror filled, and served."""
+    import dataclasses
+
+    from llmgw.client.bundlecmd import import_into
+    from llmgw.config import OfflineConfig, ServerConfig, dump, load
+
+    if import_into(bundle, root) != 0:
+        print(f"The data dir {root} was made; import a good bundle with `llmgw bundle import`.")
+        return 1
+    path = root / "server.yaml"
+    config = load(ServerConfig, path)
+    path.write_text(dump(dataclasses.replace(config, offline=OfflineConfig(mirror=True))))
+    print("offline.mirror is set: the nodes install from this control plane's mirror.")
+    print(f"Next: llmgw server run --data-dir {root}")
+    return 0
+
+
+def _server_init_from(root: Path, args: argparse.Namespace, flags: tuple[object, ...]) -> int:
+    """``server init --config FILE [--keys DIR]``: the data dir made or brought up to
+    date from a settings file, on every start (Kubernetes' init step)."""
+    from llmgw.config import ConfigError
+    from llmgw.server.datadir import InitError, ensure
+
+    if args.config is None:
+        raise UsageError("--keys goes with --config FILE (the settings to start from)")
+    if any(f is not None for f in flags) or args.name is not None or args.peer_port is not None:
+        raise UsageError(
+            "--config takes every setting from its file: leave out --listen, --agent-port, "
+            "--advertise, --name, --peer-port, --store and --dsn"
+        )
+    try:
+        config = ensure(root, Path(args.config), Path(args.keys) if args.keys else None)
+    except (InitError, ConfigError) as exc:
+        raise UsageError(str(exc)) from exc
+    print(f"The control plane's data dir {root} is ready (settings from {args.config})")
+    print(f"  advertised as: {', '.join(config.advertise) or '(this host)'}")
+    print(f"  admin token kept, readable by its owner alone, in {root / 'admin.token'}")
     return 0
 
 
@@ -332,7 +380,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="where the cluster's state is kept (default sqlite, in the data dir)",
     )
     p.add_argument("--dsn", help="with --store postgres: a libpq DSN or postgresql:// URI")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="take server.yaml from FILE and make the data dir, or bring it up to date "
+        "(certificates issued again, the store seeded once): for Kubernetes' init step, "
+        "run on every start",
+    )
+    p.add_argument(
+        "--keys",
+        metavar="DIR",
+        help="with --config: ca.crt, ca.key, cluster.key and admin.token from DIR "
+        "(a mounted Secret) instead of made here",
+    )
     p.add_argument("--yes", action="store_true", help="do not ask")
+    p.add_argument(
+        "--bundle", metavar="PATH", help="import an offline bundle and serve it (offline.mirror)"
+    )
     p.set_defaults(handler=cmd_server_init)
     p = server_cmds.add_parser("run", help="run the control plane in the foreground")
     p.add_argument("--data-dir", help="state dir made by `server init` (or LLMGW_DATA_DIR)")
@@ -391,7 +455,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefix", default="/opt/llmgw", help="where to install on the node (default /opt/llmgw)"
     )
-    p.add_argument("--zipapp", help="llmgw.pyz to copy (default: this one, or dist/llmgw.pyz)")
+    p.add_argument(
+        "--source",
+        metavar="URL",
+        help="take the release from this source, GitHub's layout (default: the control plane's "
+        "releases.source)",
+    )
+    p.add_argument(
+        "--zipapp",
+        metavar="PATH",
+        help="copy this llmgw.pyz as it is, unchecked (development; default: the release the "
+        "control plane names, its signature and sha256 checked)",
+    )
     p.add_argument("--control-plane", help="HOST:PORT the node reaches the control plane at")
     p.add_argument("--timeout", type=float, default=120, help="seconds to wait for Ready")
     _client_options(p)
@@ -442,6 +517,15 @@ def build_parser() -> argparse.ArgumentParser:
     ctl_orgs.add_parsers(ctl_cmds, _client, _client_options)
     ctl_login.add_parsers(roles)
 
+    from llmgw.client import restart, service
+
+    restart.add_parsers(roles, _client, _client_options)
+    service.add_parsers(roles)
+
+    from llmgw.client import ctl_version
+
+    ctl_version.add_parsers(roles, _client, _client_options)
+
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)
     p.set_defaults(handler=cmd_console)
@@ -453,12 +537,20 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.agent.firewallcmd import add_parsers as add_firewall_parsers
 
     add_firewall_parsers(roles)
+    from llmgw.wipe.command import add_parsers as add_wipe_parsers
+
+    add_wipe_parsers(roles)
+    from llmgw.client.bundlecmd import add_parsers as add_bundle_parsers
+
+    add_bundle_parsers(roles)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from llmgw.wipe.command import confirm_spelling
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(confirm_spelling(sys.argv[1:] if argv is None else argv))
     handler: Handler | None = getattr(args, "handler", None)
     if handler is None:
         # A role without its subcommand: show that role's help.

@@ -103,6 +103,24 @@ class StoreConfig:
     backend: str = _checked(_check_one_of("sqlite", "postgres"), "sqlite")
     # SQLite: a path (relative to the data dir); PostgreSQL: a libpq DSN.
     dsn: str = "store.db"
+    # PostgreSQL: a file holding the DSN (a mounted Kubernetes Secret, say), read at
+    # start instead of ``dsn``, so a password stays out of server.yaml.
+    dsn_file: str | None = None
+
+    def connection(self) -> str:
+        """The DSN to open: ``dsn_file``'s text when set, else ``dsn``."""
+        if self.dsn_file is None:
+            return self.dsn
+        try:
+            text = Path(self.dsn_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"store.dsn_file: cannot read {self.dsn_file} ({exc.strerror}); "
+                "mount the Secret that holds the DSN there, or set store.dsn"
+            ) from exc
+        if not text:
+            raise ConfigError(f"store.dsn_file: {self.dsn_file} is empty; it must hold the DSN")
+        return text
 
 
 def _check_port_range(value: str) -> str | None:
@@ -235,6 +253,34 @@ class ReleasesConfig:
 
 
 @dataclass(frozen=True)
+class OfflineConfig:
+    """A cluster with no route out: the control plane serves its mirror (``DATA_DIR/mirror``,
+    filled by ``llmgw bundle import``) at ``/mirror/`` on its listener, and its agents
+    install llama.cpp, llmgw and weights from there."""
+
+    mirror: bool = False
+
+
+def _check_http_urls(value: list[str]) -> str | None:
+    for url in value:
+        problem = _check_http_url(url)
+        if problem:
+            return problem
+    return None
+
+
+@dataclass(frozen=True)
+class MirrorConfig:
+    """Model mirrors beyond the control plane (``llmgw mirror serve`` on a node): the
+    control plane asks each every 15 s whether it answers and sends a shard's files from
+    the first live one that holds them (``api`` first, then ``peers``), else from its own
+    mirror."""
+
+    api: str | None = _checked(_check_http_url, None)
+    peers: list[str] = field(default_factory=list, metadata={"check": _check_http_urls})
+
+
+@dataclass(frozen=True)
 class FirewallConfig:
     """llmgw's own nftables table on every node whose agent runs as root."""
 
@@ -269,6 +315,8 @@ class ServerConfig:
     engines: dict[str, Any] | None = _checked(_check_engines, None)
     firewall: FirewallConfig = field(default_factory=FirewallConfig)
     releases: ReleasesConfig = field(default_factory=ReleasesConfig)
+    offline: OfflineConfig = field(default_factory=OfflineConfig)
+    mirror: MirrorConfig = field(default_factory=MirrorConfig)
 
 
 @dataclass(frozen=True)

@@ -366,11 +366,14 @@ def swap_in(fetched: Fetched, target: Path, old_version: str) -> Path:
     ``llmgw-OLD.pyz`` (a hard link, or a copy where links cannot be made). Returns where
     the old one is kept. A failure leaves ``target`` as it was."""
     kept = target.with_name(f"llmgw-{old_version}.pyz")
+    if fetched.path.parent.resolve() != target.parent.resolve():
+        fetched.path.unlink(missing_ok=True)
+        raise ReleaseError(f"{fetched.path} is not beside {target}: cannot swap by rename")
+    keeping = False
     try:
-        if fetched.path.parent.resolve() != target.parent.resolve():
-            raise ReleaseError(f"{fetched.path} is not beside {target}: cannot swap by rename")
         if target.exists():
             kept.unlink(missing_ok=True)
+            keeping = True
             try:
                 os.link(target, kept)
             except OSError:
@@ -381,6 +384,8 @@ def swap_in(fetched: Fetched, target: Path, old_version: str) -> Path:
         os.replace(fetched.path, target)
     except OSError as exc:
         fetched.path.unlink(missing_ok=True)
+        if keeping:  # a copy the full disk cut short is no old zipapp to go back to
+            kept.unlink(missing_ok=True)
         raise ReleaseError(
             f"swapping {target} failed ({exc}); the old zipapp stays and runs"
         ) from None

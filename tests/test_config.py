@@ -40,7 +40,7 @@ def test_defaults_and_round_trip(tmp_path: Path) -> None:
         ("heartbeat_interval: -1\n", "heartbeat_interval: must be greater than 0"),
         ("advertise: 10.0.0.1\n", "advertise: expected a list of a string"),
         ("store: {backend: mysql}\n", "store.backend: must be one of: sqlite, postgres"),
-        ("store: {path: x}\n", "unknown key 'path' (allowed: backend, dsn)"),
+        ("store: {path: x}\n", "unknown key 'path' (allowed: backend, dsn, dsn_file)"),
         ("- a\n- b\n", "expected a map of settings"),
         ("listen: [\n", "not valid YAML"),
     ],

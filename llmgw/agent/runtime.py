@@ -57,6 +57,8 @@ log = logging.getLogger("llmgw.agent.runtime")
 PROBE_EVERY = 600.0
 FOLLOW_FLUSH = 0.5
 FOLLOW_KEEPALIVE = 20.0
+# How long the answer to a restart has to leave before the exec (seconds).
+RESTART_GRACE = 0.3
 
 
 @dataclass(frozen=True)
@@ -315,10 +317,22 @@ class NodeRuntime:
             await self._bandwidth(req)
         elif req.kind == "upgrade":
             await upgrade.answer(req, self.emit, self.opts.restart or restart_self)
+        elif req.kind == "restart":
+            await self._restart(req)
         else:
             self.emit(
                 Response(id=req.id, ok=False, error=f"this agent does not answer {req.kind!r}")
             )
+
+    async def _restart(self, req: Request) -> None:
+        """``llmgw restart``: said yes to first, then this agent again in place (its
+        engines keep serving and are adopted)."""
+        log.info("asked to start again in place (llmgw restart); the engines keep serving")
+        self.emit(Response(id=req.id, result={"restarting": True}))
+        # The answer is on the socket once written; a moment for it to leave before the
+        # exec closes every descriptor (the control plane waits for the new stream anyway).
+        await asyncio.sleep(RESTART_GRACE)
+        (self.opts.restart or restart_self)()
 
     async def _discover_fabric(self, req: Request) -> None:
         """The control plane's map of an InfiniBand fabric, read from this node."""

@@ -32,7 +32,7 @@ from llmgw.wire.messages import EngineInfo, Message, ShardStatus, ShardUsage
 log = logging.getLogger("llmgw.agent.session")
 
 # What this agent can answer; the control plane asks for nothing not listed.
-FEATURES = ["heartbeat.v1", "upgrade.v1"]
+FEATURES = ["heartbeat.v1", "restart.v1", "upgrade.v1"]
 
 
 class SessionEnded(ConnectionError):

@@ -19,7 +19,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NotRequired, Protocol, TypedDict
 
@@ -84,6 +84,8 @@ class WeightFetcher(Protocol):
         allow_pickle: bool,
         replica_id: str,
         progress: Callable[[DownloadProgress], None],
+        vouched: Mapping[str, str] | None = None,
+        hub: str | None = None,
     ) -> Path: ...
 
 
@@ -207,6 +209,8 @@ class Supervisor:
                     allow_pickle=spec.allow_pickle,
                     replica_id=spec.replica_id,
                     progress=self.emit,
+                    vouched=spec.sha256,
+                    hub=spec.hub,
                 )
             if spec.adapters and not shard.worker:
                 spec = shard.spec = await lora.fetch(self.weights, spec, engine, self.emit)

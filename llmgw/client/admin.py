@@ -67,7 +67,9 @@ from llmgw.wire.admin import (
     PersonTokenJson,
     PlanJson,
     ProjectJson,
+    ReleaseJson,
     ReplicaJson,
+    RestartJson,
     RotatedTokenJson,
     ServerJson,
     ServerRemovedJson,
@@ -83,6 +85,7 @@ from llmgw.wire.admin import (
     TokenJson,
     UsageJson,
     UsageSumJson,
+    VersionsJson,
     WeightsEntry,
 )
 
@@ -153,6 +156,8 @@ ENERGY: Route[list[EnergyJson]] = Route("GET", "/api/v1/energy")
 ROTATE_ADMIN_TOKEN: Route[RotatedTokenJson] = Route("POST", "/api/v1/admin-token/rotate")
 
 SERVERS: Route[list[ServerJson]] = Route("GET", "/api/v1/servers")
+VERSIONS: Route[VersionsJson] = Route("GET", "/api/v1/versions")
+RELEASE: Route[ReleaseJson] = Route("GET", "/api/v1/release")
 SERVER_TOKEN: Route[TokenJson] = Route("POST", "/api/v1/servers/tokens")
 REMOVE_SERVER: Route[ServerRemovedJson] = Route("DELETE", "/api/v1/servers/{}")
 
@@ -175,6 +180,9 @@ SLURM_LEND: Route[SlurmJson] = Route("POST", "/api/v1/slurm/lend")
 SLURM_RECLAIM: Route[SlurmJson] = Route("POST", "/api/v1/slurm/reclaim")
 SLURM_OFF: Route[SlurmJson] = Route("POST", "/api/v1/slurm/off")
 SLURM_POLICY: Route[SlurmJson] = Route("POST", "/api/v1/slurm/policy")
+
+RESTART: Route[RestartJson] = Route("POST", "/api/v1/restart")
+RESTART_STATUS: Route[RestartJson] = Route("GET", "/api/v1/restart")
 
 ME: Route[MeJson] = Route("GET", "/api/v1/me")
 PEOPLE: Route[list[PersonJson]] = Route("GET", "/api/v1/people")
@@ -416,6 +424,14 @@ class AdminClient:
     def remove_server(self, name: str) -> ServerRemovedJson:
         return self.call(REMOVE_SERVER, name)
 
+    def versions(self) -> VersionsJson:
+        """The llmgw every control plane and agent runs."""
+        return self.call(VERSIONS)
+
+    def release(self) -> ReleaseJson:
+        """The release a new node or control plane gets, and its source."""
+        return self.call(RELEASE)
+
     # --- the agents' settings and the fleet's engines
 
     def settings(self) -> SettingsJson:
@@ -476,6 +492,14 @@ class AdminClient:
 
     def slurm_policy(self, body: Body) -> SlurmJson:
         return self.call(SLURM_POLICY, body=body)
+
+    # --- llmgw restart
+
+    def restart(self) -> RestartJson:
+        return self.call(RESTART)
+
+    def restart_status(self) -> RestartJson:
+        return self.call(RESTART_STATUS)
 
     # --- people, their tokens, organisations and the audit log
 

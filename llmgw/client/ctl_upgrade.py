@@ -119,7 +119,11 @@ def add_parsers(
         "again resumes a run that stopped. `llmgw ctl upgrade status` shows the run.",
     )
     p.add_argument("version", metavar="VERSION", help="the version (or `status`)")
-    p.add_argument("--source", metavar="URL", help="the release source (default: server.yaml's)")
+    p.add_argument(
+        "--source",
+        metavar="URL",
+        help="the release source (default: server.yaml's, or the control plane's mirror)",
+    )
     p.add_argument(
         "--downgrade", action="store_true", help="allow a version older than the cluster's"
     )

@@ -1,9 +1,10 @@
 """``llmgw node add HOST``: install and start an agent on a machine over ssh.
 
 Run on (or against) the control plane: it looks at the node over the system ``ssh``
-client, copies the zipapp there, writes ``agent.yaml`` with a fresh join token, starts
-the agent (a systemd unit where systemd runs, else ``nohup``), runs ``llmgw doctor``
-there, and waits until the control plane reports the node Ready.
+client, copies there the llmgw release the control plane names, fetched and checked here
+(``zipappsource``; or ``--zipapp``'s file as it is), writes ``agent.yaml`` with a fresh
+join token, starts the agent (a systemd unit where systemd runs, else ``nohup``), runs
+``llmgw doctor`` there, and waits until the control plane reports the node Ready.
 
 The ssh side (``Remote``, the node's probe, the copy and start scripts) is in
 ``llmgw.client.remote``, shared with ``server add``; here are the agent's own files and
@@ -18,6 +19,7 @@ import json
 import re
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,15 +31,13 @@ from llmgw.client.remote import (
     NodeFacts,
     Remote,
     RemoteResult,
-    check_node,
-    compiled_for,
     config_script,
     copy_script,
-    find_zipapp,
     launch_script,
     parse_probe,
     remote_from_args,
 )
+from llmgw.client.zipappsource import explicit_zipapp, zipapp_for
 from llmgw.config import AgentConfig, ConfigError, dump, parse_hostport
 from llmgw.wire.admin import TokenJson
 
@@ -55,6 +55,12 @@ def agent_yaml(server: str, token: str, node_id: str, prefix: str) -> str:
     return "# written by `llmgw node add`; the token is used once, to enroll\n" + dump(config)
 
 
+def agent_argv(prefix: str) -> list[str]:
+    """The agent's command line as installed under ``prefix`` (``llmgw service`` starts
+    it the same way)."""
+    return ["agent", "run", "--config", f"{prefix}/agent.yaml"]
+
+
 def systemd_unit(prefix: str) -> str:
     return f"""\
 [Unit]
@@ -65,7 +71,7 @@ Wants=network-online.target
 [Service]
 # shiv unpacks the zipapp here instead of in root's home.
 Environment=SHIV_ROOT={prefix}/.shiv
-ExecStart=/usr/bin/env python3 {prefix}/llmgw.pyz agent run --config {prefix}/agent.yaml
+ExecStart=/usr/bin/env python3 {prefix}/llmgw.pyz {" ".join(agent_argv(prefix))}
 Restart=always
 RestartSec=2
 
@@ -76,14 +82,7 @@ WantedBy=multi-user.target
 
 def start_script(prefix: str, systemd: bool) -> str:
     """Shell that (re)starts the agent: the unit (read on stdin) or a nohup'd process."""
-    return launch_script(
-        prefix,
-        systemd,
-        UNIT_NAME,
-        UNIT_PATH,
-        "agent",
-        ["agent", "run", "--config", f"{prefix}/agent.yaml"],
-    )
+    return launch_script(prefix, systemd, UNIT_NAME, UNIT_PATH, "agent", agent_argv(prefix))
 
 
 def _step(message: str) -> None:
@@ -103,11 +102,22 @@ class NodeInstaller:
         self.sudo = ""
 
     def run(self) -> int:
-        pyz = find_zipapp(self.args.zipapp)
-        needs = compiled_for(pyz)
+        explicit = explicit_zipapp(self.args)
         _step(f"looking at {self.remote.destination} over ssh (port {self.remote.port})")
         facts = self.probe()
-        check_node(facts, self.host, needs, systemd=self.use_systemd)
+        with tempfile.TemporaryDirectory(prefix="llmgw-release-") as fetched:
+            pyz = zipapp_for(
+                self.args,
+                self.client,
+                facts,
+                self.host,
+                systemd=self.use_systemd,
+                into=Path(fetched),
+                explicit=explicit,
+            )
+            return self.install(facts, pyz)
+
+    def install(self, facts: NodeFacts, pyz: Path) -> int:
         node_id = self.args.node_id or facts.hostname
         if not node_id:
             raise NodeAddError(f"{self.host} did not say its hostname: pass --node-id NAME")

@@ -2,9 +2,10 @@
 
 Run on (or against) the leader, with ``node add``'s pieces (the ssh ``Remote`` in
 BatchMode, the machine's probe, the zipapp's copy checked by SHA-256): it mints a server
-token, copies the zipapp, runs ``server join`` there, starts ``server run`` (a systemd unit,
-else ``nohup`` with a pid file) and waits until the leader sees it answer as a standby. A
-failure names its step and shows the log.
+token, copies the llmgw release the leader names (fetched and checked here,
+``zipappsource``; or ``--zipapp``'s file as it is), runs ``server join`` there, starts
+``server run`` (a systemd unit, else ``nohup`` with a pid file) and waits until the leader
+sees it answer as a standby. A failure names its step and shows the log.
 
 ``--vip ADDR/PREFIX --interface IF`` also writes keepalived's configuration on HOST, and
 the leader's: here when this is the leader's machine (reached over loopback) and we are
@@ -23,7 +24,9 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from llmgw.client.admin import AdminClient, AdminError, local_url
@@ -38,14 +41,8 @@ from llmgw.client.keepalived import (
     parse_vip,
 )
 from llmgw.client.nodeadd import _PREFIX_RE, LOG_TAIL_LINES, NodeInstaller
-from llmgw.client.remote import (
-    NodeAddError,
-    check_node,
-    compiled_for,
-    find_zipapp,
-    launch_script,
-    remote_from_args,
-)
+from llmgw.client.remote import NodeAddError, NodeFacts, launch_script, remote_from_args
+from llmgw.client.zipappsource import explicit_zipapp, zipapp_for
 from llmgw.config import ConfigError, parse_hostport
 
 __all__ = ["ServerAddError", "Vip", "add_server", "keepalived_conf", "parse_vip"]
@@ -120,6 +117,12 @@ def listener_script(url: str) -> str:
     return f"python3 -c {shlex.quote(code)} {shlex.quote(url)}"
 
 
+def server_argv(prefix: str) -> list[str]:
+    """The control plane's command line as installed under ``prefix`` (``llmgw service``
+    starts it the same way)."""
+    return ["server", "run", "--data-dir", f"{prefix}/data"]
+
+
 def systemd_unit(prefix: str) -> str:
     return f"""\
 [Unit]
@@ -130,7 +133,7 @@ Wants=network-online.target
 [Service]
 # shiv unpacks the zipapp here instead of in root's home.
 Environment=SHIV_ROOT={prefix}/.shiv
-ExecStart=/usr/bin/env python3 {prefix}/llmgw.pyz server run --data-dir {prefix}/data
+ExecStart=/usr/bin/env python3 {prefix}/llmgw.pyz {" ".join(server_argv(prefix))}
 Restart=always
 RestartSec=2
 # One connection per agent, and thousands of agents: the default 1,024 is too few.
@@ -141,10 +144,14 @@ WantedBy=multi-user.target
 """
 
 
+# Tenths of a second a stopping control plane gets before its start goes on anyway.
+STOP_TENTHS = 100
+
+
 def start_script(prefix: str, systemd: bool) -> str:
     """Shell that (re)starts the control plane: the unit (read on stdin) or nohup'd."""
-    argv = ["server", "run", "--data-dir", f"{prefix}/data"]
-    return launch_script(prefix, systemd, UNIT_NAME, UNIT_PATH, "server", argv, tenths=100)
+    argv = server_argv(prefix)
+    return launch_script(prefix, systemd, UNIT_NAME, UNIT_PATH, "server", argv, STOP_TENTHS)
 
 
 # --- the steps ------------------------------------------------------------------------
@@ -177,12 +184,10 @@ class ServerInstaller:
             parse_hostport(args.listen)
         except ConfigError as exc:
             raise ServerAddError(f"--listen: {exc}") from exc
-        pyz = find_zipapp(args.zipapp)
-        needs = compiled_for(pyz)
+        explicit = explicit_zipapp(args)
         remote = self.node.remote
         self.say("looking at the machine", f" {remote.destination} over ssh (port {remote.port})")
         facts = self.node.probe()
-        check_node(facts, self.host, needs, systemd=self.node.use_systemd)
         name = args.name or facts.hostname
         if not NAME_RE.fullmatch(name or ""):
             raise ServerAddError(
@@ -190,6 +195,22 @@ class ServerInstaller:
                 "'.', '_' or '-', up to 63 characters, starting with a letter or digit)"
             )
         self.refuse_existing(name)
+        with tempfile.TemporaryDirectory(prefix="llmgw-release-") as fetched:
+            if explicit is None:
+                self.step = "fetching the release"
+            pyz = zipapp_for(
+                args,
+                self.client,
+                facts,
+                self.host,
+                systemd=self.node.use_systemd,
+                into=Path(fetched),
+                explicit=explicit,
+            )
+            return self.install(facts, name, pyz, vip)
+
+    def install(self, facts: NodeFacts, name: str, pyz: Path, vip: Vip | None) -> int:
+        args = self.args
         python = facts.unit_python_text if self.node.use_systemd else facts.python_text
         print(f"    control plane {name}, Python {python}, {facts.machine}")
 

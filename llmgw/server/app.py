@@ -12,6 +12,7 @@ from typing import Any
 from llmgw import __version__, pki
 from llmgw.config import ServerConfig, format_hostport, parse_hostport
 from llmgw.modelkit.sizing import ModelShape
+from llmgw.offline.mirrorfiles import MirrorFiles
 from llmgw.server.admintokens import AdminTokens
 from llmgw.server.admission import JoinTokens
 from llmgw.server.api import (
@@ -33,7 +34,9 @@ from llmgw.server.api import (
     openapi,
     people,
     plan,
+    releases,
     replicas,
+    restart,
     scim,
     servers,
     settings,
@@ -70,6 +73,7 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
+from llmgw.server.mirror import MirrorWatch, offline_pushed, release_source, self_url
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.people.devicelogin import DeviceLogins
@@ -80,6 +84,7 @@ from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.people.signins import SignIns
 from llmgw.server.principal import Principal
+from llmgw.server.restart import cluster_restart
 from llmgw.server.scim.service import TABLES as SCIM_TABLES
 from llmgw.server.scim.service import ScimService
 from llmgw.server.scrape import Scrape
@@ -126,6 +131,10 @@ class ControlPlane:
         self.relaunch_reason: str | None = None
         self.agent_port: AgentPort | None = None
         self.listeners: list[Listener] = []
+        # offline.mirror: DATA_DIR/mirror served at /mirror/ (llmgw bundle import fills it).
+        self.mirror = MirrorFiles(data.root / "mirror") if config.offline.mirror else None
+        # mirror.api and mirror.peers: asked every 15 s, a shard sent from a live one.
+        self.mirror_watch = MirrorWatch(config.mirror, self.mirror)
         self._background: set[asyncio.Task[None]] = set()
         # The reconcile loop's wake-up: set by every change of the catalog and every
         # report of a node that matters.
@@ -149,7 +158,8 @@ class ControlPlane:
         self.fabric_maps = FabricMaps(self.registry, self.fabric_watch)
         self.fleet = FleetService(self.registry, self.cluster_secret)
         self.fabrics = FabricService(self.fabric_watch, self.fabric_maps, self.registry)
-        self.inspector = make_inspector(self.registry)
+        own_hub = self_url(config.listen) + "/mirror/hf" if self.mirror is not None else None
+        self.inspector = make_inspector(self.registry, own_hub)
         self.reconciler = Reconciler(
             config.scheduling, self.engines.version_of, self.fabric_maps.wiring
         )
@@ -160,7 +170,12 @@ class ControlPlane:
             config.scheduling,
             self.cluster_secret,
             wake,
-            CatalogHooks(inspect=self.inspect_shape, remove_files=self.fleet.remove_source),
+            CatalogHooks(
+                inspect=self.inspect_shape,
+                remove_files=self.fleet.remove_source,
+                vouched=self.mirror_watch.vouched,
+                hub_for=self.mirror_watch.hub_for,
+            ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
         # People, organisations, teams and projects: who is who, and their services.
@@ -228,9 +243,8 @@ class ControlPlane:
             self.agent_addresses,
             self.registry.enrolled,
         )
-        # llmgw's own upgrades (ctl upgrade): the run and the leader's keeper.
         self.upgrades = upgrade_parts(
-            store, self.registry, lambda: self.ha, self.relaunch, config.releases.source
+            store, self.registry, lambda: self.ha, self.relaunch, self.release_source
         )
         self.leader = LeaderWork(
             [
@@ -246,6 +260,8 @@ class ControlPlane:
         # A standby's on-demand requests, for the leader's catalog.
         self.demand_relay = DemandRelay(self.ha.client, lambda: self.ha.follower.leader)
         self.members = Membership(self.ha, self.admission)
+        # `llmgw restart`: the agents, the other control planes, then this one.
+        self.restarts = cluster_restart(self.registry, self.ha, store, self.relaunch)
         # The admin pages' sessions, one set for every listener that serves pages; a
         # sign-out reaches the other control planes through the store.
         self.sessions = Sessions(self.cluster_secret, self.admin_tokens.hashes)
@@ -319,6 +335,10 @@ class ControlPlane:
         if self.agent_port is not None:
             self.agent_port.drop_all(f"this control plane no longer leads: {why}")
 
+    def release_source(self) -> str:
+        """Where new machines and ``ctl upgrade`` fetch llmgw (``GET /api/v1/release``)."""
+        return release_source(self.mirror, self.api_addresses, self.config.releases.source)
+
     def _pushed_for(self, node_id: str, local: str | None) -> list[Message]:
         """What the cluster decides for a node: its settings, engines, firewall and
         Slurm part (``local``: the address the node reached this control plane at)."""
@@ -326,15 +346,19 @@ class ControlPlane:
         wall = self.firewall.current
         planes = self.agent_port.control_planes() if self.agent_port else []
         hosts = {parse_hostport(a)[0] for a in planes} | ({local} if local else set())
+        # Offline: the agents install from this control plane's mirror.
+        default, engines = offline_pushed(
+            self.mirror, s.default, self.engines.message(node_id), local, self.api_addresses
+        )
         return [
             AgentSettingsMessage(
                 # The layers as they are: encoding copies them (document() deep-copies
                 # every node's, once per agent of a push).
                 version=s.version,
-                default=s.default,
+                default=default,
                 node=s.nodes.get(node_id, {}),
             ),
-            self.engines.message(node_id),
+            engines,
             Firewall(
                 enabled=wall.enabled,
                 networks=list(wall.networks),
@@ -458,7 +482,7 @@ class ControlPlane:
             self.ca,
             self.ha.state()["leader"],
             self.ha.term,
-            {"backend": self.config.store.backend, "dsn": self.config.store.dsn},
+            {"backend": self.config.store.backend, "dsn": self.config.store.connection()},
         )
 
     def health(self) -> dict[str, Any]:
@@ -522,6 +546,8 @@ class ControlPlane:
         ops += scim.routes(self.scim)
         ops += admintoken.routes(self.admin_tokens)
         ops += servers.routes(self.ha, self.tokens, self.members)
+        # The hook for an offline cluster's mirror: the source a new machine fetches from.
+        ops += releases.routes(self.members, self.fleet.nodes, self.release_source)
         ops += settings.routes(self.agent_settings)
         ops += engines.routes(self.engines, self.registry)
         ops += firewall.routes(self.firewall)
@@ -529,6 +555,7 @@ class ControlPlane:
         ops += nvlink.routes(self.registry)
         ops += slurm.routes(self.slurm.service)
         ops += upgrade.routes(self.upgrades.service)
+        ops += restart.routes(self.restarts)
         return ops
 
     def admin_app(self) -> AdminApp:
@@ -556,6 +583,8 @@ class ControlPlane:
             oidc=self.oidc_flow,
             signins=SignIns(self.oidc, self.ldap, self.scim, self.store),
             slurm=self.slurm.service,
+            mirror=self.mirror,
+            mirror_watch=self.mirror_watch,
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

@@ -9,6 +9,11 @@ Layout::
     pki/ca.crt ca.key server.crt server.key
     pki/peer.crt peer.key   this control plane on the control planes' link
     store.db         SQLite (the default store)
+
+``init`` makes a new one and refuses an existing one; ``ensure`` (``server init
+--config``, for Kubernetes and other orchestrators) makes or brings one up to date from a
+given server.yaml on every start, taking the CA, cluster key and admin token from a
+directory (a mounted Secret) when given one, and seeds the store only once.
 """
 
 from __future__ import annotations
@@ -176,10 +181,7 @@ def init(
     root.chmod(0o700)
     (root / "pki").mkdir(exist_ok=True)
 
-    sans = list(config.advertise)
-    sans += [socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", "::1"]
-    if listen_host not in ("0.0.0.0", "::"):
-        sans.append(listen_host)
+    sans = _server_sans(config)
     ca = pki.make_ca(socket.gethostname())
     server = pki.make_server_cert(ca, sans)
     pki.write_private(data.ca_key, ca.key_pem)
@@ -200,17 +202,106 @@ def init(
     return config, token
 
 
-async def _create_store(data: DataDir, config: ServerConfig, admin_token: str) -> None:
+def _server_sans(config: ServerConfig) -> list[str]:
+    listen_host, _ = parse_hostport(config.listen)
+    sans = list(config.advertise)
+    sans += [socket.gethostname(), socket.getfqdn(), "localhost", "127.0.0.1", "::1"]
+    if listen_host not in ("0.0.0.0", "::"):
+        sans.append(listen_host)
+    return sans
+
+
+# What a keys directory (``server init --keys``) holds, and where each goes.
+KEY_FILES = ("ca.crt", "ca.key", "cluster.key", "admin.token")
+
+
+def ensure(root: Path, config_file: Path, keys: Path | None = None) -> ServerConfig:
+    """Make the data dir at ``root`` or bring it up to date, for a process started anew
+    each time from the same settings (a Kubernetes pod): server.yaml becomes
+    ``config_file``'s; the CA, cluster key and admin token are ``keys``' files when given
+    (KEY_FILES), else kept, or made when absent; the server and peer certificates are
+    issued again for the advertised addresses (they may have changed); the store is
+    seeded only when it has no cluster yet, and refused, with nothing written, when it
+    holds another CA's."""
+    config = load(ServerConfig, config_file)
+    data = DataDir(root)
+    ca, cluster_key, token_text = _given_keys(keys) if keys else _kept_keys(data)
+    token = token_text.decode().strip()
+    if not token:
+        raise InitError(f"{keys or data.admin_token}: the admin token is empty")
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o700)
+    asyncio.run(_create_store(data, config, token, ca.cert_pem, only_if_new=True))
+
+    (root / "pki").mkdir(exist_ok=True)
+    pki.replace_private(data.ca_key, ca.key_pem)
+    data.ca_cert.write_bytes(ca.cert_pem)
+    pki.replace_private(data.cluster_key, cluster_key)
+    pki.replace_private(data.admin_token, token_text)
+    sans = _server_sans(config)
+    server = pki.make_server_cert(ca, sans)
+    pki.replace_private(data.server_key, server.key_pem)
+    data.server_cert.write_bytes(server.cert_pem)
+    peer = pki.make_peer_cert(ca, config.ha.name or socket.gethostname(), sans)
+    pki.replace_private(data.peer_key, peer.key_pem)
+    data.peer_cert.write_bytes(peer.cert_pem)
+    tmp = data.config_path.with_suffix(".yaml.new")
+    tmp.write_text(config_file.read_text())
+    tmp.replace(data.config_path)
+    return config
+
+
+def _given_keys(keys: Path) -> tuple[pki.KeyPair, bytes, bytes]:
+    missing = [n for n in KEY_FILES if not (keys / n).is_file()]
+    if missing:
+        raise InitError(
+            f"{keys} lacks {', '.join(missing)}: the Secret mounted there must hold "
+            f"{', '.join(KEY_FILES)} (docs/kubernetes.md shows how to make it)"
+        )
+    ca = pki.KeyPair((keys / "ca.key").read_bytes(), (keys / "ca.crt").read_bytes())
+    if not pki.cert_matches_key(ca.cert_pem, ca.key_pem):
+        raise InitError(f"{keys}: ca.crt is not the certificate of ca.key")
+    return ca, (keys / "cluster.key").read_bytes(), (keys / "admin.token").read_bytes()
+
+
+def _kept_keys(data: DataDir) -> tuple[pki.KeyPair, bytes, bytes]:
+    """The data dir's CA, cluster key and admin token; each made when absent."""
+    ca = data.ca() if data.ca_key.exists() else pki.make_ca(socket.gethostname())
+    cluster_key = data.cluster_secret() if data.cluster_key.exists() else pki.new_secret()
+    token = (
+        data.admin_token.read_bytes()
+        if data.admin_token.exists()
+        else (pki.new_admin_token() + "\n").encode()
+    )
+    return ca, cluster_key, token
+
+
+async def _create_store(
+    data: DataDir,
+    config: ServerConfig,
+    admin_token: str,
+    ca_cert: bytes | None = None,
+    *,
+    only_if_new: bool = False,
+) -> None:
     from llmgw.server.store import open_store
 
+    ours = pki.fingerprint(ca_cert if ca_cert is not None else data.ca_cert.read_bytes())
     store = await open_store(config, data.root)
     try:
+        if only_if_new:
+            held = await store.get_setting("cluster.ca_fingerprint")
+            if held == ours:
+                return
+            if held is not None:
+                raise InitError(
+                    f"the store holds another cluster (CA {held}, not {ours}): give the "
+                    "keys of the cluster it holds, or a new store; nothing was changed"
+                )
         await store.add_admin_token("initial", pki.token_hash(admin_token))
-        await store.put_setting(
-            "cluster.ca_fingerprint", pki.fingerprint(data.ca_cert.read_bytes())
-        )
+        await store.put_setting("cluster.ca_fingerprint", ours)
         await store.put_setting("ha.term", "1")
-        await store.put_setting("ha.leader", config.ha.name)
+        await store.put_setting("ha.leader", config.ha.name or socket.gethostname())
         await store.audit("server init", "init", str(data.root))
     finally:
         await store.close()

@@ -338,7 +338,8 @@ class Guard(web.Server):
 
 
 class Listener:
-    """One address served by aiohttp: ``/v1/`` to ``gateway``, the rest to ``other``."""
+    """One address served by aiohttp: ``/v1/`` to ``gateway``, ``/mirror/`` to ``mirror``
+    (when set), the rest to ``other``."""
 
     def __init__(
         self,
@@ -349,10 +350,13 @@ class Listener:
         cap: int = 1024,
         header_timeout: float = 10.0,
         keepalive_timeout: float = 75.0,
+        mirror: Handler | None = None,
     ) -> None:
         self.address = address
         self.gateway = gateway
         self.other = other
+        # offline.mirror: /mirror/ to the mirror's files (server/mirror.py).
+        self.mirror = mirror
         self.cap = cap
         self.header_timeout = header_timeout
         self.keepalive_timeout = keepalive_timeout
@@ -370,6 +374,8 @@ class Listener:
         try:
             if self.gateway is not None and request.path.startswith("/v1/"):
                 return await self.gateway(request)
+            if self.mirror is not None and request.path.startswith("/mirror/"):
+                return await self.mirror(request)
             return await self.other(request)
         finally:
             if conn is not None:

@@ -48,7 +48,8 @@ async def serve(cp: ControlPlane) -> Handover | None:
         pki.peer_tls(cp.data.peer_cert, cp.data.peer_key, cp.data.ca_cert, server=True),
         agent_host,
         cp.config.ha.peer_port,
-        cp.upgrades.service.peer_upgrade,
+        relaunch=cp.relaunch,
+        upgrade=cp.upgrades.service.peer_upgrade,
     )
     await cp.peer_listener.start()
     gw = cp.config.gateway
@@ -58,7 +59,10 @@ async def serve(cp: ControlPlane) -> Handover | None:
         "header_timeout": gw.header_timeout,
         "keepalive_timeout": gw.keepalive_timeout,
     }
-    cp.listeners = [Listener(cp.config.listen, cp.gateway.handle, bridge, cap=cap, **limits)]
+    mirror = cp.mirror.handle if cp.mirror is not None else None
+    cp.listeners = [
+        Listener(cp.config.listen, cp.gateway.handle, bridge, cap=cap, mirror=mirror, **limits)
+    ]
     if cp.config.admin_listen:
         # The admin listener serves the admin API and pages, never /v1.
         cp.listeners.append(Listener(cp.config.admin_listen, None, bridge, **limits))
@@ -67,6 +71,8 @@ async def serve(cp: ControlPlane) -> Handover | None:
     watch = asyncio.create_task(cp.ha.watch(cp.stopping))
     handed = inherited()
     handover: Handover | None = None
+    # mirror.api and mirror.peers, asked every 15 s (none named: done at once).
+    mirrors = asyncio.create_task(cp.mirror_watch.run(cp.stopping))
     try:
         # The role first: an old leader started again learns here that another leads.
         await cp.ha.start()
@@ -104,6 +110,8 @@ async def serve(cp: ControlPlane) -> Handover | None:
         await cp.inspector.close()
         await cp.agent_port.stop()
         await cp.peer_listener.stop()
+        await mirrors
+        await cp.restarts.close()
         await store
     return handover
 

@@ -93,6 +93,13 @@ class ShardSpec:
     kv_events: bool = False
     # LoRA adapters, in the engine's order (llama.cpp's adapter ids are positions in it).
     adapters: list[AdapterSpec] = field(default_factory=list)
+    # The sha256 of the source's files (path in its repository -> hex) that the control
+    # plane vouches for (its mirror's, offline): a fetched file that differs is refused,
+    # whatever the hub it was fetched from lists.
+    sha256: dict[str, str] = field(default_factory=dict)
+    # The hub endpoint to fetch the source's files from (a live mirror of ``mirror.api``
+    # or ``mirror.peers``); None: the node's own (``hf_endpoint``).
+    hub: str | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -72,6 +72,8 @@ class Fetched:
         allow_pickle: bool,
         replica_id: str,
         progress: Callable[[DownloadProgress], None],
+        vouched: Mapping[str, str] | None = None,
+        hub: str | None = None,
     ) -> Path:
         return self.model
 

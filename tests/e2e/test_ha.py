@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from llmgw import __version__
 from tests.e2e.catalog import (
     SCHEDULING,
     ctl_json,
@@ -102,6 +103,19 @@ def test_a_standby_serves_through_the_leaders_death_and_takes_over(
     )
     assert {n: s["role"] for n, s in servers.items()} == {"cp-a": "leader", "cp-b": "standby"}
     assert servers["cp-b"]["lag_seconds"] is not None
+    # `llmgw version --cluster`: each control plane (the standby's as it told the leader
+    # over the link) and each agent, with the llmgw it runs.
+    versions = json.loads(
+        run("version", "--cluster", "--json", "--data-dir", str(leader.data_dir)).stdout
+    )
+    assert versions["version"] == __version__
+    assert versions["servers"] == [
+        {"name": "cp-a", "role": "leader", "version": __version__, "answers": True, "this": True},
+        {"name": "cp-b", "role": "standby", "version": __version__, "answers": True, "this": False},
+    ]
+    assert versions["nodes"] == [{"id": "n1", "version": __version__, "connected": True}]
+    table = run("version", "--cluster", "--data-dir", str(leader.data_dir)).stdout
+    assert "cp-b" in table and "standby" in table and "versions run" not in table
 
     # A write sent to the standby is refused, naming the leader.
     code, body = standby.api_error("/api/v1/keys", body={"name": "nope"})

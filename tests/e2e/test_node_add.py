@@ -23,8 +23,11 @@ from typing import Any
 
 import pytest
 
+from llmgw import __version__, release
 from llmgw.client import nodeadd, remote
 from tests.e2e.cluster import Cluster, free_port, run
+from tests.support import releases
+from tests.support.releases import ReleaseServer, publish, versioned_zipapp
 from tests.support.sshd import SSHD, Sshd, running_sshd
 
 
@@ -128,6 +131,76 @@ def test_node_add_installs_and_starts_an_agent_that_goes_ready(
         assert _nodes(cluster)["addtest"]["state"] == "Ready"
     finally:
         _stop_agent(first, prefix)
+
+
+@pytest.mark.e2e
+def test_node_add_installs_the_release_the_control_plane_names_and_refuses_a_forged_one(
+    sshd: Sshd, prefix: Path, zipapp: Path, tmp_path: Path
+) -> None:
+    """The operator's llmgw is a release (it trusts the test's key alone); the control
+    plane names its own version and, in server.yaml, a loopback release source. A source
+    whose SHA256SUMS another key signed is refused before anything reaches the node; the
+    named one is fetched, checked, copied as it was published, and its agent goes Ready."""
+    pem, public = releases.signing_key()
+    operator = versioned_zipapp(zipapp, __version__, public, tmp_path / "operator" / "llmgw.pyz")
+    # The release: the same llmgw, its bytes apart from the operator's own and the suite's,
+    # so what lands on the node can only be the one fetched.
+    with zipfile.ZipFile(zipapp) as zf:
+        main = zf.read("__main__.py").decode() + "\n# the release\n"
+    built = versioned_zipapp(zipapp, __version__, public, tmp_path / "built.pyz", main=main)
+    tag = release.platform_tag()
+    published = publish(tmp_path / "good", __version__, {tag: built}, pem)
+    publish(tmp_path / "forged", __version__, {tag: built}, pem, tamper="signature")
+    asset = published / release.asset_name(__version__, tag)
+    assert asset.read_bytes() not in (zipapp.read_bytes(), operator.read_bytes())
+
+    with (
+        ReleaseServer(tmp_path / "good").running() as good,
+        ReleaseServer(tmp_path / "forged").running() as forged,
+    ):
+        cluster = Cluster(tmp_path / "cluster")
+        cluster.init()
+        config = cluster.data_dir / "server.yaml"
+        config.write_text(config.read_text() + f"releases:\n  source: {good.url}\n")
+        cluster.start_server()
+        env = {**os.environ, "SHIV_ROOT": str(tmp_path / "shiv")}
+
+        def node_add(*extra: str) -> subprocess.CompletedProcess[str]:
+            args = sshd.node_add_args(
+                "--prefix", str(prefix), "--node-id", "fromrelease", "--timeout", "60",
+                "--data-dir", str(cluster.data_dir), *extra,
+            )  # fmt: skip
+            return subprocess.run(
+                ["python3", str(operator), *args],
+                capture_output=True,
+                text=True,
+                timeout=180,
+                env=env,
+            )
+
+        try:
+            refused = node_add("--source", forged.url)
+            assert refused.returncode == 1, f"{refused.stdout}\n{refused.stderr}"
+            assert f"llmgw {__version__} for {tag} from {forged.url} was refused" in refused.stderr
+            assert "not signed by a key this llmgw trusts" in refused.stderr
+            assert "Nothing was copied to 127.0.0.1" in refused.stderr
+            assert not prefix.exists(), "nothing reached the node"
+            assert not any(r.endswith(".pyz") for r in forged.requests)
+
+            proc = node_add()
+            assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+            assert f"fetching llmgw {__version__} for {tag} from {good.url}" in proc.stdout
+            assert "node fromrelease is Ready" in proc.stdout
+            assert f"/download/v{__version__}/{asset.name}" in good.requests
+            assert (prefix / "llmgw.pyz").read_bytes() == asset.read_bytes()
+            node = _nodes(cluster)["fromrelease"]
+            assert (node["state"], node["connected"], node["version"]) == (
+                "Ready",
+                True,
+                __version__,
+            )
+        finally:
+            cluster.stop()
 
 
 @pytest.mark.e2e

@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -93,6 +93,10 @@ class _Flight:
     given: str  # the source as the first caller wrote it: what progress reports name
     waiters: list[_Waiter]
     task: asyncio.Task[Manifest] | None = None
+    # sha256 the control plane vouches for, by path in the repository: over the hub's.
+    vouched: Mapping[str, str] = field(default_factory=dict)
+    # The hub to list and fetch from (a mirror the control plane named); None: ours.
+    hub: str | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,8 @@ class WeightStore:
     ) -> None:
         self.cache_dir = Path(cache_dir)
         self.hub = hub
+        # Mirrors the control plane named for a shard (ShardSpec.hub), by endpoint.
+        self._mirrors: dict[str, HubClient] = {}
         self._disk_usage = disk_usage
         self._revision = revision
         # Retries of a cut connection within one fetch, each resuming where it stopped.
@@ -200,6 +206,8 @@ class WeightStore:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for client in self._mirrors.values():
+            await client.close()
 
     async def fetch(
         self,
@@ -208,10 +216,14 @@ class WeightStore:
         allow_pickle: bool,
         replica_id: str,
         progress: ProgressCallback,
+        vouched: Mapping[str, str] | None = None,
+        hub: str | None = None,
     ) -> Path:
         """The local path of ``source``, fetching it first when the cache lacks it: the
         GGUF file (the first part of a split one), the single file of a URL, the
-        directory of a whole repository, or a local source where it is."""
+        directory of a whole repository, or a local source where it is. ``vouched``: the
+        sha256 the control plane sent for the source's files (its mirror's), believed
+        over what the hub lists; ``hub``: the mirror it named to fetch them from."""
         src = parse_source(source, allow_http=self.hub.allow_http)
         check_named_pickle(src, allow_pickle=allow_pickle)
         if src.kind == "local":
@@ -220,7 +232,14 @@ class WeightStore:
         waiter = _Waiter(replica_id=replica_id, allow_pickle=allow_pickle, progress=progress)
         flight = self._flights.get(name)
         if flight is None:
-            flight = _Flight(name=name, source=src, given=source.strip(), waiters=[waiter])
+            flight = _Flight(
+                name=name,
+                source=src,
+                given=source.strip(),
+                waiters=[waiter],
+                vouched=dict(vouched or {}),
+                hub=hub,
+            )
             self._flights[name] = flight
             flight.task = asyncio.create_task(self._run(flight), name=f"weights {name}")
             flight.task.add_done_callback(functools.partial(self._landed, flight))
@@ -253,8 +272,9 @@ class WeightStore:
             directory = self.cache_dir / flight.name
             cached = await asyncio.to_thread(load_complete, directory, flight.name)
             if cached is not None:
+                _check_vouched(flight, cached)
                 return cached
-            items, entry = await self._plan(flight.source)
+            items, entry = await self._plan(flight.source, flight.vouched, self._hub(flight.hub))
             pickled = [i.path for i in items if is_pickled(i.path)]
             if pickled and not any(w.allow_pickle for w in flight.waiters):
                 raise pickle_refusal(flight.source.text, pickled)
@@ -279,19 +299,31 @@ class WeightStore:
         finally:
             self._locks.release(flight.name)
 
-    async def _plan(self, src: Source) -> tuple[list[_Item], str]:
+    def _hub(self, endpoint: str | None) -> HubClient:
+        """Our hub, or a mirror's: no token goes to a mirror (``environ={}``)."""
+        if endpoint is None:
+            return self.hub
+        client = self._mirrors.get(endpoint)
+        if client is None:
+            client = HubClient(endpoint, environ={}, allow_http=self.hub.allow_http)
+            self._mirrors[endpoint] = client
+        return client
+
+    async def _plan(
+        self, src: Source, vouched: Mapping[str, str], hub: HubClient
+    ) -> tuple[list[_Item], str]:
         if src.kind == "url":
             assert src.url is not None and src.filename is not None
             return [_Item(path=src.filename, url=src.url, size=None, sha256=None)], src.filename
         assert src.repo is not None
-        listing = await self.hub.list_files(src.repo, self._revision)
+        listing = await hub.list_files(src.repo, self._revision)
         selection = select_files(src, listing)
         items = [
             _Item(
                 path=f.path,
-                url=self.hub.resolve_url(src.repo, f.path, self._revision),
+                url=hub.resolve_url(src.repo, f.path, self._revision),
                 size=f.size,
-                sha256=f.sha256,
+                sha256=vouched.get(f.path) or f.sha256,
                 repo=src.repo,
             )
             for f in selection.files
@@ -430,6 +462,18 @@ class WeightStore:
             )
         await asyncio.to_thread(publish, part, final)
         return FileRecord(item.path, size, got, verified=item.sha256 is not None)
+
+
+def _check_vouched(flight: _Flight, cached: Manifest) -> None:
+    """A source already held must be what the control plane vouches for."""
+    for record in cached.files:
+        want = flight.vouched.get(record.path)
+        if want and record.sha256 != want:
+            raise ChecksumError(
+                f"{flight.source.text}: the cached {record.path} has sha256 {record.sha256}, "
+                f"the control plane vouches for {want}; remove it (`llmgw ctl model rm "
+                "--files`) to fetch it again"
+            )
 
 
 def _check_local(src: Source, allow_pickle: bool) -> Path:

@@ -48,9 +48,13 @@ class Dispatch:
         scheduling: SchedulingConfig,
         wake: asyncio.Event,
         park: Park,
+        vouched: Callable[[str], dict[str, str]] = lambda source: {},
+        hub_for: Callable[[str], str | None] = lambda source: None,
     ) -> None:
         """``models`` is the catalog as it stands (read afresh at each pass); ``wake``
-        is set by whoever changed something; ``park`` keeps a model parked."""
+        is set by whoever changed something; ``park`` keeps a model parked; ``vouched``
+        gives the sha256 of a source's files the control plane vouches for, ``hub_for``
+        the mirror they are sent from."""
         self.reconciler = reconciler
         self.registry = registry
         self.models = models
@@ -58,6 +62,8 @@ class Dispatch:
         self.interval = scheduling.interval
         self.wake = wake
         self.park = park
+        self.vouched = vouched
+        self.hub_for = hub_for
         self.last_plan = Plan()
         # Passes made: a test waits for this to move on rather than sleeping.
         self.passes = 0
@@ -103,8 +109,10 @@ class Dispatch:
             self.reconciler.abandon(start.replica_id, "node not connected")
             return
         version = self.reconciler.engine_version(profile.engine)
+        digests = self.vouched(model.source)
+        hub = self.hub_for(model.source)
         for node, spec in self._specs(model, profile, start, nodes):
-            spec = replace(spec, engine_version=version)
+            spec = replace(spec, engine_version=version, sha256=digests, hub=hub)
             log.info(
                 "starting %s on %s (port %d%s)",
                 spec.replica_id,

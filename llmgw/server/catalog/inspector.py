@@ -270,8 +270,9 @@ class Inspector:
 # ------------------------------------------------------------------------------ plan
 
 
-def make_inspector(registry: NodeRegistry) -> Inspector:
-    """An Inspector whose nodes are asked through their streams (``weights.inspect``)."""
+def make_inspector(registry: NodeRegistry, hub_endpoint: str | None = None) -> Inspector:
+    """An Inspector whose nodes are asked through their streams (``weights.inspect``);
+    ``hub_endpoint``: the hub it reads (offline, the control plane's own mirror)."""
 
     async def ask_one(node_id: str, source: str) -> dict[str, Any] | None:
         view = registry.nodes.get(node_id)
@@ -293,4 +294,4 @@ def make_inspector(registry: NodeRegistry) -> Inspector:
         answers = await asyncio.gather(*(ask_one(i, source) for i in ids))
         return next((a for a in answers if a is not None), None)
 
-    return Inspector(ask_node=ask_node)
+    return Inspector(hub_endpoint, ask_node=ask_node)

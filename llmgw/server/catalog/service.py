@@ -58,6 +58,11 @@ class CatalogHooks:
     inspect: Inspect
     # Ask every node to delete its copy of a source (a model removed with its files).
     remove_files: Callable[[str, Principal], Awaitable[None]]
+    # The sha256 of a source's files this control plane vouches for (its mirror's,
+    # offline), sent with each start so the node checks what it fetches against them.
+    vouched: Callable[[str], dict[str, str]] = lambda source: {}
+    # The hub a source's files are sent from (a live mirror), None: the node's own.
+    hub_for: Callable[[str], str | None] = lambda source: None
 
 
 def _provider_url(url: str) -> bool:
@@ -99,7 +104,15 @@ class ModelService:
         self.room = Room(reconciler, registry, scheduling)
         self._wake = wake
         self.dispatch = Dispatch(
-            reconciler, registry, self.models, cluster_secret, scheduling, wake, self.park
+            reconciler,
+            registry,
+            self.models,
+            cluster_secret,
+            scheduling,
+            wake,
+            self.park,
+            vouched=hooks.vouched,
+            hub_for=hooks.hub_for,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         # Bumped on every change of the catalog: the gateway rebuilds its routes.

@@ -115,6 +115,7 @@ class Leadership:
         self.clock = clock
         self.seat = seat
         self.name = seat.name
+        self.started = clock()  # this process's start, as /peer/state says it
         self.term = 0
         self.client = client
         self.work = work
@@ -488,10 +489,11 @@ class Leadership:
             "role": self.role,
             "term": self.term if self.leading else follower.term,
             "leader": info,
-            "version": __version__,
             "problem": None if self.leading else (follower.problem or None),
             "lag_seconds": None if self.leading else follower.lag(),
             "last_contact": None if self.leading else follower.last_contact,
+            "version": __version__,
+            "started": self.started,
         }
 
     def agent_addresses(self) -> list[str]:

@@ -76,6 +76,8 @@ class Membership:
                     "last_contact": contact,
                     "lag_seconds": state.get("lag_seconds") if state else None,
                     "problem": state.get("problem") if state else None,
+                    # None: not answering now, or older than llmgw's versions on the link.
+                    "version": state.get("version") if state else None,
                     "joined_at": s.joined_at,
                     "removed_at": s.removed_at,
                     "this": s.name == self.ha.name,

@@ -20,6 +20,8 @@ What goes over it, always asked by a standby of its leader:
   (so every control plane refuses it);
 - ``POST /peer/promote``: asked by ``llmgw server promote`` on the same machine, with
   that control plane's own certificate;
+- ``POST /peer/restart``: asked by the control plane running ``llmgw restart``: this one
+  answers, then starts again in place (``ControlPlane.relaunch``);
 - ``POST /peer/upgrade``: asked by the leader of a standby during ``llmgw ctl upgrade``
   (``{version, source}``): it fetches and checks the release itself, answers, and starts
   again on it (``server/upgrade/service.py``).
@@ -64,11 +66,13 @@ class PeerState(TypedDict):
     role: Role
     term: int
     leader: LeaderInfo | None
-    # The llmgw it runs.
-    version: str
     problem: str | None
     lag_seconds: float | None
     last_contact: float | None
+    # The llmgw it runs (``llmgw version --cluster``, and an upgrade's standbys).
+    version: str
+    # When this process started (epoch seconds): a later one after ``/peer/restart``.
+    started: float
 
 
 class ChangesAnswer(TypedDict):
@@ -156,7 +160,11 @@ def _error(status: int, kind: str, message: str) -> web.Response:
 PeerUpgrade = Callable[[str, str], Awaitable[JSON]]
 
 
-def peer_app(host: PeerHost, upgrade: PeerUpgrade | None = None) -> web.Application:
+def peer_app(
+    host: PeerHost,
+    relaunch: Callable[[str], None] | None = None,
+    upgrade: PeerUpgrade | None = None,
+) -> web.Application:
     @web.middleware
     async def gate(
         request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -248,6 +256,14 @@ def peer_app(host: PeerHost, upgrade: PeerUpgrade | None = None) -> web.Applicat
         except ValueError as exc:
             return _error(400, "bad_request", str(exc))
 
+    async def restart(request: web.Request) -> web.Response:
+        if relaunch is None:
+            return _error(409, "refused", f"{host.name} cannot start again in place")
+        log.info("asked to start again in place by %s (llmgw restart)", request["peer"])
+        # After this answer is on its way: the listener closes as the relaunch stops.
+        asyncio.get_running_loop().call_soon(relaunch, f"llmgw restart, via {request['peer']}")
+        return web.json_response({"name": host.name, "restarting": True})
+
     app = web.Application(middlewares=[gate], client_max_size=64 << 20)
     app.router.add_get("/peer/state", state)
     app.router.add_get("/peer/snapshot", snapshot)
@@ -258,6 +274,7 @@ def peer_app(host: PeerHost, upgrade: PeerUpgrade | None = None) -> web.Applicat
     app.router.add_post("/peer/signout", sign_out)
     app.router.add_post("/peer/promote", promote)
     app.router.add_post("/peer/upgrade", upgrade_here)
+    app.router.add_post("/peer/restart", restart)
     return app
 
 
@@ -268,9 +285,13 @@ class PeerListener:
         tls: ssl.SSLContext,
         bind: str,
         port: int,
+        *,
+        relaunch: Callable[[str], None] | None = None,
         upgrade: PeerUpgrade | None = None,
     ) -> None:
-        self.runner = web.AppRunner(peer_app(host, upgrade), access_log=None)
+        self.runner = web.AppRunner(
+            peer_app(host, relaunch=relaunch, upgrade=upgrade), access_log=None
+        )
         self.tls = tls
         self.bind = bind
         self.port = port

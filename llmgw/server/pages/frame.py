@@ -40,6 +40,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
+from llmgw.offline.mirrorfiles import MirrorFiles
 from llmgw.server import schema
 from llmgw.server.access import Access, Gate, allowed
 from llmgw.server.catalog.planner import Planner
@@ -50,6 +51,7 @@ from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.ldap.service import LdapService
+from llmgw.server.mirror import MirrorWatch
 from llmgw.server.pages import i18n
 from llmgw.server.people.devicelogin import DeviceLogins
 from llmgw.server.people.oidcflow import OidcFlow
@@ -168,6 +170,10 @@ class Services:
     signins: SignIns | None = None
     # Slurm beside llmgw (the Slurm page, a node's Slurm part); None: no Slurm page.
     slurm: SlurmService | None = None
+    # The offline mirror (offline.mirror); None: the mirror page says it is off.
+    mirror: MirrorFiles | None = None
+    # mirror.api and mirror.peers, as last asked (the mirror page).
+    mirror_watch: MirrorWatch | None = None
 
 
 @dataclass(frozen=True)

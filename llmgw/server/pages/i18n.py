@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llmgw.server.pages import peoplewords, signinwords, slurmwords
+from llmgw.server.pages import mirrorwords, peoplewords, signinwords, slurmwords
 
 LANGUAGES = {"en": "English", "tr": "Türkçe"}
 LANG_COOKIE = "llmgw_lang"
@@ -433,6 +433,7 @@ TURKISH: dict[str, str] = {
 TURKISH.update(peoplewords.TURKISH)
 TURKISH.update(signinwords.TURKISH)
 TURKISH.update(slurmwords.TURKISH)
+TURKISH.update(mirrorwords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
 

@@ -31,6 +31,7 @@ from llmgw.server.pages import (
     fabricpages,
     fleetpages,
     i18n,
+    mirrorpages,
     oidcpages,
     orgpages,
     peoplepages,
@@ -219,6 +220,7 @@ def routes(
         *fabricpages.pages(frame, services.fabrics, services.registry),
         *devicepages.pages(frame, services.device_logins),
         *(slurmpages.pages(frame, services.slurm) if services.slurm else []),
+        *mirrorpages.pages(frame, services.mirror, services.mirror_watch),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

@@ -50,7 +50,7 @@ async def open_store(config: ServerConfig, data_dir: Path) -> Store:
     if config.store.backend == "postgres":
         from llmgw.server.store.postgres import PostgresStore
 
-        pg = PostgresStore(config.store.dsn)
+        pg = PostgresStore(config.store.connection())
         await pg.open()
         return pg
     raise StoreError(

@@ -103,8 +103,10 @@ def upgrade_parts(
     registry: NodeRegistry,
     ha: Callable[[], Leadership],
     relaunch: Callable[[str], None],
-    default_source: str,
+    default_source: Callable[[], str],
 ) -> UpgradeParts:
+    """The service and its keeper; ``default_source``: where releases come from when the
+    run names none (``releases.source``, or the control plane's mirror when offline)."""
     poke: list[Callable[[], None]] = []
     service = UpgradeService(
         store, registry, LinkedPlanes(ha), relaunch, default_source, lambda: poke[0]()

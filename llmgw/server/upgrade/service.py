@@ -99,7 +99,7 @@ class UpgradeService:
         registry: NodeRegistry,
         planes: ControlPlanes,
         relaunch: Callable[[str], None],
-        default_source: str,
+        default_source: Callable[[], str],
         changed: Callable[[], None] = lambda: None,
         keys: tuple[str, ...] | None = None,
         clock: Callable[[], float] = time.time,
@@ -157,7 +157,7 @@ class UpgradeService:
             version = str(release.Version.parse(ask.version))
         except release.ReleaseError as exc:
             raise Refusal(400, "bad_request", str(exc), "version") from None
-        source = (ask.source or self.default_source).rstrip("/")
+        source = (ask.source or self.default_source()).rstrip("/")
         run = await self.load()
         if run is not None and run.state == "running":
             raise Refusal(

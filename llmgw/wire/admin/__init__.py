@@ -78,15 +78,18 @@ from llmgw.wire.admin.cluster import (
     NewKeyJson,
     NodeCountsJson,
     NodeSettingsJson,
+    NodeVersionJson,
     NvlinkCardJson,
     NvlinkJson,
     PortJson,
     RailJson,
     RailMissJson,
+    ReleaseJson,
     RoceNetworkJson,
     RotatedTokenJson,
     ServerJson,
     ServerRemovedJson,
+    ServerVersionJson,
     ServingJson,
     SettingsChangeJson,
     SettingsJson,
@@ -98,6 +101,7 @@ from llmgw.wire.admin.cluster import (
     UsageJson,
     UsageSumJson,
     VersionJson,
+    VersionsJson,
     WantedEngineJson,
 )
 from llmgw.wire.admin.nodes import (
@@ -131,6 +135,13 @@ from llmgw.wire.admin.people import (
     ProjectJson,
     TeamJson,
 )
+from llmgw.wire.admin.restart import (
+    RestartAgentJson,
+    RestartJson,
+    RestartPlaneJson,
+    RestartStage,
+    RestartStep,
+)
 from llmgw.wire.admin.signin import GroupMapJson, OidcJson, OidcKind
 from llmgw.wire.admin.slurm import (
     SlurmFilesJson,
@@ -141,6 +152,11 @@ from llmgw.wire.admin.slurm import (
 )
 
 __all__ = [
+    "RestartAgentJson",
+    "RestartJson",
+    "RestartPlaneJson",
+    "RestartStage",
+    "RestartStep",
     "SlurmFilesJson",
     "SlurmJobJson",
     "SlurmJson",
@@ -210,6 +226,7 @@ __all__ = [
     "NodeFailedJson",
     "NodeJson",
     "NodeSettingsJson",
+    "NodeVersionJson",
     "NvlinkCardJson",
     "NvlinkJson",
     "PlanCardJson",
@@ -222,11 +239,13 @@ __all__ = [
     "ProfileStatusJson",
     "RailJson",
     "RailMissJson",
+    "ReleaseJson",
     "ReplicaJson",
     "RoceNetworkJson",
     "RotatedTokenJson",
     "ServerJson",
     "ServerRemovedJson",
+    "ServerVersionJson",
     "ServingJson",
     "SettingJson",
     "SettingValueJson",
@@ -246,6 +265,7 @@ __all__ = [
     "UsageSumJson",
     "VerdictJson",
     "VersionJson",
+    "VersionsJson",
     "VitalsJson",
     "WantedEngineJson",
     "WeightsEntry",

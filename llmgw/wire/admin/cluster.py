@@ -174,9 +174,45 @@ class ServerJson(TypedDict):
     last_contact: float | None
     lag_seconds: float | None
     problem: str | None
+    version: str | None  # the llmgw it runs; null when it does not answer now
     joined_at: float
     removed_at: float | None
     this: bool
+
+
+class ServerVersionJson(TypedDict):
+    """A control plane in ``GET /api/v1/versions``."""
+
+    name: str
+    role: str | None  # leader, standby; null when it does not answer now
+    version: str | None  # null when it does not answer now
+    answers: bool
+    this: bool
+
+
+class NodeVersionJson(TypedDict):
+    """An agent in ``GET /api/v1/versions``."""
+
+    id: str
+    version: str | None  # null until it has registered
+    connected: bool
+
+
+class VersionsJson(TypedDict):
+    """``GET /api/v1/versions``: the llmgw every process of the cluster runs, as the
+    control plane asked knows it (``llmgw version --cluster``)."""
+
+    version: str  # the control plane that answered
+    servers: list[ServerVersionJson]
+    nodes: list[NodeVersionJson]
+
+
+class ReleaseJson(TypedDict):
+    """``GET /api/v1/release``: the llmgw release this cluster installs on a new machine
+    (``node add``, ``server add``) and where it comes from (GitHub's release layout)."""
+
+    version: str
+    source: str
 
 
 class ServerRemovedJson(TypedDict):

@@ -398,6 +398,8 @@ READS: list[Ask] = [
     ("USAGE_SUMS", (), {"since": "2025-03-01", "by": "org"}),
     ("ENERGY", (), None),
     ("SERVERS", (), None),
+    ("VERSIONS", (), None),
+    ("RELEASE", (), None),
     ("SETTINGS", (), None),
     ("NODE_SETTINGS", (), {"node": "gpu-1"}),
     ("SETTING", (), {"key": "discovery.slow_interval"}),
@@ -408,6 +410,7 @@ READS: list[Ask] = [
     ("FIREWALL_HISTORY", (), None),
     ("SLURM", (), None),
     ("SLURM_CONF", (), None),
+    ("RESTART_STATUS", (), None),
     ("FABRICS", (), None),
     ("FABRIC_MAP", (SM_GUID,), None),
     ("NVLINK", (), None),
@@ -460,6 +463,9 @@ CHANGES: list[Ask] = [
     ("CHANGE_PERSON", ("carol",), {"name": "Carol"}),
     ("CREATE_TEAM", ("default",), {"name": "ml"}),
     ("SET_MEMBER", ("default",), {"person": "carol", "role": "manager", "team": "ml"}),
+    # Its nodes do not answer restart (named as skipped); this control plane's own
+    # relaunch only sets its stopping.
+    ("RESTART", (), None),
     # Last: the token this client holds is refused from then on (it takes the new one).
     ("ROTATE_ADMIN_TOKEN", (), None),
 ]

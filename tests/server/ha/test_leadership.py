@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from llmgw import __version__
 from llmgw.server.ha import lease as lease_module
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING
 from llmgw.server.ha.joining import Admission
@@ -580,6 +581,15 @@ async def test_a_control_plane_that_stops_answering_is_listed_as_not_answering(
     assert listed["cp-b"]["answers"] and listed["cp-b"]["last_contact"] == clock.now
     assert listed["cp-a"]["this"] and listed["cp-a"]["role"] == "leader"
     assert members(a).counts() == {"total": 2, "answering": 2}
+    # Each one's llmgw as it says it; one too old to say it is not guessed at.
+    assert listed["cp-a"]["version"] == __version__ == a.ha.state()["version"]
+    assert listed["cp-b"]["version"] is None
+    peers.states[SEATS["cp-b"].peer_address]["version"] = "9.9.9"
+    await a.ha.look()
+    assert {s["name"]: s["version"] for s in members(a).listing()} == {
+        "cp-a": __version__,
+        "cp-b": "9.9.9",
+    }
 
     del peers.states[SEATS["cp-b"].peer_address]
     clock.advance(3 * WATCH)

@@ -1,0 +1,125 @@
+"""``llmgw service`` where systemd runs: ``systemctl`` asked for each unit's state and
+told to start, stop or restart it.
+
+This machine runs no systemd (no /run/systemd/system, no system bus), so the test points
+the module's check at a folder of its own and puts a stand-in ``systemctl`` first on
+PATH: it records its argv and answers ``show`` and ``is-active`` as systemd does (a
+unit it has: ``LoadState=loaded``, ``ActiveState``, ``MainPID``; one it has not:
+``LoadState=not-found``, ``MainPID=0``). The nohup installs' path runs for real in
+tests/e2e/test_service.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from llmgw import cli
+from llmgw.client import service
+
+SYSTEMCTL = """#!/bin/sh
+echo "$@" >> {log}
+unit=""
+for a in "$@"; do case "$a" in *.service) unit="$a";; esac; done
+state=$(cat {units}/"$unit" 2>/dev/null)
+case "$1" in
+  show)
+    if [ -z "$state" ]; then
+      printf 'MainPID=0\\nLoadState=not-found\\nActiveState=inactive\\n'
+    elif [ "$state" = active ]; then
+      printf 'MainPID=%s\\nLoadState=loaded\\nActiveState=active\\n' {pid}
+    else
+      printf 'MainPID=0\\nLoadState=loaded\\nActiveState=%s\\n' "$state"
+    fi ;;
+  is-active) echo "${{state:-inactive}}"; [ "$state" = active ] ;;
+  start|restart) [ -n "$state" ] || {{ echo "Unit $unit not found." >&2; exit 5; }}
+    echo active > {units}/"$unit" ;;
+  stop) [ -z "$state" ] || echo inactive > {units}/"$unit" ;;
+esac
+"""
+
+
+@pytest.fixture
+def systemd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    runs = tmp_path / "run-systemd-system"
+    runs.mkdir()
+    monkeypatch.setattr(service, "SYSTEMD_RUNS", runs)
+    bin_dir, units, log = tmp_path / "bin", tmp_path / "units", tmp_path / "systemctl.argv"
+    bin_dir.mkdir()
+    units.mkdir()
+    tool = bin_dir / "systemctl"
+    # Its MainPID is this test's own process: a live pid, whose start psutil reads.
+    tool.write_text(SYSTEMCTL.format(log=log, units=units, pid=os.getpid()))
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return units, log
+
+
+def shown(capsys: pytest.CaptureFixture[str], *argv: str) -> list[dict[str, object]]:
+    assert cli.main(["service", *argv, "--json"]) == 0
+    out: list[dict[str, object]] = json.loads(capsys.readouterr().out)
+    return out
+
+
+def test_status_says_each_unit_of_this_machine(
+    systemd: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    units, _ = systemd
+    (units / "llmgw-agent.service").write_text("active\n")
+    rows = {r["role"]: r for r in shown(capsys, "status")}
+    agent, server = rows["agent"], rows["server"]
+    assert (agent["unit"], agent["manager"], agent["state"]) == (
+        "llmgw-agent.service",
+        "systemd",
+        "active",
+    )
+    assert agent["pid"] == os.getpid() and isinstance(agent["since"], float)
+    assert agent["log"] == "journalctl -u llmgw-agent.service"
+    assert (server["state"], server["pid"], server["since"]) == ("absent", None, None)
+
+
+def test_stop_start_restart_ask_systemctl_for_the_units_installed(
+    systemd: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    units, log = systemd
+    (units / "llmgw-agent.service").write_text("active\n")
+    (units / "llmgw-server.service").write_text("active\n")
+    assert {r["state"] for r in shown(capsys, "stop")} == {"inactive"}
+    assert [r["state"] for r in shown(capsys, "start", "--role", "agent")] == ["active"]
+    assert [r["state"] for r in shown(capsys, "restart", "--role", "server")] == ["active"]
+    asked = [line for line in log.read_text().splitlines() if not line.startswith("show")]
+    # The agent stopped before its control plane; each unit by its name.
+    assert asked == [
+        "stop llmgw-agent.service",
+        "stop llmgw-server.service",
+        "start llmgw-agent.service",
+        "restart llmgw-server.service",
+    ]
+
+
+def test_nothing_installed_is_said_with_what_installs_it(
+    systemd: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, log = systemd
+    assert cli.main(["service", "restart", "--role", "agent"]) == 1
+    said = capsys.readouterr().err
+    assert "no llmgw agent is installed here (systemd)" in said and "node add" in said
+    assert not [line for line in log.read_text().splitlines() if not line.startswith("show")]
+
+
+def test_a_failing_systemctl_is_said(
+    systemd: tuple[Path, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    units, _ = systemd
+    (units / "llmgw-agent.service").write_text("failed\n")
+    tool = tmp_path / "bin" / "systemctl"
+    # A start that systemd refuses (polkit, a broken unit): its words come back.
+    tool.write_text(
+        tool.read_text().replace(
+            "  start|restart)", '  start) echo "Access denied" >&2; exit 4 ;;\n  restart)'
+        )
+    )
+    assert cli.main(["service", "start", "--role", "agent"]) == 1
+    assert "systemctl start llmgw-agent.service: Access denied" in capsys.readouterr().err
