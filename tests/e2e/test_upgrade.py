@@ -252,6 +252,9 @@ def test_an_upgrade_under_load_fails_no_request_and_keeps_every_engine(world: Wo
         assert digest(here.with_name(f"llmgw-{V1}.pyz")) == digest(world.v1)
     run = a.api("/api/v1/upgrade")
     assert run["state"] == "done" and run["error"] is None
+    status = world.upgrade("status")
+    assert status.returncode == 0 and f"Upgrade to {V2}" in status.stdout
+    assert f"{V2} from {world.source} (by admin" in status.stdout
     assert [(s["kind"], s["target"], s["state"]) for s in run["steps"]] == [
         ("control-plane", "cp-a", "done"),
         ("control-plane", "cp-b", "done"),
