@@ -18,7 +18,7 @@ from llmgw.client import Client, Subcommands
 from llmgw.client.admin import AdminClient, AdminError
 from llmgw.client.ctl_engines import json_and_client_options
 from llmgw.client.tables import DASH, render
-from llmgw.wire.admin.upgrade import UpgradeJson
+from llmgw.wire.admin import UpgradeJson
 
 PATH = "/api/v1/upgrade"
 POLL = 1.0

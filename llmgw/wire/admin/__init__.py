@@ -150,8 +150,11 @@ from llmgw.wire.admin.slurm import (
     SlurmNodeJson,
     SlurmPolicyJson,
 )
+from llmgw.wire.admin.upgrade import UpgradeJson, UpgradeStepJson
 
 __all__ = [
+    "UpgradeJson",
+    "UpgradeStepJson",
     "RestartAgentJson",
     "RestartJson",
     "RestartPlaneJson",
