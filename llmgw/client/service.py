@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,8 @@ Manager = Literal["systemd", "nohup"]
 SYSTEMD_RUNS = Path("/run/systemd/system")
 # The nohup'd agent gets as long to stop as node add gives it; the control plane longer.
 AGENT_STOP_TENTHS = 50
+# How long a started process may take to be llmgw (the shell forks, then execs it).
+START_WAIT = 10.0
 # Started last and stopped first: an agent without its control plane only waits.
 ORDER: tuple[Role, ...] = ("server", "agent")
 
@@ -183,6 +186,16 @@ def act(unit: Unit, action: str, systemd: bool) -> None:
         unit.prefix, False, unit.unit_name, unit.unit_path, unit.role, unit.argv, unit.tenths
     )
     _shell(script, f"starting the {unit.role}")
+    # The shell has forked the process but it may not have become llmgw yet (the fork is
+    # a shell until nohup and python3 exec): said started only once it is.
+    deadline = time.monotonic() + START_WAIT
+    while status_of(unit, systemd=False)["state"] != "active":
+        if time.monotonic() > deadline:
+            raise UsageError(
+                f"the {unit.role} did not start within {START_WAIT:.0f}s: see "
+                f"{unit.prefix}/{unit.role}.log"
+            )
+        time.sleep(0.1)
 
 
 def line(u: UnitJson) -> str:
