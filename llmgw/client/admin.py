@@ -6,9 +6,9 @@ It finds the control plane the way an operator expects: ``--server/--token`` fir
 (``credentials.py``), then, on the control plane machine, the data dir's admin token.
 Synchronous and stdlib-only on purpose: a command line makes one call and exits.
 
-Each route it calls is a ``Route``: its method, its path, and the shape of its answer
-(``llmgw.wire.admin``); ``Route.read`` is the one place a decoded answer becomes that
-shape. The server's answers are held to the same shapes by a test
+Each route it calls is a ``Route`` (``routes.py``): its method, its path, and the shape
+of its answer (``llmgw.wire.admin``); ``Route.read`` is the one place a decoded answer
+becomes that shape. The server's answers are held to the same shapes by a test
 (tests/server/api/test_answer_shapes.py), so what the callers read is checked both ways.
 """
 
@@ -18,13 +18,13 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar, cast
-from urllib.parse import quote, urlencode
 
 from llmgw.client import credentials
+from llmgw.client import routes as r
+from llmgw.client.routes import Body, Query, Route, T
 from llmgw.config import (
     ConfigError,
     ServerConfig,
@@ -37,7 +37,6 @@ from llmgw.wire.admin import (
     AdapterJson,
     AuditEntryJson,
     Collected,
-    DemandJson,
     DeviceCodeJson,
     DeviceTokenJson,
     EnergyJson,
@@ -83,140 +82,12 @@ from llmgw.wire.admin import (
     StatusJson,
     TeamJson,
     TokenJson,
+    UpgradeJson,
     UsageJson,
     UsageSumJson,
     VersionsJson,
     WeightsEntry,
 )
-
-T = TypeVar("T")
-# A request's body: what ``json.dumps`` writes.
-Body = Mapping[str, object]
-# A query's parameters, as ``urlencode`` takes them.
-Query = Mapping[str, str | int | float]
-
-
-@dataclass(frozen=True)
-class Route(Generic[T]):
-    """A route of the admin API: its method, its path (``{}`` for each part the caller
-    names, quoted) and ``T``, the shape of what it answers."""
-
-    method: str
-    path: str
-
-    def at(self, *parts: str, query: Query | None = None) -> str:
-        path = self.path.format(*(quote(part, safe="") for part in parts))
-        return f"{path}?{urlencode(query)}" if query else path
-
-    def read(self, answer: object) -> T:
-        """A decoded answer as this route's shape. The one cast of the client: the
-        server is held to the same shapes by tests/server/api/test_answer_shapes.py."""
-        return cast(T, answer)
-
-
-# --- the routes, by resource; each named for what it answers or does
-
-STATUS: Route[StatusJson] = Route("GET", "/api/v1/status")
-NODES: Route[list[NodeJson]] = Route("GET", "/api/v1/nodes")
-NODE: Route[NodeJson] = Route("GET", "/api/v1/nodes/{}")
-HISTORY: Route[HistoryJson] = Route("GET", "/api/v1/nodes/{}/history")
-LOGS: Route[list[str]] = Route("GET", "/api/v1/nodes/{}/logs")
-LOG_BATCH: Route[LogBatch] = Route("GET", "/api/v1/nodes/{}/logs")
-MARK: Route[NodeJson] = Route("POST", "/api/v1/nodes/{}/{}")
-START_SHARD: Route[ShardAskedJson] = Route("POST", "/api/v1/nodes/{}/shards")
-STOP_SHARD: Route[ShardAskedJson] = Route("DELETE", "/api/v1/nodes/{}/shards/{}")
-REPLICAS: Route[list[ReplicaJson]] = Route("GET", "/api/v1/replicas")
-WEIGHTS: Route[list[WeightsEntry]] = Route("GET", "/api/v1/weights")
-COLLECT: Route[list[Collected]] = Route("POST", "/api/v1/weights/collect")
-TOKEN: Route[TokenJson] = Route("POST", "/api/v1/tokens")
-
-MODELS: Route[list[ModelJson]] = Route("GET", "/api/v1/models")
-MODEL: Route[ModelJson] = Route("GET", "/api/v1/models/{}")
-SERVE: Route[ModelJson] = Route("POST", "/api/v1/models")
-EXTERNAL: Route[ModelJson] = Route("POST", "/api/v1/models/external")
-# stop, start, restart, context, gpus, replicas: each answers the model as it now is.
-CHANGE_MODEL: Route[ModelJson] = Route("POST", "/api/v1/models/{}/{}")
-REMOVE_MODEL: Route[ModelRemovedJson] = Route("DELETE", "/api/v1/models/{}")
-DEMAND: Route[DemandJson] = Route("POST", "/api/v1/models/{}/demand")
-EXPLAIN: Route[list[ExplainJson]] = Route("GET", "/api/v1/models/{}/explain")
-ADAPTERS: Route[list[AdapterJson]] = Route("GET", "/api/v1/models/{}/adapters")
-ADD_ADAPTER: Route[list[AdapterJson]] = Route("POST", "/api/v1/models/{}/adapters")
-REMOVE_ADAPTER: Route[list[AdapterJson]] = Route("DELETE", "/api/v1/models/{}/adapters/{}")
-PLAN: Route[PlanJson] = Route("GET", "/api/v1/plan")
-
-KEYS: Route[list[KeyJson]] = Route("GET", "/api/v1/keys")
-KEY: Route[KeyJson] = Route("GET", "/api/v1/keys/{}")
-CREATE_KEY: Route[NewKeyJson] = Route("POST", "/api/v1/keys")
-UPDATE_KEY: Route[KeyJson] = Route("POST", "/api/v1/keys/{}")
-REVOKE_KEY: Route[KeyJson] = Route("DELETE", "/api/v1/keys/{}")
-SERVING: Route[ServingJson] = Route("POST", "/api/v1/serving")
-USAGE: Route[list[UsageJson]] = Route("GET", "/api/v1/usage")
-USAGE_SUMS: Route[list[UsageSumJson]] = Route("GET", "/api/v1/usage")
-ENERGY: Route[list[EnergyJson]] = Route("GET", "/api/v1/energy")
-ROTATE_ADMIN_TOKEN: Route[RotatedTokenJson] = Route("POST", "/api/v1/admin-token/rotate")
-
-SERVERS: Route[list[ServerJson]] = Route("GET", "/api/v1/servers")
-VERSIONS: Route[VersionsJson] = Route("GET", "/api/v1/versions")
-RELEASE: Route[ReleaseJson] = Route("GET", "/api/v1/release")
-SERVER_TOKEN: Route[TokenJson] = Route("POST", "/api/v1/servers/tokens")
-REMOVE_SERVER: Route[ServerRemovedJson] = Route("DELETE", "/api/v1/servers/{}")
-
-SETTINGS: Route[SettingsJson] = Route("GET", "/api/v1/config")
-NODE_SETTINGS: Route[NodeSettingsJson] = Route("GET", "/api/v1/config")
-SETTING: Route[SettingValueJson] = Route("GET", "/api/v1/config")
-SET_SETTING: Route[SettingsJson] = Route("POST", "/api/v1/config")
-SETTINGS_HISTORY: Route[list[SettingsChangeJson]] = Route("GET", "/api/v1/config/history")
-ENGINES: Route[EnginesJson] = Route("GET", "/api/v1/engines")
-SET_ENGINE: Route[EnginesJson] = Route("POST", "/api/v1/engines")
-ENGINE_BUILD: Route[EnginesJson] = Route("POST", "/api/v1/nodes/{}/engine-build")
-ENGINES_HISTORY: Route[list[EngineChangeJson]] = Route("GET", "/api/v1/engines/history")
-FIREWALL: Route[FirewallJson] = Route("GET", "/api/v1/firewall")
-SET_FIREWALL: Route[FirewallJson] = Route("POST", "/api/v1/firewall")
-FIREWALL_HISTORY: Route[list[FirewallChangeJson]] = Route("GET", "/api/v1/firewall/history")
-SLURM: Route[SlurmJson] = Route("GET", "/api/v1/slurm")
-SLURM_CONF: Route[SlurmFilesJson] = Route("GET", "/api/v1/slurm/conf")
-SLURM_SETUP: Route[SlurmJson] = Route("POST", "/api/v1/slurm/setup")
-SLURM_LEND: Route[SlurmJson] = Route("POST", "/api/v1/slurm/lend")
-SLURM_RECLAIM: Route[SlurmJson] = Route("POST", "/api/v1/slurm/reclaim")
-SLURM_OFF: Route[SlurmJson] = Route("POST", "/api/v1/slurm/off")
-SLURM_POLICY: Route[SlurmJson] = Route("POST", "/api/v1/slurm/policy")
-
-RESTART: Route[RestartJson] = Route("POST", "/api/v1/restart")
-RESTART_STATUS: Route[RestartJson] = Route("GET", "/api/v1/restart")
-
-ME: Route[MeJson] = Route("GET", "/api/v1/me")
-PEOPLE: Route[list[PersonJson]] = Route("GET", "/api/v1/people")
-PERSON: Route[PersonJson] = Route("GET", "/api/v1/people/{}")
-CREATE_PERSON: Route[PersonJson] = Route("POST", "/api/v1/people")
-CHANGE_PERSON: Route[PersonJson] = Route("POST", "/api/v1/people/{}")
-PERSON_TOKENS: Route[list[PersonTokenJson]] = Route("GET", "/api/v1/people/{}/tokens")
-CREATE_PERSON_TOKEN: Route[NewPersonTokenJson] = Route("POST", "/api/v1/people/{}/tokens")
-REVOKE_PERSON_TOKEN: Route[PersonTokenJson] = Route("DELETE", "/api/v1/people/{}/tokens/{}")
-ORGS: Route[list[OrgJson]] = Route("GET", "/api/v1/orgs")
-ORG: Route[OrgJson] = Route("GET", "/api/v1/orgs/{}")
-CREATE_ORG: Route[OrgJson] = Route("POST", "/api/v1/orgs")
-RENAME_ORG: Route[OrgJson] = Route("POST", "/api/v1/orgs/{}")
-REMOVE_ORG: Route[OrgJson] = Route("DELETE", "/api/v1/orgs/{}")
-TEAMS: Route[list[TeamJson]] = Route("GET", "/api/v1/orgs/{}/teams")
-CREATE_TEAM: Route[TeamJson] = Route("POST", "/api/v1/orgs/{}/teams")
-REMOVE_TEAM: Route[TeamJson] = Route("DELETE", "/api/v1/orgs/{}/teams/{}")
-PROJECTS: Route[list[ProjectJson]] = Route("GET", "/api/v1/orgs/{}/projects")
-CREATE_PROJECT: Route[ProjectJson] = Route("POST", "/api/v1/orgs/{}/projects")
-REMOVE_PROJECT: Route[ProjectJson] = Route("DELETE", "/api/v1/orgs/{}/projects/{}")
-MEMBERS: Route[list[MembershipJson]] = Route("GET", "/api/v1/orgs/{}/members")
-SET_MEMBER: Route[MembershipJson] = Route("POST", "/api/v1/orgs/{}/members")
-REMOVE_MEMBER: Route[MembershipJson] = Route("DELETE", "/api/v1/orgs/{}/members/{}")
-ORG_LIMITS: Route[LimitsJson] = Route("POST", "/api/v1/orgs/{}/limits")
-TEAM_LIMITS: Route[LimitsJson] = Route("POST", "/api/v1/orgs/{}/teams/{}/limits")
-PROJECT_LIMITS: Route[LimitsJson] = Route("POST", "/api/v1/orgs/{}/projects/{}/limits")
-AUDIT: Route[list[AuditEntryJson]] = Route("GET", "/api/v1/audit")
-DEVICE_LOGIN: Route[DeviceCodeJson] = Route("POST", "/api/v1/login/device")
-DEVICE_TOKEN: Route[DeviceTokenJson] = Route("POST", "/api/v1/login/device/token")
-
-FABRICS: Route[FabricsJson] = Route("GET", "/api/v1/fabrics")
-FABRIC_MAP: Route[FabricMapJson] = Route("GET", "/api/v1/fabrics/{}/topology")
-FABRIC_TEST: Route[FabricTestJson] = Route("POST", "/api/v1/fabric-tests")
-NVLINK: Route[NvlinkJson] = Route("GET", "/api/v1/nvlink")
 
 
 class AdminError(RuntimeError):
@@ -300,310 +171,318 @@ class AdminClient:
     # --- the cluster, its nodes and what runs on them
 
     def status(self) -> StatusJson:
-        return self.call(STATUS)
+        return self.call(r.STATUS)
 
     def nodes(self) -> list[NodeJson]:
-        return self.call(NODES)
+        return self.call(r.NODES)
 
     def node(self, node_id: str) -> NodeJson:
-        return self.call(NODE, node_id)
+        return self.call(r.NODE, node_id)
 
     def history(self, node_id: str, minutes: float = 60) -> HistoryJson:
-        return self.call(HISTORY, node_id, query={"minutes": f"{minutes:g}"})
+        return self.call(r.HISTORY, node_id, query={"minutes": f"{minutes:g}"})
 
     def logs(self, node_id: str, source: str, n: int) -> list[str]:
         """The last ``n`` lines of the node's agent log (``source`` agent) or a shard's."""
-        return self.call(LOGS, node_id, query={"source": source, "n": n})
+        return self.call(r.LOGS, node_id, query={"source": source, "n": n})
 
     def follow_logs(self, node_id: str, source: str, n: int) -> Iterator[LogBatch]:
         """The last ``n`` lines, then each batch as it comes, until the node ends it."""
         query: Query = {"source": source, "n": n, "follow": "1"}
-        for batch in self.stream(LOG_BATCH.at(node_id, query=query)):
-            yield LOG_BATCH.read(batch)
+        for batch in self.stream(r.LOG_BATCH.at(node_id, query=query)):
+            yield r.LOG_BATCH.read(batch)
 
     def mark(self, node_id: str, action: str, body: Body | None = None) -> NodeJson:
         """cordon, uncordon, drain, or labels (``{"set": {...}, "remove": [...]}``)."""
-        return self.call(MARK, node_id, action, body=body)
+        return self.call(r.MARK, node_id, action, body=body)
 
     def start_shard(self, node_id: str, body: Body) -> ShardAskedJson:
-        return self.call(START_SHARD, node_id, body=body)
+        return self.call(r.START_SHARD, node_id, body=body)
 
     def stop_shard(self, node_id: str, replica_id: str) -> ShardAskedJson:
-        return self.call(STOP_SHARD, node_id, replica_id)
+        return self.call(r.STOP_SHARD, node_id, replica_id)
 
     def replicas(self) -> list[ReplicaJson]:
-        return self.call(REPLICAS)
+        return self.call(r.REPLICAS)
 
     def weights(self, node: str | None = None) -> list[WeightsEntry]:
-        return self.call(WEIGHTS, query={"node": node} if node else None)
+        return self.call(r.WEIGHTS, query={"node": node} if node else None)
 
     def collect(self, node: str | None = None) -> list[Collected]:
-        return self.call(COLLECT, body={"node": node} if node else {})
+        return self.call(r.COLLECT, body={"node": node} if node else {})
 
     def node_token(self, ttl_seconds: int) -> TokenJson:
-        return self.call(TOKEN, body={"ttl_seconds": ttl_seconds})
+        return self.call(r.TOKEN, body={"ttl_seconds": ttl_seconds})
 
     # --- the catalog
 
     def models(self) -> list[ModelJson]:
-        return self.call(MODELS)
+        return self.call(r.MODELS)
 
     def model(self, name: str) -> ModelJson:
-        return self.call(MODEL, name)
+        return self.call(r.MODEL, name)
 
     def serve(self, body: Body) -> ModelJson:
-        return self.call(SERVE, body=body)
+        return self.call(r.SERVE, body=body)
 
     def add_external(self, body: Body) -> ModelJson:
-        return self.call(EXTERNAL, body=body)
+        return self.call(r.EXTERNAL, body=body)
 
     def change_model(self, name: str, change: str, body: Body | None = None) -> ModelJson:
         """stop, start, restart, context, gpus or replicas: the model as it now is."""
-        return self.call(CHANGE_MODEL, name, change, body=body)
+        return self.call(r.CHANGE_MODEL, name, change, body=body)
 
     def remove_model(self, name: str, with_files: bool = False) -> ModelRemovedJson:
-        return self.call(REMOVE_MODEL, name, query={"with_files": 1} if with_files else None)
+        return self.call(r.REMOVE_MODEL, name, query={"with_files": 1} if with_files else None)
 
     def explain(self, name: str) -> list[ExplainJson]:
-        return self.call(EXPLAIN, name)
+        return self.call(r.EXPLAIN, name)
 
     def adapters(self, model: str) -> list[AdapterJson]:
-        return self.call(ADAPTERS, model)
+        return self.call(r.ADAPTERS, model)
 
     def add_adapter(self, model: str, body: Body) -> list[AdapterJson]:
-        return self.call(ADD_ADAPTER, model, body=body)
+        return self.call(r.ADD_ADAPTER, model, body=body)
 
     def remove_adapter(self, model: str, adapter: str) -> list[AdapterJson]:
-        return self.call(REMOVE_ADAPTER, model, adapter)
+        return self.call(r.REMOVE_ADAPTER, model, adapter)
 
     def plan(self, query: Query) -> PlanJson:
-        return self.call(PLAN, query=query)
+        return self.call(r.PLAN, query=query)
 
     # --- the gateway's keys, usage and serving switch
 
     def keys(self) -> list[KeyJson]:
-        return self.call(KEYS)
+        return self.call(r.KEYS)
 
     def key(self, key_id: str) -> KeyJson:
-        return self.call(KEY, key_id)
+        return self.call(r.KEY, key_id)
 
     def create_key(self, body: Body) -> NewKeyJson:
-        return self.call(CREATE_KEY, body=body)
+        return self.call(r.CREATE_KEY, body=body)
 
     def update_key(self, key_id: str, body: Body) -> KeyJson:
-        return self.call(UPDATE_KEY, key_id, body=body)
+        return self.call(r.UPDATE_KEY, key_id, body=body)
 
     def revoke_key(self, key_id: str) -> KeyJson:
-        return self.call(REVOKE_KEY, key_id)
+        return self.call(r.REVOKE_KEY, key_id)
 
     def set_serving(self, stopped: bool) -> ServingJson:
-        return self.call(SERVING, body={"stopped": stopped})
+        return self.call(r.SERVING, body={"stopped": stopped})
 
     def usage(self, query: Query) -> list[UsageJson]:
-        return self.call(USAGE, query=query)
+        return self.call(r.USAGE, query=query)
 
     def usage_sums(self, query: Query) -> list[UsageSumJson]:
         """Usage summed per org, team, project, key or person (``by`` in the query)."""
-        return self.call(USAGE_SUMS, query=query)
+        return self.call(r.USAGE_SUMS, query=query)
 
     def energy(self) -> list[EnergyJson]:
-        return self.call(ENERGY)
+        return self.call(r.ENERGY)
 
     def rotate_admin_token(self) -> RotatedTokenJson:
         """A new admin token, answered this once; the old one ends everywhere."""
-        return self.call(ROTATE_ADMIN_TOKEN)
+        return self.call(r.ROTATE_ADMIN_TOKEN)
 
     # --- control planes
 
     def servers(self) -> list[ServerJson]:
-        return self.call(SERVERS)
+        return self.call(r.SERVERS)
 
     def server_token(self, ttl_seconds: int) -> TokenJson:
-        return self.call(SERVER_TOKEN, body={"ttl_seconds": ttl_seconds})
+        return self.call(r.SERVER_TOKEN, body={"ttl_seconds": ttl_seconds})
 
     def remove_server(self, name: str) -> ServerRemovedJson:
-        return self.call(REMOVE_SERVER, name)
+        return self.call(r.REMOVE_SERVER, name)
 
     def versions(self) -> VersionsJson:
         """The llmgw every control plane and agent runs."""
-        return self.call(VERSIONS)
+        return self.call(r.VERSIONS)
 
     def release(self) -> ReleaseJson:
         """The release a new node or control plane gets, and its source."""
-        return self.call(RELEASE)
+        return self.call(r.RELEASE)
 
     # --- the agents' settings and the fleet's engines
 
     def settings(self) -> SettingsJson:
-        return self.call(SETTINGS)
+        return self.call(r.SETTINGS)
 
     def node_settings(self, node: str) -> NodeSettingsJson:
-        return self.call(NODE_SETTINGS, query={"node": node})
+        return self.call(r.NODE_SETTINGS, query={"node": node})
 
     def setting(self, key: str, node: str | None = None) -> SettingValueJson:
-        return self.call(SETTING, query={"key": key, "node": node} if node else {"key": key})
+        return self.call(r.SETTING, query={"key": key, "node": node} if node else {"key": key})
 
     def set_setting(self, body: Body) -> SettingsJson:
-        return self.call(SET_SETTING, body=body)
+        return self.call(r.SET_SETTING, body=body)
 
     def settings_history(self) -> list[SettingsChangeJson]:
-        return self.call(SETTINGS_HISTORY)
+        return self.call(r.SETTINGS_HISTORY)
 
     def engines(self) -> EnginesJson:
-        return self.call(ENGINES)
+        return self.call(r.ENGINES)
 
     def set_engine(self, body: Body) -> EnginesJson:
-        return self.call(SET_ENGINE, body=body)
+        return self.call(r.SET_ENGINE, body=body)
 
     def engine_build(self, node_id: str, build: str) -> EnginesJson:
-        return self.call(ENGINE_BUILD, node_id, body={"build": build})
+        return self.call(r.ENGINE_BUILD, node_id, body={"build": build})
 
     def engines_history(self) -> list[EngineChangeJson]:
-        return self.call(ENGINES_HISTORY)
+        return self.call(r.ENGINES_HISTORY)
 
     def firewall(self) -> FirewallJson:
-        return self.call(FIREWALL)
+        return self.call(r.FIREWALL)
 
     def set_firewall(self, body: Body) -> FirewallJson:
-        return self.call(SET_FIREWALL, body=body)
+        return self.call(r.SET_FIREWALL, body=body)
 
     def firewall_history(self) -> list[FirewallChangeJson]:
-        return self.call(FIREWALL_HISTORY)
+        return self.call(r.FIREWALL_HISTORY)
 
     # --- Slurm beside llmgw
 
     def slurm(self) -> SlurmJson:
-        return self.call(SLURM)
+        return self.call(r.SLURM)
 
     def slurm_conf(self) -> SlurmFilesJson:
-        return self.call(SLURM_CONF)
+        return self.call(r.SLURM_CONF)
 
     def slurm_setup(self, body: Body) -> SlurmJson:
-        return self.call(SLURM_SETUP, body=body)
+        return self.call(r.SLURM_SETUP, body=body)
 
     def slurm_lend(self, nodes: list[str]) -> SlurmJson:
-        return self.call(SLURM_LEND, body={"nodes": nodes})
+        return self.call(r.SLURM_LEND, body={"nodes": nodes})
 
     def slurm_reclaim(self, nodes: list[str]) -> SlurmJson:
-        return self.call(SLURM_RECLAIM, body={"nodes": nodes})
+        return self.call(r.SLURM_RECLAIM, body={"nodes": nodes})
 
     def slurm_off(self, now: bool) -> SlurmJson:
-        return self.call(SLURM_OFF, body={"now": now})
+        return self.call(r.SLURM_OFF, body={"now": now})
 
     def slurm_policy(self, body: Body) -> SlurmJson:
-        return self.call(SLURM_POLICY, body=body)
+        return self.call(r.SLURM_POLICY, body=body)
 
     # --- llmgw restart
 
     def restart(self) -> RestartJson:
-        return self.call(RESTART)
+        return self.call(r.RESTART)
 
     def restart_status(self) -> RestartJson:
-        return self.call(RESTART_STATUS)
+        return self.call(r.RESTART_STATUS)
+
+    # --- llmgw ctl upgrade
+
+    def upgrade(self, body: Body) -> UpgradeJson:
+        return self.call(r.UPGRADE, body=body)
+
+    def upgrade_status(self) -> UpgradeJson:
+        return self.call(r.UPGRADE_STATUS)
 
     # --- people, their tokens, organisations and the audit log
 
     def me(self) -> MeJson:
-        return self.call(ME)
+        return self.call(r.ME)
 
     def people(self) -> list[PersonJson]:
-        return self.call(PEOPLE)
+        return self.call(r.PEOPLE)
 
     def person(self, ref: str) -> PersonJson:
-        return self.call(PERSON, ref)
+        return self.call(r.PERSON, ref)
 
     def create_person(self, body: Body) -> PersonJson:
-        return self.call(CREATE_PERSON, body=body)
+        return self.call(r.CREATE_PERSON, body=body)
 
     def change_person(self, ref: str, body: Body) -> PersonJson:
-        return self.call(CHANGE_PERSON, ref, body=body)
+        return self.call(r.CHANGE_PERSON, ref, body=body)
 
     def person_tokens(self, ref: str) -> list[PersonTokenJson]:
-        return self.call(PERSON_TOKENS, ref)
+        return self.call(r.PERSON_TOKENS, ref)
 
     def create_person_token(self, ref: str, body: Body) -> NewPersonTokenJson:
-        return self.call(CREATE_PERSON_TOKEN, ref, body=body)
+        return self.call(r.CREATE_PERSON_TOKEN, ref, body=body)
 
     def revoke_person_token(self, ref: str, token_id: str) -> PersonTokenJson:
-        return self.call(REVOKE_PERSON_TOKEN, ref, token_id)
+        return self.call(r.REVOKE_PERSON_TOKEN, ref, token_id)
 
     def orgs(self) -> list[OrgJson]:
-        return self.call(ORGS)
+        return self.call(r.ORGS)
 
     def org(self, ref: str) -> OrgJson:
-        return self.call(ORG, ref)
+        return self.call(r.ORG, ref)
 
     def create_org(self, name: str) -> OrgJson:
-        return self.call(CREATE_ORG, body={"name": name})
+        return self.call(r.CREATE_ORG, body={"name": name})
 
     def rename_org(self, ref: str, name: str) -> OrgJson:
-        return self.call(RENAME_ORG, ref, body={"name": name})
+        return self.call(r.RENAME_ORG, ref, body={"name": name})
 
     def remove_org(self, ref: str) -> OrgJson:
-        return self.call(REMOVE_ORG, ref)
+        return self.call(r.REMOVE_ORG, ref)
 
     def org_teams(self, org: str) -> list[TeamJson]:
-        return self.call(TEAMS, org)
+        return self.call(r.TEAMS, org)
 
     def create_team(self, org: str, name: str) -> TeamJson:
-        return self.call(CREATE_TEAM, org, body={"name": name})
+        return self.call(r.CREATE_TEAM, org, body={"name": name})
 
     def remove_team(self, org: str, team: str) -> TeamJson:
-        return self.call(REMOVE_TEAM, org, team)
+        return self.call(r.REMOVE_TEAM, org, team)
 
     def org_projects(self, org: str) -> list[ProjectJson]:
-        return self.call(PROJECTS, org)
+        return self.call(r.PROJECTS, org)
 
     def create_project(self, org: str, team: str, name: str) -> ProjectJson:
-        return self.call(CREATE_PROJECT, org, body={"name": name, "team": team})
+        return self.call(r.CREATE_PROJECT, org, body={"name": name, "team": team})
 
     def remove_project(self, org: str, project: str) -> ProjectJson:
-        return self.call(REMOVE_PROJECT, org, project)
+        return self.call(r.REMOVE_PROJECT, org, project)
 
     def org_members(self, org: str) -> list[MembershipJson]:
-        return self.call(MEMBERS, org)
+        return self.call(r.MEMBERS, org)
 
     def set_member(self, org: str, body: Body) -> MembershipJson:
-        return self.call(SET_MEMBER, org, body=body)
+        return self.call(r.SET_MEMBER, org, body=body)
 
     def remove_member(self, org: str, person: str, team: str | None = None) -> MembershipJson:
-        return self.call(REMOVE_MEMBER, org, person, query={"team": team} if team else None)
+        return self.call(r.REMOVE_MEMBER, org, person, query={"team": team} if team else None)
 
     def set_limits(
         self, body: Body, org: str, team: str | None = None, project: str | None = None
     ) -> LimitsJson:
         """An organisation's limits, or with ``team`` or ``project`` one of its own."""
         if team is not None:
-            return self.call(TEAM_LIMITS, org, team, body=body)
+            return self.call(r.TEAM_LIMITS, org, team, body=body)
         if project is not None:
-            return self.call(PROJECT_LIMITS, org, project, body=body)
-        return self.call(ORG_LIMITS, org, body=body)
+            return self.call(r.PROJECT_LIMITS, org, project, body=body)
+        return self.call(r.ORG_LIMITS, org, body=body)
 
     def audit(self, query: Query) -> list[AuditEntryJson]:
-        return self.call(AUDIT, query=query)
+        return self.call(r.AUDIT, query=query)
 
     def device_login(self, client: str) -> DeviceCodeJson:
         """Start ``llmgw login``: a code for its person to approve (needs no token)."""
-        return self.call(DEVICE_LOGIN, body={"client": client})
+        return self.call(r.DEVICE_LOGIN, body={"client": client})
 
     def device_token(self, device_code: str) -> DeviceTokenJson:
         """The approved code's personal token, once; else an ``AdminError`` whose
         ``kind`` is ``authorization_pending`` while its person has not answered."""
-        return self.call(DEVICE_TOKEN, body={"device_code": device_code})
+        return self.call(r.DEVICE_TOKEN, body={"device_code": device_code})
 
     # --- fabrics and NVLink
 
     def fabrics(self) -> FabricsJson:
-        return self.call(FABRICS)
+        return self.call(r.FABRICS)
 
     def fabric_map(self, fabric_id: str) -> FabricMapJson:
-        return self.call(FABRIC_MAP, fabric_id)
+        return self.call(r.FABRIC_MAP, fabric_id)
 
     def fabric_test(self, body: Body) -> FabricTestJson:
-        return self.call(FABRIC_TEST, body=body)
+        return self.call(r.FABRIC_TEST, body=body)
 
     def nvlink(self) -> NvlinkJson:
-        return self.call(NVLINK)
+        return self.call(r.NVLINK)
 
 
 def local_url(listen: str) -> str:
@@ -633,7 +512,7 @@ def resolve(server: str | None, token: str | None, data_dir: Path | None) -> Adm
         token_path = root / "admin.token"
         if not config_path.exists() or not token_path.exists():
             raise AdminError(
-                "no control plane to talk to: pass --server HOST:PORT and --token TOKEN, set "
+                "no control plane to talk to: pass --server HOST:PORT and --token r.TOKEN, set "
                 f"LLMGW_SERVER and LLMGW_TOKEN, or run on the control plane machine "
                 f"(looked in data dir {root}; --data-dir or LLMGW_DATA_DIR to change it)"
             )

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmgw.client import Client, Subcommands, UsageError
-from llmgw.client.admin import Route
 from llmgw.client.ctl_engines import json_and_client_options
+from llmgw.client.routes import Route
 from llmgw.client.tables import render, when
 from llmgw.wire.admin import OidcJson
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from llmgw.client import Client, Subcommands, UsageError
-from llmgw.client.admin import Route
+from llmgw.client.routes import Route
 from llmgw.client.tables import render, when
 from llmgw.wire.admin.ldap import LdapSettingsJson, LdapTestJson
 

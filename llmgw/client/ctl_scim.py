@@ -13,8 +13,9 @@ import json
 from collections.abc import Callable
 
 from llmgw.client import Client, Subcommands
-from llmgw.client.admin import AdminClient, Route
+from llmgw.client.admin import AdminClient
 from llmgw.client.ctl_engines import json_and_client_options
+from llmgw.client.routes import Route
 from llmgw.client.tables import render, when
 from llmgw.wire.admin.scim import ScimJson, ScimTokenJson
 

@@ -12,7 +12,6 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import cast
 
 from llmgw.client import Client, Subcommands
 from llmgw.client.admin import AdminClient, AdminError
@@ -20,7 +19,6 @@ from llmgw.client.ctl_engines import json_and_client_options
 from llmgw.client.tables import DASH, render
 from llmgw.wire.admin import UpgradeJson
 
-PATH = "/api/v1/upgrade"
 POLL = 1.0
 # How long the control plane may be away while it starts again on the new version.
 AWAY = 60.0
@@ -80,7 +78,7 @@ def add_parsers(
     client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
     def status_of(api: AdminClient) -> Callable[[], UpgradeJson]:
-        return lambda: cast(UpgradeJson, api.get(PATH))
+        return api.upgrade_status
 
     def ended(args: argparse.Namespace, run: UpgradeJson) -> int:
         if args.json:
@@ -102,7 +100,7 @@ def add_parsers(
             body["source"] = args.source
         if args.node_timeout is not None:
             body["node_timeout"] = args.node_timeout
-        run = cast(UpgradeJson, replace(api, timeout=START_TIMEOUT).post(PATH, body))
+        run = replace(api, timeout=START_TIMEOUT).upgrade(body)
         if args.no_wait:
             print(json.dumps(run, indent=2) if args.json else shown(run))
             return 0

@@ -1,7 +1,7 @@
 """The console's view of the admin API: the synchronous client run off the UI's loop,
 and one snapshot of everything the screens show, fetched together.
 
-Each call names its ``Route`` (``llmgw.client.admin``): the path, and the shape its
+Each call names its ``Route`` (``llmgw.client.routes``): the path, and the shape its
 answer is read as (``llmgw.wire.admin``). Every call goes through ``get``, ``post`` or
 ``delete``, which hand the path to the client in a thread: the one seam a test's fake
 answers at."""
@@ -14,11 +14,12 @@ import urllib.error
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from llmgw.client import admin
-from llmgw.client.admin import AdminClient, AdminError, Body, Query, Route
+from llmgw.client import routes
+from llmgw.client.admin import AdminClient, AdminError
 from llmgw.client.ctl_auth import OIDC, OIDC_OFF
 from llmgw.client.ctl_ldap import LDAP, LDAP_OFF
 from llmgw.client.ctl_scim import SCIM, SCIM_OFF
+from llmgw.client.routes import Body, Query, Route
 from llmgw.wire.admin import (
     EnginesJson,
     FabricMapJson,
@@ -107,32 +108,32 @@ class ConsoleApi:
     # --- what the screens read
 
     async def node(self, node_id: str) -> NodeJson:
-        return await self.call(admin.NODE, node_id)
+        return await self.call(routes.NODE, node_id)
 
     async def replicas(self) -> list[ReplicaJson]:
-        return await self.call(admin.REPLICAS)
+        return await self.call(routes.REPLICAS)
 
     async def engines(self) -> EnginesJson:
-        return await self.call(admin.ENGINES)
+        return await self.call(routes.ENGINES)
 
     async def plan(self, query: Query) -> PlanJson:
-        return await self.call(admin.PLAN, query=query)
+        return await self.call(routes.PLAN, query=query)
 
     async def fabrics(self) -> FabricsJson:
-        return await self.call(admin.FABRICS)
+        return await self.call(routes.FABRICS)
 
     async def fabric_map(self, fabric_id: str) -> FabricMapJson:
-        return await self.call(admin.FABRIC_MAP, fabric_id)
+        return await self.call(routes.FABRIC_MAP, fabric_id)
 
     async def nvlink(self) -> NvlinkJson:
-        return await self.call(admin.NVLINK)
+        return await self.call(routes.NVLINK)
 
     async def history(self, node_id: str, minutes: float = 60) -> HistoryJson | None:
         """A node's last ``minutes`` of figures (``GET /api/v1/nodes/{id}/history``,
         columnar, ``null`` where not read); None when the control plane answers 404, as
         one older than the history does."""
         try:
-            return await self.call(admin.HISTORY, node_id, query={"minutes": f"{minutes:g}"})
+            return await self.call(routes.HISTORY, node_id, query={"minutes": f"{minutes:g}"})
         except AdminError as exc:
             cause = exc.__cause__
             if isinstance(cause, urllib.error.HTTPError) and cause.code == 404:
@@ -140,55 +141,55 @@ class ConsoleApi:
             raise
 
     async def slurm(self) -> SlurmJson:
-        return await self.call(admin.SLURM)
+        return await self.call(routes.SLURM)
 
     # --- what the screens change
 
     async def slurm_lend(self, nodes: list[str]) -> SlurmJson:
-        return await self.call(admin.SLURM_LEND, body={"nodes": nodes})
+        return await self.call(routes.SLURM_LEND, body={"nodes": nodes})
 
     async def slurm_reclaim(self, nodes: list[str]) -> SlurmJson:
-        return await self.call(admin.SLURM_RECLAIM, body={"nodes": nodes})
+        return await self.call(routes.SLURM_RECLAIM, body={"nodes": nodes})
 
     async def serve(self, body: Body) -> ModelJson:
-        return await self.call(admin.SERVE, body=body)
+        return await self.call(routes.SERVE, body=body)
 
     async def change_model(self, name: str, change: str, body: Body | None = None) -> ModelJson:
         """stop, start, restart, context, gpus or replicas: the model as it now is."""
-        return await self.call(admin.CHANGE_MODEL, name, change, body=body)
+        return await self.call(routes.CHANGE_MODEL, name, change, body=body)
 
     async def remove_model(self, name: str, with_files: bool = False) -> ModelRemovedJson:
         query = {"with_files": 1} if with_files else None
-        return await self.call(admin.REMOVE_MODEL, name, query=query)
+        return await self.call(routes.REMOVE_MODEL, name, query=query)
 
     async def create_key(self, body: Body) -> NewKeyJson:
-        return await self.call(admin.CREATE_KEY, body=body)
+        return await self.call(routes.CREATE_KEY, body=body)
 
     async def revoke_key(self, key_id: str) -> KeyJson:
-        return await self.call(admin.REVOKE_KEY, key_id)
+        return await self.call(routes.REVOKE_KEY, key_id)
 
     async def org_detail(
         self, org_id: str
     ) -> tuple[list[TeamJson], list[ProjectJson], list[MembershipJson]]:
         """An organisation's teams, projects and the members the caller may see."""
         teams, projects, members = await asyncio.gather(
-            self.call(admin.TEAMS, org_id),
-            self.call(admin.PROJECTS, org_id),
-            self.call(admin.MEMBERS, org_id),
+            self.call(routes.TEAMS, org_id),
+            self.call(routes.PROJECTS, org_id),
+            self.call(routes.MEMBERS, org_id),
         )
         return teams, projects, members
 
     async def create_person(self, body: Body) -> PersonJson:
-        return await self.call(admin.CREATE_PERSON, body=body)
+        return await self.call(routes.CREATE_PERSON, body=body)
 
     async def change_person(self, person_id: str, body: Body) -> PersonJson:
-        return await self.call(admin.CHANGE_PERSON, person_id, body=body)
+        return await self.call(routes.CHANGE_PERSON, person_id, body=body)
 
     async def create_team(self, org_id: str, body: Body) -> TeamJson:
-        return await self.call(admin.CREATE_TEAM, org_id, body=body)
+        return await self.call(routes.CREATE_TEAM, org_id, body=body)
 
     async def set_member(self, org_id: str, body: Body) -> MembershipJson:
-        return await self.call(admin.SET_MEMBER, org_id, body=body)
+        return await self.call(routes.SET_MEMBER, org_id, body=body)
 
     async def signins(self) -> tuple[OidcJson, LdapSettingsJson, ScimJson]:
         """OIDC, LDAP and SCIM sign-in as the admin API shows them (no secret)."""
@@ -209,7 +210,7 @@ class ConsoleApi:
     async def status(self) -> StatusJson | None:
         """The cluster's status; None for a caller whose role does not read it."""
         try:
-            return await self.call(admin.STATUS)
+            return await self.call(routes.STATUS)
         except AdminError as exc:
             if refused(exc):
                 return None
@@ -230,12 +231,12 @@ class ConsoleApi:
             (status, nodes, models, replicas, keys), (people, orgs) = await asyncio.gather(
                 asyncio.gather(
                     self.status(),
-                    self.unless_refused(admin.NODES),
-                    self.unless_refused(admin.MODELS),
-                    self.unless_refused(admin.REPLICAS),
-                    self.call(admin.KEYS),
+                    self.unless_refused(routes.NODES),
+                    self.unless_refused(routes.MODELS),
+                    self.unless_refused(routes.REPLICAS),
+                    self.call(routes.KEYS),
                 ),
-                asyncio.gather(self.call(admin.PEOPLE), self.call(admin.ORGS)),
+                asyncio.gather(self.call(routes.PEOPLE), self.call(routes.ORGS)),
             )
         except AdminError as exc:
             return Snapshot(at=time.time(), error=str(exc))

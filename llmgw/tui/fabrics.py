@@ -22,7 +22,7 @@ from textual.containers import VerticalScroll
 from textual.events import Resize, Show
 from textual.widgets import DataTable, Static
 
-from llmgw.client import admin
+from llmgw.client import routes
 from llmgw.client.admin import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem, fill, highlighted
@@ -370,7 +370,7 @@ class FabricsPane(Pane):
     @work(exclusive=True, group="fabric-map")
     async def fetch_map(self, fid: str) -> None:
         api = self.console.api
-        path = admin.FABRIC_MAP.at(fid)
+        path = routes.FABRIC_MAP.at(fid)
         read_at = self.fabrics[fid].get("topology_read_at")
         try:
             topology = await api.fabric_map(fid)

@@ -24,7 +24,7 @@ from textual.containers import VerticalScroll
 from textual.events import Show
 from textual.widgets import DataTable, Static
 
-from llmgw.client import admin
+from llmgw.client import routes
 from llmgw.client.admin import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem, fill, highlighted
@@ -212,7 +212,7 @@ class SlurmPane(Pane):
             if is_not_found(exc):
                 cluster.update(Text(NO_SLURM, style="dim"))
             else:
-                why = said(exc, api.base_url + admin.SLURM.path)
+                why = said(exc, api.base_url + routes.SLURM.path)
                 cluster.update(Text(f"Cannot read Slurm's state: {why}", style="red"))
             return
         self.show(found)
@@ -265,7 +265,7 @@ class SlurmPane(Pane):
             else:
                 found = await api.slurm_reclaim([node_id])
         except AdminError as exc:
-            route = admin.SLURM_LEND if action == "lend" else admin.SLURM_RECLAIM
+            route = routes.SLURM_LEND if action == "lend" else routes.SLURM_RECLAIM
             why = said(exc, api.base_url + route.path)
             self.app.notify(why, title=action.capitalize(), severity="error", timeout=15)
             return

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from llmgw.client.admin import LOGS, MODEL, AdminClient
+from llmgw.client.admin import AdminClient
+from llmgw.client.routes import LOGS, MODEL
 
 
 class Recorder(AdminClient):

@@ -10,8 +10,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from llmgw.client import ctl_plan
-from llmgw.client.admin import PLAN, AdminClient
+from llmgw.client.admin import AdminClient
 from llmgw.client.ctl_plan import add_plan_parser, plan_query, plan_text
+from llmgw.client.routes import PLAN
 from llmgw.modelkit.sizing import GiB
 from llmgw.server.catalog.plan import plan
 from tests.support.plannodes import MODEL, plan_node

@@ -17,11 +17,13 @@ import pytest
 
 from llmgw import __version__, release
 from llmgw.server.upgrade import service as service_module
+from llmgw.wire import admin
 from llmgw.wire.messages import Register
 from tests.server.slurm.fleet import Plane, plane, slurm_data
 from tests.support import nodefacts
 from tests.support.agentsession import FakeSession, failed, ok
 from tests.support.releases import ReleaseServer, publish, signing_key
+from tests.support.shapes import check
 
 __all__ = ["plane", "slurm_data"]
 
@@ -147,6 +149,7 @@ async def test_steps_skip_the_too_old_stop_at_a_refusal_and_the_same_version_res
 
     status, run = await start(plane, version=V2, source=releases.url())
     assert status == 202, run
+    check(admin.UpgradeJson, run)  # as the client reads it (routes.UPGRADE)
     assert [(s["kind"], s["target"]) for s in run["steps"]] == [
         ("control-plane", cp.ha.name),
         ("node", "a-old"),
@@ -170,6 +173,7 @@ async def test_steps_skip_the_too_old_stop_at_a_refusal_and_the_same_version_res
     await service.advance()
     await service.advance()
     shown = (await plane.client.get("/api/v1/upgrade")).json()
+    check(admin.UpgradeJson, shown)  # routes.UPGRADE_STATUS
     assert shown["state"] == "failed"
     assert [s["state"] for s in shown["steps"]] == ["done", "skipped", "failed"]
     assert "cannot be upgraded over its stream" in shown["steps"][1]["detail"]
