@@ -443,6 +443,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _client_options(p)
     p.set_defaults(handler=cmd_node_token)
+    from llmgw.client.zipappsource import release_options
+
     p = node_cmds.add_parser("add", help="install and start an agent on HOST over ssh")
     p.add_argument("host", nargs="?", help="the node (left out, in a terminal: a form)")
     p.add_argument("--user", help="ssh user (default: yours)")
@@ -455,18 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--prefix", default="/opt/llmgw", help="where to install on the node (default /opt/llmgw)"
     )
-    p.add_argument(
-        "--source",
-        metavar="URL",
-        help="take the release from this source, GitHub's layout (default: the control plane's "
-        "releases.source)",
-    )
-    p.add_argument(
-        "--zipapp",
-        metavar="PATH",
-        help="copy this llmgw.pyz as it is, unchecked (development; default: the release the "
-        "control plane names, its signature and sha256 checked)",
-    )
+    release_options(p)
     p.add_argument("--control-plane", help="HOST:PORT the node reaches the control plane at")
     p.add_argument("--timeout", type=float, default=120, help="seconds to wait for Ready")
     _client_options(p)

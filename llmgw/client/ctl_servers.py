@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from llmgw.client import Client, Subcommands, parse_duration
 from llmgw.client.tables import render
+from llmgw.client.zipappsource import release_options
 from llmgw.wire.admin import ServerJson
 
 Handler = Callable[[argparse.Namespace], int]
@@ -97,18 +98,7 @@ def add_parsers(
     )
     p.add_argument("--name", help="its control plane name (default: its hostname)")
     p.add_argument("--prefix", default="/opt/llmgw", help="where to install there (/opt/llmgw)")
-    p.add_argument(
-        "--source",
-        metavar="URL",
-        help="take the release from this source, GitHub's layout (default: the control plane's "
-        "releases.source)",
-    )
-    p.add_argument(
-        "--zipapp",
-        metavar="PATH",
-        help="copy this llmgw.pyz as it is, unchecked (development; default: the release the "
-        "control plane names, its signature and sha256 checked)",
-    )
+    release_options(p)
     p.add_argument("--leader", help="HOST:PORT it reaches the leader at (default: --server's)")
     p.add_argument("--listen", default="0.0.0.0:8080", help="its HTTP listener (0.0.0.0:8080)")
     p.add_argument("--agent-port", type=int, default=8443, help="its agents' port (8443)")

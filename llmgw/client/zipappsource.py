@@ -7,8 +7,10 @@ with ``release.fetch``: its ``SHA256SUMS`` signed by a key this llmgw trusts, th
 sha256 the signed one. Only then is it copied (and ``copy_script`` checks the sha256
 again on the far side), so a tampered or foreign release never reaches the machine.
 
-``--source URL`` takes the release from elsewhere (a mirror); ``--zipapp PATH`` copies
-that file as it is, unchecked: for development, and said so.
+``--source URL`` takes the release from elsewhere (a mirror); ``--bundle DIR`` from an
+offline bundle's directory (``llmgw bundle create -o DIR``: its ``llmgw/`` folder is a
+release source in GitHub's layout, checked the same way); ``--zipapp PATH`` copies that
+file as it is, unchecked: for development, and said so.
 """
 
 from __future__ import annotations
@@ -19,13 +21,57 @@ from pathlib import Path
 from llmgw import release
 from llmgw.client.admin import AdminClient, AdminError
 from llmgw.client.remote import NodeAddError, NodeFacts, check_node, compiled_for, find_zipapp
+from llmgw.offline.manifest import MANIFEST
 from llmgw.releasekey import PUBLIC_KEYS
+
+
+def release_options(p: argparse.ArgumentParser) -> None:
+    """``node add``'s and ``server add``'s choice of what to install."""
+    p.add_argument(
+        "--source",
+        metavar="URL",
+        help="take the release from this source, GitHub's layout (default: the control plane's "
+        "releases.source, or its mirror when offline)",
+    )
+    p.add_argument(
+        "--bundle",
+        metavar="DIR",
+        help="take the release from this offline bundle's directory (`llmgw bundle create`), "
+        "its signature and sha256 checked",
+    )
+    p.add_argument(
+        "--zipapp",
+        metavar="PATH",
+        help="copy this llmgw.pyz as it is, unchecked (development; default: the release the "
+        "control plane names, its signature and sha256 checked)",
+    )
 
 
 def explicit_zipapp(args: argparse.Namespace) -> Path | None:
     """``--zipapp``'s file (refused at once when it is missing), or None: the release."""
     given: str | None = args.zipapp
     return find_zipapp(given) if given else None
+
+
+def bundle_source(args: argparse.Namespace) -> str | None:
+    """``--bundle``'s llmgw releases as a release source (a ``file://`` URL), or None."""
+    given: str | None = getattr(args, "bundle", None)
+    if not given:
+        return None
+    root = Path(given)
+    if root.is_file():
+        raise NodeAddError(
+            f"--bundle {given} is a tar: unpack it first (tar -xf) and give its directory, "
+            "or `llmgw bundle import` it into the control plane, whose mirror then serves "
+            "the release"
+        )
+    releases = root / "llmgw"
+    if not (root / MANIFEST).is_file() or not releases.is_dir():
+        raise NodeAddError(
+            f"--bundle {given} is not a bundle's directory (no {MANIFEST} and llmgw/ in it): "
+            "make one with `llmgw bundle create -o DIR`"
+        )
+    return releases.resolve().as_uri()
 
 
 def zipapp_for(
@@ -61,7 +107,7 @@ def zipapp_for(
                 "pass --zipapp PATH to copy a zipapp as it is"
             ) from None
         raise
-    source: str = getattr(args, "source", None) or named["source"]
+    source: str = bundle_source(args) or getattr(args, "source", None) or named["source"]
     version = named["version"]
     print(
         f"==> fetching llmgw {version} for {tag} from {source} (its signature and sha256 checked)",

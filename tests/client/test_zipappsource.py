@@ -154,3 +154,64 @@ def test_zipapp_is_copied_as_it_is_and_says_so(
     assert f"--zipapp: copying {mine} as it is, unchecked" in capsys.readouterr().out
     with pytest.raises(NodeAddError, match="no such file"):
         explicit_zipapp(args(zipapp=str(tmp_path / "missing.pyz")))
+
+
+def bundle_dir(root: Path, key: tuple[bytes, str], tamper: str | None = None) -> Path:
+    """A bundle's directory as `bundle create` writes it: its manifest, and llmgw's
+    release under llmgw/ in GitHub's layout."""
+    root.mkdir()
+    (root / "manifest.json").write_text("{}")
+    build = pyz(root.parent / f"{root.name}.pyz", "from the bundle")
+    publish(root / "llmgw", VERSION, {"py312-linux-aarch64": build}, key[0], tamper=tamper)
+    return root
+
+
+def test_the_release_comes_from_a_bundles_directory_checked_as_from_a_source(
+    key: tuple[bytes, str], tmp_path: Path
+) -> None:
+    bundle = bundle_dir(tmp_path / "bundle", key)
+    admin = admin_naming("http://127.0.0.1:9/never")  # not asked for files: the bundle is
+    into = tmp_path / "in"
+    got = zipapp_for(
+        args(bundle=str(bundle)),
+        admin,
+        facts(),
+        "gpu-9",
+        systemd=False,
+        into=into,
+        explicit=None,
+        keys=(key[1],),
+    )
+    assert got.read_bytes() == (tmp_path / "bundle.pyz").read_bytes()
+    # A bundle whose zipapp is not the one its signed sums name is refused, nothing kept.
+    forged = bundle_dir(tmp_path / "forged", key, tamper="checksum")
+    with pytest.raises(NodeAddError, match="sha256 .* is not the signed .*Nothing was copied"):
+        zipapp_for(
+            args(bundle=str(forged)),
+            admin,
+            facts(),
+            "gpu-9",
+            systemd=False,
+            into=tmp_path / "in2",
+            explicit=None,
+            keys=(key[1],),
+        )
+    assert not any((tmp_path / "in2").glob("*.pyz*"))
+
+
+def test_a_bundle_that_is_a_tar_or_not_a_bundle_is_refused_saying_what_to_do(
+    tmp_path: Path,
+) -> None:
+    tar = tmp_path / "b.tar"
+    tar.write_bytes(b"")
+    for given, said in [(tar, "is a tar: unpack it first"), (tmp_path, "not a bundle's dir")]:
+        with pytest.raises(NodeAddError, match=said):
+            zipapp_for(
+                args(bundle=str(given)),
+                admin_naming("http://127.0.0.1:9/never"),
+                facts(),
+                "gpu-9",
+                systemd=False,
+                into=tmp_path / "in",
+                explicit=None,
+            )
