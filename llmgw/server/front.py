@@ -67,6 +67,11 @@ RESERVED_FILES = 256
 # What aiohttp reads and discards of a body left unread (a refused one) before it
 # closes the connection.
 LINGER = 2.0
+# A handover's drain (``Listener.drain``): how long the connections open may take to end,
+# and how long one must have been idle to be closed (a keep-alive one a client is about
+# to reuse is, by then, rarely the one it picks).
+DRAIN = 10.0
+DRAIN_IDLE = 1.0
 
 Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
 
@@ -364,6 +369,9 @@ class Listener:
         self.server: Guard | None = None
         # The listening sockets: bound here, or handed over by the program before.
         self.sockets: list[socket.socket] = []
+        self.sites: list[web.SockSite] = []
+        # Handing over (``drain``): every answer closes its connection after it.
+        self.draining = False
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         proto = request.protocol
@@ -373,10 +381,16 @@ class Listener:
             conn.waiting_since = None
         try:
             if self.gateway is not None and request.path.startswith("/v1/"):
-                return await self.gateway(request)
-            if self.mirror is not None and request.path.startswith("/mirror/"):
-                return await self.mirror(request)
-            return await self.other(request)
+                answer = await self.gateway(request)
+            elif self.mirror is not None and request.path.startswith("/mirror/"):
+                answer = await self.mirror(request)
+            else:
+                answer = await self.other(request)
+            if self.draining:
+                if not answer.prepared:
+                    answer.force_close()  # said to the client: `Connection: close`
+                proto.close()  # and closed once it is written
+            return answer
         finally:
             if conn is not None:
                 conn.busy -= 1
@@ -426,12 +440,36 @@ class Listener:
         await self.runner.setup()
         self.sockets = sockets or bind(parse_hostport(self.address))
         for sock in self.sockets:
-            await web.SockSite(self.runner, sock, backlog=BACKLOG).start()
+            site = web.SockSite(self.runner, sock, backlog=BACKLOG)
+            await site.start()
+            self.sites.append(site)
 
     def hand_over(self) -> list[int]:
         """Descriptors of the listening sockets that stay open once this listener stops,
         for the program started again in this one's place: clients wait in the backlog."""
         return duplicate(self.sockets)
+
+    async def drain(self, within: float = DRAIN) -> None:
+        """Before a handover: stop taking connections (the sockets, handed over, stay
+        listening: new clients wait in the backlog for the next program), answer what
+        each open connection asks with ``Connection: close``, and close a connection
+        idle ``DRAIN_IDLE`` seconds (one closed the moment its client sends is the one
+        loss HTTP/1.1 allows: the longer the idle, the rarer); up to ``within`` seconds."""
+        self.draining = True
+        for site in self.sites:
+            await site.stop()
+        self.sites = []
+        server = self.server
+        if server is None:
+            return
+        deadline = time.monotonic() + within
+        while server.open and time.monotonic() < deadline:
+            now = time.monotonic()
+            for conn in list(server.open):
+                if not conn.busy and now - conn.idle_since >= DRAIN_IDLE:
+                    server.open.pop(conn, None)
+                    conn.force_close()
+            await asyncio.sleep(0.05)
 
     async def stop(self) -> None:
         if self.server is not None:

@@ -101,6 +101,9 @@ async def serve(cp: ControlPlane) -> Handover | None:
             # Kept listening while the requests in flight finish and the program starts
             # again: new clients wait in the backlog, none is refused.
             handover = Handover({x.address: x.hand_over() for x in cp.listeners if x.sockets})
+            # Each connection open ends after its answer (`Connection: close`); its client's
+            # next one waits in the backlog for the next program.
+            await asyncio.gather(*(x.drain() for x in cp.listeners))
         for listener in cp.listeners:
             await listener.stop()
         await watch

@@ -236,7 +236,7 @@ def test_an_upgrade_under_load_fails_no_request_and_keeps_every_engine(world: Wo
         done = world.upgrade(V2, "--source", world.source, "--node-timeout", "60")
         assert done.returncode == 0, done.stdout + done.stderr
         load.flowing_for(2)
-    failed = [o.error for o in load.outcomes if o.error is not None]
+    failed = [(o.error, o.error.__cause__) for o in load.outcomes if o.error is not None]
     assert failed == [], failed[:3]
     assert len(load.outcomes) > 50
 

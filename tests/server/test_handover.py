@@ -82,3 +82,54 @@ def test_a_handed_over_descriptor_that_is_gone_is_skipped(monkeypatch: pytest.Mo
     assert handover.inherited() == {}
     monkeypatch.setenv(handover.ENV, "not json")
     assert handover.inherited() == {}
+
+
+async def test_a_keep_alive_client_asking_through_the_drain_loses_no_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race HTTP/1.1 keep-alive leaves: a server that closes a kept-alive connection as
+    its client sends on it loses that request. Draining, the old listener answers what
+    each connection asks with ``Connection: close`` and closes only connections idle a
+    while, so a client asking without pause (as the openai SDK's pool does) is told to go
+    and goes to the next listener; an idle connection is closed."""
+    import httpx
+
+    PORT[0] = free_port()
+    old = answering("old")
+    await old.start()
+    answers: list[bytes] = []
+    errors: list[BaseException] = []
+    stop = asyncio.Event()
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{PORT[0]}") as client:
+
+        async def keep_asking() -> None:
+            while not stop.is_set():
+                try:
+                    answers.append((await client.get("/")).content)
+                except httpx.HTTPError as exc:
+                    errors.append(exc)
+
+        idle_reader, idle_writer = await asyncio.open_connection("127.0.0.1", PORT[0])
+        askers = [asyncio.create_task(keep_asking()) for _ in range(4)]
+        while len(answers) < 40:
+            await asyncio.sleep(0.01)
+        fds = old.hand_over()
+        await old.drain(within=5)
+        # Every connection has ended: the askers' after an answer that said so, the idle
+        # one closed by the listener (its reader sees the end).
+        assert old.server is not None and not old.server.open
+        assert await asyncio.wait_for(idle_reader.read(), 1) == b""
+        idle_writer.close()
+        await old.stop()
+        monkeypatch.setenv(handover.ENV, handover.Handover({old.address: fds}).env()[handover.ENV])
+        new = answering("new")
+        await new.start(handover.inherited().pop(new.address))
+        try:
+            while answers[-1] != b"new":
+                await asyncio.sleep(0.01)
+            stop.set()
+            await asyncio.gather(*askers)
+        finally:
+            await new.stop()
+    assert errors == []
+    assert set(answers) == {b"old", b"new"}
