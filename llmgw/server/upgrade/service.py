@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -173,6 +174,15 @@ class UpgradeService:
                 "this control plane does not run from an llmgw zipapp (a source or pip "
                 "install): upgrade it with the tool that installed it (pip install -U "
                 f"llmgw=={version}), restart it, then upgrade the nodes",
+            )
+        here = release.running_zipapp()
+        if here is not None and not os.access(here.parent, os.W_OK):
+            raise Refusal(
+                409,
+                "not_writable",
+                f"this control plane cannot replace {here}: its folder is not writable by "
+                "the user it runs as (in a container image, upgrade the image instead: "
+                "`helm upgrade` with the new tag, docs/kubernetes.md)",
             )
         highest = cluster_version(list(self.versions().values()))
         if highest is not None and release.Version.parse(version) < highest and not ask.downgrade:

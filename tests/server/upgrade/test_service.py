@@ -8,6 +8,7 @@ and a node that does not come back failing the run with what was last seen of it
 from __future__ import annotations
 
 import hashlib
+import os
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +127,17 @@ async def test_every_check_refuses_with_nothing_changed(
     status, body = await start(plane, version=V2, source=url)
     assert (status, body["error"]["type"]) == (409, "downgrade")
     assert "older than the cluster's 9.5.0" in body["error"]["message"]
+    # A zipapp whose folder this user may not write (a container image's, as a non-root
+    # user; this suite runs as root, whom permissions do not stop: os.access answers).
+    with monkeypatch.context() as patched:
+        patched.setattr(
+            service_module.os,
+            "access",
+            lambda path, mode: Path(path) != bin_dir or mode != os.W_OK,
+        )
+        status, body = await start(plane, version=V2, source=url, downgrade=True)
+    assert (status, body["error"]["type"]) == (409, "not_writable")
+    assert "upgrade the image instead" in body["error"]["message"]
     monkeypatch.setattr(release, "running_zipapp", lambda argv0=None: None)
     status, body = await start(plane, version=V2, source=url, downgrade=True)
     assert (status, body["error"]["type"]) == (409, "not_zipapp")
