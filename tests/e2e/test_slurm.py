@@ -226,14 +226,19 @@ def test_reclaim_waits_for_the_running_job_then_gives_the_node_back(site: Site) 
     ctl(cluster, "slurm", "lend", "n2")
     wait_for(lambda: site.node("n2")["stage"] == "lent", 60, "n2 to be lent")
     wait_for(lambda: "DRAIN" not in site.scontrol_node(), 60, "Slurm to resume n2")
+    # The job runs until the test lets it end (a file it waits for), however slow the
+    # machine: the steps below must all see it running.
+    done = site.root / "job-may-end"
+    done.unlink(missing_ok=True)
     job = subprocess.Popen(
-        ["srun", "-N1", "-w", "n2", "sleep", "12"],
+        ["srun", "-N1", "-w", "n2", "sh", "-c", f"until [ -e {done} ]; do sleep 0.2; done"],
         # srun hands its stdin to the job: none, so it never reads the test's.
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+    reclaim: subprocess.Popen[str] | None = None
     try:
         wait_for(lambda: site.node("n2")["jobs"], 30, "the job to run on n2")
         reclaim = subprocess.Popen(
@@ -259,16 +264,20 @@ def test_reclaim_waits_for_the_running_job_then_gives_the_node_back(site: Site) 
         assert job.poll() is None, "the job must still run while n2 is reclaimed"
         assert cluster.nodes()["n2"]["cordoned"] is True
         assert site.node("n2")["stage"] == "reclaiming"
-        # The job ends by itself; only then does --wait return, and n2 is llmgw's.
+        # The job ends; only then does --wait return, and n2 is llmgw's.
+        done.touch()
         _, job_err = job.communicate(timeout=60)
         assert job.returncode == 0, job_err
         out, _ = reclaim.communicate(timeout=90)
         assert reclaim.returncode == 0, out
         _back_in_llmgw(site)
     finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
+        done.touch()
+        for proc in (job, reclaim):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+            if proc is not None:
+                proc.communicate()
 
 
 def ctl_command(cluster: Cluster, *args: str) -> list[str]:
