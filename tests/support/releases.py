@@ -51,7 +51,7 @@ def versioned_zipapp(
     out.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(base) as src, out.open("wb") as fh:
         fh.write(data[:start])
-        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED) as dst:
             for info in src.infolist():
                 body = src.read(info)
                 if info.filename == PACKAGE + "__init__.py":
@@ -76,6 +76,7 @@ def versioned_zipapp(
                     body = json.dumps(env).encode()
                 elif info.filename == "__main__.py" and main is not None:
                     body = main.encode()
+                info.compress_type = zipfile.ZIP_STORED  # no deflating again: seconds
                 dst.writestr(info, body)
     out.chmod(0o755)
     return out
