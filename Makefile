@@ -96,7 +96,7 @@ llama-server: apt venv
 # run in one worker (tests/conftest.py, GROUPS). The 15 slowest are listed at the end.
 # Tests that assert how long something takes (marked timing) run after, alone, so the
 # others' load is not what they measure.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 4
 
 test: apt venv llama-server
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=15 -m "not timing"
