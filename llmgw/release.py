@@ -37,9 +37,12 @@ import zipfile
 from dataclasses import dataclass
 from functools import total_ordering
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from llmgw.releasekey import PUBLIC_KEYS
+
+if TYPE_CHECKING:  # imported where used: most commands never sign
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 DEFAULT_SOURCE = "https://github.com/llmgw/llmgw/releases"
 SUMS = "SHA256SUMS"
@@ -155,30 +158,29 @@ def parse_sums(data: bytes, where: str = SUMS) -> dict[str, str]:
     return out
 
 
-def sign(data: bytes, private_key_pem: bytes) -> bytes:
-    """The base64 signature (``SHA256SUMS.sig``'s content) of ``data``."""
+def _private_key(pem: bytes) -> Ed25519PrivateKey:
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    key = serialization.load_pem_private_key(private_key_pem, None)
+    key = serialization.load_pem_private_key(pem, None)
     if not isinstance(key, Ed25519PrivateKey):
         raise ReleaseError(
             "the signing key is not an Ed25519 key (openssl genpkey -algorithm ed25519)"
         )
-    return base64.b64encode(key.sign(data)) + b"\n"
+    return key
+
+
+def sign(data: bytes, private_key_pem: bytes) -> bytes:
+    """The base64 signature (``SHA256SUMS.sig``'s content) of ``data``."""
+    return base64.b64encode(_private_key(private_key_pem).sign(data)) + b"\n"
 
 
 def public_key_of(private_key_pem: bytes) -> str:
     """The base64 raw public key of a PEM Ed25519 private key."""
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    key = serialization.load_pem_private_key(private_key_pem, None)
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ReleaseError(
-            "the signing key is not an Ed25519 key (openssl genpkey -algorithm ed25519)"
-        )
-    raw = key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    public = _private_key(private_key_pem).public_key()
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return base64.b64encode(raw).decode()
 
 

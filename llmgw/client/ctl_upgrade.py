@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llmgw.client import Client, Subcommands
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client.admin import AdminError
 from llmgw.client.ctl_engines import json_and_client_options
 from llmgw.client.tables import DASH, render
 from llmgw.wire.admin import UpgradeJson
@@ -77,9 +77,6 @@ def add_parsers(
     client: Client,
     client_options: Callable[[argparse.ArgumentParser], None],
 ) -> None:
-    def status_of(api: AdminClient) -> Callable[[], UpgradeJson]:
-        return api.upgrade_status
-
     def ended(args: argparse.Namespace, run: UpgradeJson) -> int:
         if args.json:
             print(json.dumps(run, indent=2))
@@ -92,7 +89,7 @@ def add_parsers(
     def upgrade(args: argparse.Namespace) -> int:
         api = client(args)
         if args.version == "status":
-            run = status_of(api)()
+            run = api.upgrade_status()
             print(json.dumps(run, indent=2) if args.json else shown(run))
             return 0
         body: dict[str, object] = {"version": args.version, "downgrade": args.downgrade}
@@ -107,7 +104,7 @@ def add_parsers(
         if not args.json:
             print(f"upgrading to {run['version']} from {run['source']}")
         say: Callable[[str], None] = (lambda line: None) if args.json else print
-        return ended(args, follow(status_of(api), say))
+        return ended(args, follow(api.upgrade_status, say))
 
     p = ctl_cmds.add_parser(
         "upgrade",
