@@ -267,7 +267,9 @@ def check_node(
 
 def stop_previous(prefix: str, name: str = "agent", tenths: int = 50) -> str:
     """Shell that stops what an earlier nohup start left running (its pid in
-    PREFIX/NAME.pid), waiting up to ``tenths`` tenths of a second for it to go."""
+    PREFIX/NAME.pid): SIGTERM, up to ``tenths`` tenths of a second for it to go, then
+    SIGKILL, so a new start never runs beside an old process that was slow to leave (an
+    agent's engines are adopted by the next agent either way)."""
     pid_file = shlex.quote(f"{prefix}/{name}.pid")
     # The cmdline check keeps a stale pid file from killing whatever reused the pid.
     return f"""\
@@ -276,7 +278,16 @@ if [ -f {pid_file} ]; then
   if [ -n "$pid" ] && grep -q llmgw.pyz /proc/"$pid"/cmdline 2>/dev/null; then
     kill "$pid" 2>/dev/null || true
     i=0
-    while kill -0 "$pid" 2>/dev/null && [ $i -lt {tenths} ]; do sleep 0.1; i=$((i + 1)); done
+    while grep -q llmgw.pyz /proc/"$pid"/cmdline 2>/dev/null && [ $i -lt {tenths} ]; do
+      sleep 0.1; i=$((i + 1))
+    done
+    if grep -q llmgw.pyz /proc/"$pid"/cmdline 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      i=0
+      while grep -q llmgw.pyz /proc/"$pid"/cmdline 2>/dev/null && [ $i -lt 50 ]; do
+        sleep 0.1; i=$((i + 1))
+      done
+    fi
   fi
   rm -f {pid_file}
 fi

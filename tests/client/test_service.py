@@ -123,3 +123,37 @@ def test_a_failing_systemctl_is_said(
     )
     assert cli.main(["service", "start", "--role", "agent"]) == 1
     assert "systemctl start llmgw-agent.service: Access denied" in capsys.readouterr().err
+
+
+def test_a_stop_kills_a_process_that_ignores_sigterm_so_no_start_runs_beside_it(
+    tmp_path: Path,
+) -> None:
+    """The nohup stop waits its tenths after SIGTERM, then SIGKILLs: a start that came
+    after a slow stop would otherwise run a second agent beside the first."""
+    import subprocess
+    import sys
+
+    from llmgw.client.remote import stop_previous
+
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('up', flush=True); time.sleep(120)",
+            str(tmp_path / "llmgw.pyz"),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == b"up\n"
+        (tmp_path / "agent.pid").write_text(f"{stubborn.pid}\n")
+        subprocess.run(["sh", "-c", stop_previous(str(tmp_path), "agent", 3)], check=True)
+        # Gone (killed, not merely told), and its pid file with it.
+        assert stubborn.wait(timeout=5) == -9
+        assert not (tmp_path / "agent.pid").exists()
+    finally:
+        stubborn.kill()
+        stubborn.wait()
+        assert stubborn.stdout is not None
+        stubborn.stdout.close()
