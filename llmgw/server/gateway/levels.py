@@ -93,12 +93,14 @@ class Level:
         "away_requests",
         "away_tokens",
         "budget",
+        "guard",
         "label",
         "models",
         "month",
         "requests",
         "rpm",
         "tokens",
+        "tools",
         "tpm",
     )
 
@@ -109,6 +111,8 @@ class Level:
         self.tpm = limits.tpm
         self.budget = limits.budget
         self.models = limits.models
+        self.tools = limits.tools
+        self.guard = limits.guard
         self.requests = Window()
         self.tokens = Window()
         self.month = 0
@@ -156,7 +160,8 @@ def chain_of(record: ApiKeyRecord, tree: Snapshot) -> list[tuple[LevelId, str, L
 
 
 def limiting(limits: Limits) -> bool:
-    return limits.any or bool(limits.models)
+    """Whether a level bears on its keys: a limit, models, tools or guard policies."""
+    return limits.any or bool(limits.models) or limits.tools is not None or bool(limits.guard)
 
 
 def build_levels(

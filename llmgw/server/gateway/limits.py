@@ -25,6 +25,7 @@ from aiohttp import web
 
 from llmgw.server.gateway.errors import fail
 from llmgw.server.gateway.levels import Level, LevelId, Window, away_of, build_levels
+from llmgw.server.gateway.toolgrants import ToolGrant
 from llmgw.server.people.directory import Snapshot
 from llmgw.server.store import ApiKeyRecord, Store
 
@@ -58,6 +59,10 @@ class Key:
     limited: bool = False
     # What ``may_use`` said of each model asked (the catalog's names: bounded).
     allowed: dict[str, bool] = field(default_factory=dict)
+    # The MCP tools it may see and call (``toolgrants.py``), and the guard policies that
+    # read what it sends and gets: its own first, then its levels', each once.
+    tools: ToolGrant = field(default_factory=ToolGrant)
+    policies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.leveled(())
@@ -68,6 +73,10 @@ class Key:
         own = (record.models,) if record.models else ()
         self.patterns = own + tuple(level.models for level in chain if level.models)
         self.allowed = {}
+        named = [(f"key {record.name}", record.tools)]
+        self.tools = ToolGrant.of(named + [(level.label, level.tools) for level in chain])
+        guard = record.guard + tuple(name for level in chain for name in level.guard)
+        self.policies = tuple(dict.fromkeys(guard))
         self.limited = record.rpm is not None or record.tpm is not None or record.budget is not None
         self.shared = (
             record.rpm is not None or record.tpm is not None or any(level.rated for level in chain)

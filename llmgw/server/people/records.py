@@ -32,12 +32,18 @@ DEFAULT_PROJECT = "default"
 @dataclass(frozen=True)
 class Limits:
     """Requests and tokens a minute, tokens a month, and model name patterns (all when
-    empty); None: no limit of that kind at this level."""
+    empty); None: no limit of that kind at this level.
+
+    ``tools``: the MCP tools granted here, as ``SERVER.TOOL`` patterns; None: this level
+    says nothing of tools, ``()``: closed (no tool, whatever another level grants).
+    ``guard``: the names of the guard policies that read what its keys send and get."""
 
     rpm: int | None = None
     tpm: int | None = None
     budget: int | None = None
     models: tuple[str, ...] = ()
+    tools: tuple[str, ...] | None = None
+    guard: tuple[str, ...] = ()
 
     @property
     def any(self) -> bool:

@@ -42,6 +42,10 @@ class ApiKeyRecord:
     org_id: str | None = None
     project_id: str | None = None
     person_id: str | None = None
+    # MCP tools granted to the key itself (``people.records.Limits.tools``: None says
+    # nothing, () is closed) and the guard policies named on it.
+    tools: tuple[str, ...] | None = None
+    guard: tuple[str, ...] = ()
 
 
 class StoreError(RuntimeError):
