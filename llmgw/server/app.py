@@ -29,6 +29,7 @@ from llmgw.server.api import (
     keys,
     ldap,
     login,
+    mcp,
     models,
     nvlink,
     openapi,
@@ -73,6 +74,7 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
+from llmgw.server.mcp.parts import mcp_parts
 from llmgw.server.mirror import MirrorWatch, offline_pushed, release_source, self_url
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
@@ -180,6 +182,8 @@ class ControlPlane:
         self.planner = Planner(self.inspector, self.models.room, self.registry)
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
+        # MCP tool servers behind the gateway's /mcp (ctl mcp).
+        self.mcp = mcp_parts(store, self.cluster_secret, lambda: self.gateway.upstream.session)
         self.gateway = Gateway(
             store,
             self.registry,
@@ -191,6 +195,7 @@ class ControlPlane:
             # Counted on a standby, usage goes to the leader; on the leader, to the store.
             write_usage=self._write_usage,
             tree=lambda: self.directory.now,
+            mcp=self.mcp.gateway,
         )
         # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
         self.slurm = slurm_parts(
@@ -250,6 +255,7 @@ class ControlPlane:
             [
                 Duty("reconciler", self.models.run),
                 Duty("usage", self.gateway.run, self.gateway.flush),
+                self.mcp.duty(),
                 Duty("node states", self.registry.monitor, self.registry.flush),
                 Duty("fabric maps", self.fabric_maps.run),
                 self.slurm.duty(),
@@ -298,6 +304,7 @@ class ControlPlane:
             remember=data.remember_role,
             standby_duties=lambda ha: [
                 Duty("usage", self.gateway.run, self.gateway.flush),
+                self.mcp.duty(),
                 Duty("on-demand requests", self.demand_relay.run, self.demand_relay.close),
             ],
             announce=self._announce,
@@ -432,6 +439,7 @@ class ControlPlane:
             await self.firewall.load()
             await self.oidc.load()
             await self.slurm.kept.load()
+            await self.mcp.registry.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -465,6 +473,7 @@ class ControlPlane:
         await self.oidc.load()
         await self.serving.load()
         await self.slurm.kept.load()
+        await self.mcp.registry.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
@@ -554,6 +563,7 @@ class ControlPlane:
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         ops += slurm.routes(self.slurm.service)
+        ops += mcp.routes(self.mcp.service)
         ops += upgrade.routes(self.upgrades.service)
         ops += restart.routes(self.restarts)
         return ops

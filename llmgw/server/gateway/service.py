@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 
@@ -55,6 +56,15 @@ ROUTES: dict[str, Kind] = {
 Demand = Callable[[str, bool], None]
 
 
+class ToolDoor(Protocol):
+    """``POST /mcp`` on the gateway's listener (``server/mcp/gateway.py``), for a key
+    already authorised, and its metric families."""
+
+    async def handle(self, request: web.BaseRequest, key: Key) -> web.StreamResponse: ...
+
+    def metric_lines(self) -> list[str]: ...
+
+
 def bounds_of(config: GatewayConfig) -> Bounds:
     return Bounds(
         max_body=config.max_body,
@@ -77,10 +87,13 @@ class Gateway:
         kv: KvIndex | None = None,
         write_usage: UsageWriter | None = None,
         tree: Callable[[], Snapshot] = Snapshot,
+        mcp: ToolDoor | None = None,
     ) -> None:
         """``kv``: the replicas' cached blocks (the registry feeds it from the agents'
         reports); ``write_usage``: where counted usage goes (the store when not given);
-        ``tree``: the organisations, teams and projects whose limits keys are under."""
+        ``tree``: the organisations, teams and projects whose limits keys are under;
+        ``mcp``: what answers ``/mcp``."""
+        self.mcp = mcp
         self.store = store
         self.catalog = catalog
         self.config = config
@@ -194,7 +207,12 @@ class Gateway:
             inflight,
             self.router.prefix_hits,
             # The router's families, streams continued, then the engines' own.
-            [*routing, *resume_lines(resumes.resumed, resumes.failed), *engines],
+            [
+                *routing,
+                *resume_lines(resumes.resumed, resumes.failed),
+                *(self.mcp.metric_lines() if self.mcp is not None else ()),
+                *engines,
+            ],
             failures=self.router.failures,
             breaker_opens=self.router.breaker_opens,
             vouched={
@@ -215,6 +233,8 @@ class Gateway:
         if isinstance(key, web.Response):
             return key
         path = request.path
+        if path == "/mcp" and self.mcp is not None:
+            return await self.mcp.handle(request, key)
         if path == "/v1/models" and request.method == "GET":
             return self.list_models(key)
         kind = ROUTES.get(path)

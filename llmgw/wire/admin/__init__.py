@@ -104,6 +104,14 @@ from llmgw.wire.admin.cluster import (
     VersionsJson,
     WantedEngineJson,
 )
+from llmgw.wire.admin.mcp import (
+    McpFailure,
+    McpHeaderJson,
+    McpServerJson,
+    McpServerRemovedJson,
+    McpTestJson,
+    McpToolJson,
+)
 from llmgw.wire.admin.nodes import (
     CardHealthJson,
     CardHistoryJson,
@@ -153,6 +161,12 @@ from llmgw.wire.admin.slurm import (
 from llmgw.wire.admin.upgrade import UpgradeJson, UpgradeStepJson
 
 __all__ = [
+    "McpFailure",
+    "McpHeaderJson",
+    "McpServerJson",
+    "McpServerRemovedJson",
+    "McpTestJson",
+    "McpToolJson",
     "UpgradeJson",
     "UpgradeStepJson",
     "RestartAgentJson",
