@@ -4,6 +4,8 @@ the official SDK's client through it."""
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -52,14 +54,14 @@ class Door:
         return found
 
     async def post(self, secret: str, body: bytes | object) -> tuple[int, dict[str, object]]:
-        data = body if isinstance(body, bytes) else __import__("json").dumps(body).encode()
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         async with self.session.post(
             self.url,
-            data=data,
+            data=io.BytesIO(data),
             headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
         ) as answer:
             text = await answer.read()
-            return answer.status, (__import__("json").loads(text) if text else {})
+            return answer.status, (json.loads(text) if text else {})
 
     async def call(
         self, secret: str, name: str, arguments: dict[str, object] | None = None
