@@ -467,6 +467,9 @@ class Upstream:
             for name, value in conn.headers:
                 if name.lower() not in _HOP:
                     response.headers[name] = value
+            flagged = request.get("x-llmgw-guard")  # a guard policy flagged the prompt
+            if flagged is not None:
+                response.headers["x-llmgw-guard"] = flagged
             await response.prepare(request)
         tally.response = response
         resume = tally.resume

@@ -20,6 +20,7 @@ import itertools
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Literal
 
 from llmgw.server.gateway.engineclient import BadAnswer, EnginePool, Lost
@@ -55,7 +56,10 @@ def verdict_of(answer: bytes) -> Said:
 
 
 class Judge:
-    def __init__(self, router: Router, pool: EnginePool) -> None:
+    """``router`` and ``pool``: the gateway's, read when a judgment is asked (the gateway
+    is built after the guard it is handed)."""
+
+    def __init__(self, router: Callable[[], Router], pool: Callable[[], EnginePool]) -> None:
         self.router = router
         self.pool = pool
         self._count = itertools.count(1)
@@ -84,11 +88,11 @@ class Judge:
             return "timeout"
 
     async def _ask(self, model: str, text: str) -> Said:
-        endpoint = self.router.pick(model)
+        endpoint = self.router().pick(model)
         if endpoint is None:
             log.info("guard: the judge %s has no Ready replica; the pattern rules decide", model)
             return "none"
-        pool = self.pool
+        pool = self.pool()
         try:
             origin = pool.origin(endpoint.url)
             message = origin.request(
