@@ -34,7 +34,7 @@ from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.limits import Key, KeyBook, Usage, UsageWriter
 from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines, scrape
 from llmgw.server.gateway.probe import EngineProbe
-from llmgw.server.gateway.proxy import Trace, Upstream
+from llmgw.server.gateway.proxy import GUARD_FLAG, GUARD_HEADER, Trace, Upstream
 from llmgw.server.gateway.queue import FairQueue
 from llmgw.server.gateway.router import Catalog, Endpoint, Nodes, Router, prompt_prefix
 from llmgw.server.people.directory import Snapshot
@@ -54,8 +54,6 @@ ROUTES: dict[str, Kind] = {
 }
 # The model is wanted now (``start``: and a replica should start if it has none).
 Demand = Callable[[str, bool], None]
-# The header a request a guard policy flagged is answered with.
-GUARD_HEADER = "x-llmgw-guard"
 
 
 class PromptGuard(Protocol):
@@ -295,7 +293,7 @@ class Gateway:
                 return refused(exc)
             guarded = True
             if flagged is not None:
-                request[GUARD_HEADER] = flagged  # the stream's head says it (proxy.py)
+                request[GUARD_FLAG] = flagged  # the stream's head says it (proxy.py)
         stream = kind != "embedding" and body.get("stream") is True
         strip_usage = False
         if kind != "embedding":

@@ -126,23 +126,36 @@ class Reader:
 
     async def read(self, key: Key, text: str, where: Where, judged: bool = True) -> Reading:
         """``text`` read by every policy of ``key``; ``judged``: ask their judges too."""
+        return (await self.outcome(key, text, where, judged))[0]
+
+    async def outcome(
+        self, key: Key, text: str, where: Where, judged: bool = True
+    ) -> tuple[Reading, list[str]]:
+        """The reading, and the policies that flagged the text (flagged and redacted
+        both, say: the answer still says it was flagged)."""
         reading = PASS
+        flagged: list[str] = []
         for policy in self.of(key):
             current = reading.text if reading.text is not None else text
             said: Said = "none"
             if judged and policy.judge is not None:
                 said = await self.judging.judge(policy.judge, current, policy.wait_ms / 1000)
-            one = self._apply(policy, current, where, said, key)
+            one, flags = self._apply(policy, current, where, said, key)
+            if flags:
+                flagged.append(policy.name)
             if STRENGTH[one.verdict] > STRENGTH[reading.verdict]:
                 reading = Reading(one.verdict, one.text or reading.text, one.policy, one.reason)
             elif one.text is not None:
                 reading = Reading(reading.verdict, one.text, reading.policy, reading.reason)
             if reading.verdict in ("block", "withhold"):
                 break
-        return reading
+        return reading, flagged
 
-    def _apply(self, policy: GuardPolicy, text: str, where: Where, said: Said, key: Key) -> Reading:
+    def _apply(
+        self, policy: GuardPolicy, text: str, where: Where, said: Said, key: Key
+    ) -> tuple[Reading, bool]:
         name = policy.name
+        flags = False
         planted = rules.injections(text)
         found = rules.pii(text)
         notes = [f"{f.kind} at {f.start}-{f.end}" for f in planted + found]
@@ -156,34 +169,38 @@ class Reader:
             late = f"the judge {policy.judge} did not answer within {policy.wait_ms} ms"
             self._decide(key, name, "timeout", where, f"{late} (fail: {policy.fail})")
             if policy.fail == "closed":
-                return Reading("block", None, name, f"{late} (fail: closed)")
-            reading = Reading("timeout", None, name, late)
+                return Reading("block", None, name, f"{late} (fail: closed)"), False
+            reading, flags = Reading("timeout", None, name, late), True
         if planted or said == "injection":
             kinds = "an instruction to the model"
             if policy.injection == "flag":
-                reading = _stronger(reading, Reading("flag", None, name, kinds))
+                reading, flags = _stronger(reading, Reading("flag", None, name, kinds)), True
             elif where.answer:
                 self._decide(key, name, "withhold", where, detail)
-                return Reading("withhold", withheld_notice(name), name, f"{kinds}: withheld")
+                return Reading("withhold", withheld_notice(name), name, f"{kinds}: withheld"), False
             else:
                 self._decide(key, name, "block", where, detail)
-                return Reading("block", None, name, f"{where.kind.replace('_', ' ')} holds {kinds}")
+                return Reading(
+                    "block", None, name, f"{where.kind.replace('_', ' ')} holds {kinds}"
+                ), False
         if found or said == "pii":
             kinds = ", ".join(dict.fromkeys(rules.WORDS[f.kind] for f in found)) or "personal data"
             if policy.pii == "block":
                 self._decide(key, name, "block", where, _masked(text, found, detail))
-                return Reading("block", None, name, f"{where.kind.replace('_', ' ')} holds {kinds}")
+                return Reading(
+                    "block", None, name, f"{where.kind.replace('_', ' ')} holds {kinds}"
+                ), False
             if policy.pii == "redact" and found:
                 redacted = rules.redact(text, found)
                 reading = _stronger(reading, Reading("redact", redacted, name, kinds))
             else:
-                reading = _stronger(reading, Reading("flag", None, name, kinds))
+                reading, flags = _stronger(reading, Reading("flag", None, name, kinds)), True
         if reading.verdict not in ("pass", "timeout"):
             shown = _masked(text, found, detail) if reading.verdict == "redact" else detail
             self._decide(key, name, reading.verdict, where, shown)
         elif reading.verdict == "pass":
             self._decide(key, name, "pass", where, "")
-        return reading
+        return reading, flags
 
     def _decide(self, key: Key, policy: str, verdict: Verdict, where: Where, found: str) -> None:
         self.record(Decision(self.clock(), policy, verdict, key.record.name, where.label, found))
@@ -196,14 +213,14 @@ class Reader:
         ``x-llmgw-guard`` header's value when a policy flagged it, else None."""
         texts = list(_texts(body))
         new_from = _new_from(body)
-        readings = await asyncio.gather(
+        outcomes = await asyncio.gather(
             *(
-                self.read(key, text, where, judged=index >= new_from)
+                self.outcome(key, text, where, judged=index >= new_from)
                 for index, text, where, _ in texts
             )
         )
         flagged: list[str] = []
-        for (_, _, _, put), reading in zip(texts, readings, strict=True):
+        for (_, _, _, put), (reading, flags) in zip(texts, outcomes, strict=True):
             if reading.refused:
                 raise Refusal(
                     400,
@@ -212,8 +229,7 @@ class Reader:
                 )
             if reading.text is not None:
                 put(reading.text)
-            if reading.verdict in ("flag", "timeout") and reading.policy is not None:
-                flagged.append(reading.policy)
+            flagged += flags
         if flagged:
             return "flagged " + ",".join(dict.fromkeys(flagged))
         return None
