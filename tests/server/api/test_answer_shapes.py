@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import replace
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
