@@ -28,7 +28,9 @@ from llmgw.server.gateway.router import Router
 
 log = logging.getLogger("llmgw.guard")
 
-Said = Literal["safe", "injection", "pii", "none", "timeout"]
+# "none": it answered, with no verdict; "unanswered": no Ready replica, an error, or an
+# answer other than 200; "timeout": past the policy's wait.
+Said = Literal["safe", "injection", "pii", "none", "unanswered", "timeout"]
 # The most of a text a judge reads: its end, where a planted instruction takes effect.
 MAX_JUDGED = 8000
 MAX_TOKENS = 3
@@ -91,7 +93,7 @@ class Judge:
         endpoint = self.router().pick(model)
         if endpoint is None:
             log.info("guard: the judge %s has no Ready replica; the pattern rules decide", model)
-            return "none"
+            return "unanswered"
         pool = self.pool()
         try:
             origin = pool.origin(endpoint.url)
@@ -102,7 +104,7 @@ class Judge:
                 False,
             )
         except ValueError:
-            return "none"
+            return "unanswered"
         endpoint.outstanding += 1
         try:
             for fresh in (False, True):
@@ -112,7 +114,7 @@ class Judge:
                         conn = await pool.connect(origin)
                     except OSError as exc:
                         log.info("guard: cannot reach the judge %s: %s", model, exc)
-                        return "none"
+                        return "unanswered"
                 try:
                     conn.send(message, False)
                     await conn.head()
@@ -120,18 +122,20 @@ class Judge:
                 except Lost as exc:
                     if exc.early and not fresh:
                         continue  # a pooled connection the engine had closed: once more
-                    return "none"
+                    return "unanswered"
                 except (OSError, BadAnswer):
-                    return "none"
+                    return "unanswered"
                 finally:
                     if conn.complete:
                         pool.give_back(origin, conn)
                     else:
                         conn.close()  # cancelled at the wait: the engine hears it go
                 if conn.status != 200:
-                    log.info("guard: the judge %s answered %d", model, conn.status)
-                    return "none"
+                    # The engine's own words (an error names limits, never the text).
+                    said = data[:300].decode(errors="replace")
+                    log.info("guard: the judge %s answered %d: %s", model, conn.status, said)
+                    return "unanswered"
                 return verdict_of(data)
-            return "none"
+            return "unanswered"
         finally:
             endpoint.outstanding -= 1

@@ -222,7 +222,8 @@ class GuardService:
         start = time.perf_counter()
         burst = await asyncio.gather(*(timed() for _ in range(BURST)))
         wall = time.perf_counter() - start
-        answered = [t for t, s in [*one, *burst] if s not in ("none", "timeout")]
+        answered = [t for t, s in [*one, *burst] if s not in ("unanswered", "timeout")]
+        verdicts = [t for t, s in [*one, *burst] if s in ("safe", "injection", "pii")]
         p50 = statistics.median(t for t, _ in one)
         burst_p50 = statistics.median(t for t, _ in burst)
         if not answered:
@@ -252,6 +253,11 @@ class GuardService:
                     f"{policy.fail} requests are {then}; "
                     "give the judge a bigger machine or more replicas, or a longer --wait"
                 ),
+            )
+        if answered and not verdicts:
+            advice += (
+                f"; {policy.judge} answers, but never SAFE, INJECTION or PII first: the "
+                "pattern rules decide alone (judge with a model that follows instructions)"
             )
         return {
             "policy": policy.name,
