@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +161,12 @@ async def test_decisions_are_counted_on_metrics_and_kept_and_audited(tmp_path: P
         text = await h.gateway.metrics_text()
         assert 'llmgw_guard_decisions_total{policy="p",verdict="redact"} 1' in text
         assert 'llmgw_guard_decisions_total{policy="p",verdict="pass"} 1' in text
+        promtool = shutil.which("promtool")
+        assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"
+        checked = subprocess.run(
+            [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+        )
+        assert checked.returncode == 0, checked.stdout + checked.stderr
         (kept,) = h.guard.decisions()
         assert kept["verdict"] == "redact" and kept["key"] == "guarded"
         assert kept["where"] == "prompt" and "a***@***" in kept["found"]
