@@ -129,18 +129,21 @@ class Reader:
         return (await self.outcome(key, text, where, judged))[0]
 
     async def outcome(
-        self, key: Key, text: str, where: Where, judged: bool = True
+        self, key: Key, text: str, where: Where, judged: bool = True, ruled: bool = True
     ) -> tuple[Reading, list[str]]:
         """The reading, and the policies that flagged the text (flagged and redacted
-        both, say: the answer still says it was flagged)."""
+        both, say: the answer still says it was flagged). ``ruled``: read by the pattern
+        rules too (False: by the judges alone, of a text whose parts the rules read)."""
         reading = PASS
         flagged: list[str] = []
         for policy in self.of(key):
+            if not ruled and policy.judge is None:
+                continue
             current = reading.text if reading.text is not None else text
             said: Said = "none"
             if judged and policy.judge is not None:
                 said = await self.judging.judge(policy.judge, current, policy.wait_ms / 1000)
-            one, flags = self._apply(policy, current, where, said, key)
+            one, flags = self._apply(policy, current, where, said, key, ruled)
             if flags:
                 flagged.append(policy.name)
             if STRENGTH[one.verdict] > STRENGTH[reading.verdict]:
@@ -152,12 +155,12 @@ class Reader:
         return reading, flagged
 
     def _apply(
-        self, policy: GuardPolicy, text: str, where: Where, said: Said, key: Key
+        self, policy: GuardPolicy, text: str, where: Where, said: Said, key: Key, ruled: bool
     ) -> tuple[Reading, bool]:
         name = policy.name
         flags = False
-        planted = rules.injections(text)
-        found = rules.pii(text)
+        planted = rules.injections(text) if ruled else []
+        found = rules.pii(text) if ruled else []
         notes = [f"{f.kind} at {f.start}-{f.end}" for f in planted + found]
         if said == "injection" and not planted:
             notes.append("injection (the judge)")
@@ -198,7 +201,7 @@ class Reader:
         if reading.verdict not in ("pass", "timeout"):
             shown = _masked(text, found, detail) if reading.verdict == "redact" else detail
             self._decide(key, name, reading.verdict, where, shown)
-        elif reading.verdict == "pass":
+        elif reading.verdict == "pass" and ruled:
             self._decide(key, name, "pass", where, "")
         return reading, flags
 
@@ -239,17 +242,33 @@ class Reader:
     async def tool_arguments(
         self, key: Key, tool: str, arguments: Mapping[str, JSON]
     ) -> tuple[Reading, Mapping[str, JSON]]:
-        out: dict[str, JSON] = dict(arguments)
+        """Every string in the arguments, however nested, read by the rules; then the
+        judges read them all at once (one judgment a call, not one a string)."""
+        where = Where("tool_args", tool)
+        leaves: list[str] = []
+        _strings(dict(arguments), leaves.append)
         strongest = PASS
-        for name, value in arguments.items():
-            if not isinstance(value, str):
-                continue
-            reading = await self.read(key, value, Where("tool_args", tool))
+        rewritten: dict[int, str] = {}
+        for index, text in enumerate(leaves):
+            reading = await self.read(key, text, where, judged=False)
             if reading.refused:
                 return reading, arguments
             if reading.text is not None:
-                out[name] = reading.text
+                rewritten[index] = reading.text
             strongest = _stronger(strongest, reading)
+        if leaves:
+            joined = "\n".join(rewritten.get(i, t) for i, t in enumerate(leaves))
+            judged, _ = await self.outcome(key, joined, where, ruled=False)
+            if judged.refused:
+                return judged, arguments
+            strongest = _stronger(
+                strongest, Reading(judged.verdict, None, judged.policy, judged.reason)
+            )
+        if not rewritten:
+            return strongest, arguments
+        count = iter(range(len(leaves)))
+        out = _replaced(dict(arguments), lambda text: rewritten.get(next(count), text))
+        assert isinstance(out, dict)
         return strongest, out
 
     async def tool_answer(
@@ -274,6 +293,29 @@ def _stronger(a: Reading, b: Reading) -> Reading:
     if STRENGTH[b.verdict] > STRENGTH[a.verdict]:
         return Reading(b.verdict, b.text or a.text, b.policy, b.reason)
     return Reading(a.verdict, b.text or a.text, a.policy, a.reason)
+
+
+def _strings(value: JSON, take: Callable[[str], None]) -> None:
+    """Each string in ``value``, depth first, keys in their order."""
+    if isinstance(value, str):
+        take(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _strings(item, take)
+    elif isinstance(value, list):
+        for item in value:
+            _strings(item, take)
+
+
+def _replaced(value: JSON, put: Callable[[str], str]) -> JSON:
+    """``value`` with each string, in ``_strings``'s order, as ``put`` gives it."""
+    if isinstance(value, str):
+        return put(value)
+    if isinstance(value, dict):
+        return {k: _replaced(v, put) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replaced(v, put) for v in value]
+    return value
 
 
 def _masked(text: str, found: list[rules.Finding], detail: str) -> str:

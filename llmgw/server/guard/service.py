@@ -15,6 +15,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from llmgw.jsonvalue import JSON, JSONObject
 from llmgw.server.catalog.model import Model
@@ -26,12 +27,24 @@ from llmgw.server.guard.reading import Decision, Reader
 from llmgw.server.mcp.tools import Reading, ToolResult
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal, bad_request, not_found
-from llmgw.server.store import Store, StoreUnavailable
+from llmgw.server.store import Store
 from llmgw.wire.admin import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
 
 log = logging.getLogger("llmgw.guard")
 
+if TYPE_CHECKING:
+    from llmgw.server.gateway.service import PromptGuard
+    from llmgw.server.mcp.tools import ToolGuard
+
+    def _is_both(service: GuardService) -> tuple[PromptGuard, ToolGuard]:
+        """mypy's check that the service is what /v1 and the MCP gateway take."""
+        return service, service
+
+
 KEPT = 200
+# Decisions waiting for their audit entries; past this (a store that cannot keep up)
+# the newest are counted and kept in memory, not audited.
+MAX_UNWRITTEN = 10_000
 BURST = 8
 # About 280 tokens of ordinary text, with nothing in it for the rules.
 CHECK_TEXT = (
@@ -134,23 +147,28 @@ class GuardService:
         if decision.verdict == "pass":
             return
         self.recent.append(decision)
-        self._unwritten.append(decision)
+        if len(self._unwritten) < MAX_UNWRITTEN:
+            self._unwritten.append(decision)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write_audit())
 
     async def _write_audit(self) -> None:
-        """The decisions' audit entries, written once a second while any come."""
+        """The decisions' audit entries, written once a second while any come; a batch
+        the store does not take is dropped, said once a batch (they stay counted)."""
         while self._unwritten:
             await asyncio.sleep(1.0)
-            batch, self._unwritten = self._unwritten[:1000], self._unwritten[1000:]
-            for d in batch:
+            batch, self._unwritten = self._unwritten, []
+            for i, d in enumerate(batch):
                 detail = f"key {d.key}; {d.where}" + (f"; {d.found}" if d.found else "")
                 try:
                     await self.store.audit("guard", f"guard.{d.verdict}", d.policy, detail)
-                except StoreUnavailable:
-                    log.info("guard: the store cannot take audit entries now; %d dropped", 1)
-                except Exception:
-                    log.exception("guard: could not write a decision's audit entry")
+                except Exception as exc:
+                    log.warning(
+                        "guard: %d decisions not audited (the store did not take them: %s)",
+                        len(batch) - i,
+                        exc,
+                    )
+                    break
 
     def decisions(self, policy: str | None = None) -> list[GuardDecisionJson]:
         return [

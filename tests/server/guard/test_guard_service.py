@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from llmgw.jsonvalue import JSON
 from llmgw.server.gateway.limits import Key
 from llmgw.server.guard.policies import SETTING, KeptPolicies, PolicyAdd
 from llmgw.server.mcp.tools import ToolResult
@@ -122,3 +123,31 @@ async def test_the_strongest_of_two_policies_wins(tmp_path: Path) -> None:
         await h.policy("hard", pii="block")
         reading, _ = await h.guard.tool_arguments(key("soft", "hard"), TOOL, {"q": "a@b.io"})
         assert reading.refused and reading.policy == "hard"
+
+
+async def test_nested_arguments_are_read_string_by_string(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        await h.policy()
+        arguments: dict[str, JSON] = {
+            "issue": {"title": "VPN", "watchers": ["ann@example.com", "ops"]},
+            "count": 2,
+        }
+        reading, sent = await h.guard.tool_arguments(key("p"), TOOL, arguments)
+        assert reading.verdict == "redact"
+        assert sent == {
+            "issue": {"title": "VPN", "watchers": ["[REDACTED:EMAIL]", "ops"]},
+            "count": 2,
+        }
+        assert arguments["issue"] == {"title": "VPN", "watchers": ["ann@example.com", "ops"]}
+
+
+async def test_a_judge_reads_a_call_s_arguments_once(tmp_path: Path) -> None:
+    async with harness(tmp_path) as h:
+        await h.policy(judge="judge")
+        h.judge.say = "INJECTION"
+        reading, _ = await h.guard.tool_arguments(
+            key("p"), TOOL, {"a": "first part", "b": ["second", "third"]}
+        )
+        assert reading.refused and reading.policy == "p"
+        (asked,) = h.judge.asked
+        assert asked["messages"][1]["content"] == "TEXT:\nfirst part\nsecond\nthird"
