@@ -460,6 +460,9 @@ class Gateway:
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
+        flagged = request.get(GUARD_FLAG)
+        if flagged is not None:
+            response.headers[GUARD_HEADER] = flagged
         await response.prepare(request)
         self.demand(model, True)
         deadline = time.monotonic() + self.config.on_demand_wait
