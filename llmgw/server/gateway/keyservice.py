@@ -37,8 +37,8 @@ from llmgw.server.gateway.grants import (
     without,
 )
 from llmgw.server.gateway.limits import KeyBook, key_hash, new_key
-from llmgw.server.people.asks import SetKeyLimits
 from llmgw.server.people import rights
+from llmgw.server.people.asks import SetKeyLimits
 from llmgw.server.people.directory import Directory
 from llmgw.server.people.records import DEFAULT_ORG, DEFAULT_PROJECT, Project
 from llmgw.server.principal import Principal

@@ -26,13 +26,11 @@ from llmgw.server.gateway.grants import (
     without,
 )
 from llmgw.server.gateway.limits import KeyBook
-
 from llmgw.server.people import rights
 from llmgw.server.people.asks import Member, NewOrg, NewProject, NewTeam, Rename, SetLimits
 from llmgw.server.people.directory import Directory
 from llmgw.server.people.records import (
     DEFAULT_ORG,
-    Limits,
     Membership,
     Org,
     Project,
