@@ -426,6 +426,22 @@ async def test_limits_of_keys_and_levels_are_set_together_each_audited(store: St
     ]
 
 
+async def test_limits_set_together_are_all_or_nothing(store: Store, backend: Backend) -> None:
+    await store.add_api_key(key("k1", 1.0), Audit("admin", "key.add", "k1"))
+    closed = ApiKeyRecord("k1", "owner-k1", "sha256:k1", created_at=1.0, tools=())
+    broken = Team("t9", "o1", None, Limits(tools=()))  # type: ignore[arg-type]
+    with pytest.raises(backend.conflict):
+        await store.set_limits(
+            [
+                (closed, Audit("ops", "key.limits", "k1")),
+                (broken, Audit("ops", "team.limits", "t9")),
+            ]
+        )
+    # The key's change and both audit entries went with the step that failed.
+    assert await store.list_api_keys() == [key("k1", 1.0)]
+    assert [a[1] for a in await audits(store)] == ["key.add"]
+
+
 # --------------------------------------------------------------------------- usage
 
 
