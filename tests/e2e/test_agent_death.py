@@ -11,64 +11,18 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import openai
 import psutil
 import pytest
 
 from tests.e2e.catalog import ctl_json, join, replicas, scheduled, serve, wait_ready
 from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.load import Load, metrics_text, vouched_lines
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
-
-CHAT = [{"role": "user", "content": "hello"}]
-
-
-class Load:
-    """Four clients chatting without pause, every failure kept."""
-
-    def __init__(self, cluster: Cluster, key: str) -> None:
-        self.sdk = openai.OpenAI(
-            base_url=f"http://{cluster.listen}/v1", api_key=key, max_retries=0, timeout=30
-        )
-        self.done = 0
-        self.errors: list[BaseException] = []
-        self.stop = threading.Event()
-        self.workers = [threading.Thread(target=self.run) for _ in range(4)]
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            try:
-                self.sdk.chat.completions.create(model="tiny", messages=CHAT, max_tokens=2)  # type: ignore[arg-type]
-                self.done += 1
-            except Exception as exc:  # every failure is counted, none hidden
-                self.errors.append(exc)
-
-    def __enter__(self) -> Load:
-        for w in self.workers:
-            w.start()
-        wait_for(lambda: self.done >= 20, 30, "requests to flow")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for w in self.workers:
-            w.join(30)
-        self.sdk.close()
-
-    def flowing_for(self, seconds: float) -> None:
-        """Keep the load on for ``seconds``, checking it never stalls."""
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            before = self.done
-            time.sleep(min(5.0, max(0.1, end - time.monotonic())))
-            assert self.done > before, "requests stopped flowing"
-            assert self.errors == [], self.errors[:3]
 
 
 @pytest.fixture
@@ -123,19 +77,3 @@ def test_an_agents_death_never_stops_serving(cluster: Cluster, binary: Path) -> 
     assert f'llmgw_replica_vouched_by_probe{{model="tiny",replica="{alive}"}} 1' in metrics
     assert f'replica="{dead}"' not in vouched_lines(metrics)  # dropped by the probe
     assert replicas(cluster, "tiny")  # the control plane still shows what the node ran
-
-
-def metrics_text(cluster: Cluster) -> str:
-    import urllib.request
-
-    req = urllib.request.Request(
-        f"http://{cluster.listen}/metrics",
-        headers={"authorization": f"Bearer {cluster.admin_token}"},
-    )
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        return resp.read().decode()
-
-
-def vouched_lines(metrics: str) -> str:
-    lines = metrics.splitlines()
-    return "\n".join(line for line in lines if line.startswith("llmgw_replica_vouched"))
