@@ -6,8 +6,9 @@ the store keeps its SHA-256 only. Its allowlist holds model name patterns (``qwe
 its limits are requests and tokens a minute and a token budget a month; its priority
 orders the gateway's queue (higher first). After it is made its priority may change (the
 cluster's operators'), and its limits, MCP tools and guard policies (``set_limits``, by
-those who manage it: ``gateway/grants.py`` checks what is asked). ``ServingSwitch`` is ``llmgw stop`` and ``llmgw start``: ``/v1`` refuses and
-every model goes to zero, the catalog unchanged.
+those who manage it: ``gateway/grants.py`` checks what is asked). ``ServingSwitch`` is
+``llmgw stop`` and ``llmgw start``: ``/v1`` refuses and every model goes to zero, the
+catalog unchanged.
 
 A key belongs to a project (and so to its team and organisation) or to a person in an
 organisation; a key made without saying whose goes to the default organisation's default
