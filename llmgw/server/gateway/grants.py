@@ -83,15 +83,15 @@ def asked(old: Limits, ask: SetLimits, policies: frozenset[str]) -> Limits:
             )
     clear = set(ask.clear)
 
-    def pick(name: str, new: object, was: object) -> object:
+    def pick(name: str, new: int | None, was: int | None) -> int | None:
         if name in clear:
             return None
         return was if new is None else new
 
     return Limits(
-        rpm=pick("rpm", ask.rpm, old.rpm),  # type: ignore[arg-type]
-        tpm=pick("tpm", ask.tpm, old.tpm),  # type: ignore[arg-type]
-        budget=pick("budget", ask.budget, old.budget),  # type: ignore[arg-type]
+        rpm=pick("rpm", ask.rpm, old.rpm),
+        tpm=pick("tpm", ask.tpm, old.tpm),
+        budget=pick("budget", ask.budget, old.budget),
         models=() if "models" in clear else (ask.models if ask.models is not None else old.models),
         tools=None if "tools" in clear else (ask.tools if ask.tools is not None else old.tools),
         guard=() if "guard" in clear else (ask.guard if ask.guard is not None else old.guard),
