@@ -116,21 +116,15 @@ def _model(name: str) -> Model:
 
 
 @contextlib.asynccontextmanager
-async def harness(
-    tmp_path: Path, policies: tuple[str, ...] = ("p",), judge_port: int | None = None
-) -> AsyncIterator[Harness]:
-    """KEY names ``policies``; PLAIN names none. ``judge_port``: the judge's replica is
-    the engine there (a real llama-server) instead of the JudgeEngine."""
+async def harness(tmp_path: Path, policies: tuple[str, ...] = ("p",)) -> AsyncIterator[Harness]:
+    """KEY names ``policies``; PLAIN names none."""
     store = SQLiteStore(tmp_path / "store.db")
     await store.open()
     engine = await FakeEngine().start()
     judge = await JudgeEngine().start()
     view = NodeView(id="a", cert_serial=1, state=NodeState.READY, address="127.0.0.1")
     catalog = SimpleNamespace(models={"m": _model("m"), "judge": _model("judge")}, version=1)
-    served = (
-        ("m.default.00000000", engine.port),
-        ("judge.default.00000001", judge_port or judge.port),
-    )
+    served = (("m.default.00000000", engine.port), ("judge.default.00000001", judge.port))
     for rid, port in served:
         view.shards[rid] = ShardStatus(replica_id=rid, state=ShardState.READY, port=port)
     nodes = SimpleNamespace(nodes={"a": view}, version=1)
