@@ -48,10 +48,14 @@ from llmgw.wire.admin import (
     FabricTestJson,
     FirewallChangeJson,
     FirewallJson,
+    GuardCheckJson,
+    GuardDecisionJson,
+    GuardPolicyJson,
     HistoryJson,
     KeyJson,
-    LimitsJson,
+    LimitsSetJson,
     LogBatch,
+    McpGrantJson,
     McpServerJson,
     McpServerRemovedJson,
     McpTestJson,
@@ -267,6 +271,14 @@ class AdminClient:
     def update_key(self, key_id: str, body: Body) -> KeyJson:
         return self.call(r.UPDATE_KEY, key_id, body=body)
 
+    def set_key_limits(self, key_id: str, body: Body) -> LimitsSetJson:
+        """A key's own limits, MCP tools and guard policies."""
+        return self.call(r.KEY_LIMITS, key_id, body=body)
+
+    def mcp_grants(self, server: str | None = None) -> list[McpGrantJson]:
+        """Every level and key that names MCP tools; with ``server``, those reaching it."""
+        return self.call(r.MCP_GRANTS, query={"server": server} if server else None)
+
     def revoke_key(self, key_id: str) -> KeyJson:
         return self.call(r.REVOKE_KEY, key_id)
 
@@ -343,6 +355,26 @@ class AdminClient:
 
     def firewall_history(self) -> list[FirewallChangeJson]:
         return self.call(r.FIREWALL_HISTORY)
+
+    # --- guard policies
+
+    def guard_policies(self) -> list[GuardPolicyJson]:
+        return self.call(r.GUARD_POLICIES)
+
+    def guard_policy(self, name: str) -> GuardPolicyJson:
+        return self.call(r.GUARD_POLICY, name)
+
+    def add_guard_policy(self, body: Body) -> GuardPolicyJson:
+        return self.call(r.ADD_GUARD_POLICY, body=body)
+
+    def remove_guard_policy(self, name: str) -> GuardPolicyJson:
+        return self.call(r.REMOVE_GUARD_POLICY, name)
+
+    def guard_decisions(self, policy: str | None = None) -> list[GuardDecisionJson]:
+        return self.call(r.GUARD_DECISIONS, query={"policy": policy} if policy else None)
+
+    def guard_judge_check(self, policy: str | None = None) -> list[GuardCheckJson]:
+        return self.call(r.GUARD_JUDGE_CHECK, body={"policy": policy} if policy else {})
 
     # --- Slurm beside llmgw
 
@@ -476,7 +508,7 @@ class AdminClient:
 
     def set_limits(
         self, body: Body, org: str, team: str | None = None, project: str | None = None
-    ) -> LimitsJson:
+    ) -> LimitsSetJson:
         """An organisation's limits, or with ``team`` or ``project`` one of its own."""
         if team is not None:
             return self.call(r.TEAM_LIMITS, org, team, body=body)

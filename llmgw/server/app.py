@@ -26,6 +26,8 @@ from llmgw.server.api import (
     engines,
     fabrics,
     firewall,
+    grants,
+    guard,
     keys,
     ldap,
     login,
@@ -67,6 +69,8 @@ from llmgw.server.front import (
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.service import bounds_of
+from llmgw.server.guard.judge import Judge
+from llmgw.server.guard.service import GuardService
 from llmgw.server.ha.demand import DemandRelay
 from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
@@ -182,8 +186,16 @@ class ControlPlane:
         self.planner = Planner(self.inspector, self.models.room, self.registry)
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
+        # Guard policies: read the prompts and tool calls of keys that name them.
+        self.guard = GuardService(
+            store,
+            lambda: self.models.models,
+            Judge(lambda: self.gateway.router, lambda: self.gateway.upstream.pool),
+        )
         # MCP tool servers behind the gateway's /mcp (ctl mcp).
-        self.mcp = mcp_parts(store, self.cluster_secret, lambda: self.gateway.upstream.session)
+        self.mcp = mcp_parts(
+            store, self.cluster_secret, lambda: self.gateway.upstream.session, guard=self.guard
+        )
         self.gateway = Gateway(
             store,
             self.registry,
@@ -195,6 +207,7 @@ class ControlPlane:
             # Counted on a standby, usage goes to the leader; on the leader, to the store.
             write_usage=self._write_usage,
             tree=lambda: self.directory.now,
+            guard=self.guard,
             mcp=self.mcp.gateway,
         )
         # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
@@ -216,7 +229,9 @@ class ControlPlane:
             self.gateway.endpoints_of,
         )
         self.people = PeopleService(self.directory)
-        self.orgs = OrgService(self.directory, changed=self.gateway.keys.relevel)
+        self.orgs = OrgService(
+            self.directory, changed=self.gateway.keys.relevel, keys=self.gateway.keys
+        )
         self.oidc = OidcSettings(store, self.directory, self.cluster_secret)
         self.oidc_flow = OidcFlow(self.oidc, self.people, self.cluster_secret)
         self.device_logins = DeviceLogins(self.people, self.directory)
@@ -439,6 +454,7 @@ class ControlPlane:
             await self.firewall.load()
             await self.oidc.load()
             await self.slurm.kept.load()
+            await self.guard.load()
             await self.mcp.registry.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
@@ -473,6 +489,7 @@ class ControlPlane:
         await self.oidc.load()
         await self.serving.load()
         await self.slurm.kept.load()
+        await self.guard.load()
         await self.mcp.registry.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
@@ -549,6 +566,7 @@ class ControlPlane:
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)
+        ops += grants.routes(self.directory, self.gateway.keys.records)
         ops += signin.routes(self.oidc)
         ops += login.routes(self.device_logins, self.orgs)
         ops += ldap.routes(self.ldap)
@@ -563,6 +581,7 @@ class ControlPlane:
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         ops += slurm.routes(self.slurm.service)
+        ops += guard.routes(self.guard)
         ops += mcp.routes(self.mcp.service)
         ops += upgrade.routes(self.upgrades.service)
         ops += restart.routes(self.restarts)
