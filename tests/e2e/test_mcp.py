@@ -3,10 +3,8 @@ tool servers (MCPServer over streamable HTTP, in this process's threads) added w
 ``ctl mcp add`` and a sealed credential, and the SDK's own client through the gateway's
 ``/mcp`` with a gateway key.
 
-What needs a key granted tools sets the grant with ``grant`` below, through part A's
-``POST /api/v1/keys/{id}/limits``; where that route is not there yet, those tests are
-skipped saying so, and everything else (the credential, the bounds, auth, the metrics,
-the SDK's handshake) is held here all the same.
+A key is granted tools as a person would grant them: ``POST /api/v1/keys/{id}/limits``
+(``ctl keys limits KEY --tools``).
 """
 
 from __future__ import annotations
@@ -66,14 +64,12 @@ def new_key(cluster: Cluster, name: str) -> tuple[str, str]:
 
 
 def grant(cluster: Cluster, key_id: str, patterns: list[str]) -> None:
-    """Grant a key tools the way part A does (``ctl keys limits KEY --tools``)."""
+    """Grant a key tools (``ctl keys limits KEY --tools``)."""
     status, _, body = cluster.post(
         f"/api/v1/keys/{key_id}/limits",
         json.dumps({"tools": patterns}).encode(),
         cluster.admin_token,
     )
-    if status in (404, 405):
-        pytest.skip("granting tools needs POST /api/v1/keys/{id}/limits (part A)")
     assert status == 200, body
 
 
@@ -226,3 +222,34 @@ def test_a_rate_cuts_off_each_key(cluster: Cluster, tools: ToolServer) -> None:
     message = mcp_post(cluster, key, call)[1]["error"]["message"]
     assert "rate of 2 a minute" in message and "try again in" in message
     ctl(cluster, "mcp", "remove", "rated")
+
+
+def test_a_keys_guard_policy_reads_its_tool_calls(cluster: Cluster, tools: ToolServer) -> None:
+    ctl(cluster, "guard", "policy", "add", "strict", "--pii", "redact", "--injection", "block")
+    key_id, key = new_key(cluster, "guarded")
+    status, _, body = cluster.post(
+        f"/api/v1/keys/{key_id}/limits",
+        json.dumps({"tools": ["tickets.*"], "guard": ["strict"]}).encode(),
+        cluster.admin_token,
+    )
+    assert status == 200, body
+
+    def call(name: str, arguments: dict[str, str] | None = None) -> str:
+        message = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": name, "arguments": arguments or {}},
+        }
+        return json.dumps(mcp_post(cluster, key, message)[1])
+
+    # The tool's answer, read as the prompt it becomes: the email redacted, the planted
+    # instruction kept from the caller.
+    person = call("tickets.person")
+    assert "jane.roe@example.com" not in person and "Jane Roe" in person
+    ticket = call("tickets.ticket")
+    assert "IGNORE ALL PREVIOUS INSTRUCTIONS" not in ticket and "strict" in ticket
+    # The arguments, read before they leave: the tool server never sees the email.
+    echoed = call("tickets.echo", {"text": "write to bob@example.org"})
+    assert "bob@example.org" not in echoed
+    assert tools.texts[-1].startswith("write to ") and "bob@example.org" not in tools.texts[-1]

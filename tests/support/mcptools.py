@@ -61,6 +61,8 @@ class ToolServer:
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.seen: list[str] = []
         self.calls: list[str] = []
+        # What ``echo`` was given.
+        self.texts: list[str] = []
         # Set to let a stalled call answer.
         self.release = threading.Event()
         server = MCPServer("tests")
@@ -68,6 +70,7 @@ class ToolServer:
         @server.tool(description="Says back what it was given")
         def echo(text: str) -> str:
             self.calls.append("echo")
+            self.texts.append(text)
             return text
 
         @server.tool(description="Reads a ticket")
