@@ -6,6 +6,8 @@ injected clock."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -168,3 +170,13 @@ async def test_the_record_is_written_in_batches_off_the_call_path(
     assert 'llmgw_mcp_calls_total{server="jira",outcome="timeout"} 1' in lines
     assert 'llmgw_mcp_call_seconds_count{server="jira"} 2' in lines
     assert 'llmgw_mcp_server_up{server="jira"} 1' in lines
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: `make test` installs Debian's prometheus package"
+    checked = subprocess.run(
+        [promtool, "check", "metrics"],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
