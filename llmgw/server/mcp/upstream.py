@@ -22,6 +22,7 @@ change of the server (its address, its headers) starts over.
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import json
 import time
@@ -198,10 +199,11 @@ class Upstreams:
         if not method.startswith("notifications/"):
             ident = next(self.ids)
             message["id"] = ident
+        body = json.dumps(message).encode()
+        # aiohttp warns of raw bytes past 1 MiB (sent in one write); a file it streams.
+        data: bytes | io.BytesIO = body if len(body) < 2**20 else io.BytesIO(body)
         try:
-            async with self.session().post(
-                server.url, data=json.dumps(message).encode(), headers=headers
-            ) as answer:
+            async with self.session().post(server.url, data=data, headers=headers) as answer:
                 session_id = answer.headers.get("Mcp-Session-Id")
                 if method == "initialize" and session_id:
                     kept.session_id = session_id
@@ -232,28 +234,41 @@ class Upstreams:
     async def _from_events(
         self, server: McpServer, answer: aiohttp.ClientResponse, ident: int
     ) -> JSONObject:
-        """Events until the one answering ``ident``, within ``MAX_RESULT`` bytes."""
+        """Events until the one answering ``ident``, within ``MAX_RESULT`` bytes (split
+        into lines here: aiohttp's own line reader refuses a line past 128 KiB, and one
+        event of a large answer is one line)."""
         size = 0
+        pending = b""
         data: list[bytes] = []
-        async for raw in answer.content:
-            size += len(raw)
+        async for chunk in answer.content.iter_chunked(1 << 16):
+            size += len(chunk)
             if size > MAX_RESULT:
                 raise _too_large(server)
-            line = raw.rstrip(b"\r\n")
-            if line.startswith(b"data:"):
-                data.append(line[5:].removeprefix(b" "))
-            elif not line and data:
-                message = _json(server, b"\n".join(data))
-                data = []
-                if message.get("id") == ident and ("result" in message or "error" in message):
-                    return message
-        if data:
-            message = _json(server, b"\n".join(data))
-            if message.get("id") == ident:
+            *lines, pending = (pending + chunk).split(b"\n")
+            for raw in lines:
+                message = self._event_line(server, raw.rstrip(b"\r"), data)
+                if message is not None and message.get("id") == ident:
+                    if "result" in message or "error" in message:
+                        return message
+        for raw in (pending, b""):
+            message = self._event_line(server, raw.rstrip(b"\r"), data)
+            if message is not None and message.get("id") == ident:
                 return message
         raise UpstreamError(
             "dropped", f"MCP server '{server.name}' ended its event stream without an answer"
         )
+
+    @staticmethod
+    def _event_line(server: McpServer, line: bytes, data: list[bytes]) -> JSONObject | None:
+        """One line of an event stream: a ``data:`` line kept, an empty line ending the
+        event (its message), anything else (``event:``, ``id:``, comments) skipped."""
+        if line.startswith(b"data:"):
+            data.append(line[5:].removeprefix(b" "))
+        elif not line and data:
+            message = _json(server, b"\n".join(data))
+            data.clear()
+            return message
+        return None
 
     def _status(self, server: McpServer, status: int) -> UpstreamError:
         why = {401: " (is its credential right?)", 403: " (is its credential right?)"}

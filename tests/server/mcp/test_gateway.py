@@ -306,3 +306,14 @@ async def test_the_builtin_server_is_answered_in_process_and_can_be_turned_off(
         assert code == INVALID_PARAMS
         await gw.parts.service.update("llmgw:admin", McpServerChange(rate=5), ADMIN)
         assert gw.parts.registry.servers["llmgw:admin"].rate == 5
+
+
+async def test_an_answer_of_one_long_event_line_is_read_whole(gw: Door) -> None:
+    # The SDK's server answers in an event stream: one `data:` line of over a MiB here,
+    # past aiohttp's own line reader's limit (128 KiB).
+    with ToolServer() as tools:
+        await add(gw, "tickets", tools.url)
+        secret = gw.key("alice", ("tickets.echo",))
+        text = "x" * (3 * 2**19)
+        answer = await gw.call(secret, "tickets.echo", {"text": text})
+        assert answer["result"]["content"][0]["text"] == text  # type: ignore[index]
