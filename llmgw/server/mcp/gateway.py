@@ -43,8 +43,9 @@ from llmgw.server.mcp.upstream import UpstreamError, Upstreams
 
 log = logging.getLogger("llmgw.mcp")
 
-# The largest JSON-RPC body taken.
+# The largest JSON-RPC body taken, and how long it may take to arrive.
 MAX_BODY = 4 * 2**20
+BODY_WAIT = 30.0
 # The handshake-era revisions we answer, oldest to newest (mcp_types.version's).
 VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 PARSE_ERROR, INVALID_REQUEST, NO_METHOD, INVALID_PARAMS = -32700, -32600, -32601, -32602
@@ -176,12 +177,20 @@ class McpGateway:
             return too_large
         chunks: list[bytes] = []
         size = 0
-        while chunk := await request.content.readany():
-            size += len(chunk)
-            if size > MAX_BODY:
-                too_large.force_close()
-                return too_large
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(BODY_WAIT):
+                while chunk := await request.content.readany():
+                    size += len(chunk)
+                    if size > MAX_BODY:
+                        too_large.force_close()
+                        return too_large
+                    chunks.append(chunk)
+        except TimeoutError:
+            late = _error(
+                None, INVALID_REQUEST, f"the body did not arrive within {BODY_WAIT:g} s", 408
+            )
+            late.force_close()
+            return late
         return b"".join(chunks)
 
     async def _dispatch(self, method: str, params: JSONObject, key: Key) -> JSONObject:

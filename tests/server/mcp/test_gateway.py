@@ -317,3 +317,21 @@ async def test_an_answer_of_one_long_event_line_is_read_whole(gw: Door) -> None:
         text = "x" * (3 * 2**19)
         answer = await gw.call(secret, "tickets.echo", {"text": text})
         assert answer["result"]["content"][0]["text"] == text  # type: ignore[index]
+
+
+async def test_a_body_that_stalls_is_refused_in_its_time(
+    gw: Door, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("llmgw.server.mcp.gateway.BODY_WAIT", 0.5)
+    secret = gw.key("alice", ("*",))
+    host, port = gw.url.split("//")[1].split("/")[0].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {secret}\r\nContent-Length: 100\r\n\r\n".encode()
+        + b'{"jsonrpc": '
+    )
+    await writer.drain()
+    head = await asyncio.wait_for(reader.readline(), 10)
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 408")
