@@ -48,6 +48,29 @@ def checks_text(found: list[GuardCheckJson]) -> str:
     return "\n".join(lines)
 
 
+# How a judge is served: llama.cpp under a profile of its own, without the prompt cache
+# (a judgment must not be answered from what the engine kept of the last one), with room
+# for the last 8,000 characters of a text and the question.
+JUDGE_PROFILE = "judge"
+JUDGE_ARGS = ("--cache-ram", "0")
+JUDGE_CONTEXT = 4096
+
+
+def judge_serve_body(source: str, name: str, context: int) -> dict[str, object]:
+    """``ctl model serve``'s request for a judge."""
+    return {
+        "source": source,
+        "name": name,
+        "engine": "llama.cpp",
+        "profile": JUDGE_PROFILE,
+        "args": list(JUDGE_ARGS),
+        "context": context,
+        "replicas": 1,
+        "on_demand": False,
+        "allow_pickle": False,
+    }
+
+
 def add_parsers(
     ctl_cmds: Subcommands,
     client: Client,
@@ -100,6 +123,22 @@ def add_parsers(
         out(args, found, checks_text(found))
         return 1 if any(c["state"] in ("slow", "unavailable") for c in found) else 0
 
+    def serve(args: argparse.Namespace) -> int:
+        body: dict[str, object] = judge_serve_body(args.source, args.name, args.context)
+        if args.role:
+            body["role"] = args.role
+        if args.cpu_cores is not None:
+            body["cpu_cores"] = args.cpu_cores
+        model = client(args).serve(body)
+        return out(
+            args,
+            model,
+            f"serving {model['name']} as a judge (llama.cpp, profile {JUDGE_PROFILE}, "
+            f"{' '.join(JUDGE_ARGS)}); name it in a policy: "
+            f"`llmgw ctl guard policy add NAME --judge {model['name']}`, "
+            f"then `llmgw ctl guard judge check` once it is Ready",
+        )
+
     def options(p: argparse.ArgumentParser, action: bool = True) -> None:
         json_and_client_options(p, client_options, action)
 
@@ -146,3 +185,20 @@ def add_parsers(
     p.add_argument("policy", nargs="?", help="only this policy's judge")
     options(p)
     p.set_defaults(handler=check)
+    p = jsub.add_parser(
+        "serve",
+        help="serve a small model as a judge: llama.cpp, its own profile, no prompt cache",
+    )
+    p.add_argument("source", help="the model, as `ctl model serve` takes it (a GGUF)")
+    p.add_argument("--name", required=True, help="the judge's name in the catalog")
+    p.add_argument(
+        "--context",
+        type=int,
+        default=JUDGE_CONTEXT,
+        help=f"its context in tokens (default {JUDGE_CONTEXT}: a judged text's end and the "
+        "question)",
+    )
+    p.add_argument("--role", help="run only on nodes labelled llmgw.role=ROLE (a judges' node)")
+    p.add_argument("--cpu-cores", type=float, help="CPU cores it reserves")
+    options(p)
+    p.set_defaults(handler=serve)

@@ -1,11 +1,13 @@
 """The guard through a real control plane: the tiny model served by the built
-llama-server (``--cache-ram 0``, as a judge should run) is both the model asked and the
-policy's judge. A key with the policy (``ctl keys limits --guard``) sends a prompt with a
-long email address and a tool answer with a planted instruction: the engine reads fewer
-prompt tokens than for a key without it (the tiny model's tokens are about a character
-each, and the redaction and the notice are shorter than what they replace), the answer
-says what was done nowhere but the decisions, and ``ctl guard judge check`` times the
-judge. The tiny model never answers SAFE, INJECTION or PII, so the pattern rules decide.
+llama-server as a judge (``ctl guard judge serve``: its own profile, ``--cache-ram 0``)
+is both the model asked and the policy's judge. A key with the policy (``ctl keys
+limits --guard``) sends a prompt with a long email address and a tool answer with a
+planted instruction: the engine reads fewer prompt tokens than for a key without it (the
+tiny model's tokens are about a character each, and the redaction and the notice are
+shorter than what they replace), the answer says what was done nowhere but the
+decisions, and ``ctl guard judge check`` times the judge. The tiny model never answers
+SAFE, INJECTION or PII, so the pattern rules decide; its engine stopped makes a judgment
+miss its wait for real.
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, binary: Path) -> Iterator[
         join(c, "a", binary)
         # Its tokens are about a character each: judge check's prompt takes some 1,700.
         model = write_tiny_model(c.root / "judge.gguf", context=4096)
-        serve = ["model", "serve", str(model), "--name", "judge", "--context", "4096"]
-        ctl(c, *serve, "--arg=--cache-ram", "--arg=0")
+        # Served as a judge: llama.cpp, the judge profile, --cache-ram 0, 4,096 tokens.
+        ctl(c, "guard", "judge", "serve", str(model), "--name", "judge")
         # A model of its own for the judge's timeout: asked while the judge cannot answer.
         chat = write_tiny_model(c.root / "chat.gguf")
         ctl(c, "model", "serve", str(chat), "--name", "chat", "--context", "256")
@@ -71,7 +73,10 @@ def prompt_tokens(cluster: Cluster, key: str) -> tuple[int, dict[str, str]]:
 def test_the_guard_redacts_and_withholds_before_the_engine_reads(cluster: Cluster) -> None:
     wait_ready(cluster, "judge", 1)
     policy = ctl_json(cluster, "guard", "policy", "add", "p", "--judge", "judge", "--wait", "20000")
-    assert policy["judge"] == "judge"
+    # `judge serve` ran it without the prompt cache: nothing to warn of.
+    assert policy["judge"] == "judge" and policy["warnings"] == []
+    (profile,) = ctl_json(cluster, "model", "show", "judge")["profiles"]
+    assert (profile["name"], profile["args"]) == ("judge", ["--cache-ram", "0"])
     made: dict[str, Any] = ctl_json(cluster, "keys", "create", "--name", "guarded")
     plain: dict[str, Any] = ctl_json(cluster, "keys", "create", "--name", "plain")
     attach(cluster, made["id"], "p")
