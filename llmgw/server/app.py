@@ -73,6 +73,7 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
+from llmgw.server.mcp.admintools import AdminTools, PlaneJson
 from llmgw.server.mirror import MirrorWatch, offline_pushed, release_source, self_url
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
@@ -210,6 +211,8 @@ class ControlPlane:
             self.registry,
             self.gateway.endpoints_of,
         )
+        # llmgw:admin, the tool server answered here (the MCP gateway lists it).
+        self.admin_tools = AdminTools(self.fleet, self.views, self.models, self._plane)
         self.people = PeopleService(self.directory)
         self.orgs = OrgService(self.directory, changed=self.gateway.keys.relevel)
         self.oidc = OidcSettings(store, self.directory, self.cluster_secret)
@@ -493,6 +496,18 @@ class ControlPlane:
         if not writable.ok:
             problems.append(f"store: {writable.problem}")
         return {"ok": not problems, "problems": problems, "store_writable": writable.ok}
+
+    def _plane(self) -> PlaneJson:
+        """This control plane as llmgw:admin's ``cluster_status`` shows it."""
+        writable = self.store.writable()
+        return {
+            "version": __version__,
+            "name": self.ha.name,
+            "leader": self.leader.leading,
+            "serving": "stopped" if self.gateway.stopped else "serving",
+            "store_writable": writable.ok,
+            "store_problem": writable.problem or None,
+        }
 
     def status(self) -> dict[str, Any]:
         port = self.agent_port
