@@ -50,8 +50,9 @@ from llmgw.wire.admin import (
     FirewallJson,
     HistoryJson,
     KeyJson,
-    LimitsJson,
+    LimitsSetJson,
     LogBatch,
+    McpGrantJson,
     MeJson,
     MembershipJson,
     ModelJson,
@@ -264,6 +265,14 @@ class AdminClient:
     def update_key(self, key_id: str, body: Body) -> KeyJson:
         return self.call(r.UPDATE_KEY, key_id, body=body)
 
+    def set_key_limits(self, key_id: str, body: Body) -> LimitsSetJson:
+        """A key's own limits, MCP tools and guard policies."""
+        return self.call(r.KEY_LIMITS, key_id, body=body)
+
+    def mcp_grants(self, server: str | None = None) -> list[McpGrantJson]:
+        """Every level and key that names MCP tools; with ``server``, those reaching it."""
+        return self.call(r.MCP_GRANTS, query={"server": server} if server else None)
+
     def revoke_key(self, key_id: str) -> KeyJson:
         return self.call(r.REVOKE_KEY, key_id)
 
@@ -450,7 +459,7 @@ class AdminClient:
 
     def set_limits(
         self, body: Body, org: str, team: str | None = None, project: str | None = None
-    ) -> LimitsJson:
+    ) -> LimitsSetJson:
         """An organisation's limits, or with ``team`` or ``project`` one of its own."""
         if team is not None:
             return self.call(r.TEAM_LIMITS, org, team, body=body)

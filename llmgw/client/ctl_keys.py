@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Literal, TypeVar
 
 from llmgw.client import Client, Subcommands
+from llmgw.client.limitsflags import add_limit_flags, limits_body, set_text, tools_cell
 from llmgw.client.tables import render, store_line
 from llmgw.wire.admin import (
     EnergyJson,
@@ -52,11 +53,25 @@ def keys_table(keys: list[KeyJson]) -> str:
             str(k["tpm"]) if k["tpm"] else DASH,
             str(k["budget"]) if k["budget"] else DASH,
             str(k.get("priority") or 0),
+            tools_cell(k["tools"]),
+            ",".join(k["guard"]) or DASH,
             _when(k["expires_at"]),
         ]
         for k in keys
     ]
-    heads = ["ID", "NAME", "STATE", "MODELS", "RPM", "TPM", "BUDGET", "PRIORITY", "EXPIRES"]
+    heads = [
+        "ID",
+        "NAME",
+        "STATE",
+        "MODELS",
+        "RPM",
+        "TPM",
+        "BUDGET",
+        "PRIORITY",
+        "TOOLS",
+        "GUARD",
+        "EXPIRES",
+    ]
     return render(heads, rows)
 
 
@@ -172,6 +187,11 @@ def add_parsers(
             args, changed, lambda k: f"key {k['id']} ({k['name']}) has priority {k['priority']}"
         )
 
+    def limits(args: argparse.Namespace) -> int:
+        body = limits_body(args)
+        set_ = client(args).set_key_limits(args.id, body)
+        return show(args, set_, lambda lim: set_text(f"key {args.id}", lim))
+
     def revoke(args: argparse.Namespace) -> int:
         done = client(args).revoke_key(args.id)
         return show(args, done, lambda k: f"key {k['id']} ({k['name']}) is {k['state']}")
@@ -220,7 +240,9 @@ def add_parsers(
         p.set_defaults(handler=run)
         return p
 
-    keys = ctl_cmds.add_parser("keys", help="gateway API keys: create, list, show, update, revoke")
+    keys = ctl_cmds.add_parser(
+        "keys", help="gateway API keys: create, list, show, update, limits, revoke"
+    )
     sub = keys.add_subparsers(dest="keys_command", metavar="ACTION")
     p = leaf(sub, "create", create, "make a key (shown once)")
     p.add_argument("--name", required=True, help="whose key it is")
@@ -244,6 +266,9 @@ def add_parsers(
     p = leaf(sub, "update", update, "change a key's priority")
     p.add_argument("id")
     p.add_argument("--priority", type=int, required=True, help=PRIORITY_HELP)
+    p = leaf(sub, "limits", limits, "a key's own limits, MCP tools and guard policies")
+    p.add_argument("id")
+    add_limit_flags(p)
     leaf(sub, "revoke", revoke, "revoke a key (at once)").add_argument("id")
 
     admin_token = ctl_cmds.add_parser("admin-token", help="the admin token: rotate")

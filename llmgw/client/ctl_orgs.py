@@ -16,33 +16,26 @@ from typing import TypeVar
 
 from llmgw.client import Client, Subcommands, UsageError
 from llmgw.client.admin import AdminClient
+from llmgw.client.limitsflags import add_limit_flags, limits_body, limits_text, set_text, tools_cell
 from llmgw.client.tables import render
 from llmgw.wire.admin import LimitsJson, MembershipJson, OrgJson, ProjectJson, TeamJson
 
 Shown = TypeVar("Shown")
 DASH = "-"
 ORG_ROLES = ("member", "manager", "admin")
-LIMITS = ("rpm", "tpm", "budget", "models")
 
 
 def _n(value: int | None) -> str:
     return DASH if value is None else str(value)
 
 
-def limits_text(limits: LimitsJson) -> str:
-    models = ",".join(limits["models"]) or "all"
-    return (
-        f"rpm {_n(limits['rpm'])}, tpm {_n(limits['tpm'])}, budget {_n(limits['budget'])}, "
-        f"models {models}"
-    )
-
-
 def _limit_cells(limits: LimitsJson) -> list[str]:
     models = ",".join(limits["models"]) or "all"
-    return [_n(limits["rpm"]), _n(limits["tpm"]), _n(limits["budget"]), models]
+    cells = [_n(limits["rpm"]), _n(limits["tpm"]), _n(limits["budget"]), models]
+    return [*cells, tools_cell(limits["tools"]), ",".join(limits["guard"]) or DASH]
 
 
-LIMIT_HEADS = ["RPM", "TPM", "BUDGET", "MODELS"]
+LIMIT_HEADS = ["RPM", "TPM", "BUDGET", "MODELS", "TOOLS", "GUARD"]
 
 
 def orgs_table(orgs: list[OrgJson]) -> str:
@@ -255,21 +248,7 @@ def add_parsers(
     # --- limits
 
     def limits_set(args: argparse.Namespace) -> int:
-        body: dict[str, object] = {
-            k: v for k in ("rpm", "tpm", "budget") if (v := getattr(args, k)) is not None
-        }
-        if args.models is not None:
-            body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
-        if args.clear:
-            clear = [c.strip() for c in args.clear.split(",") if c.strip()]
-            unknown = [c for c in clear if c not in LIMITS]
-            if unknown:
-                raise UsageError(
-                    f"--clear: {', '.join(unknown)} is not a limit (they are: {', '.join(LIMITS)})"
-                )
-            body["clear"] = clear
-        if not body:
-            raise UsageError("say what to set: --rpm, --tpm, --budget, --models or --clear")
+        body = limits_body(args)
         api = client(args)
         project = None if args.project is None else project_ref(api, args.org, args.project, None)
         set_ = api.set_limits(body, args.org, args.team, project)
@@ -280,15 +259,11 @@ def add_parsers(
             if args.project
             else f"organisation {args.org}"
         )
-        return show(args, set_, lambda lim: f"{level}: {limits_text(lim)}")
+        return show(args, set_, lambda lim: set_text(level, lim))
 
     sub = group("limits", "limits of an organisation, team or project: set")
     p = leaf(sub, "set", limits_set, "set limits (the tightest of every level wins)")
     which = p.add_mutually_exclusive_group()
     which.add_argument("--team", help="a team's (id or name), not the organisation's")
     which.add_argument("--project", help="a project's (id, name or TEAM/NAME)")
-    p.add_argument("--rpm", type=int, help="requests a minute")
-    p.add_argument("--tpm", type=int, help="tokens a minute")
-    p.add_argument("--budget", type=int, help="tokens a month")
-    p.add_argument("--models", help="model name patterns it may use, comma-separated")
-    p.add_argument("--clear", help="limits to lift, comma-separated: rpm,tpm,budget,models")
+    add_limit_flags(p)

@@ -26,6 +26,7 @@ from llmgw.server.api import (
     engines,
     fabrics,
     firewall,
+    grants,
     keys,
     ldap,
     login,
@@ -214,7 +215,9 @@ class ControlPlane:
         # llmgw:admin, the tool server answered here (the MCP gateway lists it).
         self.admin_tools = AdminTools(self.fleet, self.views, self.models, self._plane)
         self.people = PeopleService(self.directory)
-        self.orgs = OrgService(self.directory, changed=self.gateway.keys.relevel)
+        self.orgs = OrgService(
+            self.directory, changed=self.gateway.keys.relevel, keys=self.gateway.keys
+        )
         self.oidc = OidcSettings(store, self.directory, self.cluster_secret)
         self.oidc_flow = OidcFlow(self.oidc, self.people, self.cluster_secret)
         self.device_logins = DeviceLogins(self.people, self.directory)
@@ -555,6 +558,7 @@ class ControlPlane:
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)
+        ops += grants.routes(self.directory, self.gateway.keys.records)
         ops += signin.routes(self.oidc)
         ops += login.routes(self.device_logins, self.orgs)
         ops += ldap.routes(self.ldap)

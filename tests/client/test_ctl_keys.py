@@ -22,11 +22,26 @@ class FakeApi(AdminClient):
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         self.calls.append((method, path, body))
+        if path.endswith("/limits"):
+            return limits_json(**body)
         if method == "POST":
             return key_json(id="k1", key="sk-llmgw-x", **body)
         if method == "GET":
             return [key_json()]
         return key_json(state="revoked")
+
+
+def limits_json(**kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "rpm": None,
+        "tpm": None,
+        "budget": None,
+        "models": [],
+        "tools": None,
+        "guard": [],
+        "revoked": [],
+    }
+    return {**base, **{k: v for k, v in kw.items() if k in base}}
 
 
 def key_json(**kw: Any) -> dict[str, Any]:
@@ -40,6 +55,8 @@ def key_json(**kw: Any) -> dict[str, Any]:
         "budget": None,
         "priority": 0,
         "expires_at": None,
+        "tools": None,
+        "guard": [],
     }
     return {**base, **kw}
 
@@ -70,3 +87,41 @@ def test_the_table_shows_each_keys_priority() -> None:
     head, first, second = table.splitlines()[:3]
     column = head.split().index("PRIORITY")
     assert first.split()[column] == "5" and second.split()[column] == "-1"
+
+
+def test_limits_send_tools_guard_revoke_and_clear(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["ctl", "keys", "limits", "k1", "--tools", "jira.*, wiki.get", "--guard", "pii"]
+    api, code = run([*argv, "--rpm", "5", "--clear", "budget"])
+    assert code == 0 and api.calls == [
+        (
+            "POST",
+            "/api/v1/keys/k1/limits",
+            {"rpm": 5, "tools": ["jira.*", "wiki.get"], "guard": ["pii"], "clear": ["budget"]},
+        )
+    ]
+    assert "tools jira.*,wiki.get, guard pii" in capsys.readouterr().out
+    # '' closes the key to every tool, and the answer says how to open it.
+    api, code = run(["ctl", "keys", "limits", "k1", "--tools", ""])
+    assert api.calls == [("POST", "/api/v1/keys/k1/limits", {"tools": []})]
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "closed: no tool until `--clear tools` opens it"
+    )
+    api, code = run(["ctl", "keys", "limits", "k1", "--revoke-tools", "jira"])
+    assert api.calls == [("POST", "/api/v1/keys/k1/limits", {"revoke_tools": "jira"})]
+
+
+def test_the_table_shows_each_keys_tools() -> None:
+    table = keys_table(
+        [
+            key_json(),
+            key_json(id="k2", tools=[]),
+            key_json(id="k3", tools=["jira.*", "wiki.get"], guard=["pii"]),
+        ]
+    )
+    head, *rows = table.splitlines()
+    tools, guard = head.split().index("TOOLS"), head.split().index("GUARD")
+    assert [(r.split()[tools], r.split()[guard]) for r in rows] == [
+        ("none", "-"),
+        ("closed", "-"),
+        ("jira.*,wiki.get", "pii"),
+    ]

@@ -30,7 +30,7 @@ def test_an_organisation_its_teams_and_projects(ctl: Ctl) -> None:
     code, out, _ = ctl("orgs", "show", made["id"])
     assert out.splitlines() == [
         f"sight (id {made['id']})",
-        "limits: rpm -, tpm -, budget -, models all",
+        "limits: rpm -, tpm -, budget -, models all, tools none, guard none",
     ]
 
     ctl("teams", "create", "cv", "--org", "sight")
@@ -106,17 +106,34 @@ def test_limits_at_each_level_set_and_cleared(ctl: Ctl) -> None:
     ctl("projects", "create", "demo", "--org", "vision", "--team", "cv")
     code, out, _ = ctl("limits", "set", "--org", "vision", "--rpm", "600", "--budget", "1000000")
     assert code == 0 and out.strip() == (
-        "organisation vision: rpm 600, tpm -, budget 1000000, models all"
+        "organisation vision: rpm 600, tpm -, budget 1000000, models all, tools none, guard none"
     )
     team = ctl.json("limits", "set", "--org", "vision", "--team", "cv", "--tpm", "5000")
-    assert team == {"rpm": None, "tpm": 5000, "budget": None, "models": []}
+    assert team == {
+        "rpm": None,
+        "tpm": 5000,
+        "budget": None,
+        "models": [],
+        "tools": None,
+        "guard": [],
+        "revoked": [],
+    }
     project = ctl.json(
         "limits", "set", "--org", "vision", "--project", "cv/demo", "--models", "qwen*, llama*"
     )
     assert project["models"] == ["qwen*", "llama*"]
+    del project["revoked"]
     assert ctl.json("projects", "list", "--org", "vision")[0]["limits"] == project
     cleared = ctl.json("limits", "set", "--org", "vision", "--clear", "rpm,budget")
-    assert cleared == {"rpm": None, "tpm": None, "budget": None, "models": []}
+    assert cleared == {
+        "rpm": None,
+        "tpm": None,
+        "budget": None,
+        "models": [],
+        "tools": None,
+        "guard": [],
+        "revoked": [],
+    }
 
     code, _, err = ctl("limits", "set", "--org", "vision", "--clear", "rpm,speed")
     assert code == 1 and "--clear: speed is not a limit" in err
@@ -128,6 +145,48 @@ def test_limits_at_each_level_set_and_cleared(ctl: Ctl) -> None:
     ctl("members", "set", "bea", "--org", "vision", "--role", "admin")
     code, _, err = ctl("limits", "set", "--org", "vision", "--rpm", "1", token=ann)
     assert code == 1 and "limits stay with the cluster's staff" in err
+
+
+def test_tools_granted_closed_revoked_and_shown_at_each_level(ctl: Ctl) -> None:
+    ctl("orgs", "create", "vision")
+    ctl("teams", "create", "cv", "--org", "vision")
+    ctl("projects", "create", "demo", "--org", "vision", "--team", "cv")
+    key = ctl.json("keys", "create", "--name", "ci", "--org", "vision", "--project", "cv/demo")
+    code, out, _ = ctl("limits", "set", "--org", "vision", "--tools", "jira.*,wiki.*")
+    assert code == 0 and "tools jira.*,wiki.*" in out
+    ctl("limits", "set", "--org", "vision", "--team", "cv", "--tools", "jira.get_*")
+    ctl("keys", "limits", key["id"], "--tools", "jira.*")
+    code, out, _ = ctl("orgs", "list")
+    head, *rows = out.splitlines()
+    column = head.split().index("TOOLS")
+    assert {r.split()[0]: r.split()[column] for r in rows} == {
+        "default": "none",
+        "vision": "jira.*,wiki.*",
+    }
+    # A revoke at the organisation: its own list, the team's and the key's lose jira.
+    code, out, _ = ctl("limits", "set", "--org", "vision", "--revoke-tools", "jira")
+    assert code == 0, out
+    assert out.splitlines() == [
+        "organisation vision: rpm -, tpm -, budget -, models all, tools wiki.*, guard none",
+        "revoked beneath it:",
+        "  team cv: closed: no tool until `--clear tools` opens it",
+        "  key ci: closed: no tool until `--clear tools` opens it",
+    ]
+    grants = ctl.json("keys", "show", key["id"])["tools"]
+    assert grants == []
+    code, out, _ = ctl("keys", "list")
+    head, *rows = out.splitlines()
+    (row,) = [r for r in rows if r.split()[0] == key["id"]]
+    assert row.split()[head.split().index("TOOLS")] == "closed"
+    # --tools '' closes a level; --clear tools opens it (it says nothing again).
+    code, out, _ = ctl("limits", "set", "--org", "vision", "--team", "cv", "--clear", "tools")
+    assert code == 0 and "tools none" in out
+    code, out, _ = ctl("limits", "set", "--org", "vision", "--project", "cv/demo", "--tools", "")
+    assert code == 0 and out.splitlines()[-1] == "closed: no tool until `--clear tools` opens it"
+    code, _, err = ctl("limits", "set", "--org", "vision", "--tools", "jira")
+    assert code == 1 and "'jira' is not a tool pattern" in err
+    code, _, err = ctl("limits", "set", "--org", "vision", "--guard", "pii")
+    assert code == 1 and "no guard policy 'pii'" in err and "ctl guard policy list" in err
 
 
 def test_keys_are_made_for_a_project_or_for_oneself(ctl: Ctl) -> None:

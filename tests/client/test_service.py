@@ -6,7 +6,7 @@ the module's check at a folder of its own and puts a stand-in ``systemctl`` firs
 PATH: it records its argv and answers ``show`` and ``is-active`` as systemd does (a
 unit it has: ``LoadState=loaded``, ``ActiveState``, ``MainPID``; one it has not:
 ``LoadState=not-found``, ``MainPID=0``). The nohup installs' path runs for real in
-tests/e2e/test_service.py."""
+the node add test (tests/e2e/test_node_add.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The end-to-end tests' shared fixtures: a control plane running for one test, and the
-tiny model."""
+"""The end-to-end tests' shared fixtures: a control plane running for one test, a leader
+and its standby, and the tiny model."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser
 
+from tests.e2e.catalog import scheduled
 from tests.e2e.cluster import Cluster
 from tests.e2e.pages import Site, running_site
+from tests.e2e.standbys import standby_of
 from tests.support.browser import launched
 from tests.support.tinymodel import write_tiny_model
 
@@ -24,6 +26,20 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Cluster, Cluster]]:
+    """A leader with the catalog tests' short periods and a standby of it (SQLite)."""
+    leader = scheduled(tmp_path / "a")
+    standby: Cluster | None = None
+    try:
+        standby = standby_of(leader, tmp_path / "b")
+        yield leader, standby
+    finally:
+        if standby is not None:
+            standby.stop()
+        leader.stop()
 
 
 @pytest.fixture

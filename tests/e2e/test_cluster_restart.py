@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.e2e.catalog import ctl_json, join, scheduled, serve, wait_ready
+from tests.e2e.catalog import ctl_json, join, serve, wait_ready
 from tests.e2e.cluster import Cluster, run, wait_for
-from tests.e2e.test_ha import answered, standby_of
+from tests.e2e.standbys import answered
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
@@ -27,19 +26,6 @@ pytestmark = pytest.mark.e2e
 def started(cluster: Cluster) -> float:
     """When the control plane started, by its uptime."""
     return time.time() - float(cluster.api("/api/v1/status")["uptime_seconds"])
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Cluster, Cluster]]:
-    leader = scheduled(tmp_path / "a")
-    standby: Cluster | None = None
-    try:
-        standby = standby_of(leader, tmp_path / "b")
-        yield leader, standby
-    finally:
-        if standby is not None:
-            standby.stop()
-        leader.stop()
 
 
 def test_llmgw_restart_starts_every_process_again_and_engines_keep_serving(

@@ -14,7 +14,6 @@ import signal
 import sqlite3
 import time
 import urllib.error
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,58 +21,19 @@ import pytest
 
 from llmgw import __version__
 from tests.e2e.catalog import (
-    SCHEDULING,
     ctl_json,
     join,
     passes,
     replicas,
-    scheduled,
     serve,
     wait_ready,
 )
 from tests.e2e.cluster import Cluster, run, wait_for
-from tests.e2e.test_agent_death import Load
+from tests.e2e.load import Load
+from tests.e2e.standbys import answered, leader_state
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
-
-
-def leader_state(cluster: Cluster) -> tuple[int, dict[str, Any]]:
-    """``GET /leader``: its status and body (200 on the leader, 503 on a standby)."""
-    try:
-        return 200, cluster.api("/leader", auth=False)
-    except urllib.error.HTTPError as exc:
-        with exc:
-            return exc.code, json.loads(exc.read())
-
-
-def standby_of(leader: Cluster, root: Path) -> Cluster:
-    standby = Cluster(root, name="cp-b")
-    standby.root.mkdir(parents=True, exist_ok=True)
-    standby.join_as_standby(leader)
-    config = standby.data_dir / "server.yaml"
-    config.write_text(config.read_text() + SCHEDULING)
-    standby.start_server()
-    return standby
-
-
-@pytest.fixture
-def pair(tmp_path: Path) -> Iterator[tuple[Cluster, Cluster]]:
-    leader = scheduled(tmp_path / "a")
-    standby: Cluster | None = None
-    try:
-        standby = standby_of(leader, tmp_path / "b")
-        yield leader, standby
-    finally:
-        if standby is not None:
-            standby.stop()
-        leader.stop()
-
-
-def answered(cluster: Cluster, key: str) -> bool:
-    body = json.dumps({"model": "tiny", "messages": [{"role": "user", "content": "hi"}]})
-    status, _, _ = cluster.post("/v1/chat/completions", body.encode(), key, timeout=10)
-    return status == 200
 
 
 def audit_count(cluster: Cluster) -> int:

@@ -19,8 +19,8 @@ import pytest
 
 from tests.e2e.catalog import ctl_json, join, serve, wait_ready
 from tests.e2e.cluster import wait_for
-from tests.e2e.test_agent_death import Load
-from tests.e2e.test_ha import answered, leader_state
+from tests.e2e.load import Load
+from tests.e2e.standbys import answered, leader_state
 from tests.e2e.test_ha_postgres import pair
 from tests.support.patroni import PatroniCluster, shared_cluster
 from tests.support.tinymodel import write_tiny_model

@@ -22,8 +22,8 @@ import pytest
 
 from tests.e2e.catalog import SCHEDULING, ctl_json, join, serve, wait_ready
 from tests.e2e.cluster import Cluster, wait_for
-from tests.e2e.test_agent_death import Load
-from tests.e2e.test_ha import answered, leader_state
+from tests.e2e.load import Load
+from tests.e2e.standbys import answered, leader_state
 from tests.support.postgres import PostgresServer, TcpProxy, missing, start_postgres
 from tests.support.tinymodel import write_tiny_model
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.catalog import ctl, ctl_json, scheduled, wait_ready
 from tests.e2e.cluster import Cluster, wait_for
-from tests.e2e.test_agent_death import metrics_text
+from tests.e2e.load import metrics_text
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]

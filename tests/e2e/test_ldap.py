@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.e2e.cluster import Cluster, run, wait_for
-from tests.e2e.test_ha import standby_of
+from tests.e2e.standbys import standby_of
 from tests.support import slapd
 from tests.support.slapd import Slapd
 

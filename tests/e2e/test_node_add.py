@@ -1,4 +1,5 @@
-"""``llmgw node add`` against a real sshd on loopback and a real control plane.
+"""``llmgw node add`` against a real sshd on loopback and a real control plane, and
+``llmgw service`` on the install it leaves.
 
 The sshd is Debian's, started by the test with its own host key and an authorized key
 the test makes; the node it reaches is this machine, so the agent runs from the zipapp
@@ -25,7 +26,7 @@ import pytest
 
 from llmgw import __version__, release
 from llmgw.client import nodeadd, remote
-from tests.e2e.cluster import Cluster, free_port, run
+from tests.e2e.cluster import Cluster, free_port, run, wait_for
 from tests.support import releases
 from tests.support.releases import ReleaseServer, publish, versioned_zipapp
 from tests.support.sshd import SSHD, Sshd, running_sshd
@@ -129,8 +130,45 @@ def test_node_add_installs_and_starts_an_agent_that_goes_ready(
         assert second is not None and second != first and _is_agent(second, prefix)
         assert not _is_agent(first, prefix)
         assert _nodes(cluster)["addtest"]["state"] == "Ready"
+        installed_runs_as_a_service(cluster, prefix, second)
     finally:
         _stop_agent(first, prefix)
+
+
+def installed_runs_as_a_service(cluster: Cluster, prefix: Path, pid: int) -> None:
+    """``llmgw service`` on the install node add left without systemd: its status, then
+    restart, stop and start, each seen by its status and by the control plane."""
+
+    def service(*argv: str) -> Any:
+        done = run("service", *argv, "--role", "agent", "--prefix", str(prefix), "--json")
+        (row,) = json.loads(done.stdout)
+        return row
+
+    def registrations() -> int:
+        return (prefix / "agent.log").read_text().count("registered with")
+
+    status = service("status")
+    assert (status["state"], status["manager"], status["pid"]) == ("active", "nohup", pid)
+    assert status["unit"] == str(prefix / "agent.pid") and status["since"] is not None
+    assert service("start")["pid"] == pid  # started already: a start changes nothing
+
+    seen = registrations()
+    again = service("restart")
+    assert again["state"] == "active" and _is_agent(again["pid"], prefix)
+    assert again["pid"] != pid and not _is_agent(pid, prefix)
+    wait_for(lambda: registrations() > seen, 60, "the restarted agent to register")
+
+    stopped = service("stop")
+    assert (stopped["state"], stopped["pid"]) == ("inactive", None)
+    assert not (prefix / "agent.pid").exists() and not _is_agent(again["pid"], prefix)
+    text = run("service", "status", "--role", "agent", "--prefix", str(prefix)).stdout
+    assert f"agent   {prefix / 'agent.pid'}: inactive (log: {prefix}/agent.log)" in text
+
+    seen = registrations()
+    started = service("start")
+    assert started["state"] == "active" and _is_agent(started["pid"], prefix)
+    wait_for(lambda: registrations() > seen, 60, "the started agent to register")
+    cluster.wait_state("addtest", "Ready", 30)
 
 
 @pytest.mark.e2e

@@ -22,7 +22,7 @@ import pytest
 
 from tests.e2e.catalog import SCHEDULING
 from tests.e2e.cluster import Cluster, wait_for
-from tests.e2e.test_ha import leader_state
+from tests.e2e.standbys import leader_state
 from tests.e2e.test_ha_postgres import Proxy, pg  # noqa: F401 (the module's store)
 from tests.support.postgres import PostgresServer
 

@@ -13,91 +13,22 @@ from __future__ import annotations
 
 import re
 import signal
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import openai
 import psutil
 import pytest
 
 from tests.e2e.catalog import ctl_json, join, scheduled, serve, wait_ready
 from tests.e2e.cluster import Cluster, wait_for
+from tests.e2e.load import KeptLoad as Load
 from tests.support.tinymodel import write_tiny_model
 
 pytestmark = pytest.mark.e2e
 
-CHAT = [{"role": "user", "content": "hello"}]
 VOUCHED = re.compile(r'^llmgw_replica_vouched_by_probe\{model="tiny",replica="([^"]+)"\} 1$', re.M)
-
-
-@dataclass
-class Outcome:
-    started: float  # monotonic
-    error: BaseException | None
-
-
-class Load:
-    """Four clients chatting without pause; every request's start and outcome kept."""
-
-    def __init__(self, cluster: Cluster, key: str) -> None:
-        self.sdk = openai.OpenAI(
-            base_url=f"http://{cluster.listen}/v1", api_key=key, max_retries=0, timeout=30
-        )
-        self.outcomes: list[Outcome] = []
-        self.stop = threading.Event()
-        self.workers = [threading.Thread(target=self.run) for _ in range(4)]
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            started = time.monotonic()
-            try:
-                self.sdk.chat.completions.create(model="tiny", messages=CHAT, max_tokens=2)  # type: ignore[arg-type]
-                self.outcomes.append(Outcome(started, None))
-            except Exception as exc:  # every failure is kept, none hidden
-                self.outcomes.append(Outcome(started, exc))
-                if isinstance(exc, openai.APIConnectionError):
-                    time.sleep(0.02)  # refused at once: do not spin while it is down
-
-    def served(self, since: float = 0.0) -> int:
-        return sum(1 for o in self.outcomes if o.error is None and o.started >= since)
-
-    def __enter__(self) -> Load:
-        for w in self.workers:
-            w.start()
-        wait_for(lambda: self.served() >= 20, 30, "requests to flow")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        for w in self.workers:
-            w.join(30)
-        self.sdk.close()
-
-    def check(self, listening: float) -> None:
-        """No answer but 200 (no 503, no 502), and no failure of a request sent once the
-        control plane was listening again; before that, only the connection refused or
-        closed."""
-        answered = [o.error for o in self.outcomes if isinstance(o.error, openai.APIStatusError)]
-        assert answered == [], answered[:3]
-        late = [o.error for o in self.outcomes if o.error is not None and o.started >= listening]
-        assert late == [], late[:3]
-        other = [
-            o.error
-            for o in self.outcomes
-            if o.error is not None and not isinstance(o.error, openai.APIConnectionError)
-        ]
-        assert other == [], other[:3]
-
-    def flowing_for(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            before = self.served()
-            time.sleep(min(5.0, max(0.1, end - time.monotonic())))
-            assert self.served() > before, "requests stopped flowing"
 
 
 def restart(cluster: Cluster) -> float:

@@ -30,7 +30,7 @@ from llmgw.server.people.service import PeopleService
 from llmgw.server.principal import Principal
 from llmgw.server.store import open_store
 from tests.e2e.cluster import Cluster, run
-from tests.e2e.test_ha import standby_of
+from tests.e2e.standbys import standby_of
 from tests.e2e.test_sessions_ha import WITHIN, until_refused
 
 pytestmark = pytest.mark.e2e

@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from tests.e2e.cluster import Cluster, run
-from tests.e2e.test_ha import standby_of
+from tests.e2e.standbys import standby_of
 from tests.e2e.test_ha_postgres import pair as postgres_pair
 from tests.support.postgres import PostgresServer, missing, start_postgres
 

@@ -29,7 +29,7 @@ import pytest
 
 from tests.e2e.catalog import ctl, ctl_json, join, replicas, scheduled, serve, wait_ready
 from tests.e2e.cluster import Cluster, wait_for
-from tests.e2e.test_agent_death import metrics_text
+from tests.e2e.load import metrics_text
 from tests.support.ports import free_port
 from tests.support.tinymodel import write_tiny_model
 

@@ -34,7 +34,7 @@ import pytest
 from llmgw import release
 from tests.e2e.catalog import SCHEDULING, ctl, ctl_json, serve, wait_ready
 from tests.e2e.cluster import STRAY_MARK, Cluster, Proc, kill_strays, wait_for
-from tests.e2e.test_restart import Load
+from tests.e2e.load import KeptLoad as Load
 from tests.support.releases import ReleaseServer, publish, signing_key, versioned_zipapp
 from tests.support.tinymodel import write_tiny_model
 

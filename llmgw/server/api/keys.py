@@ -6,9 +6,11 @@ them. ``POST /api/v1/serving`` is ``llmgw stop`` and ``llmgw start``.
 from __future__ import annotations
 
 from llmgw.server.api.routing import Call, Op, Ops
+from llmgw.server.gateway.grants import limits_set_json
 from llmgw.server.gateway.keyservice import KeyService, ServingSwitch, key_json
+from llmgw.server.people.asks import SetKeyLimits
 from llmgw.server.requests import CreateKey, Serving, UpdateKey, UsageQuery
-from llmgw.wire.admin import EnergyJson, KeyJson, NewKeyJson, ServingJson
+from llmgw.wire.admin import EnergyJson, KeyJson, LimitsSetJson, NewKeyJson, ServingJson
 
 KEY = {"type": "object", "required": ["id", "name", "state"]}
 
@@ -29,6 +31,10 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
 
     async def update(call: Call[UpdateKey, None]) -> KeyJson:
         return key_json(await keys.update(call.params["key_id"], call.body, call.principal))
+
+    async def limits(call: Call[SetKeyLimits, None]) -> LimitsSetJson:
+        set_ = await keys.set_limits(call.params["key_id"], call.body, call.principal)
+        return limits_set_json(set_, keys.directory.now)
 
     async def serving(call: Call[None, None]) -> ServingJson:
         return {"stopped": switch.stopped}
@@ -97,6 +103,15 @@ def routes(keys: KeyService, switch: ServingSwitch) -> Ops:
             body=UpdateKey,
             answer=KEY,
             errors=(404,),
+            access="member",
+        ),
+        Op(
+            "POST",
+            "/api/v1/keys/{key_id}/limits",
+            limits,
+            "A key's own limits, MCP tools and guard policies (its levels' bind it too)",
+            body=SetKeyLimits,
+            errors=(403, 404),
             access="member",
         ),
         Op(

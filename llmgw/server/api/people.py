@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from llmgw.server.access import Access
 from llmgw.server.api.routing import Call, Op, Ops
+from llmgw.server.gateway.grants import limits_set_json
 from llmgw.server.gateway.keyservice import KeyService
 from llmgw.server.people.asks import (
     ChangePerson,
@@ -26,7 +27,6 @@ from llmgw.server.people.asks import (
 from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.people.views import (
-    limits_json,
     me_json,
     membership_json,
     org_json,
@@ -37,7 +37,7 @@ from llmgw.server.people.views import (
 )
 from llmgw.server.schema import spec
 from llmgw.wire.admin import (
-    LimitsJson,
+    LimitsSetJson,
     MeJson,
     MembershipJson,
     NewPersonTokenJson,
@@ -140,19 +140,19 @@ def routes(people: PeopleService, orgs: OrgService, keys: KeyService) -> Ops:
         gone = await orgs.remove_member(p["org"], p["person"], call.query.team, call.principal)
         return membership_json(gone, directory)
 
-    async def org_limits(call: Call[SetLimits, None]) -> LimitsJson:
+    async def org_limits(call: Call[SetLimits, None]) -> LimitsSetJson:
         set_ = await orgs.set_limits("org", call.params["org"], None, call.body, call.principal)
-        return limits_json(set_)
+        return limits_set_json(set_, directory.now)
 
-    async def team_limits(call: Call[SetLimits, None]) -> LimitsJson:
+    async def team_limits(call: Call[SetLimits, None]) -> LimitsSetJson:
         p = call.params
         set_ = await orgs.set_limits("team", p["org"], p["team"], call.body, call.principal)
-        return limits_json(set_)
+        return limits_set_json(set_, directory.now)
 
-    async def project_limits(call: Call[SetLimits, None]) -> LimitsJson:
+    async def project_limits(call: Call[SetLimits, None]) -> LimitsSetJson:
         p = call.params
         set_ = await orgs.set_limits("project", p["org"], p["project"], call.body, call.principal)
-        return limits_json(set_)
+        return limits_set_json(set_, directory.now)
 
     org = "/api/v1/orgs/{org}"
     member: Access = "member"

@@ -4,9 +4,11 @@
 ``/v1``, and reads their usage and energy per token: a key is shown once, when made;
 the store keeps its SHA-256 only. Its allowlist holds model name patterns (``qwen*``);
 its limits are requests and tokens a minute and a token budget a month; its priority
-orders the gateway's queue (higher first) and is the one thing that may change after it
-is made. ``ServingSwitch`` is ``llmgw stop`` and ``llmgw start``: ``/v1`` refuses and
-every model goes to zero, the catalog unchanged.
+orders the gateway's queue (higher first). After it is made its priority may change (the
+cluster's operators'), and its limits, MCP tools and guard policies (``set_limits``, by
+those who manage it: ``gateway/grants.py`` checks what is asked). ``ServingSwitch`` is
+``llmgw stop`` and ``llmgw start``: ``/v1`` refuses and every model goes to zero, the
+catalog unchanged.
 
 A key belongs to a project (and so to its team and organisation) or to a person in an
 organisation; a key made without saying whose goes to the default organisation's default
@@ -28,8 +30,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from llmgw.server.gateway.grants import (
+    LimitsSet,
+    asked,
+    limits_detail,
+    limits_of,
+    policy_names,
+    without,
+)
 from llmgw.server.gateway.limits import KeyBook, key_hash, new_key
 from llmgw.server.people import rights
+from llmgw.server.people.asks import SetKeyLimits
 from llmgw.server.people.directory import Directory
 from llmgw.server.people.records import DEFAULT_ORG, DEFAULT_PROJECT, Project
 from llmgw.server.principal import Principal
@@ -67,6 +78,8 @@ def key_json(record: ApiKeyRecord, now: float | None = None) -> KeyJson:
         "org_id": record.org_id,
         "project_id": record.project_id,
         "person_id": record.person_id,
+        "tools": None if record.tools is None else list(record.tools),
+        "guard": list(record.guard),
     }
 
 
@@ -107,10 +120,14 @@ class KeyService:
         joules_of: Callable[[str], float],
         directory: Directory,
         clock: Callable[[], float] = time.time,
+        policies: Callable[[], Awaitable[frozenset[str]]] | None = None,
     ) -> None:
         """``flush`` writes the usage counted so far; ``replica_tokens`` are the tokens
-        each (model, replica) answered here, ``joules_of`` a replica's card energy."""
+        each (model, replica) answered here, ``joules_of`` a replica's card energy;
+        ``policies`` the names of the guard policies that exist (the store's ``"guard"``
+        document by default)."""
         self.store = store
+        self.policies = policies or (lambda: policy_names(store))
         self.directory = directory
         self.keys = keys
         self.flush = flush
@@ -259,6 +276,36 @@ class KeyService:
         record = replace(record, priority=ask.priority)
         self.keys.changed(record)
         return record
+
+    async def set_limits(self, key_id: str, ask: SetKeyLimits, by: Principal) -> LimitsSet:
+        """A key's own limits, MCP tools and guard policies (its levels' bind it too), by
+        those who manage it; fields left out stay, ``clear`` lifts, ``revoke_tools``
+        takes what reaches that MCP server from its tools."""
+        record = self.keys.find(key_id)
+        if record is None or not self.sees(by, record):
+            raise Refusal(404, "unknown_key", f"no key {key_id}: `llmgw ctl keys list` lists them")
+        if not self.manages(by, record):
+            raise Refusal(
+                403, "forbidden", "changing this key's limits needs its project's manager role"
+            )
+        limits = asked(limits_of(record), ask, await self.policies())
+        if ask.revoke_tools is not None:
+            limits = replace(limits, tools=without(limits.tools, ask.revoke_tools))
+        changed = replace(
+            record,
+            rpm=limits.rpm,
+            tpm=limits.tpm,
+            budget=limits.budget,
+            models=limits.models,
+            tools=limits.tools,
+            guard=limits.guard,
+        )
+        detail = f"{record.name}; {limits_detail(limits)}"
+        await self.store.set_limits(
+            [(changed, Audit(by.name, "key.limits", record.id, detail, record.org_id))]
+        )
+        self.keys.changed(changed)
+        return LimitsSet(limits)
 
     async def usage(self, ask: UsageQuery, by: Principal) -> list[dict[str, Any]]:
         """Requests and tokens per day, key, model and replica: ``days`` back, today

@@ -267,12 +267,14 @@ class KeyBook:
                 out[key.record.id] = [requests, tokens]
         return out
 
-    def changed(self, record: ApiKeyRecord) -> None:
-        old = self.keys.get(record.key_hash)
-        if old is None:
-            self.keys[record.key_hash] = Key(record)
-        else:
-            old.record = record
+    def changed(self, *records: ApiKeyRecord) -> None:
+        """Keys made or changed here (their levels worked out again once for all)."""
+        for record in records:
+            old = self.keys.get(record.key_hash)
+            if old is None:
+                self.keys[record.key_hash] = Key(record)
+            else:
+                old.record = record
         self.relevel()
 
     def records(self) -> list[ApiKeyRecord]:

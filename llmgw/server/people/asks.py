@@ -20,6 +20,8 @@ LOGIN = re.compile(r"[a-z0-9][a-z0-9._@+-]{0,127}")
 LOGIN_WORDS = "lower-case letters, digits, '.', '_', '@', '+' or '-', up to 128"
 GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}")
 GROUP_WORDS = "letters, digits, spaces, '.', '_' or '-', up to 64, starting with a letter or digit"
+# An MCP server's name (``SERVER`` of ``SERVER.TOOL``), the built-in one too.
+SERVER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}|llmgw:admin")
 # An id or a name of a person, organisation, team or project.
 REF = Spec(min_length=1, max_length=128)
 
@@ -105,6 +107,36 @@ class SetLimits:
         max_items=256,
         items=Spec(pattern=MODEL_PATTERN, pattern_doc="a model name, * ? [...] allowed"),
     )
-    clear: tuple[str, ...] = spec(
-        (), doc="limits to lift: rpm, tpm, budget, models", max_items=4, items=Spec(max_length=8)
+    tools: tuple[str, ...] | None = spec(
+        None,
+        doc="MCP tools granted, as SERVER.TOOL patterns (jira.*); an empty list closes it "
+        "to every tool until `clear: [tools]` opens it",
+        max_items=256,
+        items=Spec(min_length=3, max_length=194),
     )
+    guard: tuple[str, ...] | None = spec(
+        None,
+        doc="the guard policies that read what its keys send and get (each must exist)",
+        max_items=32,
+        items=Spec(min_length=1, max_length=64),
+    )
+    revoke_tools: str | None = spec(
+        None,
+        doc="an MCP server whose tools are taken from this level's grant and from every "
+        "level and key beneath it",
+        pattern=SERVER_NAME,
+        pattern_doc="an MCP server's name (lower-case letters, digits, '_' or '-'; llmgw:admin)",
+    )
+    clear: tuple[str, ...] = spec(
+        (),
+        doc="limits to lift: rpm, tpm, budget, models, tools (says nothing of tools again), guard",
+        max_items=6,
+        items=Spec(max_length=8),
+    )
+
+
+@dataclass(frozen=True)
+class SetKeyLimits(SetLimits):
+    """A gateway key's own limits, tools and guard policies; a level's limits above it
+    still bind it (the tightest wins). Fields left out stay as they are; ``clear`` names
+    those to lift."""

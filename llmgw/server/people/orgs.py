@@ -12,15 +12,25 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import replace
 
+from llmgw.server.gateway.grants import (
+    LimitsSet,
+    asked,
+    level_of,
+    limits_detail,
+    limits_of,
+    policy_names,
+    revocations,
+    without,
+)
+from llmgw.server.gateway.limits import KeyBook
 from llmgw.server.people import rights
 from llmgw.server.people.asks import Member, NewOrg, NewProject, NewTeam, Rename, SetLimits
 from llmgw.server.people.directory import Directory
 from llmgw.server.people.records import (
     DEFAULT_ORG,
-    Limits,
     Membership,
     Org,
     Project,
@@ -30,7 +40,8 @@ from llmgw.server.people.records import (
 from llmgw.server.people.service import refuse
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
-from llmgw.server.store import Audit
+from llmgw.server.store import ApiKeyRecord, Audit
+from llmgw.server.store.base import Limited
 
 NO_SUCH_ORG = "no such organisation; see `llmgw ctl orgs list`"
 
@@ -45,13 +56,19 @@ class OrgService:
         directory: Directory,
         changed: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.time,
+        keys: KeyBook | None = None,
+        policies: Callable[[], Awaitable[frozenset[str]]] | None = None,
     ) -> None:
         """``changed`` is told when limits or names may have changed (the gateway takes
-        them: its keys' levels and how a refusal names them)."""
+        them: its keys' levels and how a refusal names them). ``keys``: the gateway's
+        keys, whose tools a revoke at a level takes too; ``policies``: the names of the
+        guard policies that exist (the store's ``"guard"`` document by default)."""
         self.directory = directory
         self.store = directory.store
         self.changed = changed
         self.clock = clock
+        self.keys = keys
+        self.policies = policies or (lambda: policy_names(self.store))
 
     # ---------------------------------------------------------------- finding
 
@@ -287,9 +304,12 @@ class OrgService:
 
     async def set_limits(
         self, level: str, org_ref: str, ref: str | None, ask: SetLimits, by: Principal
-    ) -> Limits:
-        """An organisation's (``ref`` None), team's or project's limits: the cluster's
-        staff's to set."""
+    ) -> LimitsSet:
+        """An organisation's (``ref`` None), team's or project's limits, tools and guard
+        policies: the cluster's staff's to set. With ``revoke_tools``, what reaches that
+        MCP server goes from this level's tools and from every level and key beneath it,
+        all in one transaction, one audit entry each; the records a revoke changed
+        beneath it come back beside the level's limits."""
         org = self.org(org_ref, by)
         record: Org | Team | Project = org
         if level == "team" and ref is not None:
@@ -298,29 +318,29 @@ class OrgService:
             record = self.project(org, ref)
         if not rights.staff(by):
             raise refuse("limits stay with the cluster's staff (operator role)")
-        bad = [c for c in ask.clear if c not in ("rpm", "tpm", "budget", "models")]
-        if bad:
-            raise Refusal(
-                400, "bad_request", f"clear: {bad[0]!r} is not rpm, tpm, budget or models", "clear"
+        limits = asked(record.limits, ask, await self.policies())
+        below: list[Limited] = []
+        if ask.revoke_tools is not None:
+            limits = replace(limits, tools=without(limits.tools, ask.revoke_tools))
+            keys = self.keys.records() if self.keys is not None else []
+            below = revocations(record, ask.revoke_tools, self.directory.now, keys)
+        changes: list[tuple[Limited, Audit]] = [
+            (
+                replace(record, limits=limits),
+                Audit(by.name, f"{level}.limits", record.name, limits_detail(limits), org.id),
             )
-        old = record.limits
-        limits = Limits(
-            rpm=None if "rpm" in ask.clear else (ask.rpm if ask.rpm is not None else old.rpm),
-            tpm=None if "tpm" in ask.clear else (ask.tpm if ask.tpm is not None else old.tpm),
-            budget=None
-            if "budget" in ask.clear
-            else (ask.budget if ask.budget is not None else old.budget),
-            models=()
-            if "models" in ask.clear
-            else (ask.models if ask.models is not None else old.models),
-        )
-        models = ", ".join(limits.models) or "all"
-        detail = f"rpm {limits.rpm}, tpm {limits.tpm}, budget {limits.budget}, models {models}"
-        await self._put(
-            replace(record, limits=limits),
-            Audit(by.name, f"{level}.limits", record.name, detail, org.id),
-        )
-        return limits
+        ]
+        for changed in below:
+            target = changed.id if isinstance(changed, ApiKeyRecord) else changed.name
+            detail = f"revoked {ask.revoke_tools} tools: {limits_detail(limits_of(changed))}"
+            audit = Audit(by.name, f"{level_of(changed)}.limits", target, detail, org.id)
+            changes.append((changed, audit))
+        await self.store.set_limits(changes)
+        await self.directory.load()
+        if self.keys is not None:
+            self.keys.changed(*(c for c in below if isinstance(c, ApiKeyRecord)))
+        self.changed()
+        return LimitsSet(limits, tuple(below))
 
     # ---------------------------------------------------------------- helpers
 

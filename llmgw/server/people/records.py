@@ -6,8 +6,9 @@ teams, a team holds projects; a membership makes a person ``member``, ``manager`
 ``admin`` of an organisation or of a team. A membership or cluster role set by an
 admin by hand is marked so: a group from an identity provider never lowers it.
 
-Limits are the same four at every level (organisation, team, project and key): requests
-and tokens a minute, tokens a month, and the models it may use; the tightest wins.
+Limits are the same at every level (organisation, team, project and key): requests and
+tokens a minute, tokens a month, and the models it may use, the tightest winning; and the
+MCP tools it grants and the guard policies that read its keys' traffic.
 """
 
 from __future__ import annotations

@@ -31,6 +31,8 @@ def limits_json(limits: Limits) -> LimitsJson:
         "tpm": limits.tpm,
         "budget": limits.budget,
         "models": list(limits.models),
+        "tools": None if limits.tools is None else list(limits.tools),
+        "guard": list(limits.guard),
     }
 
 

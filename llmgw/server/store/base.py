@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from llmgw.server.people.records import Org, Project, Team
 from llmgw.server.store.directory import DirectoryRows
 from llmgw.server.store.values import Audit, Params, SQLValue
 
@@ -46,6 +47,10 @@ class ApiKeyRecord:
     # nothing, () is closed) and the guard policies named on it.
     tools: tuple[str, ...] | None = None
     guard: tuple[str, ...] = ()
+
+
+# What carries limits (and tool grants): a key, or a level above it.
+Limited: TypeAlias = ApiKeyRecord | Org | Team | Project
 
 
 class StoreError(RuntimeError):
@@ -237,6 +242,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def set_api_key_priority(self, key_id: str, priority: int, audit: Audit) -> bool:
         """Set a key's priority; False when there is no such key."""
+
+    @abc.abstractmethod
+    async def set_limits(self, changes: Sequence[tuple[Limited, Audit]]) -> None:
+        """Write the limits (rpm, tpm, budget, models, tools, guard) of keys and of
+        organisations, teams and projects as given, each with its audit entry, all in one
+        transaction: a revoke of a server's tools from a level and everything beneath it
+        is whole or not at all. A key's other columns are left as they are."""
 
     # usage: (day, key id, model, replica) -> (requests, prompt, completion tokens)
     @abc.abstractmethod

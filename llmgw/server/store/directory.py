@@ -2,8 +2,9 @@
 (``server/people/records.py``), and SCIM's users and groups (``server/scim/records.py``),
 written once for both backends as ``statements.py`` is.
 
-Each record goes to its table and comes back whole: ``Limits`` as four columns (the
-models a JSON list), flags as 0 or 1. Every change is one statement with its audit
+Each record goes to its table and comes back whole: ``Limits`` as six columns (the
+models and guard policies JSON lists, the tools a JSON list or NULL when the level says
+nothing of tools), flags as 0 or 1. Every change is one statement with its audit
 entry, or several in one transaction (a person deactivated with their tokens).
 """
 
@@ -66,6 +67,16 @@ _BOOLS = {"role_by_hand", "active", "by_hand"}
 _LISTS = {"members"}
 
 
+def tools_column(tools: tuple[str, ...] | None) -> str | None:
+    """A tool grant as its column holds it: NULL says nothing, a JSON list otherwise
+    (``[]``: closed)."""
+    return None if tools is None else json.dumps(list(tools))
+
+
+def tools_of(column: str | None) -> tuple[str, ...] | None:
+    return None if column is None else tuple(json.loads(column))
+
+
 def _encode(record: object) -> dict[str, SQLValue]:
     row: dict[str, SQLValue] = {}
     for name, value in asdict(record).items():  # type: ignore[call-overload]
@@ -76,6 +87,8 @@ def _encode(record: object) -> dict[str, SQLValue]:
                 tpm=limits.tpm,
                 budget=limits.budget,
                 models=json.dumps(list(limits.models)),
+                tools=tools_column(limits.tools),
+                guard=json.dumps(list(limits.guard)),
             )
         elif name in _BOOLS:
             row[name] = int(bool(value))
@@ -95,6 +108,8 @@ def _decode(kind: type[R], row: Mapping[str, Any]) -> R:
                 tpm=row["tpm"],
                 budget=row["budget"],
                 models=tuple(json.loads(row["models"] or "[]")),
+                tools=tools_of(row["tools"]),
+                guard=tuple(json.loads(row["guard"] or "[]")),
             )
         elif f.name in _BOOLS:
             data[f.name] = bool(row[f.name])

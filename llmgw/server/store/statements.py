@@ -29,6 +29,7 @@ from llmgw.server.store.base import (
     ApiKeyRecord,
     Audit,
     JoinTokenRecord,
+    Limited,
     ModelRecord,
     NodeRecord,
     Params,
@@ -37,7 +38,7 @@ from llmgw.server.store.base import (
     SQLValue,
     Store,
 )
-from llmgw.server.store.directory import DirectoryRows
+from llmgw.server.store.directory import DirectoryRows, tools_column, tools_of
 
 # Also the backends' proof, at open, that the store takes writes.
 PUT_SETTING = (
@@ -81,6 +82,8 @@ def _node(row: dict[str, Any]) -> NodeRecord:
 def _api_key(row: dict[str, Any]) -> ApiKeyRecord:
     data = dict(row)
     data["models"] = tuple(json.loads(data["models"] or "[]"))
+    data["tools"] = tools_of(data["tools"])
+    data["guard"] = tuple(json.loads(data["guard"] or "[]"))
     return ApiKeyRecord(**data)
 
 
@@ -268,8 +271,8 @@ class SQLStore(Store):
     async def add_api_key(self, record: ApiKeyRecord, audit: Audit) -> None:
         await self._audited(
             "INSERT INTO api_keys (id, name, key_hash, models, rpm, tpm, budget, expires_at, "
-            "created_at, priority, org_id, project_id, person_id) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "created_at, priority, org_id, project_id, person_id, tools, guard) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.id,
                 record.name,
@@ -284,6 +287,8 @@ class SQLStore(Store):
                 record.org_id,
                 record.project_id,
                 record.person_id,
+                tools_column(record.tools),
+                json.dumps(list(record.guard)),
             ),
             audit,
         )
@@ -298,6 +303,33 @@ class SQLStore(Store):
     async def set_api_key_priority(self, key_id: str, priority: int, audit: Audit) -> bool:
         sql = "UPDATE api_keys SET priority = ? WHERE id = ?"
         return bool(await self._audited(sql, (priority, key_id), audit, if_changed=True))
+
+    async def set_limits(self, changes: Sequence[tuple[Limited, Audit]]) -> None:
+        # Several audit entries in one transaction: each but the last is a step of its own.
+        steps: list[tuple[str, Params]] = []
+        for i, (record, audit) in enumerate(changes):
+            if isinstance(record, ApiKeyRecord):
+                steps.append(
+                    (
+                        "UPDATE api_keys SET models = ?, rpm = ?, tpm = ?, budget = ?, "
+                        "tools = ?, guard = ? WHERE id = ?",
+                        (
+                            json.dumps(list(record.models)),
+                            record.rpm,
+                            record.tpm,
+                            record.budget,
+                            tools_column(record.tools),
+                            json.dumps(list(record.guard)),
+                            record.id,
+                        ),
+                    )
+                )
+            else:
+                steps.append(DirectoryRows._upsert(record))
+            if i < len(changes) - 1:
+                steps.append((INSERT_AUDIT, audit_row(audit)))
+        if changes:
+            await self._audited_all(steps, changes[-1][1])
 
     # usage
 

@@ -28,6 +28,10 @@ class KeyJson(TypedDict):
     org_id: str | None
     project_id: str | None
     person_id: str | None
+    # MCP tools granted to the key itself (None: says nothing; []: closed) and its own
+    # guard policies (its levels' bind it too).
+    tools: list[str] | None
+    guard: list[str]
 
 
 class NewKeyJson(KeyJson):

@@ -12,6 +12,33 @@ class LimitsJson(TypedDict):
     tpm: int | None
     budget: int | None
     models: list[str]
+    # MCP tools granted (SERVER.TOOL patterns); None: says nothing; []: closed.
+    tools: list[str] | None
+    # The guard policies that read what its keys send and get.
+    guard: list[str]
+
+
+GrantLevel = Literal["org", "team", "project", "key"]
+
+
+class McpGrantJson(TypedDict):
+    """``GET /api/v1/mcp/grants``: a level or key that names MCP tools."""
+
+    level: GrantLevel
+    id: str
+    # "organisation acme", "team vision", "project vision/demo", "key ci"
+    label: str
+    org: str | None
+    patterns: list[str]
+    # An empty list: no tool for it or beneath it until `--clear tools` opens it.
+    closed: bool
+
+
+class LimitsSetJson(LimitsJson):
+    """The answer to setting limits: the level's or key's limits now, and what a
+    ``revoke_tools`` took from it and from everything beneath it (each as it is now)."""
+
+    revoked: list[McpGrantJson]
 
 
 class PersonJson(TypedDict):

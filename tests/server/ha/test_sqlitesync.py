@@ -107,6 +107,9 @@ async def reads(store: SQLiteStore) -> dict[str, Any]:
         "audit": await store.audit_log(1000),
         "servers": await store.list_servers(),
         "revoked": await store.revoked_sessions(0.0),
+        "orgs": await store.directory.all(Org),
+        "teams": await store.directory.all(Team),
+        "projects": await store.directory.all(Project),
     }
 
 
@@ -123,7 +126,7 @@ Write = Callable[[SQLiteStore], Awaitable[object]]
 ALICE = Person(
     "p1", "alice", "Alice", "alice@lab", "operator", True, "oidc", "iss|1", True, NOW, NOW
 )
-LAB = Org("o1", "lab", Limits(60, 1000, 2**40, ("qwen*",)), NOW)
+LAB = Org("o1", "lab", Limits(60, 1000, 2**40, ("qwen*",), ("jira.*",), ("pii",)), NOW)
 VISION = Team("t1", "o1", "vision", Limits(tpm=500), NOW)
 VISION_DEMO = Project("j1", "o1", "t1", "demo", Limits(), NOW)
 ALICE_IN_VISION = Membership("p1", "team", "t1", "manager", True, NOW)
@@ -227,6 +230,19 @@ WRITES: list[tuple[str, Write]] = [
     (
         "put org, team, project",
         lambda s: s.directory.change([LAB, VISION, VISION_DEMO], [], by("a", "org.create", "lab")),
+    ),
+    (
+        "set_limits: a tool grant revoked from a level and its key, one closed",
+        lambda s: s.set_limits(
+            [
+                (replace(LAB, limits=replace(LAB.limits, tools=())), by("a", "org.limits", "lab")),
+                (replace(VISION, limits=Limits(tools=("wiki.*",))), by("a", "team.limits", "v")),
+                (
+                    ApiKeyRecord("k1", "team", "sha256:k1", ("m1",), tools=None, guard=("g",)),
+                    by("a", "key.limits", "k1"),
+                ),
+            ]
+        ),
     ),
     ("put membership", lambda s: s.directory.put(ALICE_IN_VISION, by("a", "member.set", "alice"))),
     ("put token", lambda s: s.directory.put(ALICE_TOKEN, by("alice", "token.create", "alice"))),

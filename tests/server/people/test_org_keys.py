@@ -9,6 +9,7 @@ import datetime as dt
 
 import pytest
 
+from llmgw.server.people.asks import SetKeyLimits
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import CreateKey, UpdateKey, UsageQuery
@@ -129,3 +130,25 @@ async def test_another_organisations_project_or_org_is_not_found_for_a_new_key(
             await key(world, admin, **ask)
         assert hidden.value.status == 404, ask
     assert world.keys.keys_in(b.project.id) == 0
+
+
+async def test_a_keys_tools_are_set_by_who_manages_it_and_hidden_from_others(
+    world: World,
+) -> None:
+    a, b = world.a, world.b
+    made = await key(world, world.who(a.manager), org=a.org.id, project=a.project.id)
+    ask = SetKeyLimits(tools=("jira.*",))
+    # Its team's member sees it but does not manage it.
+    with pytest.raises(Refusal) as refused:
+        await world.keys.set_limits(made.id, ask, world.who(a.member))
+    assert refused.value.status == 403
+    # Another organisation's admin: as if there were no such key.
+    with pytest.raises(Refusal) as hidden:
+        await world.keys.set_limits(made.id, ask, world.who(b.admin))
+    assert (hidden.value.status, hidden.value.code) == (404, "unknown_key")
+    assert world.keys.find(made.id, OPERATOR).tools is None
+    set_ = await world.keys.set_limits(made.id, ask, world.who(a.manager))
+    assert set_.limits.tools == ("jira.*",)
+    assert world.keys.find(made.id, OPERATOR).tools == ("jira.*",)
+    (stored,) = [r for r in await world.store.list_api_keys() if r.id == made.id]
+    assert stored.tools == ("jira.*",)

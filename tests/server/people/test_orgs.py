@@ -100,13 +100,15 @@ async def test_the_name_limits_and_the_org_itself_stay_with_the_cluster_staff(
     assert refused.value.status == 403
     assert world.directory.now.orgs[a.org.id] == a.org
     # An operator sets limits (and clears them); an admin renames.
-    limits = await orgs.set_limits(
-        "project", a.org.id, "research/chat", SetLimits(tpm=500), OPERATOR
-    )
+    limits = (
+        await orgs.set_limits("project", a.org.id, "research/chat", SetLimits(tpm=500), OPERATOR)
+    ).limits
     assert limits.tpm == 500 and world.directory.now.projects[a.project.id].limits.tpm == 500
-    cleared = await orgs.set_limits(
-        "project", a.org.id, a.project.id, SetLimits(clear=("tpm",)), OPERATOR
-    )
+    cleared = (
+        await orgs.set_limits(
+            "project", a.org.id, a.project.id, SetLimits(clear=("tpm",)), OPERATOR
+        )
+    ).limits
     assert cleared.tpm is None
     with pytest.raises(Refusal) as bad:
         await orgs.set_limits("org", a.org.id, None, SetLimits(clear=("nope",)), OPERATOR)

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from llmgw.server.people.records import Limits, Org, Project, Team
 from llmgw.server.store import ApiKeyRecord, Audit, JoinTokenRecord, ServerRecord, Store
 from tests.server.store.conftest import Backend, audits
 
@@ -371,6 +372,74 @@ async def test_an_api_key_hash_or_id_is_taken_once(store: Store, backend: Backen
     assert await store.list_api_keys() == [key("k1", 1.0)]
     # The refused adds left no audit entry: each is written with its change or not at all.
     assert await audits(store) == [("admin", "key.add", "k1", "")]
+
+
+async def test_tool_grants_and_guard_policies_round_trip_on_keys_and_levels(
+    store: Store,
+) -> None:
+    # None (says nothing), () (closed) and a list are three different things.
+    says_nothing = ApiKeyRecord("k1", "a", "sha256:k1", created_at=1.0)
+    closed = ApiKeyRecord("k2", "b", "sha256:k2", created_at=2.0, tools=(), guard=("pii",))
+    granted = ApiKeyRecord("k3", "c", "sha256:k3", created_at=3.0, tools=("jira.*", "wiki.get"))
+    for record in (says_nothing, closed, granted):
+        await store.add_api_key(record, Audit("admin", "key.add", record.id))
+    assert await store.list_api_keys() == [says_nothing, closed, granted]
+    assert [k.tools for k in await store.list_api_keys()] == [None, (), ("jira.*", "wiki.get")]
+    org = Org("o1", "lab", Limits(rpm=5, tools=("jira.*",), guard=("pii", "inj")), 1.0)
+    team = Team("t1", "o1", "vision", Limits(tools=()), 1.0)
+    project = Project("j1", "o1", "t1", "demo", Limits(guard=("pii",)), 1.0)
+    await store.directory.change([org, team, project], [], Audit("admin", "org.create", "lab"))
+    assert [o for o in await store.directory.all(Org) if o.id == "o1"] == [org]
+    assert [t for t in await store.directory.all(Team) if t.id == "t1"] == [team]
+    assert [p for p in await store.directory.all(Project) if p.id == "j1"] == [project]
+
+
+async def test_limits_of_keys_and_levels_are_set_together_each_audited(store: Store) -> None:
+    await store.add_api_key(key("k1", 1.0), Audit("admin", "key.add", "k1"))
+    org = Org("o1", "lab", Limits(tools=("jira.*", "wiki.*")), 1.0)
+    await store.directory.put(org, Audit("admin", "org.create", "lab"))
+    keyed = ApiKeyRecord(
+        "k1", "ignored", "sha256:ignored", ("q*",), 7, 8, 9, tools=(), guard=("pii",)
+    )
+    opened = Org("o1", "lab", Limits(tools=("wiki.*",)), 1.0)
+    await store.set_limits(
+        [
+            (opened, Audit("ops", "org.limits", "lab", "tools wiki.*")),
+            (keyed, Audit("ops", "key.limits", "k1", "tools closed")),
+        ]
+    )
+    (k1,) = await store.list_api_keys()
+    # The limits changed; the key's name, hash and creation are as they were.
+    assert (k1.name, k1.key_hash, k1.created_at) == ("owner-k1", "sha256:k1", 1.0)
+    assert (k1.models, k1.rpm, k1.tpm, k1.budget, k1.tools, k1.guard) == (
+        ("q*",),
+        7,
+        8,
+        9,
+        (),
+        ("pii",),
+    )
+    assert [o for o in await store.directory.all(Org) if o.id == "o1"] == [opened]
+    assert [a[1:4] for a in (await audits(store))[:2]] == [
+        ("key.limits", "k1", "tools closed"),
+        ("org.limits", "lab", "tools wiki.*"),
+    ]
+
+
+async def test_limits_set_together_are_all_or_nothing(store: Store, backend: Backend) -> None:
+    await store.add_api_key(key("k1", 1.0), Audit("admin", "key.add", "k1"))
+    closed = ApiKeyRecord("k1", "owner-k1", "sha256:k1", created_at=1.0, tools=())
+    broken = Team("t9", "o1", None, Limits(tools=()))  # type: ignore[arg-type]
+    with pytest.raises(backend.conflict):
+        await store.set_limits(
+            [
+                (closed, Audit("ops", "key.limits", "k1")),
+                (broken, Audit("ops", "team.limits", "t9")),
+            ]
+        )
+    # The key's change and both audit entries went with the step that failed.
+    assert await store.list_api_keys() == [key("k1", 1.0)]
+    assert [a[1] for a in await audits(store)] == ["key.add"]
 
 
 # --------------------------------------------------------------------------- usage
