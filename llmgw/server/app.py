@@ -180,6 +180,16 @@ class ControlPlane:
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
+        # The gateway is made below: the views read what it routes to when asked.
+        self.views = ModelViews(
+            self.models.models,
+            self.reconciler,
+            lambda: self.models.passes,
+            self.registry,
+            lambda name: self.gateway.endpoints_of(name),
+        )
+        # llmgw:admin, the tool server answered here (the MCP gateway lists it).
+        self.admin_tools = AdminTools(self.fleet, self.views, self.models, self._plane)
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
         self.gateway = Gateway(
@@ -205,15 +215,6 @@ class ControlPlane:
             self.gateway.queue,
             self.reconciler,
         )
-        self.views = ModelViews(
-            self.models.models,
-            self.reconciler,
-            lambda: self.models.passes,
-            self.registry,
-            self.gateway.endpoints_of,
-        )
-        # llmgw:admin, the tool server answered here (the MCP gateway lists it).
-        self.admin_tools = AdminTools(self.fleet, self.views, self.models, self._plane)
         self.people = PeopleService(self.directory)
         self.orgs = OrgService(
             self.directory, changed=self.gateway.keys.relevel, keys=self.gateway.keys
