@@ -485,6 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_firewall import add_parsers as add_firewall_ctl_parsers
 
     add_firewall_ctl_parsers(ctl_cmds, _client, _client_options)
+    from llmgw.client.ctl_guard import add_parsers as add_guard_parsers
+
+    add_guard_parsers(ctl_cmds, _client, _client_options)
     from llmgw.client.ctl_slurm import add_parsers as add_slurm_parsers
 
     add_slurm_parsers(ctl_cmds, _client, _client_options)

@@ -48,6 +48,9 @@ from llmgw.wire.admin import (
     FabricTestJson,
     FirewallChangeJson,
     FirewallJson,
+    GuardCheckJson,
+    GuardDecisionJson,
+    GuardPolicyJson,
     HistoryJson,
     KeyJson,
     LimitsSetJson,
@@ -349,6 +352,26 @@ class AdminClient:
 
     def firewall_history(self) -> list[FirewallChangeJson]:
         return self.call(r.FIREWALL_HISTORY)
+
+    # --- guard policies
+
+    def guard_policies(self) -> list[GuardPolicyJson]:
+        return self.call(r.GUARD_POLICIES)
+
+    def guard_policy(self, name: str) -> GuardPolicyJson:
+        return self.call(r.GUARD_POLICY, name)
+
+    def add_guard_policy(self, body: Body) -> GuardPolicyJson:
+        return self.call(r.ADD_GUARD_POLICY, body=body)
+
+    def remove_guard_policy(self, name: str) -> GuardPolicyJson:
+        return self.call(r.REMOVE_GUARD_POLICY, name)
+
+    def guard_decisions(self, policy: str | None = None) -> list[GuardDecisionJson]:
+        return self.call(r.GUARD_DECISIONS, query={"policy": policy} if policy else None)
+
+    def guard_judge_check(self, policy: str | None = None) -> list[GuardCheckJson]:
+        return self.call(r.GUARD_JUDGE_CHECK, body={"policy": policy} if policy else {})
 
     # --- Slurm beside llmgw
 

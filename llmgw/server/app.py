@@ -27,6 +27,7 @@ from llmgw.server.api import (
     fabrics,
     firewall,
     grants,
+    guard,
     keys,
     ldap,
     login,
@@ -67,6 +68,8 @@ from llmgw.server.front import (
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
 from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.service import bounds_of
+from llmgw.server.guard.judge import Judge
+from llmgw.server.guard.service import GuardService
 from llmgw.server.ha.demand import DemandRelay
 from llmgw.server.ha.joining import Admission
 from llmgw.server.ha.leadership import Hooks, Leadership, Seat
@@ -192,6 +195,12 @@ class ControlPlane:
         self.admin_tools = AdminTools(self.fleet, self.views, self.models, self._plane)
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
+        # Guard policies: read the prompts and tool calls of keys that name them.
+        self.guard = GuardService(
+            store,
+            lambda: self.models.models,
+            Judge(lambda: self.gateway.router, lambda: self.gateway.upstream.pool),
+        )
         self.gateway = Gateway(
             store,
             self.registry,
@@ -203,6 +212,7 @@ class ControlPlane:
             # Counted on a standby, usage goes to the leader; on the leader, to the store.
             write_usage=self._write_usage,
             tree=lambda: self.directory.now,
+            guard=self.guard,
         )
         # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
         self.slurm = slurm_parts(
@@ -439,6 +449,7 @@ class ControlPlane:
             await self.firewall.load()
             await self.oidc.load()
             await self.slurm.kept.load()
+            await self.guard.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -472,6 +483,7 @@ class ControlPlane:
         await self.oidc.load()
         await self.serving.load()
         await self.slurm.kept.load()
+        await self.guard.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
@@ -574,6 +586,7 @@ class ControlPlane:
         ops += fabrics.routes(self.fabrics)
         ops += nvlink.routes(self.registry)
         ops += slurm.routes(self.slurm.service)
+        ops += guard.routes(self.guard)
         ops += upgrade.routes(self.upgrades.service)
         ops += restart.routes(self.restarts)
         return ops

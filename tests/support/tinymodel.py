@@ -59,8 +59,9 @@ def vocabulary() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, [int(t) for t in types]
 
 
-def write_tiny_model(path: Path, seed: int = 7) -> Path:
-    """Write the model to ``path``; the same seed gives the same bytes."""
+def write_tiny_model(path: Path, seed: int = 7, context: int = N_CTX) -> Path:
+    """Write the model to ``path``; the same seed gives the same bytes. ``context``: the
+    context it says it was trained for (its positions are RoPE's: any length works)."""
     rng = np.random.default_rng(seed)
     tokens, scores, types = vocabulary()
     n_vocab = len(tokens)
@@ -70,7 +71,7 @@ def write_tiny_model(path: Path, seed: int = 7) -> Path:
 
     writer = gguf.GGUFWriter(str(path), "llama")
     writer.add_name("llmgw-tiny")
-    writer.add_context_length(N_CTX)
+    writer.add_context_length(context)
     writer.add_embedding_length(N_EMBD)
     writer.add_block_count(N_LAYER)
     writer.add_feed_forward_length(N_FF)

@@ -58,6 +58,9 @@ from llmgw.server.gateway.resume import Broke, Counts, Resume
 from llmgw.server.gateway.router import Endpoint, Router
 
 log = logging.getLogger("llmgw.gateway")
+# A request a guard policy flagged (the gateway sets it): its answer's head says so.
+GUARD_HEADER = "x-llmgw-guard"
+GUARD_FLAG = web.RequestKey("llmgw_guard_flag", str)
 
 # An incomplete event longer than this is passed on as it is (it is not SSE).
 MAX_HELD = 1 << 20
@@ -467,6 +470,9 @@ class Upstream:
             for name, value in conn.headers:
                 if name.lower() not in _HOP:
                     response.headers[name] = value
+            flagged = request.get(GUARD_FLAG)  # a guard policy flagged the prompt
+            if flagged is not None:
+                response.headers[GUARD_HEADER] = flagged
             await response.prepare(request)
         tally.response = response
         resume = tally.resume

@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 
@@ -33,7 +34,7 @@ from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.limits import Key, KeyBook, Usage, UsageWriter
 from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines, scrape
 from llmgw.server.gateway.probe import EngineProbe
-from llmgw.server.gateway.proxy import Trace, Upstream
+from llmgw.server.gateway.proxy import GUARD_FLAG, GUARD_HEADER, Trace, Upstream
 from llmgw.server.gateway.queue import FairQueue
 from llmgw.server.gateway.router import Catalog, Endpoint, Nodes, Router, prompt_prefix
 from llmgw.server.people.directory import Snapshot
@@ -53,6 +54,18 @@ ROUTES: dict[str, Kind] = {
 }
 # The model is wanted now (``start``: and a replica should start if it has none).
 Demand = Callable[[str, bool], None]
+
+
+class PromptGuard(Protocol):
+    """The guard (``server/guard/``) as ``/v1`` asks it, for keys with policies only."""
+
+    async def prompt(self, key: Key, body: JSONObject) -> str | None:
+        """Read the request's text, rewriting it in place where a policy redacts or
+        withholds; raise ``Refusal`` where one refuses it; the header's value when one
+        flagged it."""
+        ...
+
+    def metric_lines(self) -> list[str]: ...
 
 
 def bounds_of(config: GatewayConfig) -> Bounds:
@@ -77,12 +90,15 @@ class Gateway:
         kv: KvIndex | None = None,
         write_usage: UsageWriter | None = None,
         tree: Callable[[], Snapshot] = Snapshot,
+        guard: PromptGuard | None = None,
     ) -> None:
         """``kv``: the replicas' cached blocks (the registry feeds it from the agents'
         reports); ``write_usage``: where counted usage goes (the store when not given);
-        ``tree``: the organisations, teams and projects whose limits keys are under."""
+        ``tree``: the organisations, teams and projects whose limits keys are under;
+        ``guard``: what reads the prompts of keys with guard policies."""
         self.store = store
         self.catalog = catalog
+        self.guard = guard
         self.config = config
         self.bounds = bounds_of(config)
         self.adapters = AdapterBook(catalog)
@@ -193,8 +209,13 @@ class Gateway:
         return self.metrics.render(
             inflight,
             self.router.prefix_hits,
-            # The router's families, streams continued, then the engines' own.
-            [*routing, *resume_lines(resumes.resumed, resumes.failed), *engines],
+            # The router's families, streams continued, the guard's, then the engines' own.
+            [
+                *routing,
+                *resume_lines(resumes.resumed, resumes.failed),
+                *(self.guard.metric_lines() if self.guard is not None else ()),
+                *engines,
+            ],
             failures=self.router.failures,
             breaker_opens=self.router.breaker_opens,
             vouched={
@@ -263,13 +284,23 @@ class Gateway:
         limited = self.keys.over_limit(key)
         if limited is not None:
             return limited
+        flagged = guarded = None
+        if key.policies and self.guard is not None and kind != "embedding":
+            # Only a key with policies comes here: one without costs nothing.
+            try:
+                flagged = await self.guard.prompt(key, body)
+            except Refusal as exc:
+                return refused(exc)
+            guarded = True
+            if flagged is not None:
+                request[GUARD_FLAG] = flagged  # the stream's head says it (proxy.py)
         stream = kind != "embedding" and body.get("stream") is True
         strip_usage = False
         if kind != "embedding":
             checks.hold_to(body, model.max_output)
             if stream:
                 strip_usage = not checks.ask_for_usage(body)
-            if stream or model.max_output is not None:
+            if stream or model.max_output is not None or guarded:
                 # What the engine reads is what was checked, whatever its JSON reader.
                 raw = json.dumps(body).encode()
         prefix = prompt_prefix(body) if kind != "embedding" else []
@@ -302,7 +333,7 @@ class Gateway:
         elif model.on_demand:
             self.demand(name, False)
         self.keys.admitted(key)
-        return await self.upstream.send(
+        answer = await self.upstream.send(
             request,
             path,
             raw,
@@ -314,6 +345,9 @@ class Gateway:
             self._recorder(key, name),
             adapter=asked,
         )
+        if flagged is not None and not answer.prepared:
+            answer.headers[GUARD_HEADER] = flagged
+        return answer
 
     async def _read_body(self, request: web.BaseRequest) -> bytes | web.Response:
         """The body, refused past ``max_body`` (before reading when it says its length)
@@ -426,6 +460,9 @@ class Gateway:
         response = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
+        flagged = request.get(GUARD_FLAG)
+        if flagged is not None:
+            response.headers[GUARD_HEADER] = flagged
         await response.prepare(request)
         self.demand(model, True)
         deadline = time.monotonic() + self.config.on_demand_wait

@@ -104,6 +104,7 @@ from llmgw.wire.admin.cluster import (
     VersionsJson,
     WantedEngineJson,
 )
+from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
 from llmgw.wire.admin.nodes import (
     CardHealthJson,
     CardHistoryJson,
@@ -215,6 +216,9 @@ __all__ = [
     "FirewallChangeJson",
     "FirewallJson",
     "GpuProcessJson",
+    "GuardCheckJson",
+    "GuardDecisionJson",
+    "GuardPolicyJson",
     "HandlingJson",
     "HistoryJson",
     "IbPortJson",

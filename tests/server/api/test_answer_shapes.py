@@ -11,6 +11,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, get_args, get_origin, get_type_hints
 
@@ -24,6 +25,7 @@ from llmgw.server.app import ControlPlane
 from llmgw.server.catalog.model import Profile
 from llmgw.server.fleet.fabrictest import FEATURE
 from llmgw.server.fleet.ibtopology import parse_ibnetdiscover
+from llmgw.server.gateway.limits import Key
 from llmgw.server.people.asks import NewToken
 from llmgw.server.store import Audit, ServerRecord
 from llmgw.wire import admin
@@ -294,6 +296,13 @@ async def fleet(
     assert set_engine.status_code == 200, set_engine.text
     set_firewall = await client.post("/api/v1/firewall", json={"enabled": False})
     assert set_firewall.status_code == 200, set_firewall.text
+    # A guard policy judged by the catalog's model, and a decision of it.
+    policy = await client.post("/api/v1/guard/policies", json={"name": "pii", "judge": "tiny"})
+    assert policy.status_code == 200, policy.text
+    limits = cp.gateway.keys
+    (record,) = [r for r in limits.records() if r.name == "team"]
+    guarded = Key(replace(record, guard=("pii",)))
+    await cp.guard.tool_arguments(guarded, "jira.get", {"q": "a@b.io"})
     # A map of the fabric as one of its nodes read it.
     read = (time.time(), "gpu-1", parse_ibnetdiscover(FABRIC_MAP.read_text()))
     cp.fabric_maps.maps[SM_GUID] = read
@@ -349,6 +358,9 @@ READS: list[Ask] = [
     ("FIREWALL_HISTORY", (), None),
     ("SLURM", (), None),
     ("SLURM_CONF", (), None),
+    ("GUARD_POLICIES", (), None),
+    ("GUARD_POLICY", ("pii",), None),
+    ("GUARD_DECISIONS", (), None),
     ("RESTART_STATUS", (), None),
     ("FABRICS", (), None),
     ("FABRIC_MAP", (SM_GUID,), None),
@@ -399,6 +411,9 @@ CHANGES: list[Ask] = [
     ("SLURM_RECLAIM", (), {"nodes": ["gpu-2"]}),
     ("SLURM_POLICY", (), {"keep_free_gpus": 1}),
     ("SLURM_OFF", (), {"now": True}),
+    ("ADD_GUARD_POLICY", (), {"name": "strict", "pii": "block"}),
+    ("GUARD_JUDGE_CHECK", (), {"policy": "pii"}),
+    ("REMOVE_GUARD_POLICY", ("strict",), None),
     ("FABRIC_TEST", (), {"a": "gpu-1", "b": "gpu-2"}),
     ("CREATE_PERSON", (), {"login": "carol", "role": "viewer"}),
     ("CHANGE_PERSON", ("carol",), {"name": "Carol"}),
