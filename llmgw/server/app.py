@@ -618,6 +618,7 @@ class ControlPlane:
             slurm=self.slurm.service,
             mirror=self.mirror,
             mirror_watch=self.mirror_watch,
+            guard=self.guard,
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

@@ -30,6 +30,7 @@ from llmgw.server.pages import (
     devicepages,
     fabricpages,
     fleetpages,
+    guardpages,
     i18n,
     mirrorpages,
     oidcpages,
@@ -221,6 +222,7 @@ def routes(
         *devicepages.pages(frame, services.device_logins),
         *(slurmpages.pages(frame, services.slurm) if services.slurm else []),
         *mirrorpages.pages(frame, services.mirror, services.mirror_watch),
+        *(guardpages.pages(frame, services.guard) if services.guard else []),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),
