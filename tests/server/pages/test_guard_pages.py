@@ -101,6 +101,8 @@ async def test_the_guard_page_lists_policies_and_recent_decisions(site: Site) ->
     assert answer.status_code == 303 and answer.headers["location"] == "/admin/guard#policy-pii"
     bad = await site.post("/admin/guard/policies", "admin", name="j", judge="no-such-model")
     assert bad.status_code == 400 and "no model named no-such-model" in bad.text
+    # Nothing counted yet: a dash, not a row of zeros.
+    assert row(await site.page("/admin/guard", "operator"), "policy-pii").endswith("refuse —")
     site.cp.guard.record(
         Decision(time.time(), "pii", "block", "ci", "tool_args tickets.create", "email at 3-20")
     )
