@@ -77,7 +77,7 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
-from llmgw.server.mcp.admintools import AdminTools, PlaneJson
+from llmgw.server.mcp.admintools import AdminTools, plane_of
 from llmgw.server.mirror import MirrorWatch, offline_pushed, release_source, self_url
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
@@ -192,7 +192,9 @@ class ControlPlane:
             lambda name: self.gateway.endpoints_of(name),
         )
         # llmgw:admin, the tool server answered here (the MCP gateway lists it).
-        self.admin_tools = AdminTools(self.fleet, self.views, self.models, self._plane)
+        self.admin_tools = AdminTools(
+            self.fleet, self.views, self.models, lambda: plane_of(self.status())
+        )
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
         # Guard policies: read the prompts and tool calls of keys that name them.
@@ -512,18 +514,6 @@ class ControlPlane:
         if not writable.ok:
             problems.append(f"store: {writable.problem}")
         return {"ok": not problems, "problems": problems, "store_writable": writable.ok}
-
-    def _plane(self) -> PlaneJson:
-        """This control plane as llmgw:admin's ``cluster_status`` shows it."""
-        writable = self.store.writable()
-        return {
-            "version": __version__,
-            "name": self.ha.name,
-            "leader": self.leader.leading,
-            "serving": "stopped" if self.gateway.stopped else "serving",
-            "store_writable": writable.ok,
-            "store_problem": writable.problem or None,
-        }
 
     def status(self) -> dict[str, Any]:
         port = self.agent_port

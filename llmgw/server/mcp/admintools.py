@@ -58,6 +58,20 @@ class PlaneJson(TypedDict):
     store_problem: str | None
 
 
+def plane_of(status: Mapping[str, object]) -> PlaneJson:
+    """This control plane as ``GET /api/v1/status`` (``ctl status``) shows it, the part
+    ``cluster_status`` repeats: one reading for both."""
+    problem = status.get("store_problem")
+    return {
+        "version": str(status.get("version", "")),
+        "name": str(status.get("name", "")),
+        "leader": status.get("leader") is True,
+        "serving": "stopped" if status.get("serving") == "stopped" else "serving",
+        "store_writable": status.get("store_writable") is True,
+        "store_problem": problem if isinstance(problem, str) else None,
+    }
+
+
 class Tally(TypedDict):
     total: int
     ready: int
