@@ -491,6 +491,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_slurm import add_parsers as add_slurm_parsers
 
     add_slurm_parsers(ctl_cmds, _client, _client_options)
+    from llmgw.client.ctl_mcp import add_parsers as add_mcp_parsers
+
+    add_mcp_parsers(ctl_cmds, _client, _client_options)
     from llmgw.client.ctl_upgrade import add_parsers as add_upgrade_parsers
 
     add_upgrade_parsers(ctl_cmds, _client, _client_options)

@@ -56,6 +56,9 @@ from llmgw.wire.admin import (
     LimitsSetJson,
     LogBatch,
     McpGrantJson,
+    McpServerJson,
+    McpServerRemovedJson,
+    McpTestJson,
     MeJson,
     MembershipJson,
     ModelJson,
@@ -395,6 +398,29 @@ class AdminClient:
 
     def slurm_policy(self, body: Body) -> SlurmJson:
         return self.call(r.SLURM_POLICY, body=body)
+
+    # --- MCP tool servers (ctl mcp)
+
+    def mcp_servers(self) -> list[McpServerJson]:
+        return self.call(r.MCP_SERVERS)
+
+    def mcp_server(self, name: str) -> McpServerJson:
+        return self.call(r.MCP_SERVER, name)
+
+    def add_mcp(self, body: Body) -> McpServerJson:
+        return self.call(r.ADD_MCP, body=body)
+
+    def change_mcp(self, name: str, body: Body) -> McpServerJson:
+        return self.call(r.CHANGE_MCP, name, body=body)
+
+    def remove_mcp(self, name: str) -> McpServerRemovedJson:
+        return self.call(r.REMOVE_MCP, name)
+
+    def test_mcp(self, name: str) -> McpTestJson:
+        return self.call(r.TEST_MCP, name)
+
+    def switch_mcp(self, name: str, on: bool) -> McpServerJson:
+        return self.call(r.SWITCH_MCP, name, "on" if on else "off")
 
     # --- llmgw restart
 

@@ -31,6 +31,7 @@ from llmgw.server.api import (
     keys,
     ldap,
     login,
+    mcp,
     models,
     nvlink,
     openapi,
@@ -78,6 +79,7 @@ from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.mcp.admintools import AdminTools, plane_of
+from llmgw.server.mcp.parts import mcp_parts
 from llmgw.server.mirror import MirrorWatch, offline_pushed, release_source, self_url
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
@@ -203,6 +205,10 @@ class ControlPlane:
             lambda: self.models.models,
             Judge(lambda: self.gateway.router, lambda: self.gateway.upstream.pool),
         )
+        # MCP tool servers behind the gateway's /mcp (ctl mcp).
+        self.mcp = mcp_parts(
+            store, self.cluster_secret, lambda: self.gateway.upstream.session, guard=self.guard
+        )
         self.gateway = Gateway(
             store,
             self.registry,
@@ -215,6 +221,7 @@ class ControlPlane:
             write_usage=self._write_usage,
             tree=lambda: self.directory.now,
             guard=self.guard,
+            mcp=self.mcp.gateway,
         )
         # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
         self.slurm = slurm_parts(
@@ -269,6 +276,7 @@ class ControlPlane:
             [
                 Duty("reconciler", self.models.run),
                 Duty("usage", self.gateway.run, self.gateway.flush),
+                self.mcp.duty(),
                 Duty("node states", self.registry.monitor, self.registry.flush),
                 Duty("fabric maps", self.fabric_maps.run),
                 self.slurm.duty(),
@@ -317,6 +325,7 @@ class ControlPlane:
             remember=data.remember_role,
             standby_duties=lambda ha: [
                 Duty("usage", self.gateway.run, self.gateway.flush),
+                self.mcp.duty(),
                 Duty("on-demand requests", self.demand_relay.run, self.demand_relay.close),
             ],
             announce=self._announce,
@@ -452,6 +461,7 @@ class ControlPlane:
             await self.oidc.load()
             await self.slurm.kept.load()
             await self.guard.load()
+            await self.mcp.registry.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
         if every or "servers" in tables:
@@ -486,6 +496,7 @@ class ControlPlane:
         await self.serving.load()
         await self.slurm.kept.load()
         await self.guard.load()
+        await self.mcp.registry.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
@@ -577,6 +588,7 @@ class ControlPlane:
         ops += nvlink.routes(self.registry)
         ops += slurm.routes(self.slurm.service)
         ops += guard.routes(self.guard)
+        ops += mcp.routes(self.mcp.service)
         ops += upgrade.routes(self.upgrades.service)
         ops += restart.routes(self.restarts)
         return ops

@@ -343,8 +343,8 @@ class Guard(web.Server):
 
 
 class Listener:
-    """One address served by aiohttp: ``/v1/`` to ``gateway``, ``/mirror/`` to ``mirror``
-    (when set), the rest to ``other``."""
+    """One address served by aiohttp: ``/v1/`` and ``/mcp`` to ``gateway``, ``/mirror/``
+    to ``mirror`` (when set), the rest to ``other``."""
 
     def __init__(
         self,
@@ -380,9 +380,10 @@ class Listener:
             conn.busy += 1
             conn.waiting_since = None
         try:
-            if self.gateway is not None and request.path.startswith("/v1/"):
+            path = request.path
+            if self.gateway is not None and (path.startswith("/v1/") or path == "/mcp"):
                 answer = await self.gateway(request)
-            elif self.mirror is not None and request.path.startswith("/mirror/"):
+            elif self.mirror is not None and path.startswith("/mirror/"):
                 answer = await self.mirror(request)
             else:
                 answer = await self.other(request)

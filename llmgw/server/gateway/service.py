@@ -68,6 +68,15 @@ class PromptGuard(Protocol):
     def metric_lines(self) -> list[str]: ...
 
 
+class ToolDoor(Protocol):
+    """``POST /mcp`` on the gateway's listener (``server/mcp/gateway.py``), for a key
+    already authorised, and its metric families."""
+
+    async def handle(self, request: web.BaseRequest, key: Key) -> web.StreamResponse: ...
+
+    def metric_lines(self) -> list[str]: ...
+
+
 def bounds_of(config: GatewayConfig) -> Bounds:
     return Bounds(
         max_body=config.max_body,
@@ -91,11 +100,14 @@ class Gateway:
         write_usage: UsageWriter | None = None,
         tree: Callable[[], Snapshot] = Snapshot,
         guard: PromptGuard | None = None,
+        mcp: ToolDoor | None = None,
     ) -> None:
         """``kv``: the replicas' cached blocks (the registry feeds it from the agents'
         reports); ``write_usage``: where counted usage goes (the store when not given);
         ``tree``: the organisations, teams and projects whose limits keys are under;
-        ``guard``: what reads the prompts of keys with guard policies."""
+        ``guard``: what reads the prompts of keys with guard policies;
+        ``mcp``: what answers ``/mcp``."""
+        self.mcp = mcp
         self.store = store
         self.catalog = catalog
         self.guard = guard
@@ -214,6 +226,7 @@ class Gateway:
                 *routing,
                 *resume_lines(resumes.resumed, resumes.failed),
                 *(self.guard.metric_lines() if self.guard is not None else ()),
+                *(self.mcp.metric_lines() if self.mcp is not None else ()),
                 *engines,
             ],
             failures=self.router.failures,
@@ -236,6 +249,8 @@ class Gateway:
         if isinstance(key, web.Response):
             return key
         path = request.path
+        if path == "/mcp" and self.mcp is not None:
+            return await self.mcp.handle(request, key)
         if path == "/v1/models" and request.method == "GET":
             return self.list_models(key)
         kind = ROUTES.get(path)

@@ -105,6 +105,14 @@ from llmgw.wire.admin.cluster import (
     WantedEngineJson,
 )
 from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
+from llmgw.wire.admin.mcp import (
+    McpFailure,
+    McpHeaderJson,
+    McpServerJson,
+    McpServerRemovedJson,
+    McpTestJson,
+    McpToolJson,
+)
 from llmgw.wire.admin.nodes import (
     CardHealthJson,
     CardHistoryJson,
@@ -157,6 +165,12 @@ from llmgw.wire.admin.slurm import (
 from llmgw.wire.admin.upgrade import UpgradeJson, UpgradeStepJson
 
 __all__ = [
+    "McpFailure",
+    "McpHeaderJson",
+    "McpServerJson",
+    "McpServerRemovedJson",
+    "McpTestJson",
+    "McpToolJson",
     "UpgradeJson",
     "UpgradeStepJson",
     "RestartAgentJson",
