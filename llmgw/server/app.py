@@ -207,7 +207,11 @@ class ControlPlane:
         )
         # MCP tool servers behind the gateway's /mcp (ctl mcp).
         self.mcp = mcp_parts(
-            store, self.cluster_secret, lambda: self.gateway.upstream.session, guard=self.guard
+            store,
+            self.cluster_secret,
+            lambda: self.gateway.upstream.session,
+            builtins=[self.admin_tools],
+            guard=self.guard,
         )
         self.gateway = Gateway(
             store,
