@@ -624,6 +624,7 @@ class ControlPlane:
             slurm=self.slurm.service,
             mirror=self.mirror,
             mirror_watch=self.mirror_watch,
+            mcp=self.mcp.service,
             guard=self.guard,
         )
         body_timeout = self.config.gateway.body_timeout

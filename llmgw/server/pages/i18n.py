@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from llmgw.server.pages import (
     guardwords,
+    mcpwords,
     mirrorwords,
     peoplewords,
     signinwords,
@@ -440,6 +441,7 @@ TURKISH.update(peoplewords.TURKISH)
 TURKISH.update(signinwords.TURKISH)
 TURKISH.update(slurmwords.TURKISH)
 TURKISH.update(mirrorwords.TURKISH)
+TURKISH.update(mcpwords.TURKISH)
 TURKISH.update(guardwords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
