@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.e2e.catalog import ctl, ctl_json, join, scheduled, wait_ready
@@ -40,6 +41,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, binary: Path) -> Iterator[
         model = write_tiny_model(c.root / "judge.gguf", context=4096)
         serve = ["model", "serve", str(model), "--name", "judge", "--context", "4096"]
         ctl(c, *serve, "--arg=--cache-ram", "--arg=0")
+        # A model of its own for the judge's timeout: asked while the judge cannot answer.
+        chat = write_tiny_model(c.root / "chat.gguf")
+        ctl(c, "model", "serve", str(chat), "--name", "chat", "--context", "256")
         yield c
     finally:
         c.stop()
@@ -99,3 +103,43 @@ def test_judge_check_times_the_judge(cluster: Cluster) -> None:
     (check,) = json.loads(done.stdout)
     assert check["answered"] == 11 and check["state"] in ("ok", "tight", "slow")
     assert done.returncode == (1 if check["state"] == "slow" else 0)
+
+
+def test_a_judge_past_its_wait_refuses_when_closed_and_flags_when_open(cluster: Cluster) -> None:
+    """The judge's engine stopped (SIGSTOP) for real: a judgment misses the policy's wait.
+    ``fail: closed`` refuses with a 503 a client may retry, naming the judge and the
+    wait; ``open`` lets the request through to its model, flagged, the rules still
+    applied. Both are counted as timeouts."""
+    (judge,) = wait_ready(cluster, "judge", 1)
+    wait_ready(cluster, "chat", 1)
+    for name, fail in (("shut", "closed"), ("ajar", "open")):
+        add = ["guard", "policy", "add", name, "--judge", "judge", "--wait", "300"]
+        ctl(cluster, *add, "--fail", fail)
+    keys: dict[str, str] = {}
+    for name in ("shut", "ajar"):
+        made = ctl_json(cluster, "keys", "create", "--name", name)
+        attach(cluster, made["id"], name)
+        keys[name] = made["key"]
+    body = {
+        "model": "chat",
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": f"write to {EMAIL}"}],
+    }
+    engine = psutil.Process(judge["pid"])
+    engine.suspend()
+    try:
+        status, _, answer = cluster.post(
+            "/v1/chat/completions", json.dumps(body).encode(), keys["shut"]
+        )
+        assert status == 503, answer
+        assert answer["error"]["code"] == "guard_timeout"
+        assert "judge did not answer within 300 ms (fail: closed)" in answer["error"]["message"]
+        status, headers, answer = cluster.post(
+            "/v1/chat/completions", json.dumps(body).encode(), keys["ajar"]
+        )
+        assert status == 200, answer
+        assert {k.lower(): v for k, v in headers.items()}["x-llmgw-guard"] == "flagged ajar"
+    finally:
+        engine.resume()
+    verdicts = {(d["policy"], d["verdict"]) for d in ctl_json(cluster, "guard", "decisions")}
+    assert {("shut", "timeout"), ("ajar", "timeout"), ("ajar", "redact")} <= verdicts

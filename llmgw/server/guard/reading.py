@@ -29,7 +29,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from llmgw.jsonvalue import JSON, JSONObject
@@ -147,9 +147,9 @@ class Reader:
             if flags:
                 flagged.append(policy.name)
             if STRENGTH[one.verdict] > STRENGTH[reading.verdict]:
-                reading = Reading(one.verdict, one.text or reading.text, one.policy, one.reason)
+                reading = replace(one, text=one.text or reading.text)
             elif one.text is not None:
-                reading = Reading(reading.verdict, one.text, reading.policy, reading.reason)
+                reading = replace(reading, text=one.text)
             if reading.verdict in ("block", "withhold"):
                 break
         return reading, flagged
@@ -172,7 +172,7 @@ class Reader:
             late = f"the judge {policy.judge} did not answer within {policy.wait_ms} ms"
             self._decide(key, name, "timeout", where, f"{late} (fail: {policy.fail})")
             if policy.fail == "closed":
-                return Reading("block", None, name, f"{late} (fail: closed)"), False
+                return Reading("block", None, name, f"{late} (fail: closed)", late=True), False
             reading, flags = Reading("timeout", None, name, late), True
         if planted or said == "injection":
             kinds = "an instruction to the model"
@@ -212,8 +212,9 @@ class Reader:
 
     async def prompt(self, key: Key, body: JSONObject) -> str | None:
         """A ``/v1`` request read before it is routed: its text rewritten in place where
-        redacted or withheld; a ``Refusal`` (400) where a policy refuses it. Returns the
-        ``x-llmgw-guard`` header's value when a policy flagged it, else None."""
+        redacted or withheld; a ``Refusal`` where a policy refuses it (400; 503 when its
+        judge was late). Returns the ``x-llmgw-guard`` header's value when a policy
+        flagged it, else None."""
         texts = list(_texts(body))
         new_from = _new_from(body)
         outcomes = await asyncio.gather(
@@ -224,6 +225,13 @@ class Reader:
         )
         flagged: list[str] = []
         for (_, _, _, put), (reading, flags) in zip(texts, outcomes, strict=True):
+            if reading.refused and reading.late:
+                # Nothing wrong with the request: the judge was slow. A client may retry.
+                raise Refusal(
+                    503,
+                    "guard_timeout",
+                    f"refused by guard policy {reading.policy}: {reading.reason}; try again",
+                )
             if reading.refused:
                 raise Refusal(
                     400,
@@ -261,9 +269,7 @@ class Reader:
             judged, _ = await self.outcome(key, joined, where, ruled=False)
             if judged.refused:
                 return judged, arguments
-            strongest = _stronger(
-                strongest, Reading(judged.verdict, None, judged.policy, judged.reason)
-            )
+            strongest = _stronger(strongest, replace(judged, text=None))
         if not rewritten:
             return strongest, arguments
         count = iter(range(len(leaves)))
@@ -291,8 +297,8 @@ class Reader:
 
 def _stronger(a: Reading, b: Reading) -> Reading:
     if STRENGTH[b.verdict] > STRENGTH[a.verdict]:
-        return Reading(b.verdict, b.text or a.text, b.policy, b.reason)
-    return Reading(a.verdict, b.text or a.text, a.policy, a.reason)
+        return replace(b, text=b.text or a.text)
+    return replace(a, text=b.text or a.text)
 
 
 def _strings(value: JSON, take: Callable[[str], None]) -> None:

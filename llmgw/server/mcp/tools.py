@@ -75,6 +75,9 @@ class Reading:
     policy: str | None = None
     # Why, for the caller and the audit log: never the matched data itself.
     reason: str = ""
+    # Refused because the judge did not answer within the policy's wait (``fail:
+    # closed``), not for what the text holds: the caller may try again.
+    late: bool = False
 
     @property
     def refused(self) -> bool:
