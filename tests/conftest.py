@@ -42,6 +42,7 @@ GROUPS = {
     "tests/e2e/test_pages_usage.py": "pages",
     "tests/e2e/test_pages_nodes.py": "pages",
     "tests/e2e/test_pages_org.py": "pages",
+    "tests/e2e/test_pages_tools.py": "pages",
     # Agents started as `server init` writes them keep llmgw's table in this machine's
     # own namespace (no_firewall_table_left).
     "tests/e2e/test_demo.py": "host-firewall",

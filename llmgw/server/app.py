@@ -78,6 +78,7 @@ from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
+from llmgw.server.mcp.admintools import AdminTools, plane_of
 from llmgw.server.mcp.parts import mcp_parts
 from llmgw.server.mirror import MirrorWatch, offline_pushed, release_source, self_url
 from llmgw.server.pages import site
@@ -184,6 +185,18 @@ class ControlPlane:
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
+        # The gateway is made below: the views read what it routes to when asked.
+        self.views = ModelViews(
+            self.models.models,
+            self.reconciler,
+            lambda: self.models.passes,
+            self.registry,
+            lambda name: self.gateway.endpoints_of(name),
+        )
+        # llmgw:admin, the tool server answered here (the MCP gateway lists it).
+        self.admin_tools = AdminTools(
+            self.fleet, self.views, self.models, lambda: plane_of(self.status())
+        )
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
         # Guard policies: read the prompts and tool calls of keys that name them.
@@ -194,7 +207,11 @@ class ControlPlane:
         )
         # MCP tool servers behind the gateway's /mcp (ctl mcp).
         self.mcp = mcp_parts(
-            store, self.cluster_secret, lambda: self.gateway.upstream.session, guard=self.guard
+            store,
+            self.cluster_secret,
+            lambda: self.gateway.upstream.session,
+            builtins=[self.admin_tools],
+            guard=self.guard,
         )
         self.gateway = Gateway(
             store,
@@ -220,13 +237,6 @@ class ControlPlane:
             self.gateway.router,
             self.gateway.queue,
             self.reconciler,
-        )
-        self.views = ModelViews(
-            self.models.models,
-            self.reconciler,
-            lambda: self.models.passes,
-            self.registry,
-            self.gateway.endpoints_of,
         )
         self.people = PeopleService(self.directory)
         self.orgs = OrgService(
@@ -614,6 +624,8 @@ class ControlPlane:
             slurm=self.slurm.service,
             mirror=self.mirror,
             mirror_watch=self.mirror_watch,
+            mcp=self.mcp.service,
+            guard=self.guard,
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

@@ -19,7 +19,9 @@ from llmgw.tui.api import ConsoleApi, Snapshot
 from llmgw.tui.base import Pane
 from llmgw.tui.fabrics import FabricsPane
 from llmgw.tui.gpumap import GpuMapPane
+from llmgw.tui.guard import GuardPane
 from llmgw.tui.keys import KeysPane
+from llmgw.tui.mcp import McpPane
 from llmgw.tui.models import ModelsPane
 from llmgw.tui.nodepage import NodePage
 from llmgw.tui.nodes import NodesPane
@@ -43,6 +45,8 @@ PANES: tuple[type[Pane], ...] = (
     OrgsPane,
     SignInPane,
     SlurmPane,
+    McpPane,
+    GuardPane,
 )
 # Screens that come with their own issues; shown, not yet there.
 LATER: tuple[str, ...] = ()

@@ -253,7 +253,7 @@ async def test_an_older_control_plane_without_nvlink_is_said_so() -> None:
 
 async def test_the_sidebar_has_both_screens_and_nothing_later() -> None:
     assert LATER == ()
-    assert [p.KEY for p in PANES] == [*(str(k) for k in range(1, 10)), "0", "i", "u"]
+    assert [p.KEY for p in PANES] == [*(str(k) for k in range(1, 10)), "0", "i", "u", "m", "g"]
     app = ConsoleApp(FleetApi(), refresh=60)
     async with app.run_test(size=(120, 40)) as pilot:
         await until(pilot, lambda: app.snapshot.nodes, "the recorded snapshot")
@@ -266,6 +266,8 @@ async def test_the_sidebar_has_both_screens_and_nothing_later() -> None:
             "0 Organisations",
             "i Sign-in",
             "u Slurm",
+            "m MCP",
+            "g Guard",
         ]
         assert not any("later" in w for w in words)
         sidebar.focus()

@@ -50,7 +50,9 @@ from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.gateway import Gateway, KeyService, ServingSwitch
+from llmgw.server.guard.service import GuardService
 from llmgw.server.ldap.service import LdapService
+from llmgw.server.mcp.service import McpService
 from llmgw.server.mirror import MirrorWatch
 from llmgw.server.pages import i18n
 from llmgw.server.people.devicelogin import DeviceLogins
@@ -174,6 +176,10 @@ class Services:
     mirror: MirrorFiles | None = None
     # mirror.api and mirror.peers, as last asked (the mirror page).
     mirror_watch: MirrorWatch | None = None
+    # The MCP tool servers behind /mcp (the MCP page); None: no MCP page.
+    mcp: McpService | None = None
+    # Guard policies and their decisions (the guard page); None: no guard page.
+    guard: GuardService | None = None
 
 
 @dataclass(frozen=True)

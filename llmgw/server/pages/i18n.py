@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from llmgw.server.pages import mirrorwords, peoplewords, signinwords, slurmwords
+from llmgw.server.pages import (
+    guardwords,
+    mcpwords,
+    mirrorwords,
+    peoplewords,
+    signinwords,
+    slurmwords,
+)
 
 LANGUAGES = {"en": "English", "tr": "Türkçe"}
 LANG_COOKIE = "llmgw_lang"
@@ -434,6 +441,8 @@ TURKISH.update(peoplewords.TURKISH)
 TURKISH.update(signinwords.TURKISH)
 TURKISH.update(slurmwords.TURKISH)
 TURKISH.update(mirrorwords.TURKISH)
+TURKISH.update(mcpwords.TURKISH)
+TURKISH.update(guardwords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
 

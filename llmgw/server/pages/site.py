@@ -18,6 +18,7 @@ from starlette.routing import BaseRoute, Route
 from llmgw import pki
 from llmgw.server.access import Gate
 from llmgw.server.gateway import Gateway
+from llmgw.server.gateway.grants import grant_rows
 from llmgw.server.ldap.service import (
     DEACTIVATED_CODE,
     FIRST_ON_LEADER_CODE,
@@ -30,7 +31,9 @@ from llmgw.server.pages import (
     devicepages,
     fabricpages,
     fleetpages,
+    guardpages,
     i18n,
+    mcppages,
     mirrorpages,
     oidcpages,
     orgpages,
@@ -50,6 +53,7 @@ from llmgw.server.pages.frame import (
 )
 from llmgw.server.refusal import Refusal
 from llmgw.server.sessions import COOKIE, CSRF_FIELD, SignInLimiter
+from llmgw.wire.admin import McpGrantJson
 
 
 def gateway_totals(gateway: Gateway) -> fleetpages.GatewayTotals:
@@ -203,6 +207,9 @@ def routes(
         _ = i18n.translator(frame.lang(request))
         return secured(frame.refuse(request, gate.session(request), 404, _("Not found")))
 
+    def grants(server: str) -> list[McpGrantJson]:
+        return grant_rows(services.orgs.directory.now, services.gateway.keys.records(), server)
+
     pages: list[Page] = [
         *fleetpages.pages(
             frame,
@@ -221,6 +228,8 @@ def routes(
         *devicepages.pages(frame, services.device_logins),
         *(slurmpages.pages(frame, services.slurm) if services.slurm else []),
         *mirrorpages.pages(frame, services.mirror, services.mirror_watch),
+        *(mcppages.pages(frame, services.mcp, grants) if services.mcp else []),
+        *(guardpages.pages(frame, services.guard) if services.guard else []),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),
