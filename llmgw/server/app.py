@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from typing import Any
 
@@ -47,6 +46,7 @@ from llmgw.server.api import (
     slurm,
     upgrade,
 )
+from llmgw.server.audittrail import AuditTrail
 from llmgw.server.catalog.adapters import request_names
 from llmgw.server.catalog.inspector import make_inspector
 from llmgw.server.catalog.planner import Planner
@@ -73,14 +73,16 @@ from llmgw.server.guard.judge import Judge
 from llmgw.server.guard.service import GuardService
 from llmgw.server.ha.demand import DemandRelay
 from llmgw.server.ha.joining import Admission
-from llmgw.server.ha.leadership import Hooks, Leadership, Seat
+from llmgw.server.ha.leadership import Hooks, Leadership
 from llmgw.server.ha.membership import Membership
-from llmgw.server.ha.peerlink import PeerClient, PeerError, PeerListener
+from llmgw.server.ha.peerlink import PeerListener
+from llmgw.server.ha.seat import peer_client, seat_of
+from llmgw.server.ha.toleader import ToLeader
 from llmgw.server.ldap.service import LdapService
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.mcp.admintools import AdminTools, plane_of
 from llmgw.server.mcp.parts import mcp_parts
-from llmgw.server.mirror import MirrorWatch, offline_pushed, release_source, self_url
+from llmgw.server.mirror import MirrorWatch, release_source, self_url
 from llmgw.server.pages import site
 from llmgw.server.pages.frame import Services
 from llmgw.server.people.devicelogin import DeviceLogins
@@ -91,6 +93,7 @@ from llmgw.server.people.orgs import OrgService
 from llmgw.server.people.service import PeopleService
 from llmgw.server.people.signins import SignIns
 from llmgw.server.principal import Principal
+from llmgw.server.pushed import Pushed
 from llmgw.server.restart import cluster_restart
 from llmgw.server.scim.service import TABLES as SCIM_TABLES
 from llmgw.server.scim.service import ScimService
@@ -99,8 +102,6 @@ from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.slurm.keeper import slurm_parts
 from llmgw.server.store import Store
 from llmgw.server.upgrade.keeper import upgrade_parts
-from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
-from llmgw.wire.messages import Firewall, Message
 
 log = logging.getLogger("llmgw.server")
 
@@ -199,15 +200,21 @@ class ControlPlane:
         )
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
+        # What only the leader's store takes (a standby sends it there), and the audit
+        # entries of tool calls and guard decisions, written a second's worth at once.
+        self.to_leader = ToLeader(store, lambda: self.ha)
+        self.audit_trail = AuditTrail(self.to_leader.audit)
         # Guard policies: read the prompts and tool calls of keys that name them.
         self.guard = GuardService(
             store,
             lambda: self.models.models,
             Judge(lambda: self.gateway.router, lambda: self.gateway.upstream.pool),
+            self.audit_trail,
         )
         # MCP tool servers behind the gateway's /mcp (ctl mcp).
         self.mcp = mcp_parts(
             store,
+            self.audit_trail,
             self.cluster_secret,
             lambda: self.gateway.upstream.session,
             builtins=[self.admin_tools],
@@ -222,7 +229,7 @@ class ControlPlane:
             self._demand,
             kv=kv,
             # Counted on a standby, usage goes to the leader; on the leader, to the store.
-            write_usage=self._write_usage,
+            write_usage=self.to_leader.usage,
             tree=lambda: self.directory.now,
             guard=self.guard,
             mcp=self.mcp.gateway,
@@ -273,6 +280,17 @@ class ControlPlane:
             self.agent_addresses,
             self.registry.enrolled,
         )
+        # What each node is told of the cluster's decisions, over its stream.
+        self.pushed_for = Pushed(
+            config,
+            self.agent_settings,
+            self.engines,
+            self.firewall,
+            self.slurm.service,
+            self.mirror,
+            self.api_addresses,
+            lambda: self.agent_port.control_planes() if self.agent_port else [],
+        )
         self.upgrades = upgrade_parts(
             store, self.registry, lambda: self.ha, self.relaunch, self.release_source
         )
@@ -280,7 +298,7 @@ class ControlPlane:
             [
                 Duty("reconciler", self.models.run),
                 Duty("usage", self.gateway.run, self.gateway.flush),
-                self.mcp.duty(),
+                Duty("audit trail", self.audit_trail.run, self.audit_trail.flush),
                 Duty("node states", self.registry.monitor, self.registry.flush),
                 Duty("fabric maps", self.fabric_maps.run),
                 self.slurm.duty(),
@@ -297,39 +315,27 @@ class ControlPlane:
         # sign-out reaches the other control planes through the store.
         self.sessions = Sessions(self.cluster_secret, self.admin_tokens.hashes)
         self.revocations = Revocations(
-            self.sessions, store, lambda: self.ha.leading, self._sign_out_on_leader
+            self.sessions, store, lambda: self.ha.leading, self.to_leader.sign_out
         )
         self.peer_listener: PeerListener | None = None
 
     def _leadership(self) -> Leadership:
         config, data = self.config, self.data
-        name = config.ha.name or socket.gethostname()
-        first = config.advertise[0] if config.advertise else "127.0.0.1"
-        sans = [*config.advertise, socket.gethostname(), "localhost", "127.0.0.1", "::1"]
-        serial = data.ensure_peer_cert(name, sans)
-        seat = Seat(
-            name,
-            self.api_addresses[0] if self.api_addresses else format_hostport(first, 8080),
-            self.agent_addresses[0]
-            if self.agent_addresses
-            else format_hostport(first, config.agent_port),
-            format_hostport(first, config.ha.peer_port),
-            str(serial),
-        )
-        client = PeerClient(pki.peer_tls(data.peer_cert, data.peer_key, data.ca_cert, server=False))
+        seat = seat_of(config, data, self.api_addresses, self.agent_addresses)
         hooks = Hooks(
             applied=self.reload,
             followed=self.registry.follow,
             fleet=self.registry.followable,
             demand=self.models.demand,
             usage=self._usage_from_standby,
+            audit=self.store.audit_many,
             signed_out=lambda sid, expires, actor: self.revocations.record(
                 SignOut(sid, expires, actor)
             ),
             remember=data.remember_role,
             standby_duties=lambda ha: [
                 Duty("usage", self.gateway.run, self.gateway.flush),
-                self.mcp.duty(),
+                Duty("audit trail", self.audit_trail.run, self.audit_trail.flush),
                 Duty("on-demand requests", self.demand_relay.run, self.demand_relay.close),
             ],
             announce=self._announce,
@@ -337,15 +343,10 @@ class ControlPlane:
             key_counts=self.gateway.keys.counts,
             elsewhere=self.gateway.keys.heard,
         )
+        ha = config.ha
+        client = peer_client(data)
         return Leadership(
-            self.store,
-            seat,
-            config.ha.role,
-            config.ha.leader,
-            client,
-            self.leader,
-            hooks,
-            config.ha.lease_seconds,
+            self.store, seat, ha.role, ha.leader, client, self.leader, hooks, ha.lease_seconds
         )
 
     async def _usage_from_standby(
@@ -370,36 +371,6 @@ class ControlPlane:
     def release_source(self) -> str:
         """Where new machines and ``ctl upgrade`` fetch llmgw (``GET /api/v1/release``)."""
         return release_source(self.mirror, self.api_addresses, self.config.releases.source)
-
-    def _pushed_for(self, node_id: str, local: str | None) -> list[Message]:
-        """What the cluster decides for a node: its settings, engines, firewall and
-        Slurm part (``local``: the address the node reached this control plane at)."""
-        s = self.agent_settings
-        wall = self.firewall.current
-        planes = self.agent_port.control_planes() if self.agent_port else []
-        hosts = {parse_hostport(a)[0] for a in planes} | ({local} if local else set())
-        # Offline: the agents install from this control plane's mirror.
-        default, engines = offline_pushed(
-            self.mirror, s.default, self.engines.message(node_id), local, self.api_addresses
-        )
-        return [
-            AgentSettingsMessage(
-                # The layers as they are: encoding copies them (document() deep-copies
-                # every node's, once per agent of a push).
-                version=s.version,
-                default=default,
-                node=s.nodes.get(node_id, {}),
-            ),
-            engines,
-            Firewall(
-                enabled=wall.enabled,
-                networks=list(wall.networks),
-                control_planes=sorted(hosts),
-                engine_ports=self.config.scheduling.engine_ports,
-                agent_port=self.config.agent_port,
-            ),
-            self.slurm.service.message_for(node_id),
-        ]
 
     def _settings_changed(self) -> None:
         """ctl config or ctl engines changed something: every agent hears of it now."""
@@ -427,26 +398,6 @@ class ControlPlane:
     async def _announce(self) -> None:
         if self.agent_port is not None:
             await self.agent_port.announce()
-
-    async def _write_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
-        if self.ha.leading:
-            await self.store.add_usage(rows)
-            return
-        leader = self.ha.follower.leader
-        if not leader:
-            raise ConnectionError("a standby that knows no leader keeps its usage")
-        await self.ha.client.json("POST", leader, "/peer/usage", [list(r) for r in rows])
-
-    async def _sign_out_on_leader(self, signed_out: SignOut) -> None:
-        leader = self.ha.follower.leader
-        if not leader:
-            raise ConnectionError("this standby knows no leader")
-        body = {"sid": signed_out.sid, "expires": signed_out.expires, "actor": signed_out.actor}
-        try:
-            # Short: the user waits for the sign-out page, which ends the session here anyway.
-            await self.ha.client.json("POST", leader, "/peer/signout", body, timeout=5)
-        except PeerError as exc:
-            raise ConnectionError(f"the leader at {leader} did not take it: {exc}") from exc
 
     async def reload(self, tables: set[str]) -> None:
         """A standby's store changed under it: take again what is kept in memory."""

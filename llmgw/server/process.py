@@ -40,7 +40,7 @@ async def serve(cp: ControlPlane) -> Handover | None:
         cp.config.agent_port,
         cp.ha.agent_addresses,
         cp.ha.redirect,
-        cp._pushed_for,
+        cp.pushed_for,
     )
     await cp.agent_port.start()
     cp.peer_listener = PeerListener(

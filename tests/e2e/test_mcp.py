@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from tests.e2e.cluster import Cluster, run
+from tests.e2e.cluster import Cluster, run, wait_for
 from tests.support.mcptools import PLANTED, Hostile, ToolServer
 
 pytestmark = pytest.mark.e2e
@@ -253,3 +253,35 @@ def test_a_keys_guard_policy_reads_its_tool_calls(cluster: Cluster, tools: ToolS
     echoed = call("tickets.echo", {"text": "write to bob@example.org"})
     assert "bob@example.org" not in echoed
     assert tools.texts[-1].startswith("write to ") and "bob@example.org" not in tools.texts[-1]
+
+
+def test_a_standbys_tool_calls_are_audited_on_the_leader(pair: tuple[Cluster, Cluster]) -> None:
+    """A standby answers /mcp from its copy of the store (the key and its grant made on
+    the leader) and sends each call's audit entry to the leader, whose store is the
+    only one written: the entry is there, naming the key, the tool and the outcome."""
+    leader, standby = pair
+    key_id, key = new_key(leader, "roaming")
+    grant(leader, key_id, ["llmgw:admin.cluster_status"])
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {"name": "llmgw:admin.cluster_status", "arguments": {}},
+    }
+
+    def answered() -> bool:
+        status, body = mcp_post(standby, key, call)  # the standby's copy has caught up
+        return status == 200 and "result" in body
+
+    wait_for(answered, 30, "the standby to answer with the key the leader made")
+    wait_for(
+        lambda: any(
+            e["action"] == "mcp.call"
+            and e["target"] == "llmgw:admin.cluster_status"
+            and e["detail"].startswith("key roaming;")
+            and e["detail"].endswith("; ok")
+            for e in leader.api("/api/v1/audit")
+        ),
+        30,
+        "the standby's call in the leader's audit log",
+    )

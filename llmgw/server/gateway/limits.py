@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from llmgw.jsonvalue import JSON, as_int
 from llmgw.server.gateway.errors import fail
 from llmgw.server.gateway.levels import Level, LevelId, Window, away_of, build_levels
 from llmgw.server.gateway.toolgrants import ToolGrant
@@ -106,6 +107,18 @@ def seconds_to_next_month(now: float) -> int:
 # written somewhere.
 UsageRows = list[tuple[str, str, str, str, int, int, int]]
 UsageWriter = Callable[[UsageRows], Awaitable[None]]
+
+
+def usage_rows(rows: list[list[JSON]]) -> UsageRows:
+    """Usage rows as a standby sends them (``/peer/usage``), typed; ValueError or
+    TypeError for a row that is not (day, key, model, replica, requests, prompt,
+    completion)."""
+    out: UsageRows = []
+    for row in rows:
+        day, key, model, replica, n, prompt, completion = row
+        counts = as_int(n), as_int(prompt), as_int(completion)
+        out.append((str(day), str(key), str(model), str(replica), *counts))
+    return out
 
 
 class Usage:

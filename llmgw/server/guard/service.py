@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from llmgw.jsonvalue import JSON, JSONObject
+from llmgw.server.audittrail import AuditTrail
 from llmgw.server.catalog.model import Model
 from llmgw.server.gateway.limits import Key
 from llmgw.server.gateway.metrics import family
@@ -42,9 +43,6 @@ if TYPE_CHECKING:
 
 
 KEPT = 200
-# Decisions waiting for their audit entries; past this (a store that cannot keep up)
-# the newest are counted and kept in memory, not audited.
-MAX_UNWRITTEN = 10_000
 BURST = 8
 # About 280 tokens of ordinary text, with nothing in it for the rules.
 CHECK_TEXT = (
@@ -92,17 +90,18 @@ class GuardService:
         store: Store,
         models: Callable[[], Mapping[str, Model]],
         judge: Judge,
+        trail: AuditTrail,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``trail``: where each decision's audit entry goes."""
         self.store = store
+        self.trail = trail
         self.kept = KeptPolicies(store)
         self.models = models
         self.judge = judge
         self.reader = Reader(lambda: self.kept.now, judge, self.record, clock)
         self.recent: deque[Decision] = deque(maxlen=KEPT)
         self.counts: dict[tuple[str, str], int] = {}
-        self._unwritten: list[Decision] = []
-        self._writer: asyncio.Task[None] | None = None
 
     async def load(self) -> None:
         await self.kept.load()
@@ -147,28 +146,9 @@ class GuardService:
         if decision.verdict == "pass":
             return
         self.recent.append(decision)
-        if len(self._unwritten) < MAX_UNWRITTEN:
-            self._unwritten.append(decision)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_audit())
-
-    async def _write_audit(self) -> None:
-        """The decisions' audit entries, written once a second while any come; a batch
-        the store does not take is dropped, said once a batch (they stay counted)."""
-        while self._unwritten:
-            await asyncio.sleep(1.0)
-            batch, self._unwritten = self._unwritten, []
-            for i, d in enumerate(batch):
-                detail = f"key {d.key}; {d.where}" + (f"; {d.found}" if d.found else "")
-                try:
-                    await self.store.audit("guard", f"guard.{d.verdict}", d.policy, detail)
-                except Exception as exc:
-                    log.warning(
-                        "guard: %d decisions not audited (the store did not take them: %s)",
-                        len(batch) - i,
-                        exc,
-                    )
-                    break
+        d = decision
+        detail = f"key {d.key}; {d.where}" + (f"; {d.found}" if d.found else "")
+        self.trail.add("guard", f"guard.{d.verdict}", d.policy, detail)
 
     def decisions(self, policy: str | None = None) -> list[GuardDecisionJson]:
         return [

@@ -22,6 +22,8 @@ from typing import cast
 
 from llmgw import __version__
 from llmgw.jsonvalue import JSON, JSONObject, as_int
+from llmgw.server.audittrail import entries_from_json
+from llmgw.server.gateway.limits import UsageRows, usage_rows
 from llmgw.server.ha import sqlitesync
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING, Follower, store_term
 from llmgw.server.ha.keycounts import PeerCounts
@@ -39,6 +41,7 @@ from llmgw.server.ha.peerlink import (
     Refused,
     Role,
 )
+from llmgw.server.ha.seat import Seat
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.store import Audit, ServerRecord, SQLiteStore, Store
 
@@ -48,18 +51,6 @@ log = logging.getLogger("llmgw.ha")
 WATCH = 2.0
 # How often the store's change log is trimmed (a standby's too: applying writes its own).
 PRUNE_EVERY = 60.0
-
-
-@dataclass(frozen=True)
-class Seat:
-    """This control plane: its name and where it answers."""
-
-    name: str
-    api_address: str
-    agent_address: str
-    peer_address: str
-    # Its certificate on the control planes' link.
-    cert_serial: str
 
 
 class PromoteRefused(Refused):
@@ -78,8 +69,9 @@ class Hooks:
     fleet: Callable[[], list[dict[str, object]]]
     # An on-demand model a standby was asked for (``start``: started if at zero).
     demand: Callable[[str, bool], None]
-    # Usage rows from a standby, for the store.
-    usage: Callable[[list[tuple[str, str, str, str, int, int, int]]], Awaitable[None]]
+    # Usage rows and audit entries from a standby, for the store.
+    usage: Callable[[UsageRows], Awaitable[None]]
+    audit: Callable[[list[Audit]], Awaitable[None]]
     # An admin page session signed out on a standby (id, when it ends, who), for the store.
     signed_out: Callable[[str, float, str], Awaitable[None]]
     # The role in server.yaml: ("leader", None) or ("standby", leader's peer address).
@@ -562,21 +554,13 @@ class Leadership:
     async def usage(self, rows: list[list[JSON]], sender: str) -> None:
         if not self.leading:
             raise NotLeading(self._not_leading())
-        clean = []
-        for row in rows:
-            day, key, model, replica, n, prompt, completion = row
-            clean.append(
-                (
-                    str(day),
-                    str(key),
-                    str(model),
-                    str(replica),
-                    as_int(n),
-                    as_int(prompt),
-                    as_int(completion),
-                )
-            )
-        await self.hooks.usage(clean)
+        await self.hooks.usage(usage_rows(rows))
+
+    async def audit(self, rows: list[JSON], sender: str) -> None:
+        """A standby's audit entries (tool calls, guard decisions), for the store."""
+        if not self.leading:
+            raise NotLeading(self._not_leading())
+        await self.hooks.audit(entries_from_json(rows))
 
     def demand(self, models: dict[str, bool], sender: str) -> None:
         """On-demand models a standby was asked for: the catalog starts or keeps them."""

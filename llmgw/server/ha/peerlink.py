@@ -14,6 +14,7 @@ What goes over it, always asked by a standby of its leader:
   S seconds for one (410 when they were pruned: take a snapshot again);
 - ``GET /peer/fleet``: which replicas run Ready where, as the leader's agents say;
 - ``POST /peer/usage``: requests and tokens counted on a standby, for the store;
+- ``POST /peer/audit``: a standby's audit entries of tool calls and guard decisions;
 - ``POST /peer/demand``: on-demand models a standby was asked for, for the leader's
   catalog to start or keep up (``demand.py``);
 - ``POST /peer/signout``: an admin page session signed out on a standby, for the store
@@ -124,6 +125,8 @@ class PeerHost(Protocol):
 
     async def usage(self, rows: list[list[JSON]], sender: str) -> None: ...
 
+    async def audit(self, rows: list[JSON], sender: str) -> None: ...
+
     def demand(self, models: dict[str, bool], sender: str) -> None: ...
 
     async def sign_out(self, sid: str, expires: float, actor: str) -> None: ...
@@ -217,6 +220,16 @@ def peer_app(
         await host.usage(rows, request["peer"])
         return web.json_response({"rows": len(rows)})
 
+    async def audit(request: web.Request) -> web.Response:
+        rows = await request.json()
+        if not isinstance(rows, list):
+            return _error(400, "bad_request", "audit is a list of entries")
+        try:
+            await host.audit(rows, request["peer"])
+        except ValueError as exc:
+            return _error(400, "bad_request", str(exc))
+        return web.json_response({"entries": len(rows)})
+
     async def demand(request: web.Request) -> web.Response:
         try:
             models = read_demand(await request.json())
@@ -270,6 +283,7 @@ def peer_app(
     app.router.add_get("/peer/changes", changes)
     app.router.add_get("/peer/fleet", fleet)
     app.router.add_post("/peer/usage", usage)
+    app.router.add_post("/peer/audit", audit)
     app.router.add_post("/peer/demand", demand)
     app.router.add_post("/peer/signout", sign_out)
     app.router.add_post("/peer/promote", promote)

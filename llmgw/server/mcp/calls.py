@@ -11,34 +11,29 @@ each server's breaker, the metrics, and the record of every call.
   server answering: no failure.
 - Metrics: ``llmgw_mcp_calls_total{server,outcome}``, ``llmgw_mcp_call_seconds{server}``
   and ``llmgw_mcp_server_up{server}``, written into the gateway's ``/metrics``.
-- Record: each call is counted in memory per (day, key, server, tool) and queued for
-  the audit log (``mcp.call``, target ``SERVER.TOOL``, detail ``key K; 12.3 ms; ok``);
-  ``run`` writes the queue once a second, never on a call's path. What the store does
-  not take stays queued (up to ``MAX_QUEUED``, the oldest dropped past it).
+- Record: each call is an audit entry (``mcp.call`` by ``gateway``, target
+  ``SERVER.TOOL``, detail ``key K; 12.3 ms; ok``), queued on the ``AuditTrail`` and
+  written with the second's others, never on a call's path; a standby's go to the
+  leader's store.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from llmgw.server.audittrail import AuditTrail
 from llmgw.server.gateway.levels import Window
 from llmgw.server.gateway.metrics import Histogram
-from llmgw.server.store import Store, StoreUnavailable
 
 log = logging.getLogger("llmgw.mcp")
 
 Outcome = Literal["ok", "error", "timeout", "refused", "rate_limited", "unavailable"]
 FAILURES = 5
 OUT_FOR = 60.0
-MAX_QUEUED = 10_000
-# The days of counts kept in memory.
-KEEP_DAYS = 31
 
 
 @dataclass
@@ -47,33 +42,18 @@ class Breaker:
     out_until: float | None = None
 
 
-@dataclass(frozen=True)
-class CallRecord:
-    at: float
-    key_id: str
-    key_name: str
-    server: str
-    tool: str
-    seconds: float
-    outcome: Outcome
-
-
 def _esc(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class McpCalls:
-    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
-        self.store = store
+    def __init__(self, trail: AuditTrail, clock: Callable[[], float] = time.time) -> None:
+        self.trail = trail
         self.clock = clock
         self.rates: dict[tuple[str, str], Window] = {}
         self.breakers: dict[str, Breaker] = {}
         self.outcomes: dict[tuple[str, Outcome], int] = {}
         self.seconds: dict[str, Histogram] = {}
-        # (day, key id, server, tool) -> [calls, failed]
-        self.counts: dict[tuple[str, str, str, str], list[int]] = {}
-        self.queued: deque[CallRecord] = deque(maxlen=MAX_QUEUED)
-        self.written = 0
 
     # ------------------------------------------------------------------ rate
 
@@ -127,50 +107,14 @@ class McpCalls:
     def record(
         self, key_id: str, key_name: str, server: str, tool: str, seconds: float, outcome: Outcome
     ) -> None:
-        now = self.clock()
         outcomes = self.outcomes
         outcomes[(server, outcome)] = outcomes.get((server, outcome), 0) + 1
         hist = self.seconds.get(server)
         if hist is None:
             hist = self.seconds[server] = Histogram()
         hist.observe(seconds)
-        day = time.strftime("%Y-%m-%d", time.gmtime(now))
-        counted = self.counts.get((day, key_id, server, tool))
-        if counted is None:
-            counted = self.counts[(day, key_id, server, tool)] = [0, 0]
-            self._trim_days(day)
-        counted[0] += 1
-        counted[1] += outcome != "ok"
-        self.queued.append(CallRecord(now, key_id, key_name, server, tool, seconds, outcome))
-
-    def _trim_days(self, today: str) -> None:
-        days = sorted({d for d, _, _, _ in self.counts})
-        for old in days[:-KEEP_DAYS] if len(days) > KEEP_DAYS else ():
-            for k in [k for k in self.counts if k[0] == old]:
-                del self.counts[k]
-
-    async def flush(self) -> None:
-        """Write what is queued to the audit log; what the store refuses stays queued."""
-        while self.queued:
-            call = self.queued[0]
-            detail = f"key {call.key_name}; {call.seconds * 1000:.1f} ms; {call.outcome}"
-            await self.store.audit("gateway", "mcp.call", f"{call.server}.{call.tool}", detail)
-            self.queued.popleft()
-            self.written += 1
-
-    async def run(self, stop: asyncio.Event) -> None:
-        """Write the calls' record once a second."""
-        while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), timeout=1.0)
-            except TimeoutError:
-                pass
-            try:
-                await self.flush()
-            except StoreUnavailable:
-                pass  # said by the store; kept and written later
-            except Exception:
-                log.exception("could not write the MCP calls' record (kept, retried in 1 s)")
+        detail = f"key {key_name}; {seconds * 1000:.1f} ms; {outcome}"
+        self.trail.add("gateway", "mcp.call", f"{server}.{tool}", detail)
 
     # --------------------------------------------------------------- metrics
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from llmgw.server.leader import Duty
+from llmgw.server.audittrail import AuditTrail
 from llmgw.server.mcp.calls import McpCalls
 from llmgw.server.mcp.gateway import McpGateway
 from llmgw.server.mcp.registry import McpRegistry
@@ -26,23 +26,21 @@ class McpParts:
     gateway: McpGateway
     service: McpService
 
-    def duty(self) -> Duty:
-        """Writing the calls' record: on every control plane that serves /mcp."""
-        return Duty("mcp calls", self.calls.run, self.calls.flush)
-
 
 def mcp_parts(
     store: Store,
+    trail: AuditTrail,
     cluster_secret: bytes,
     session: Callable[[], aiohttp.ClientSession],
     builtins: Sequence[BuiltinServer] = (),
     guard: ToolGuard | None = None,
 ) -> McpParts:
-    """``session``: the gateway's (read when first used); ``builtins``: the servers
-    answered in process (``llmgw:admin``); ``guard``: what reads a key's calls."""
+    """``trail``: where each call's audit entry goes; ``session``: the gateway's (read
+    when first used); ``builtins``: the servers answered in process (``llmgw:admin``);
+    ``guard``: what reads a key's calls."""
     registry = McpRegistry(store, cluster_secret)
     upstreams = Upstreams(session)
-    calls = McpCalls(store)
+    calls = McpCalls(trail)
     gateway = McpGateway(registry, upstreams, calls, builtins, guard)
     service = McpService(registry, upstreams, calls, {b.name: b for b in builtins})
     return McpParts(registry, calls, gateway, service)

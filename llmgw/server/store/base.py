@@ -292,6 +292,11 @@ class Store(abc.ABC):
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None: ...
 
     @abc.abstractmethod
+    async def audit_many(self, entries: Sequence[Audit]) -> None:
+        """Entries that describe no change of the store (calls, decisions), in one
+        transaction: a second's worth at once."""
+
+    @abc.abstractmethod
     async def audit_log(
         self,
         limit: int = 100,

@@ -52,8 +52,9 @@ INSERT_AUDIT = (
 
 
 def audit_row(audit: Audit) -> Params:
-    """``INSERT_AUDIT``'s values for an entry written now."""
-    return (time.time(), audit.actor, audit.action, audit.target, audit.detail, audit.org)
+    """``INSERT_AUDIT``'s values for an entry (written now, unless it says when)."""
+    at = time.time() if audit.at is None else audit.at
+    return (at, audit.actor, audit.action, audit.target, audit.detail, audit.org)
 
 
 @functools.cache
@@ -403,6 +404,9 @@ class SQLStore(Store):
 
     async def audit(self, actor: str, action: str, target: str, detail: str = "") -> None:
         await self._execute(INSERT_AUDIT, audit_row(Audit(actor, action, target, detail)))
+
+    async def audit_many(self, entries: Sequence[Audit]) -> None:
+        await self._execute_many(INSERT_AUDIT, [audit_row(a) for a in entries])
 
     async def audit_log(
         self,

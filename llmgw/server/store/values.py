@@ -21,3 +21,5 @@ class Audit:
     detail: str = ""
     # The organisation the change was made in, where it was made in one.
     org: str | None = None
+    # When it happened, where it is written later (a batch of calls); None: now.
+    at: float | None = None

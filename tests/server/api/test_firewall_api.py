@@ -12,7 +12,7 @@ from llmgw.wire.messages import Firewall
 
 
 def firewall_for(cp: ControlPlane, node: str) -> Firewall:
-    found = [m for m in cp._pushed_for(node, "127.0.0.1") if isinstance(m, Firewall)]
+    found = [m for m in cp.pushed_for(node, "127.0.0.1") if isinstance(m, Firewall)]
     assert len(found) == 1
     return found[0]
 

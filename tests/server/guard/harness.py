@@ -17,6 +17,7 @@ import aiohttp
 from aiohttp.test_utils import RawTestServer
 
 from llmgw.config import GatewayConfig
+from llmgw.server.audittrail import AuditTrail
 from llmgw.server.catalog.model import Model, Profile
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.gateway import Gateway, key_hash
@@ -133,6 +134,7 @@ async def harness(tmp_path: Path, policies: tuple[str, ...] = ("p",)) -> AsyncIt
         store,
         lambda: catalog.models,
         Judge(lambda: made[0].router, lambda: made[0].upstream.pool),
+        AuditTrail(store.audit_many),
     )
     gateway = Gateway(
         store,

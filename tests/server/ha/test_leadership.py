@@ -22,10 +22,11 @@ from llmgw import __version__
 from llmgw.server.ha import lease as lease_module
 from llmgw.server.ha.follower import LEADER_SETTING, TERM_SETTING
 from llmgw.server.ha.joining import Admission
-from llmgw.server.ha.leadership import WATCH, Hooks, Leadership, PromoteRefused, Seat
+from llmgw.server.ha.leadership import WATCH, Hooks, Leadership, PromoteRefused
 from llmgw.server.ha.lease import ROUND
 from llmgw.server.ha.membership import Membership
 from llmgw.server.ha.peerlink import NotLeading, PeerError
+from llmgw.server.ha.seat import Seat
 from llmgw.server.leader import Duty, LeaderWork
 from llmgw.server.store import Audit, ServerRecord, StoreError
 
@@ -216,6 +217,9 @@ class Recorded:
         async def usage(rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
             pass
 
+        async def audit(entries: list[Audit]) -> None:
+            pass
+
         async def announce() -> None:
             self.announced += 1
 
@@ -232,6 +236,7 @@ class Recorded:
             fleet=list,
             demand=lambda model, start: self.demanded.append((model, start)),
             usage=usage,
+            audit=audit,
             signed_out=signed_out,
             remember=lambda role, peer: self.remembered.append((role, peer)),
             standby_duties=standby_duties,

@@ -18,6 +18,7 @@ from aiohttp import web
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from llmgw.server.audittrail import AuditTrail
 from llmgw.server.gateway.limits import Key, KeyBook, Usage, key_hash
 from llmgw.server.mcp.parts import McpParts, mcp_parts
 from llmgw.server.mcp.tools import BuiltinServer, ToolGuard
@@ -87,7 +88,8 @@ async def door(
     store = SQLiteStore(tmp_path / "mcp.db")
     await store.open()
     session = aiohttp.ClientSession()
-    parts = mcp_parts(store, SECRET, lambda: session, builtins, guard)
+    trail = AuditTrail(store.audit_many)
+    parts = mcp_parts(store, trail, SECRET, lambda: session, builtins, guard)
     await parts.registry.load()
     keys = KeyBook(Usage(store))
 

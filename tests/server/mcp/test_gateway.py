@@ -81,7 +81,7 @@ async def test_the_sealed_credential_reaches_the_server_and_nothing_shows_it(gw:
         assert "k3y-s3cr3t" in tools.seen
         kept = await gw.store.get_setting("mcp")
         assert kept is not None and "k3y-s3cr3t" not in kept and "sealed1:" in kept
-        await gw.parts.calls.flush()
+        await gw.parts.calls.trail.flush()
         audit = json.dumps(await gw.store.audit_log())
         assert "k3y-s3cr3t" not in audit and "mcp.call" in audit
         assert "k3y-s3cr3t" not in json.dumps(gw.parts.service.servers(ADMIN))

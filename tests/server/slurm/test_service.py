@@ -77,7 +77,7 @@ async def test_setup_tells_each_node_its_part_and_writes_files_from_their_report
     await plane.cp.slurm.keeper.pass_once()
     assert len(slurm_sent(a)) == 1 and len(slurm_sent(b)) == 1
     # What a node is told at registration carries its part too.
-    pushed = plane.cp._pushed_for("b", "127.0.0.1")
+    pushed = plane.cp.pushed_for("b", "127.0.0.1")
     assert pushed[-1] == to_b
 
 
