@@ -7,88 +7,10 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import httpx
-import pytest
-
-from llmgw import pki
-from llmgw.server.app import ControlPlane
-from llmgw.server.datadir import DataDir, init
-from llmgw.server.sessions import COOKIE
-from llmgw.server.store import open_store
+from tests.server.pages.inprocess import Site, row, text
 
 BEARER = "tok-3f9a-never-shown"
-
-
-class Site:
-    def __init__(self, cp: ControlPlane, client: httpx.AsyncClient, token: str) -> None:
-        self.cp, self.client, self.token = cp, client, token
-
-    def as_(self, role: str) -> dict[str, str]:
-        cookie = self.cp.sessions.open(f"{role}@test", role, pki.token_hash(self.token))  # type: ignore[arg-type]
-        return {"cookie": f"{COOKIE}={cookie}"}
-
-    def csrf(self, headers: dict[str, str]) -> str:
-        session = self.cp.sessions.read(headers["cookie"].split("=", 1)[1])
-        assert session is not None
-        return self.cp.sessions.csrf(session)
-
-    async def post(self, path: str, role: str, **fields: str) -> httpx.Response:
-        headers = self.as_(role)
-        return await self.client.post(
-            path, data={**fields, "csrf": self.csrf(headers)}, headers=headers
-        )
-
-    async def page(self, path: str, role: str = "admin") -> str:
-        answer = await self.client.get(path, headers=self.as_(role))
-        assert answer.status_code == 200, answer.text
-        assert "default-src 'none'" in answer.headers["content-security-policy"]
-        return answer.text
-
-    async def api(self, method: str, path: str, body: object | None = None) -> object:
-        answer = await self.client.request(
-            method, path, json=body, headers={"authorization": f"Bearer {self.token}"}
-        )
-        assert answer.status_code < 300, answer.text
-        return answer.json()
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> tuple[Path, str]:
-    root = tmp_path / "data"
-    _, token = init(root, listen="127.0.0.1:1", agent_port=2, advertise=["127.0.0.1"])
-    return root, token
-
-
-@pytest.fixture
-async def site(data_dir: tuple[Path, str]) -> AsyncIterator[Site]:
-    root, token = data_dir
-    data = DataDir(root)
-    config = data.load_config()
-    store = await open_store(config, root)
-    cp = ControlPlane(data, config, store)
-    await cp.load()
-    transport = httpx.ASGITransport(app=cp.admin_app())
-    try:
-        async with httpx.AsyncClient(transport=transport, base_url="http://cp") as client:
-            yield Site(cp, client, token)
-    finally:
-        await cp.gateway.close()
-        await cp.inspector.close()
-        await store.close()
-
-
-def text(page: str) -> str:
-    words = re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", page)))
-    return re.sub(r" ([,:;)])", r"\1", words)
-
-
-def row(page: str, id_: str) -> str:
-    found = re.search(rf'<tr id="{id_}"[^>]*>(.*?)</tr>', page, re.S)
-    assert found is not None, id_
-    return text(found.group(1)).strip()
 
 
 async def test_the_mcp_page_is_for_admins_and_shows_llmgw_admin(site: Site) -> None:
