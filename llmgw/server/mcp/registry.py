@@ -104,7 +104,8 @@ class McpServer:
     @classmethod
     def read(cls, doc: dict[str, object], cluster_secret: bytes) -> McpServer:
         headers: list[Header] = []
-        for h in doc.get("headers") or []:  # type: ignore[attr-defined]
+        kept = doc.get("headers")
+        for h in kept if isinstance(kept, list) else []:
             if not isinstance(h, dict) or not isinstance(h.get("name"), str):
                 continue
             sealed = h.get("sealed")
@@ -203,23 +204,37 @@ class McpRegistry:
         self.store = store
         self.secret = cluster_secret
         self.servers: dict[str, McpServer] = {ADMIN_SERVER: McpServer(ADMIN_SERVER)}
+        # Entries of the document this control plane cannot read (a credential its key
+        # does not open): not used, not shown, and written back as they are, never lost.
+        self.unread: list[dict[str, object]] = []
 
     async def load(self) -> None:
         raw = await self.store.get_setting(SETTING)
         servers: dict[str, McpServer] = {ADMIN_SERVER: McpServer(ADMIN_SERVER)}
+        unread: list[dict[str, object]] = []
         try:
             doc = json.loads(raw) if raw else {}
-            for entry in doc.get("servers") or [] if isinstance(doc, dict) else []:
-                if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-                    server = McpServer.read(entry, self.secret)
-                    servers[server.name] = server
-        except (ValueError, KeyError, TypeError, pki.PKIError) as exc:
-            # What this cluster's key does not open is not used (and not shown).
-            log.warning("the MCP servers in the store cannot be read (%s); none is used", exc)
-        self.servers = servers
+        except ValueError as exc:
+            log.warning("the MCP servers in the store are not JSON (%s); none is used", exc)
+            doc = {}
+        entries = doc.get("servers") if isinstance(doc, dict) else None
+        for entry in entries if isinstance(entries, list) else []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+                continue
+            try:
+                server = McpServer.read(entry, self.secret)
+            except (ValueError, KeyError, TypeError, pki.PKIError) as exc:
+                log.warning("the MCP server %s cannot be read (%s): not used", entry["name"], exc)
+                unread.append(entry)
+                continue
+            servers[server.name] = server
+        self.servers, self.unread = servers, unread
 
     async def write(self, servers: dict[str, McpServer]) -> None:
-        doc = {"servers": [s.document() for _, s in sorted(servers.items())]}
+        names = set(servers)
+        kept = [e for e in self.unread if e["name"] not in names]
+        read = [s.document() for _, s in sorted(servers.items())]
+        doc = {"servers": read + kept}
         await self.store.put_setting(SETTING, json.dumps(doc, sort_keys=True))
         self.servers = {ADMIN_SERVER: McpServer(ADMIN_SERVER), **servers}
 

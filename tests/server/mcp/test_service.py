@@ -5,6 +5,7 @@ and a standby's registry reading what the leader wrote."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -146,3 +147,20 @@ async def test_test_says_what_failed_connecting(gw: Door) -> None:
     found = await gw.parts.service.test("gone", ADMIN)
     assert found["ok"] is False and found["failure"] == "connect"
     assert "could not reach MCP server 'gone'" in (found["message"] or "")
+
+
+async def test_a_server_this_key_cannot_open_is_not_used_and_never_written_away(
+    gw: Door,
+) -> None:
+    """An entry whose credential another cluster key sealed (a restored store, a damaged
+    document) is left out of the servers, and kept in the store through later changes."""
+    await gw.parts.service.add(McpServerAdd("jira", URL, bearer="t0ken"), ADMIN)
+    other = McpRegistry(gw.store, b"another cluster's key, 32 bytes!")
+    await other.load()
+    assert "jira" not in other.servers and [e["name"] for e in other.unread] == ["jira"]
+    await other.write(other.put(replace(other.servers["llmgw:admin"], enabled=False)))
+    raw = await gw.store.get_setting("mcp")
+    assert raw is not None
+    assert sorted(e["name"] for e in json.loads(raw)["servers"]) == ["jira", "llmgw:admin"]
+    await gw.parts.registry.load()  # the right key still opens it, unchanged
+    assert gw.parts.registry.servers["jira"].sent_headers() == {"Authorization": "Bearer t0ken"}
