@@ -4,12 +4,12 @@ to the tool server directly, in one run, with the same client and the same tool 
 The tool server is a bare aiohttp MCP server (handshake era, a session id, JSON
 answers, ``echo`` answered with prepared bytes: as fast as a tool server gets, so what
 llmgw adds is not hidden by the tool) in a process of its own. The gateway is llmgw's
-own MCP gateway (``llmgw.server.mcp``: the key looked up, the grant, the rate window,
-the breaker, our streamable-HTTP client, the call's record) behind the gateway's key
-check, served by aiohttp in a second process, with the tool server added as ``bench``
-and a key granted ``bench.*``; with ``--rate`` the server has a rate far above the
-load, so the window is counted on every call. No guard policy: a key without policies
-does not ask the guard at all.
+a real control plane (``llmgw server run``: its listener, the gateway's key check, the
+grant, the rate window, the breaker, our streamable-HTTP client of the tool server, the
+call's audit entry), with the tool server added as ``bench`` (``ctl mcp add``) and a key
+granted ``bench.*`` (``ctl keys limits --tools``); with ``--rate`` the server has a rate
+far above the load, so the window is counted on every call. No guard policy: a key
+without policies does not ask the guard at all.
 
 One client (aiohttp, keep-alive) makes ``--calls`` sequential ``tools/call`` requests
 each way, alternating ways over ``--rounds`` rounds; p50 and p99 of each, calls a
@@ -33,13 +33,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import aiohttp  # noqa: E402
-from aiohttp import web  # noqa: E402
+import aiohttp
+from aiohttp import web
 
 TARGET_ADDED_P50_MS = 1.0
-KEY = "sk-llmgw-bench-mcp"
+REPO = Path(__file__).resolve().parent.parent
 ECHO = {"content": [{"type": "text", "text": "pong"}], "isError": False}
 
 
@@ -81,43 +79,35 @@ def serve_tools(port: int) -> None:
 # ------------------------------------------------------------------------ the gateway
 
 
-def serve_gateway(port: int, tools_url: str, rate: bool) -> None:
-    from llmgw.server.gateway.limits import KeyBook, Usage, key_hash
-    from llmgw.server.mcp.parts import mcp_parts
-    from llmgw.server.mcp.service import McpServerAdd
-    from llmgw.server.principal import Principal
-    from llmgw.server.store import ApiKeyRecord, SQLiteStore
+def llmgw(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "llmgw", *args], cwd=REPO, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"llmgw {' '.join(args)}: {done.stderr.strip() or done.stdout}")
+    return done.stdout
 
-    async def start() -> web.Application:
-        store = SQLiteStore(Path(tempfile.mkdtemp()) / "bench.db")
-        await store.open()
-        session = aiohttp.ClientSession()
-        parts = mcp_parts(store, b"b" * 32, lambda: session)
-        await parts.registry.load()
-        ask = McpServerAdd("bench", tools_url, rate=10**6 if rate else None)
-        await parts.service.add(ask, Principal.system("bench"))
-        keys = KeyBook(Usage(store))
-        keys.load([ApiKeyRecord("k1", "bench", key_hash(KEY), tools=("bench.*",))])
 
-        async def handle(request: web.Request) -> web.StreamResponse:
-            key = keys.authorise(request.headers.get("Authorization", ""))
-            if isinstance(key, web.Response):
-                return key
-            return await parts.gateway.handle(request, key)
-
-        async def record(app: web.Application) -> None:
-            stop = asyncio.Event()
-            task = asyncio.create_task(parts.calls.run(stop))
-            yield  # type: ignore[misc]
-            stop.set()
-            await task
-
-        app = web.Application()
-        app.router.add_post("/mcp", handle)
-        app.cleanup_ctx.append(record)  # type: ignore[arg-type]
-        return app
-
-    web.run_app(start(), host="127.0.0.1", port=port, print=None, access_log=None)
+def start_llmgw(root: Path, tools_url: str, rate: bool) -> tuple[subprocess.Popen[bytes], str, str]:
+    """A real control plane (``llmgw server run``) with the tool server added as
+    ``bench`` and a key granted ``bench.*``, as an operator does it: its process, its
+    ``/mcp`` and the key."""
+    data = root / "cp"
+    port = free_port()
+    llmgw("server", "init", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}",
+          "--agent-port", str(free_port()), "--yes")  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llmgw", "server", "run", "--data-dir", str(data),
+         "--log-level", "warning"],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_port(port, proc)
+    given = ["--data-dir", str(data), "--json"]
+    limit = ["--rate", str(10**6)] if rate else []
+    llmgw("ctl", "mcp", "add", "bench", tools_url, *limit, *given)
+    made = json.loads(llmgw("ctl", "keys", "create", "--name", "bench", *given))
+    llmgw("ctl", "keys", "limits", made["id"], "--tools", "bench.*", *given)
+    return proc, f"http://127.0.0.1:{port}/mcp", made["key"]
 
 
 # ----------------------------------------------------------------------- the client
@@ -145,14 +135,16 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
 
 
-async def measure(args: argparse.Namespace, tools_url: str, gateway_url: str) -> dict[str, object]:
+async def measure(
+    args: argparse.Namespace, tools_url: str, gateway_url: str, key: str
+) -> dict[str, object]:
     direct_headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
         "Mcp-Session-Id": "s1",
         "MCP-Protocol-Version": "2025-11-25",
     }
-    via_headers = {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"}
+    via_headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
     gateway_body = json.dumps(
         {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "bench.echo"}}
     )
@@ -207,26 +199,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", action="store_true", help="give the server a rate (counted)")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     parser.add_argument("--serve-tools", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    parser.add_argument("--serve-gateway", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    parser.add_argument("--tools-url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_tools:
         serve_tools(args.serve_tools)
         return 0
-    if args.serve_gateway:
-        serve_gateway(args.serve_gateway, args.tools_url, args.rate)
-        return 0
-    tools_port, gateway_port = free_port(), free_port()
+    tools_port = free_port()
     tools_url = f"http://127.0.0.1:{tools_port}/mcp"
-    me = [sys.executable, __file__]
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    procs = [subprocess.Popen([*me, "--serve-tools", str(tools_port)], **quiet)]
+    procs = [
+        subprocess.Popen([sys.executable, __file__, "--serve-tools", str(tools_port)], **quiet)
+    ]
     try:
         wait_port(tools_port, procs[0])
-        gateway = [*me, "--serve-gateway", str(gateway_port), "--tools-url", tools_url]
-        procs.append(subprocess.Popen(gateway + (["--rate"] if args.rate else []), **quiet))
-        wait_port(gateway_port, procs[1])
-        figures = asyncio.run(measure(args, tools_url, f"http://127.0.0.1:{gateway_port}/mcp"))
+        with tempfile.TemporaryDirectory() as root:
+            cp, gateway_url, key = start_llmgw(Path(root), tools_url, args.rate)
+            procs.append(cp)
+            figures = asyncio.run(measure(args, tools_url, gateway_url, key))
     finally:
         for proc in procs:
             proc.kill()  # nothing of theirs is kept: no need to wait for a graceful end
