@@ -108,14 +108,22 @@ class AdminError(RuntimeError):
         self.status = status
 
 
+# How long ``guard judge check`` is waited for (its judgments are bounded by the control
+# plane: three times the policy's wait, at least 10 s, each).
+JUDGE_CHECK_WAIT = 900.0
+
+
 @dataclass(frozen=True)
 class AdminClient:
     base_url: str
     token: str
     timeout: float = 10.0
 
-    def request(self, method: str, path: str, body: Body | None = None) -> object:
-        """The decoded JSON answer of one call (null for an empty one)."""
+    def request(
+        self, method: str, path: str, body: Body | None = None, timeout: float | None = None
+    ) -> object:
+        """The decoded JSON answer of one call (null for an empty one), waited for
+        ``timeout`` seconds (the client's own when not given)."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(
             self.base_url + path,
@@ -124,7 +132,7 @@ class AdminClient:
             headers={"authorization": f"Bearer {self.token}", "content-type": "application/json"},
         )
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
                 return json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             kind = None
@@ -169,11 +177,16 @@ class AdminClient:
         *parts: str,
         body: Body | None = None,
         query: Query | None = None,
+        timeout: float | None = None,
     ) -> T:
-        """``route``'s answer, as its shape. A POST without a body sends ``{}``."""
+        """``route``'s answer, as its shape. A POST without a body sends ``{}``;
+        ``timeout``: for a call known to take longer than the client's own wait."""
         if route.method == "POST" and body is None:
             body = {}
-        return route.read(self.request(route.method, route.at(*parts, query=query), body))
+        at = route.at(*parts, query=query)
+        if timeout is None:
+            return route.read(self.request(route.method, at, body))
+        return route.read(self.request(route.method, at, body, timeout))
 
     # --- the cluster, its nodes and what runs on them
 
@@ -374,7 +387,10 @@ class AdminClient:
         return self.call(r.GUARD_DECISIONS, query={"policy": policy} if policy else None)
 
     def guard_judge_check(self, policy: str | None = None) -> list[GuardCheckJson]:
-        return self.call(r.GUARD_JUDGE_CHECK, body={"policy": policy} if policy else {})
+        # Eleven timed judgments a policy, each bounded by the control plane: longer
+        # than any other call's 10 s, so waited for as long as a slow judge takes.
+        body = {"policy": policy} if policy else {}
+        return self.call(r.GUARD_JUDGE_CHECK, body=body, timeout=JUDGE_CHECK_WAIT)
 
     # --- Slurm beside llmgw
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from llmgw.cli import main
+from llmgw.client.admin import JUDGE_CHECK_WAIT
 from tests.support.fakeadmin import FakeAdmin, install
 
 POLICY = {
@@ -98,6 +99,8 @@ def test_judge_check_says_what_to_do_and_fails_when_slow(
     admin.answer("POST", "/api/v1/guard/judges/check", [CHECK])
     assert main(["ctl", "guard", "judge", "check", "pii"]) == 1
     assert admin.asked[-1] == ("POST", "/api/v1/guard/judges/check", {"policy": "pii"})
+    # Eleven judgments take longer than a call's usual 10 s: waited for far longer.
+    assert admin.timeouts[-1] == JUDGE_CHECK_WAIT
     out = capsys.readouterr().out
     assert "pii (guard-1b, wait 2000 ms): SLOW" in out
     assert "about 0.8 judgments a second" in out and "a longer --wait" in out

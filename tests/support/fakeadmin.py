@@ -20,12 +20,17 @@ class FakeAdmin(AdminClient):
         super().__init__("http://cp", "t")
         self.answers: dict[tuple[str, str], Any] = {}
         self.asked: list[tuple[str, str, Any]] = []
+        # The wait each call asked for, where it asked for its own (None: the client's).
+        self.timeouts: list[float | None] = []
 
     def answer(self, method: str, path: str, answer: Any) -> None:
         self.answers[(method, path)] = answer
 
-    def request(self, method: str, path: str, body: Any = None) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, timeout: float | None = None
+    ) -> Any:
         self.asked.append((method, path, body))
+        self.timeouts.append(timeout)
         answer = self.answers[(method, path)]
         if isinstance(answer, BaseException):
             raise answer
