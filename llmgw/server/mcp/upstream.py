@@ -203,7 +203,14 @@ class Upstreams:
         # aiohttp warns of raw bytes past 1 MiB (sent in one write); a file it streams.
         data: bytes | io.BytesIO = body if len(body) < 2**20 else io.BytesIO(body)
         try:
-            async with self.session().post(server.url, data=data, headers=headers) as answer:
+            # A redirect is not followed: the server's credential headers would go with
+            # the request to wherever it points.
+            post = self.session().post(
+                server.url, data=data, headers=headers, allow_redirects=False
+            )
+            async with post as answer:
+                if 300 <= answer.status < 400:
+                    raise _redirected(server, answer.status, answer.headers.get("Location"))
                 session_id = answer.headers.get("Mcp-Session-Id")
                 if method == "initialize" and session_id:
                     kept.session_id = session_id
@@ -279,6 +286,15 @@ class Upstreams:
 
     def _not_mcp(self, server: McpServer, why: str) -> UpstreamError:
         return UpstreamError("not_mcp", f"MCP server '{server.name}' does not speak MCP: {why}")
+
+
+def _redirected(server: McpServer, status: int, where: str | None) -> UpstreamError:
+    return UpstreamError(
+        "http_status",
+        f"MCP server '{server.name}' answered HTTP {status}, a redirect to {where or 'nowhere'}: "
+        "not followed, since its credential would go along; give it its final address "
+        f"(`llmgw ctl mcp set {server.name} --url URL`)",
+    )
 
 
 class _Within:

@@ -17,8 +17,8 @@ from aiohttp import web
 
 from llmgw.server.audittrail import AuditTrail
 from llmgw.server.mcp.calls import FAILURES, OUT_FOR, McpCalls
-from llmgw.server.mcp.registry import McpServer
-from llmgw.server.mcp.upstream import PROTOCOL, Upstreams
+from llmgw.server.mcp.registry import Header, McpServer
+from llmgw.server.mcp.upstream import PROTOCOL, UpstreamError, Upstreams
 from tests.server.mcp.conftest import Door
 from tests.support.mcptools import ToolServer
 from tests.support.ports import free_port
@@ -180,3 +180,41 @@ async def test_the_record_is_written_in_batches_off_the_call_path(
         timeout=30,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+async def test_a_redirect_is_not_followed_so_the_credential_stays_with_its_server() -> None:
+    """A tool server (or whatever answers at its address) that redirects elsewhere gets
+    no second request: the sealed header would have gone with it. The error says where
+    it pointed and how to give the server its final address."""
+    seen: list[dict[str, str]] = []
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        seen.append(dict(request.headers))
+        return web.Response(status=500)
+
+    async def redirect(request: web.Request) -> web.Response:
+        return web.Response(status=307, headers={"Location": f"{target}/mcp"})
+
+    apps = []
+    for handler in (elsewhere, redirect):
+        app = web.Application()
+        app.router.add_route("*", "/mcp", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        apps.append((runner, f"http://127.0.0.1:{port}"))
+    target, source = apps[0][1], apps[1][1]
+    server = McpServer("jira", f"{source}/mcp", (Header("X-Api-Key", "s3cr3t-k3y", "sealed1:..."),))
+    try:
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(UpstreamError) as caught:
+                await Upstreams(lambda: session).tools(server)
+        assert caught.value.kind == "http_status"
+        said = caught.value.message
+        assert "HTTP 307, a redirect to " + target in said and "not followed" in said
+        assert "llmgw ctl mcp set jira --url URL" in said and "s3cr3t-k3y" not in said
+        assert seen == []  # nothing reached the other address, the credential least of all
+    finally:
+        for runner, _ in apps:
+            await runner.cleanup()
