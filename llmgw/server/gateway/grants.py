@@ -12,18 +12,18 @@ a team's projects and their keys; a project's keys. A list left empty stays empt
 level is closed to every tool until ``clear: [tools]`` opens it, and the answer says so
 (``revocations`` gives each record changed, ``grant_row`` how it reads now).
 
-The guard policies are kept by the guard (the settings document ``"guard"``,
-``{"policies": [{"name": ...}, ...]}``); ``policy_names`` reads their names from it, so
-this module needs nothing of the guard itself.
+The guard policies are kept by the guard (the settings document ``"guard"``);
+``policy_names`` reads their names from it with the guard's own reader.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from llmgw.server.gateway.toolgrants import bad_pattern, reaches
+from llmgw.server.guard.policies import SETTING as GUARD_SETTING
+from llmgw.server.guard.policies import read_document
 from llmgw.server.people.asks import SetLimits
 from llmgw.server.people.directory import Snapshot
 from llmgw.server.people.records import Limits, Org, Project, Team
@@ -32,7 +32,6 @@ from llmgw.server.store import ApiKeyRecord, Store
 from llmgw.server.store.base import Limited
 from llmgw.wire.admin import GrantLevel, LimitsSetJson, McpGrantJson
 
-GUARD_SETTING = "guard"
 CLEARABLE = ("rpm", "tpm", "budget", "models", "tools", "guard")
 OPEN_HINT = "closed: no tool until `--clear tools` opens it"
 
@@ -47,15 +46,9 @@ class LimitsSet:
 
 
 async def policy_names(store: Store) -> frozenset[str]:
-    """The guard policies that exist, by name (none while the guard keeps none)."""
-    raw = await store.get_setting(GUARD_SETTING)
-    if not raw:
-        return frozenset()
-    try:
-        policies = json.loads(raw).get("policies", [])
-        return frozenset(str(p["name"]) for p in policies if isinstance(p, dict) and "name" in p)
-    except (ValueError, AttributeError, TypeError):
-        return frozenset()
+    """The guard policies that exist, by name (none while the guard keeps none), read
+    as the guard reads its document."""
+    return frozenset(read_document(await store.get_setting(GUARD_SETTING)))
 
 
 def asked(old: Limits, ask: SetLimits, policies: frozenset[str]) -> Limits:

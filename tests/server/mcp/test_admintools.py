@@ -14,17 +14,16 @@ import pytest
 
 from llmgw.jsonvalue import JSON
 from llmgw.server.app import ControlPlane
-from llmgw.server.datadir import DataDir, init
 from llmgw.server.fleet.registry import NodeView
 from llmgw.server.mcp.admintools import MAX_LINE_CHARS
 from llmgw.server.mcp.tools import ADMIN_SERVER, BuiltinServer, ToolResult
 from llmgw.server.principal import Principal
 from llmgw.server.requests import ServeRequest
-from llmgw.server.store import open_store
 from llmgw.wire.hardware import GPU, HostFacts
 from llmgw.wire.messages import EngineInfo, ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 from tests.support.agentsession import FakeSession, ok
+from tests.support.inprocessplane import fresh_data_dir, loaded_plane
 
 GIB = 2**30
 REPLICA = "tiny.default.0a1b2c3d"
@@ -39,47 +38,36 @@ def log_lines(args: dict[str, Any]) -> list[Any]:
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
-    root = tmp_path / "data"
-    init(root, listen="127.0.0.1:1", agent_port=2, advertise=["127.0.0.1"])
-    return root
+    """Made outside the event loop: ``server init`` runs its own."""
+    return fresh_data_dir(tmp_path)[0]
 
 
 @pytest.fixture
 async def plane(data_dir: Path) -> AsyncIterator[ControlPlane]:
-    root = data_dir
-    data = DataDir(root)
-    config = data.load_config()
-    store = await open_store(config, root)
-    cp = ControlPlane(data, config, store)
-    await cp.load()
-    facts = HostFacts(
-        hostname="gpu1.example",
-        os="Debian GNU/Linux 12 (bookworm)",
-        arch="x86_64",
-        cpu_count=64,
-        memory_total=512 * GIB,
-        memory_available=400 * GIB,
-        gpus=[GPU(index=0, uuid="GPU-1", name="NVIDIA H100 80GB HBM3", memory_total=80 * GIB)],
-    )
-    ready = NodeView(id="gpu1", cert_serial=1, state=NodeState.READY, facts=facts)
-    ready.labels = {"rack": "r1"}
-    ready.engines, ready.engines_probed = [EngineInfo("llama.cpp", "/x")], True
-    ready.session = FakeSession(logs=log_lines)
-    ready.shards[REPLICA] = ShardStatus(
-        replica_id=REPLICA, state=ShardState.READY, engine="llama.cpp", port=41000
-    )
-    lost = NodeView(id="gpu2", cert_serial=2, reason="missed 3 heartbeats")
-    cp.registry.nodes.update({"gpu1": ready, "gpu2": lost})
-    await cp.models.serve(
-        ServeRequest(source="/models/tiny.gguf", name="tiny", memory=GIB),
-        Principal.system("test"),
-    )
-    try:
+    async with loaded_plane(data_dir) as cp:
+        facts = HostFacts(
+            hostname="gpu1.example",
+            os="Debian GNU/Linux 12 (bookworm)",
+            arch="x86_64",
+            cpu_count=64,
+            memory_total=512 * GIB,
+            memory_available=400 * GIB,
+            gpus=[GPU(index=0, uuid="GPU-1", name="NVIDIA H100 80GB HBM3", memory_total=80 * GIB)],
+        )
+        ready = NodeView(id="gpu1", cert_serial=1, state=NodeState.READY, facts=facts)
+        ready.labels = {"rack": "r1"}
+        ready.engines, ready.engines_probed = [EngineInfo("llama.cpp", "/x")], True
+        ready.session = FakeSession(logs=log_lines)
+        ready.shards[REPLICA] = ShardStatus(
+            replica_id=REPLICA, state=ShardState.READY, engine="llama.cpp", port=41000
+        )
+        lost = NodeView(id="gpu2", cert_serial=2, reason="missed 3 heartbeats")
+        cp.registry.nodes.update({"gpu1": ready, "gpu2": lost})
+        await cp.models.serve(
+            ServeRequest(source="/models/tiny.gguf", name="tiny", memory=GIB),
+            Principal.system("test"),
+        )
         yield cp
-    finally:
-        await cp.gateway.close()
-        await cp.inspector.close()
-        await store.close()
 
 
 def structured(result: ToolResult) -> dict[str, Any]:
