@@ -65,6 +65,22 @@ class Site:
             check=True,
         ).stdout
 
+    def squeue(self, *args: str, name: str = "n2") -> str:
+        return subprocess.run(
+            ["squeue", "-h", "-w", name, *args],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=True,
+        ).stdout.strip()
+
+    def squeue_all(self) -> str:
+        """What Slurm holds, for a timeout's message."""
+        shown = subprocess.run(
+            ["squeue", "-a", "-o", "%i %T %R %N"], capture_output=True, text=True, timeout=20
+        )
+        return f"squeue: {shown.stdout.strip()!r}; node: {self.scontrol_node().strip()!r}"
+
 
 def _ours(root: Path, ctld_port: int) -> list[psutil.Process]:
     """The Slurm daemons this module's agents started (found by their command lines)."""
@@ -240,7 +256,18 @@ def test_reclaim_waits_for_the_running_job_then_gives_the_node_back(site: Site) 
     )
     reclaim: subprocess.Popen[str] | None = None
     try:
-        wait_for(lambda: site.node("n2")["jobs"], 30, "the job to run on n2")
+        # Slurm first: a job it holds pending (its scheduler passes every minute on a busy
+        # machine) is on no node yet, so llmgw rightly shows none.
+        def running_in_slurm() -> str:
+            if job.poll() is not None:
+                raise AssertionError(f"srun ended before its job ran: {job.communicate()}")
+            return site.squeue("-t", "RUNNING")
+
+        try:
+            wait_for(running_in_slurm, 90, "Slurm to run the job on n2")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {site.squeue_all()}") from None
+        wait_for(lambda: site.node("n2")["jobs"], 30, "llmgw to see the job running on n2")
         reclaim = subprocess.Popen(
             ctl_command(cluster, "slurm", "reclaim", "n2", "--wait", "--timeout", "90"),
             stdin=subprocess.DEVNULL,
