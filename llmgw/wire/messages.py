@@ -399,6 +399,60 @@ class SlurmStatus(Message):
     cgroup_v2: bool | None = None
 
 
+@dataclass(frozen=True)
+class FinetuneSpec:
+    """A fine-tune job as the control plane sends it to the node that trains it
+    (``finetune.start``; its pairs went before it in ``finetune.data`` pieces).
+
+    ``base``: the HF safetensors checkpoint trained on, a weights source as a model's;
+    ``device``: "cuda" on ``cards`` (UUIDs), or "cpu"; ``convert``: turn the adapter into
+    a GGUF (the model is served by llama.cpp). ``data_sha256`` and ``data_bytes`` let the
+    agent check the pairs it put together."""
+
+    id: str
+    name: str
+    model: str
+    base: str
+    epochs: int
+    rank: int
+    device: str
+    data_bytes: int
+    data_sha256: str
+    pairs: int
+    cards: list[str] = field(default_factory=list)
+    mib: int | None = None
+    convert: bool = False
+    allow_pickle: bool = False
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class FinetuneStatus(Message):
+    """Where a fine-tune stands on its node: sent at each change, with each logged step,
+    every few seconds while it runs, and for every job the agent holds on a new stream.
+
+    ``state``: preparing, training, converting, uploading (the result is ready for the
+    control plane to take in ``finetune.piece``s), failed or cancelled. ``loss`` holds
+    the losses from step ``loss_at`` on (0: all of them)."""
+
+    TYPE: ClassVar[str] = "finetune_status"
+    id: str
+    state: str
+    step: int | None = None
+    steps: int | None = None
+    pairs: int | None = None
+    loss_at: int = 0
+    loss: list[float] = field(default_factory=list)
+    peak_mib: float | None = None
+    error: str | None = None
+    # The result, once it is ready: its size, sha256 and kind ("gguf" or "peft-tar").
+    adapter_bytes: int | None = None
+    adapter_sha256: str | None = None
+    adapter_kind: str | None = None
+    # What it is doing, in words ("fetching the base weights").
+    doing: str | None = None
+
+
 # The PYTHONHASHSEED vLLM runs with where its KV events are routed on: the root of its
 # block hashes, so the router can hash a prompt's blocks as the engine does.
 KV_HASH_SEED = "0"
@@ -461,6 +515,7 @@ _REGISTRY: dict[str, type[Message]] = {
         KvBlocks,
         Slurm,
         SlurmStatus,
+        FinetuneStatus,
         Request,
         Response,
     )

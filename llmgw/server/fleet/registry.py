@@ -35,6 +35,7 @@ from llmgw.wire.messages import (
     DownloadProgress,
     EngineInfo,
     EngineStatus,
+    FinetuneStatus,
     KvBlocks,
     Message,
     MessageError,
@@ -220,6 +221,8 @@ class RegistryHooks:
     # A replica's KV-cache blocks changed (vLLM's events), and whether the node that
     # told runs that replica (only then is it believed): the gateway's KV index.
     kv_blocks: Callable[[str, KvBlocks, bool], None]
+    # A fine-tune's word from the node training it (``server/finetune``).
+    finetune: Callable[[str, FinetuneStatus], None] = lambda node_id, msg: None
 
 
 def _stored_facts(node_id: str, stored: dict[str, Any] | None) -> HostFacts | None:
@@ -434,10 +437,19 @@ class NodeRegistry:
     def report(
         self,
         node_id: str,
-        msg: ShardStatus | DownloadProgress | EngineStatus | KvBlocks | SlurmStatus,
+        msg: ShardStatus
+        | DownloadProgress
+        | EngineStatus
+        | KvBlocks
+        | SlurmStatus
+        | FinetuneStatus,
     ) -> None:
         """Keep the latest word of a shard, a download, the node's engines or its Slurm;
-        hand a replica's cache blocks on to the router (they change nothing else)."""
+        hand a replica's cache blocks on to the router and a fine-tune's word to the
+        fine-tunes (they change nothing else)."""
+        if isinstance(msg, FinetuneStatus):
+            self.hooks.finetune(node_id, msg)
+            return
         if isinstance(msg, KvBlocks):
             view = self.nodes.get(node_id)
             self.hooks.kv_blocks(node_id, msg, view is not None and msg.replica_id in view.shards)

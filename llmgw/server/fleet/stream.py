@@ -45,6 +45,7 @@ from llmgw.wire.framing import FrameError
 from llmgw.wire.messages import (
     DownloadProgress,
     EngineStatus,
+    FinetuneStatus,
     Goodbye,
     Heartbeat,
     KvBlocks,
@@ -63,7 +64,15 @@ from llmgw.wire.outbox import Outbox, OutboxFull
 # of followed log lines; more than this waiting is an agent answering out of turn.
 ANSWERS = 16
 
-Report = Heartbeat | ShardStatus | DownloadProgress | EngineStatus | KvBlocks | SlurmStatus
+Report = (
+    Heartbeat
+    | ShardStatus
+    | DownloadProgress
+    | EngineStatus
+    | KvBlocks
+    | SlurmStatus
+    | FinetuneStatus
+)
 
 
 @dataclass(frozen=True)

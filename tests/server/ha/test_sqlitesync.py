@@ -36,6 +36,7 @@ from llmgw.server.ha.sqlitesync import (
 from llmgw.server.people.records import Limits, Membership, Org, Person, PersonToken, Project, Team
 from llmgw.server.scim.records import ScimGroup, ScimUser
 from llmgw.server.store import ApiKeyRecord, Audit, JoinTokenRecord, ServerRecord, StoreTooNew
+from llmgw.server.store.finetunes import FinetuneRow
 from llmgw.server.store.sqlite import SQLiteStore
 
 NOW = time.time()  # every digit of it must reach the standby
@@ -133,6 +134,8 @@ ALICE_IN_VISION = Membership("p1", "team", "t1", "manager", True, NOW)
 ALICE_TOKEN = PersonToken("tk1", "p1", "laptop", "sha256:tk1", NOW, NOW + 86400)
 ALICE_AT_SCIM = ScimUser("p1", "00u1", None, NOW, NOW)
 ENGINEERS = ScimGroup("g1", "Engineers", "grp-1", ("p1", "p2"), NOW, NOW + 0.5)
+
+TUNING = FinetuneRow("ft-1", "tuned", "m1", "training", '{"step": 1}', NOW, NOW + 1 / 3)
 
 WRITES: list[tuple[str, Write]] = [
     ("put_setting", lambda s: s.put_setting("cluster.name", "lab")),
@@ -267,6 +270,14 @@ WRITES: list[tuple[str, Write]] = [
         ),
     ),
     ("remove a SCIM group", lambda s: s.directory.delete(ENGINEERS, by("scim", "scim", "g1"))),
+    ("put a fine-tune", lambda s: s.finetunes.put(TUNING, by("ops", "finetune.create", "ft-1"))),
+    ("fine-tune progress", lambda s: s.finetunes.put_many([replace(TUNING, doc='{"step": 3}')])),
+    (
+        "a fine-tune's adapter",
+        lambda s: s.finetunes.finish(
+            replace(TUNING, state="succeeded"), b"\x00\xffgguf" * 5, 8, by("ops", "ok", "ft-1")
+        ),
+    ),
 ]
 
 
