@@ -24,6 +24,8 @@ from llmgw.agent.engines.install import LlamaCppInstaller
 from llmgw.agent.engines.provision import NodeEngines
 from llmgw.agent.engines.pyinstall import PACKAGES, PythonEngineInstaller, find_uv
 from llmgw.agent.fabricprobe import BandwidthServers, run_client
+from llmgw.agent.finetune import runner as finetune
+from llmgw.agent.finetune.kit import trainer_kit
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
 from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.nodewall import NodeFirewall
@@ -120,6 +122,14 @@ class NodeRuntime:
             cache=self.cache,
         )
         self._follows: dict[str, asyncio.Task[None]] = {}
+        # Fine-tune jobs the control plane sends (``finetune.*`` requests).
+        self.finetunes = finetune.FinetuneRunner(
+            opts.state_dir / "finetunes",
+            self.weights,
+            trainer_kit(opts.state_dir / "trainer"),
+            self.emit,
+            engine_user=opts.engine_user,
+        )
         # The engines the fleet wants, installed in the background.
         self.convergence = EngineConvergence(
             self.engines,
@@ -197,6 +207,7 @@ class NodeRuntime:
         await self.memrate.close()
         for task in self._follows.values():
             task.cancel()
+        await self.finetunes.close()
         await self.supervisor.close()
         await self.cache.close()
         await self.weights.close()
@@ -218,6 +229,7 @@ class NodeRuntime:
 
     def attach(self, send: Callable[[Message], None] | None) -> None:
         self._send = send
+        self.finetunes.attach(send is not None)
         if send is not None:
             self.cache.attach()  # a control plane new to this stream knows no cache
             self.slurm.report_soon()  # what Slurm is here, before any Slurm message
@@ -319,6 +331,8 @@ class NodeRuntime:
             await upgrade.answer(req, self.emit, self.opts.restart or restart_self)
         elif req.kind == "restart":
             await self._restart(req)
+        elif req.kind in finetune.KINDS:
+            await self.finetunes.answer(req)
         else:
             self.emit(
                 Response(id=req.id, ok=False, error=f"this agent does not answer {req.kind!r}")

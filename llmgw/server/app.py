@@ -24,6 +24,7 @@ from llmgw.server.api import (
     cluster,
     engines,
     fabrics,
+    finetunes,
     firewall,
     grants,
     guard,
@@ -54,6 +55,7 @@ from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.catalog.service import CatalogHooks, ModelService
 from llmgw.server.catalog.views import ModelViews
 from llmgw.server.datadir import DataDir
+from llmgw.server.finetune.service import FinetuneService
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.agentsettings import AgentSettings
 from llmgw.server.fleet.engines import FleetEngines
@@ -153,7 +155,7 @@ class ControlPlane:
             store,
             config.heartbeat_interval,
             config.missed_heartbeats,
-            RegistryHooks(changed=wake.set, kv_blocks=kv.apply),
+            RegistryHooks(wake.set, kv.apply, lambda n, m: self.finetunes.report(n, m)),
         )
         # The agents' settings the cluster decides (ctl config).
         self.agent_settings = AgentSettings(store, on_change=self._settings_changed)
@@ -186,6 +188,7 @@ class ControlPlane:
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
+        self.finetunes = FinetuneService(store, self.registry, lambda: self.models.models)
         # The gateway is made below: the views read what it routes to when asked.
         self.views = ModelViews(
             self.models.models,
@@ -303,6 +306,7 @@ class ControlPlane:
                 Duty("fabric maps", self.fabric_maps.run),
                 self.slurm.duty(),
                 self.upgrades.duty(),
+                Duty("fine-tunes", self.finetunes.run, self.finetunes.flush),
             ]
         )
         self.ha = self._leadership()
@@ -419,6 +423,8 @@ class ControlPlane:
             await self.mcp.registry.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
+        if every or "finetunes" in tables:
+            await self.finetunes.load()
         if every or "servers" in tables:
             await self.ha.reload_servers()
         if every or "session_revocations" in tables:
@@ -452,6 +458,7 @@ class ControlPlane:
         await self.slurm.kept.load()
         await self.guard.load()
         await self.mcp.registry.load()
+        await self.finetunes.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""
@@ -524,6 +531,7 @@ class ControlPlane:
         ops += replicas.routes(self.fleet, self.views, self.slurm.service.stage_of)
         ops += models.routes(self.models, self.views, self.fleet)
         ops += adapters.routes(self.models)
+        ops += finetunes.routes(self.finetunes)
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)

@@ -28,7 +28,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,13 +38,14 @@ from llmgw.server.catalog.model import Model, default_engine
 from llmgw.server.finetune import pairs, placement
 from llmgw.server.finetune.job import FinetuneJob, new_id
 from llmgw.server.finetune.placement import Candidate, Card
+from llmgw.server.fleet.registry import NodeView
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import Store
 from llmgw.server.store.finetunes import FinetuneRow
 from llmgw.server.store.values import Audit
 from llmgw.wire.codec import to_map
-from llmgw.wire.messages import FinetuneSpec, FinetuneStatus, Response
+from llmgw.wire.messages import FinetuneSpec, FinetuneStatus
 from llmgw.wire.states import NodeState
 
 log = logging.getLogger("llmgw.finetune")
@@ -59,28 +60,17 @@ AGENT_STATES = frozenset(
 )
 
 
-class Session(Protocol):
-    def ask(
-        self, kind: str, args: dict[str, Any], timeout: float = 15.0
-    ) -> AsyncIterator[Response]: ...
-
-
-class Node(Protocol):
-    """What is read of a node (``registry.NodeView``)."""
-
-    id: str
-    state: NodeState
-    cordoned: bool
-    draining: bool
+class Nodes(Protocol):
+    """The registry, as read here: the nodes, and its node timeout's two figures."""
 
     @property
-    def session(self) -> Session | None: ...
+    def nodes(self) -> Mapping[str, NodeView]: ...
 
+    @property
+    def interval(self) -> float: ...
 
-class Nodes(Protocol):
-    nodes: Mapping[str, Any]
-    interval: float
-    missed: int
+    @property
+    def missed(self) -> int: ...
 
 
 @dataclass(frozen=True)

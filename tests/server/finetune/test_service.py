@@ -12,8 +12,8 @@ from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.wire.codec import from_map
 from llmgw.wire.messages import FinetuneSpec, FinetuneStatus
-
-from .conftest import Plane, card, sha
+from tests.server.finetune.conftest import Plane
+from tests.support.finetunes import card, sha
 
 ADMIN = Principal("admin@test", "admin", "admin_token")
 PAIRS = "".join(json.dumps({"prompt": f"q{i}", "completion": f"a{i}"}) + "\n" for i in range(20))
