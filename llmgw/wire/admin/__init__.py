@@ -104,6 +104,7 @@ from llmgw.wire.admin.cluster import (
     VersionsJson,
     WantedEngineJson,
 )
+from llmgw.wire.admin.finetune import FinetuneJson
 from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
 from llmgw.wire.admin.mcp import (
     McpFailure,
@@ -165,6 +166,7 @@ from llmgw.wire.admin.slurm import (
 from llmgw.wire.admin.upgrade import UpgradeJson, UpgradeStepJson
 
 __all__ = [
+    "FinetuneJson",
     "McpFailure",
     "McpHeaderJson",
     "McpServerJson",

@@ -10,9 +10,11 @@ import httpx
 from llmgw.server.app import ControlPlane
 from llmgw.server.fleet.figures import LiveFigures
 from llmgw.server.fleet.registry import NodeView
+from llmgw.wire.admin import FinetuneJson
 from llmgw.wire.hardware import HostFacts
 from llmgw.wire.states import NodeState
 from tests.support.finetunes import AgentEnd, tiny_model
+from tests.support.shapes import check
 
 PAIRS = "".join(json.dumps({"prompt": f"q{i}", "completion": f"a{i}"}) + "\n" for i in range(20))
 
@@ -47,8 +49,10 @@ async def test_create_list_show_cancel(plane: tuple[ControlPlane, httpx.AsyncCli
     assert [j["id"] for j in listed] == [job["id"]]
     shown = await client.get(f"/api/v1/finetunes/{job['id']}")
     assert shown.json()["name"] == "tuned"
+    check(FinetuneJson, shown.json())
     assert (await client.get("/api/v1/finetunes/ft-000000000000")).status_code == 404
     cancelled = await client.post(f"/api/v1/finetunes/{job['id']}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
+    check(FinetuneJson, cancelled.json())
     again = await client.post(f"/api/v1/finetunes/{job['id']}/cancel")
     assert again.status_code == 409
