@@ -25,6 +25,7 @@ from llmgw.agent.engines.provision import NodeEngines
 from llmgw.agent.engines.pyinstall import PACKAGES, PythonEngineInstaller, find_uv
 from llmgw.agent.fabricprobe import BandwidthServers, run_client
 from llmgw.agent.finetune import runner as finetune
+from llmgw.agent.finetune.adapters import FinetunedWeights, StoredAdapters
 from llmgw.agent.finetune.kit import trainer_kit
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
 from llmgw.agent.memrate import MemoryRateProbe
@@ -39,6 +40,7 @@ from llmgw.modelkit.files import ShapeError, inspect_local
 from llmgw.modelkit.sources import SourceError, cache_name, parse_source
 from llmgw.reexec import exec_again
 from llmgw.wire.messages import (
+    AdapterPiece,
     AgentSettings,
     EngineInfo,
     EngineStatus,
@@ -112,10 +114,12 @@ class NodeRuntime:
         self.weights = WeightStore(opts.weights_dir, self.hub)
         # vLLM replicas' KV-cache events (kv_events), netted and sent up the stream.
         self.cache = CacheWatch(opts.state_dir / "kvevents", self.emit)
+        # Fine-tunes' stored adapters (finetune:NAME), fetched from the control plane.
+        self.stored_adapters = StoredAdapters(opts.state_dir / "finetuned", self.emit)
         self.supervisor = Supervisor(
             opts.state_dir / "shards",
             self,
-            self.weights,
+            FinetunedWeights(self.weights, self.stored_adapters),
             self.emit,
             host=opts.engine_host,
             engine_user=opts.engine_user,
@@ -230,6 +234,8 @@ class NodeRuntime:
     def attach(self, send: Callable[[Message], None] | None) -> None:
         self._send = send
         self.finetunes.attach(send is not None)
+        if send is None:
+            self.stored_adapters.detached()
         if send is not None:
             self.cache.attach()  # a control plane new to this stream knows no cache
             self.slurm.report_soon()  # what Slurm is here, before any Slurm message
@@ -273,6 +279,8 @@ class NodeRuntime:
             await self.firewall.keep(msg)
         elif isinstance(msg, Slurm):
             self.slurm.want(msg)
+        elif isinstance(msg, AdapterPiece):
+            self.stored_adapters.piece(msg)
         elif isinstance(msg, Request):
             try:
                 await self._answer(msg)

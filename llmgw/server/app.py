@@ -185,6 +185,7 @@ class ControlPlane:
                 remove_files=self.fleet.remove_source,
                 vouched=self.mirror_watch.vouched,
                 hub_for=self.mirror_watch.hub_for,
+                finetuned=lambda model, name: self.finetunes.servable(model, name),
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
@@ -458,7 +459,6 @@ class ControlPlane:
         await self.slurm.kept.load()
         await self.guard.load()
         await self.mcp.registry.load()
-        await self.finetunes.load()
 
     def _apply_stopped(self, stopped: bool) -> None:
         """`llmgw stop`: /v1 refuses, every model goes to zero; the catalog is unchanged."""

@@ -453,6 +453,34 @@ class FinetuneStatus(Message):
     doing: str | None = None
 
 
+@dataclass(frozen=True)
+class AdapterAsk(Message):
+    """The agent asks for a piece of a fine-tune's stored adapter (``finetune:NAME``,
+    a shard's LoRA adapter), from byte ``at``; answered by an AdapterPiece."""
+
+    TYPE: ClassVar[str] = "adapter_ask"
+    ask_id: str
+    name: str
+    at: int = 0
+
+
+@dataclass(frozen=True)
+class AdapterPiece(Message):
+    """The control plane's answer to an AdapterAsk: up to 1 MiB of the adapter from
+    ``at``, with the whole file's size, sha256 and kind ("gguf" or "peft-tar"); or
+    ``error`` in words (no such fine-tune, not succeeded)."""
+
+    TYPE: ClassVar[str] = "adapter_piece"
+    ask_id: str
+    name: str
+    at: int = 0
+    data: bytes = b""
+    total: int | None = None
+    sha256: str | None = None
+    kind: str | None = None
+    error: str | None = None
+
+
 # The PYTHONHASHSEED vLLM runs with where its KV events are routed on: the root of its
 # block hashes, so the router can hash a prompt's blocks as the engine does.
 KV_HASH_SEED = "0"
@@ -516,6 +544,8 @@ _REGISTRY: dict[str, type[Message]] = {
         Slurm,
         SlurmStatus,
         FinetuneStatus,
+        AdapterAsk,
+        AdapterPiece,
         Request,
         Response,
     )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from llmgw import pki
 from llmgw.modelkit import sizing
 from llmgw.modelkit.enginerules import RuleError, rules
+from llmgw.modelkit.finetuned import finetune_name
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.modelkit.sources import WeightsError, check_named_pickle, normalise_source, parse_source
 from llmgw.wire.messages import AdapterSpec, GroupSpec, ShardSpec
@@ -342,6 +343,17 @@ def check_source(source: str, allow_pickle: bool) -> str:
         raise CatalogError("source", str(exc)) from None
 
 
+def _adapter_source(source: str, allow_pickle: bool) -> str:
+    """An adapter's source in normal form: a weights source, or a fine-tune's stored
+    adapter (``finetune:NAME``, fetched from the control plane)."""
+    try:
+        if finetune_name(source) is not None:
+            return source
+    except ValueError as exc:
+        raise CatalogError("source", str(exc)) from None
+    return check_source(source, allow_pickle)
+
+
 def check_name(name: str) -> str:
     if not MODEL_NAME.match(name):
         raise CatalogError(
@@ -479,7 +491,7 @@ def check_adapters(model: Model) -> tuple[Adapter, ...]:
         if not math.isfinite(a.scale) or abs(a.scale) > MAX_SCALE:
             raise CatalogError("scale", f"give a scale from -{MAX_SCALE} to {MAX_SCALE}")
         try:
-            source = check_source(a.source, model.allow_pickle)
+            source = _adapter_source(a.source, model.allow_pickle)
         except CatalogError as exc:
             why = str(exc).removeprefix("source: ")
             raise CatalogError("source", f"adapter {a.name}: {why}") from None

@@ -29,7 +29,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from llmgw.modelkit.sources import WeightsError, parse_source
@@ -45,7 +45,7 @@ from llmgw.server.store import Store
 from llmgw.server.store.finetunes import FinetuneRow
 from llmgw.server.store.values import Audit
 from llmgw.wire.codec import to_map
-from llmgw.wire.messages import FinetuneSpec, FinetuneStatus
+from llmgw.wire.messages import AdapterAsk, AdapterPiece, FinetuneSpec, FinetuneStatus
 from llmgw.wire.states import NodeState
 
 log = logging.getLogger("llmgw.finetune")
@@ -108,6 +108,10 @@ class FinetuneService:
         self._heard: dict[str, float] = {}
         self._uploads: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
+        self._giving: set[asyncio.Task[None]] = set()
+        # The stored adapter last given to a node, by job id: a shard's fetch asks for
+        # it a piece at a time, and every replica of the model asks.
+        self._given: tuple[str, bytes] | None = None
 
     async def load(self) -> None:
         """Every job from the store; the live ones' clocks start now."""
@@ -149,6 +153,53 @@ class FinetuneService:
             log.warning("fine-tune %s: its stored adapter does not match its sha256", job.id)
             return None
         return job, data
+
+    def servable(self, model: str, name: str) -> str | None:
+        """Why the fine-tune ``name`` cannot be served as an adapter of ``model`` (its
+        source ``finetune:NAME``), in words; None when it can."""
+        job = self.succeeded(name)
+        if job is None:
+            live = [j for j in self.jobs.values() if j.name == name and not j.ended]
+            if live:
+                return (
+                    f"the fine-tune {live[0].id} making {name!r} is {live[0].state}; add it "
+                    "once it has succeeded (`llmgw ctl finetune show`)"
+                )
+            return f"no fine-tune made an adapter {name!r}; see `llmgw ctl finetune list`"
+        if job.model != model:
+            return f"{name!r} was trained for {job.model}, not {model}"
+        return None
+
+    async def _give(self, node_id: str, ask: AdapterAsk) -> None:
+        """One piece of a stored adapter, sent to the node that asked."""
+        view = self.registry.nodes.get(node_id)
+        session = view.session if view is not None else None
+        if session is None:
+            return
+        job = self.succeeded(ask.name)
+        piece = AdapterPiece(ask_id=ask.ask_id, name=ask.name, at=ask.at)
+        if job is None:
+            piece = replace(piece, error=self.servable("", ask.name) or "no such fine-tune")
+        else:
+            data = self._given[1] if self._given and self._given[0] == job.id else None
+            if data is None:
+                found = await self.adapter(ask.name)
+                data = found[1] if found else None
+                self._given = (job.id, data) if data is not None else None
+            if data is None:
+                piece = replace(piece, error=f"the stored adapter of {job.id} is damaged")
+            elif not 0 <= ask.at < len(data):
+                piece = replace(piece, error=f"no piece at {ask.at} of {len(data):,} bytes")
+            else:
+                piece = replace(
+                    piece,
+                    data=data[ask.at : ask.at + PIECE],
+                    total=len(data),
+                    sha256=job.adapter_sha256,
+                    kind=job.adapter_kind,
+                )
+        with contextlib.suppress(ConnectionError):
+            await session.send(piece)
 
     # --- creating ---------------------------------------------------------------------
 
@@ -287,8 +338,14 @@ class FinetuneService:
 
     # --- the node's word --------------------------------------------------------------
 
-    def report(self, node_id: str, msg: FinetuneStatus) -> None:
-        """A FinetuneStatus from ``node_id`` (the registry's hook)."""
+    def report(self, node_id: str, msg: FinetuneStatus | AdapterAsk) -> None:
+        """A fine-tune's status, or an ask for a stored adapter, from ``node_id`` (the
+        registry's hook)."""
+        if isinstance(msg, AdapterAsk):
+            task = asyncio.create_task(self._give(node_id, msg))
+            self._giving.add(task)
+            task.add_done_callback(self._giving.discard)
+            return
         job = self.jobs.get(msg.id)
         if job is None or job.node != node_id:
             log.info("node %s reports fine-tune %s, which it does not run here", node_id, msg.id)
@@ -362,7 +419,7 @@ class FinetuneService:
 
     async def flush(self) -> None:
         dirty, self._dirty = self._dirty, set()
-        rows = [_row(self.jobs[i]) for i in sorted(dirty) if i in self.jobs]
+        rows = [stored_row(self.jobs[i]) for i in sorted(dirty) if i in self.jobs]
         try:
             if rows:
                 await self.store.finetunes.put_many(rows)
@@ -403,7 +460,7 @@ class FinetuneService:
         audit = Audit(
             job.by or "finetune", "finetune.succeeded", job.id, f"{job.name}: {size:,} bytes"
         )
-        await self.store.finetunes.finish(_row(done), adapter, PIECE, audit)
+        await self.store.finetunes.finish(stored_row(done), adapter, PIECE, audit)
         self.jobs[job_id] = done
         self._heard.pop(job_id, None)
         if done.node is not None:
@@ -438,7 +495,7 @@ class FinetuneService:
         return failed
 
     async def _put(self, job: FinetuneJob, audit: Audit) -> None:
-        await self.store.finetunes.put(_row(job), audit)
+        await self.store.finetunes.put(stored_row(job), audit)
         self.jobs[job.id] = job
         self._dirty.discard(job.id)
 
@@ -447,7 +504,8 @@ class FinetuneService:
         self._dirty.add(job.id)
 
 
-def _row(job: FinetuneJob) -> FinetuneRow:
+def stored_row(job: FinetuneJob) -> FinetuneRow:
+    """The store's row of a job."""
     return FinetuneRow(
         job.id, job.name, job.model, job.state, job.document(), job.created, job.updated
     )

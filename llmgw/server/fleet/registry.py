@@ -32,6 +32,7 @@ from llmgw.wire import Heartbeat, HostFacts, Register
 from llmgw.wire.admin import NodeJson, SettingsReportJson
 from llmgw.wire.hardware import GPU
 from llmgw.wire.messages import (
+    AdapterAsk,
     DownloadProgress,
     EngineInfo,
     EngineStatus,
@@ -221,8 +222,9 @@ class RegistryHooks:
     # A replica's KV-cache blocks changed (vLLM's events), and whether the node that
     # told runs that replica (only then is it believed): the gateway's KV index.
     kv_blocks: Callable[[str, KvBlocks, bool], None]
-    # A fine-tune's word from the node training it (``server/finetune``).
-    finetune: Callable[[str, FinetuneStatus], None] = lambda node_id, msg: None
+    # A fine-tune's word from the node training it, or a node's ask for a fine-tune's
+    # stored adapter (``server/finetune``).
+    finetune: Callable[[str, FinetuneStatus | AdapterAsk], None] = lambda node_id, msg: None
 
 
 def _stored_facts(node_id: str, stored: dict[str, Any] | None) -> HostFacts | None:
@@ -442,12 +444,13 @@ class NodeRegistry:
         | EngineStatus
         | KvBlocks
         | SlurmStatus
-        | FinetuneStatus,
+        | FinetuneStatus
+        | AdapterAsk,
     ) -> None:
         """Keep the latest word of a shard, a download, the node's engines or its Slurm;
         hand a replica's cache blocks on to the router and a fine-tune's word to the
         fine-tunes (they change nothing else)."""
-        if isinstance(msg, FinetuneStatus):
+        if isinstance(msg, FinetuneStatus | AdapterAsk):
             self.hooks.finetune(node_id, msg)
             return
         if isinstance(msg, KvBlocks):

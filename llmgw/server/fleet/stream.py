@@ -43,6 +43,7 @@ from llmgw.wire.channel import STREAM_PATH, FrameChannel, header_map
 from llmgw.wire.codec import MessageError
 from llmgw.wire.framing import FrameError
 from llmgw.wire.messages import (
+    AdapterAsk,
     DownloadProgress,
     EngineStatus,
     FinetuneStatus,
@@ -72,6 +73,7 @@ Report = (
     | KvBlocks
     | SlurmStatus
     | FinetuneStatus
+    | AdapterAsk
 )
 
 
