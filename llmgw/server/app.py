@@ -585,6 +585,7 @@ class ControlPlane:
             mirror_watch=self.mirror_watch,
             mcp=self.mcp.service,
             guard=self.guard,
+            finetunes=self.finetunes,
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

@@ -46,6 +46,7 @@ from llmgw.server.access import Access, Gate, allowed
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.catalog.views import ModelViews
+from llmgw.server.finetune.service import FinetuneService
 from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
@@ -180,6 +181,8 @@ class Services:
     mcp: McpService | None = None
     # Guard policies and their decisions (the guard page); None: no guard page.
     guard: GuardService | None = None
+    # Fine-tune jobs (the fine-tunes page); None: no fine-tunes page.
+    finetunes: FinetuneService | None = None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from llmgw.server.pages import (
     catalogpages,
     devicepages,
     fabricpages,
+    finetunepages,
     fleetpages,
     guardpages,
     i18n,
@@ -230,6 +231,7 @@ def routes(
         *mirrorpages.pages(frame, services.mirror, services.mirror_watch),
         *(mcppages.pages(frame, services.mcp, grants) if services.mcp else []),
         *(guardpages.pages(frame, services.guard) if services.guard else []),
+        *(finetunepages.pages(frame, services.finetunes) if services.finetunes else []),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),
