@@ -256,6 +256,7 @@ class NodeRuntime:
         return {s.pid for s in self.supervisor.shards.values() if s.pid is not None}
 
     def heartbeat_fields(self) -> HeartbeatFields:
+        self.finetunes.beat()  # each live fine-tune's word goes with the heartbeat
         fields: HeartbeatFields = {"shards": self.supervisor.usage()}
         fields.update(self.memrate.heartbeat_fields())
         settings, running = self.opts.settings, self.opts.running

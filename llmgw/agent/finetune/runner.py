@@ -19,8 +19,8 @@ not converted; the status says ``uploading`` with its size and sha256, and the c
 plane takes it in pieces (``finetune.piece``), then says ``finetune.forget``, and the
 job's directory goes. ``finetune.cancel`` kills the trainer's process group.
 
-Every job's status goes up again, whole, on each new stream (``attach``), and every
-``KEEPALIVE`` seconds while it runs, so a control plane that just started leading
+Every job's status goes up again, whole, on each new stream (``attach``), and with
+every heartbeat while it runs (``beat``), so a control plane that just started leading
 knows it and one that hears nothing of a job for its node timeout knows it is gone.
 """
 
@@ -50,7 +50,6 @@ from llmgw.wire.messages import FinetuneSpec, FinetuneStatus, Message, Request, 
 log = logging.getLogger("llmgw.agent.finetune")
 
 PIECE = 1024 * 1024
-KEEPALIVE = 5.0
 # A step's status waits this long for the next step's, so a fast trainer is one
 # message a second, not one a step.
 STEP_EVERY = 1.0
@@ -128,7 +127,6 @@ class FinetuneRunner:
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self._connected = False
-        self._keepalive: asyncio.Task[None] | None = None
 
     # --- the session ------------------------------------------------------------------
 
@@ -139,13 +137,8 @@ class FinetuneRunner:
             job.told = 0
             if connected:
                 self._say(job)
-        if connected and self._keepalive is None:
-            self._keepalive = asyncio.create_task(self._keep_saying())
 
     async def close(self) -> None:
-        if self._keepalive is not None:
-            self._keepalive.cancel()
-            await asyncio.gather(self._keepalive, return_exceptions=True)
         for job in self.jobs.values():
             await self._stop(job)
 
@@ -428,14 +421,12 @@ class FinetuneRunner:
         )
         job.told = len(job.loss)
 
-    async def _keep_saying(self) -> None:
-        while True:
-            await asyncio.sleep(KEEPALIVE / 2)
-            for job in list(self.jobs.values()):
-                if self.clock() - job.said_at >= KEEPALIVE or (
-                    job.told < len(job.loss) and self.clock() - job.said_at >= STEP_EVERY
-                ):
-                    self._say(job)
+    def beat(self) -> None:
+        """A heartbeat goes up: each live job's status goes with it (what a step said
+        since included), so the control plane hears of a job as often as of its node."""
+        for job in list(self.jobs.values()):
+            if job.running or job.state == "uploading":
+                self._say(job)
 
 
 class FinetuneRefused(Exception):

@@ -289,3 +289,22 @@ def _alive(pid: int) -> bool:
     # a zombie (killed, not yet reaped by its parent) counts as gone
     stat = Path(f"/proc/{pid}/stat")
     return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+async def test_each_heartbeat_carries_a_live_jobs_word(
+    node: tuple[FinetuneRunner, Stream, Weights], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner, stream, _ = node
+    monkeypatch.setenv("STANDIN_MODE", "hang")
+    job = spec()
+    await send(runner, stream, job, PAIRS)
+    await stream.until("training")
+    before = len(stream.statuses())
+    runner.beat()
+    runner.beat()
+    assert len(stream.statuses()) == before + 2
+    assert stream.statuses()[-1].state == "training"
+    await ask(runner, stream, "finetune.cancel", id=job.id)
+    said = len(stream.statuses())
+    runner.beat()  # an ended job is said on a new stream, not with every beat
+    assert len(stream.statuses()) == said
