@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -119,6 +120,10 @@ class Supervisor:
     def log_path(self, replica_id: str) -> Path:
         return self.root / f"{replica_id}.log"
 
+    def workdir(self, replica_id: str) -> Path:
+        """The replica's directory: its engine's working directory."""
+        return self.root / "work" / replica_id
+
     def _save(self, shard: Shard) -> None:
         record: ShardRecord = {
             "spec": to_map(shard.spec),
@@ -133,6 +138,8 @@ class Supervisor:
     def _forget(self, replica_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._spec_path(replica_id).unlink()
+        # Whatever the engine left in its directory goes with it (the log stays).
+        shutil.rmtree(self.workdir(replica_id), ignore_errors=True)
 
     # --- reporting --------------------------------------------------------------------
 
@@ -244,6 +251,10 @@ class Supervisor:
             argv += flags
             env.update(extra)
         log_path = self.log_path(spec.replica_id)
+        # The replica's own directory is the engine's working directory: a relative
+        # path in its profile's environment (``engineenv``) is read from there.
+        workdir = self.workdir(spec.replica_id)
+        workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
         with log_path.open("ab") as out:
             out.write(f"--- llmgw: starting {' '.join(argv[:1])} at {time.ctime()}\n".encode())
             out.flush()
@@ -253,6 +264,7 @@ class Supervisor:
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
+                cwd=workdir,
                 start_new_session=True,
                 user=self.engine_user,
             )
