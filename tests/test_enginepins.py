@@ -59,7 +59,11 @@ def test_a_version_alone_a_number_or_a_map_read_as_one_shape() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "words"),
     [
-        ("tgi", "1.0", r"^'tgi' is not an engine llmgw runs \(it runs llama.cpp, vllm, sglang, freetoken, tensorrt-llm\)"),
+        (
+            "tgi",
+            "1.0",
+            r"^'tgi' is not an engine llmgw runs \(it runs llama.cpp, vllm, sglang, freetoken, tensorrt-llm\)",
+        ),
         ("llama.cpp", "b 6000", r"^llama.cpp: 'b 6000' is not a version"),
         ("llama.cpp", "", r"^llama.cpp: '' is not a version"),
         ("vllm", "-rc1", r"^vllm: '-rc1' is not a version"),

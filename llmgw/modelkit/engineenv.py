@@ -119,11 +119,3 @@ def check_env(engine: str, env: Mapping[str, str]) -> dict[str, str]:
         if why is not None:
             raise EnvError(why)
     return dict(env)
-
-
-def parse_assignment(text: str) -> tuple[str, str]:
-    """``K=V`` as (K, V); EnvError when there is no ``=`` or no name."""
-    name, eq, value = text.partition("=")
-    if not eq or not name:
-        raise EnvError(f"{text!r} is not NAME=VALUE (like NCCL_DEBUG=INFO)")
-    return name, value

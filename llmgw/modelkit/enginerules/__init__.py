@@ -36,6 +36,8 @@ class EngineRules:
     tensor_split: bool
     # False for an engine that runs on cards only (no CPU build).
     runs_on_cpu: bool = True
+    # False for an engine llmgw runs a replica of on one node only.
+    spans_nodes: bool = True
     # Keeps a mixture of experts' experts in host memory, the rest on its card.
     experts_in_ram: bool = False
     # What a card and its host must be for it; None where any will do.
@@ -69,8 +71,8 @@ class EngineRules:
             return [EXPERT_PARALLEL]
         return []
 
-    def check(self, args: Sequence[str], cards: int) -> None:
-        """Refuse arguments or a card count this engine must not be given."""
+    def check(self, args: Sequence[str], cards: int, nodes: int = 1) -> None:
+        """Refuse arguments, a card count or a node count this engine must not be given."""
         flag = self.refused.refused_flag(args)
         if flag is not None:
             raise RuleError(
@@ -87,6 +89,11 @@ class EngineRules:
             raise RuleError(f"{self.name} runs on one card; give the profile 1 card")
         if cards == 0 and not self.runs_on_cpu:
             raise RuleError(f"{self.name} runs on cards only; give the profile 1 card or more")
+        if nodes > 1 and not self.spans_nodes:
+            raise RuleError(
+                f"llmgw runs a {self.name} replica on one node; give the profile 1 node "
+                "(serve a larger model with vllm or sglang across nodes)"
+            )
 
     def card_refusal(self, compute: str | None, driver: str | None) -> str | None:
         """Why this engine cannot use a card of that compute capability and driver
@@ -153,6 +160,7 @@ RULES: dict[str, EngineRules] = {
         multi_card=False,
         tensor_split=False,
         runs_on_cpu=False,
+        spans_nodes=False,
         experts_in_ram=True,
         min_compute=freetoken.MIN_COMPUTE,
         min_driver=freetoken.MIN_DRIVER,
@@ -166,6 +174,7 @@ RULES: dict[str, EngineRules] = {
         multi_card=True,
         tensor_split=True,
         runs_on_cpu=False,
+        spans_nodes=False,
     ),
 }
 

@@ -381,7 +381,7 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
     """Refuse what the engine must not run; work out the profile's memory figures."""
     try:
         engine = rules(profile.engine)
-        engine.check(profile.args, profile.cards)
+        engine.check(profile.args, profile.cards, profile.nodes)
         check_env(profile.engine, profile.env)
     except (RuleError, EnvError) as exc:
         raise CatalogError(f"profiles.{profile.name}", str(exc)) from None

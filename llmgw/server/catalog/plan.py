@@ -434,6 +434,8 @@ def plan(
         rules = enginerules.rules(engine_name)
     except enginerules.RuleError as exc:
         raise PlanError(str(exc)) from None
+    if nodes_per_replica > 1 and not rules.spans_nodes:
+        raise PlanError(f"llmgw runs a {engine_name} replica on one node; ask for 1 node")
     if cards == 0 and not rules.runs_on_cpu:
         raise PlanError(f"{engine_name} runs on cards only; ask for 1 card or more (--gpus 1)")
     if cards is not None and cards > 1 and not rules.multi_card:
