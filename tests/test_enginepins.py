@@ -62,7 +62,8 @@ def test_a_version_alone_a_number_or_a_map_read_as_one_shape() -> None:
         (
             "tgi",
             "1.0",
-            r"^'tgi' is not an engine llmgw runs \(it runs llama.cpp, vllm, sglang, freetoken, tensorrt-llm\)",
+            r"^'tgi' is not an engine llmgw runs "
+            r"\(it runs llama.cpp, vllm, sglang, freetoken, tensorrt-llm\)",
         ),
         ("llama.cpp", "b 6000", r"^llama.cpp: 'b 6000' is not a version"),
         ("llama.cpp", "", r"^llama.cpp: '' is not a version"),
