@@ -73,6 +73,13 @@ class EngineAdapter(abc.ABC):
             )
         if len(spec.cards) > 1 and not self.multi_card:
             raise EngineError(f"{self.name} runs on one card; give the profile 1 card")
+        rules = RULES[self.name]
+        if not spec.cards and not rules.runs_on_cpu:
+            raise EngineError(f"{self.name} runs on cards only; give the profile 1 card or more")
+        if spec.group is not None and not rules.spans_nodes:
+            raise EngineError(
+                f"llmgw runs a {self.name} replica on one node; give the profile 1 node"
+            )
         try:
             cuda_visible_devices(spec.cards)
         except ValueError as exc:

@@ -29,13 +29,6 @@ class FreeTokenAdapter(EngineAdapter):
     name = "freetoken"
     key_env = "FREETOKEN_API_KEY"
 
-    def check(self, spec: ShardSpec) -> None:
-        super().check(spec)
-        if not spec.cards:
-            raise EngineError("freetoken runs on a card; give the profile 1 card")
-        if spec.group is not None:
-            raise EngineError("freetoken runs a replica on one node; give the profile 1 node")
-
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         if model_path.endswith(".gguf"):
             raise EngineError(

@@ -25,16 +25,6 @@ class TensorRtLlmAdapter(EngineAdapter):
     name = "tensorrt-llm"
     key_env = None
 
-    def check(self, spec: ShardSpec) -> None:
-        super().check(spec)
-        if not spec.cards:
-            raise EngineError("tensorrt-llm runs on cards; give the profile 1 card or more")
-        if spec.group is not None:
-            raise EngineError(
-                "llmgw runs a tensorrt-llm replica on one node (it spans nodes only under "
-                "MPI, which llmgw does not run); give the profile 1 node"
-            )
-
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         if model_path.endswith(".gguf"):
             raise EngineError(
