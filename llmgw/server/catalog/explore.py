@@ -36,8 +36,9 @@ from llmgw.server.catalog.exploresets import (
     repo_format,
 )
 from llmgw.server.catalog.room import Room
+from llmgw.server.catalog.scheduler import NodeCapacity
 from llmgw.server.fleet.agentsettings import AgentSettings
-from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.fleet.registry import NodeRegistry, NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ExploreQuery
 from llmgw.wire.admin.explore import (
@@ -95,8 +96,8 @@ class _Kept:
 class ExploreService:
     def __init__(
         self,
-        registry: NodeRegistry,
-        room: Room,
+        nodes: Callable[[], Mapping[str, NodeView]],
+        capacities: Callable[[], Sequence[NodeCapacity]],
         endpoint: Callable[[], str | None],
         *,
         token: str | None = None,
@@ -105,10 +106,11 @@ class ExploreService:
         timeout: float = TIMEOUT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``endpoint``: the cluster's hf_endpoint as set now (None: ``HF_ENDPOINT`` or
-        huggingface.co); ``token``: else ``HF_TOKEN``."""
-        self.registry = registry
-        self.room = room
+        """``nodes``: the registry's views; ``capacities``: the nodes as placement sees
+        them now (``Room.fleet``); ``endpoint``: the cluster's hf_endpoint as set now
+        (None: ``HF_ENDPOINT`` or huggingface.co); ``token``: else ``HF_TOKEN``."""
+        self._nodes = nodes
+        self._capacities = capacities
         self._endpoint = endpoint
         self._token = token
         self._environ = environ
@@ -157,7 +159,7 @@ class ExploreService:
         return found
 
     def fleet(self) -> JudgeFleet:
-        return judge_fleet(self.registry.nodes, self.room.fleet(at_rest=False))
+        return judge_fleet(self._nodes(), self._capacities())
 
     def hub_address(self) -> str:
         return str(self._hub().endpoint)
@@ -266,4 +268,4 @@ def explore_service(registry: NodeRegistry, room: Room, settings: AgentSettings)
         found = settings.get("hf_endpoint")
         return found if isinstance(found, str) and found else None
 
-    return ExploreService(registry, room, endpoint)
+    return ExploreService(lambda: registry.nodes, lambda: room.fleet(at_rest=False), endpoint)

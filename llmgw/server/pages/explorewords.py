@@ -23,8 +23,12 @@ TURKISH: dict[str, str] = {
     "No KV cache is counted: the hub does not list a model's layers.": (
         "KV önbelleği hesaba katılmadı: hub bir modelin katmanlarını listelemiyor."
     ),
-    "{shown} of {listed} repositories from {hub}.": "{hub} kaynağından {listed} deponun {shown} tanesi.",
-    "No node has a card: GGUF repositories only.": "Hiçbir düğümde kart yok: yalnızca GGUF depoları.",
+    "{shown} of {listed} repositories from {hub}.": (
+        "{hub} kaynağından {listed} deponun {shown} tanesi."
+    ),
+    "No node has a card: GGUF repositories only.": (
+        "Hiçbir düğümde kart yok: yalnızca GGUF depoları."
+    ),
     "Parameters": "Parametreler",
     "Judged at": "Değerlendirilen",
     "Likes": "Beğeniler",
