@@ -185,6 +185,7 @@ class HubStandIn:
         self.url = f"http://127.0.0.1:{self.port}"
         self.asked: list[web.Request] = []
         self.runner: web.AppRunner | None = None
+        self.release = asyncio.Event()
 
     def _by_id(self) -> dict[str, dict[str, Any]]:
         return {r["id"]: r for r in self.repos}
@@ -192,7 +193,8 @@ class HubStandIn:
     async def _answer(self, request: web.Request, body: object) -> web.Response:
         self.asked.append(request)
         if self.mode == "stall":
-            await asyncio.Event().wait()
+            # Until the stand-in closes: then the answer goes to no one.
+            await self.release.wait()
         if self.mode == "garbage":
             return web.Response(text="<html><body>502 Bad Gateway</body></html>", status=200)
         if self.mode == "wrong":
@@ -237,5 +239,6 @@ class HubStandIn:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self.release.set()
         if self.runner is not None:
             await self.runner.cleanup()

@@ -1,6 +1,7 @@
 """``GET /api/v1/explore`` and ``GET /api/v1/explore/{org}/{repo}``: the hub's
 repositories and a repository's file sets, each judged against the nodes as they are
-now (``ExploreService``). Operators and admins: the control plane asks the hub for them."""
+now (``ExploreService``). Operators and admins: the control plane asks the hub for them.
+A hub that stalls or answers garbage is a 424 (``hub_timeout``, ``hub_error``)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def routes(explore: ExploreService) -> Ops:
             access="operator",
             query=ExploreQuery,
             answer=LISTING,
-            errors=(502, 504),
+            errors=(424,),
         ),
         Op(
             "GET",
@@ -43,6 +44,6 @@ def routes(explore: ExploreService) -> Ops:
             "A hub repository's file sets, each judged against the nodes now",
             access="operator",
             answer=REPOSITORY,
-            errors=(404, 502, 504),
+            errors=(404, 424),
         ),
     ]

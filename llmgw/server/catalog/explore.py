@@ -12,8 +12,9 @@ page reloaded or a list filtered again does not ask it again; the verdicts are m
 fresh at every call, since the nodes change. Judging is ``explorejudge.py``'s.
 
 A hub that does not answer within ``timeout`` seconds, or answers something that is not
-its API, is a ``Refusal`` (504 or 502) saying which and what to do; the pages render it
-in place of the list.
+its API, is a ``Refusal`` with status 424 (the answer depends on the hub, and the hub
+failed: no 5xx, which the admin API keeps for its own faults), code ``hub_timeout`` or
+``hub_error``, saying which and what to do; the pages render it in place of the list.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ TTL = 300.0
 MAX_KEPT = 64
 # The hub must answer within this; a page waits no longer.
 TIMEOUT = 20.0
+# Failed Dependency: the hub, which the answer depends on, stalled or answered garbage.
+HUB_FAILED = 424
 
 T = TypeVar("T")
 
@@ -130,7 +133,7 @@ class ExploreService:
             )
         except HubError as exc:
             raise Refusal(
-                502, "hub_error", f"{exc}; set it with `ctl config set hf_endpoint URL`"
+                HUB_FAILED, "hub_error", f"{exc}; set it with `ctl config set hf_endpoint URL`"
             ) from None
 
     async def _asked(self, key: object, fetch: Callable[[HubListing], Awaitable[T]]) -> T:
@@ -144,7 +147,7 @@ class ExploreService:
                 found = await fetch(hub)
         except TimeoutError:
             raise Refusal(
-                504,
+                HUB_FAILED,
                 "hub_timeout",
                 f"the hub at {where} did not answer within {self.timeout:g} s; try again, or "
                 "point the cluster at a hub this control plane reaches "
@@ -153,7 +156,7 @@ class ExploreService:
         except HubNotFound as exc:
             raise Refusal(404, "not_found", str(exc)) from None
         except HubError as exc:
-            raise Refusal(502, "hub_error", f"the hub at {where}: {exc}") from None
+            raise Refusal(HUB_FAILED, "hub_error", f"the hub at {where}: {exc}") from None
         self.hub_calls += 1
         self._kept.put(key, found)
         return found

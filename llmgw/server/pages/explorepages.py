@@ -12,15 +12,13 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from llmgw.server import schema
-from llmgw.server.catalog.explore import ExploreService
+from llmgw.server.catalog.explore import HUB_FAILED, ExploreService
 from llmgw.server.pages.frame import Frame, Page, PageCall
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ExploreQuery
 
 # What the list's form sends; anything else in the query is left out.
 FIELDS = ("q", "fits", "sort")
-# A hub that stalls, answers garbage or is refused: said in place of the list.
-HUB_FAILURES = (502, 504)
 
 
 def pages(frame: Frame, explore: ExploreService) -> list[Page]:
@@ -31,7 +29,7 @@ def pages(frame: Frame, explore: ExploreService) -> list[Page]:
         try:
             found = await explore.explore(ask)
         except Refusal as exc:
-            if exc.status not in HUB_FAILURES:
+            if exc.status != HUB_FAILED:
                 raise
             error = exc.message
         return frame.render(
@@ -50,7 +48,7 @@ def pages(frame: Frame, explore: ExploreService) -> list[Page]:
         try:
             found = await explore.repository(repo)
         except Refusal as exc:
-            if exc.status not in HUB_FAILURES:
+            if exc.status != HUB_FAILED:
                 raise
             error = exc.message
         return frame.render(

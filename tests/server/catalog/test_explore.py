@@ -209,12 +209,12 @@ async def test_the_hubs_answer_is_kept_for_its_ttl_and_the_verdicts_made_again()
     assert before[small] and not after[small]
 
 
-async def test_a_stalled_hub_is_a_504_in_time_and_not_kept() -> None:
+async def test_a_stalled_hub_is_a_424_in_time_and_not_kept() -> None:
     async with HubStandIn("stall") as hub:
         explorer = service(fleet(), hub.url, timeout=0.5)
         with pytest.raises(Refusal) as refused:
             await explorer.explore(ExploreQuery())
-        assert refused.value.status == 504
+        assert (refused.value.status, refused.value.code) == (424, "hub_timeout")
         assert f"the hub at {hub.url} did not answer within 0.5 s" in refused.value.message
         assert "ctl config set hf_endpoint" in refused.value.message
         hub.mode = "ok"
@@ -223,11 +223,11 @@ async def test_a_stalled_hub_is_a_504_in_time_and_not_kept() -> None:
 
 
 @pytest.mark.parametrize(("mode", "said"), [("garbage", "not JSON"), ("wrong", "not a list")])
-async def test_a_hub_answering_garbage_is_a_502_naming_it(mode: str, said: str) -> None:
+async def test_a_hub_answering_garbage_is_a_424_naming_it(mode: str, said: str) -> None:
     async with HubStandIn(mode) as hub:
         with pytest.raises(Refusal) as refused:
             await service(fleet(), hub.url).explore(ExploreQuery())
-    assert refused.value.status == 502 and refused.value.code == "hub_error"
+    assert refused.value.status == 424 and refused.value.code == "hub_error"
     assert hub.url in refused.value.message and said in refused.value.message
 
 
