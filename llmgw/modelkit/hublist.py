@@ -30,6 +30,7 @@ import aiohttp
 from yarl import URL
 
 from llmgw.modelkit.hub import HubClient, HubError, HubFile
+from llmgw.modelkit.sources import SourceError, parse_source
 
 # The fields the explorer judges by, asked of the listing and of one repository.
 EXPAND = (
@@ -130,7 +131,7 @@ def repo_from_json(value: object) -> HubRepo | None:
     if not isinstance(value, dict):
         return None
     repo_id = _text(value.get("id")) or _text(value.get("modelId"))
-    if repo_id is None or repo_id.count("/") != 1:
+    if repo_id is None or not is_repo_id(repo_id):
         return None
     tags = value.get("tags")
     siblings = value.get("siblings")
@@ -163,14 +164,29 @@ def repo_from_json(value: object) -> HubRepo | None:
     )
 
 
+def is_repo_id(text: str) -> bool:
+    """Whether ``text`` is a repository's ORG/REPO as a source names it: what the pages
+    link to and ``ctl model serve`` takes, never a path that climbs or a selector."""
+    try:
+        found = parse_source(f"hf:{text}")
+    except SourceError:
+        return False
+    return found.repo == text and found.quant is None and found.file is None
+
+
 class HubListing(HubClient):
     """The hub's listing API over ``HubClient``'s connection rules."""
 
     async def _json(self, url: URL, what: str, repo: str | None = None) -> object:
         resp = await self._follow(url, {"Accept": "application/json"})
         try:
+            if resp.status == 404 and repo is None:
+                raise HubError(
+                    f"{self.endpoint} has no model listing (GET /api/models answered 404); "
+                    "is hf_endpoint a Hugging Face hub? (an offline mirror serves files only)"
+                )
             if resp.status != 200:
-                raise await self._status_error(resp, repo=repo)
+                raise await self._status_error(resp, repo=repo, url=str(url))
             if resp.content_length is not None and resp.content_length > MAX_ANSWER_BYTES:
                 raise HubError(f"{self.endpoint} sent {what} of {resp.content_length} bytes")
             try:

@@ -86,4 +86,12 @@ def test_fields_of_the_wrong_type_are_absent_not_guessed() -> None:
     assert repo.downloads is None and repo.safetensors is None
     assert repo.gguf is not None and repo.gguf.total is None and repo.gguf.architecture is None
     assert repo.siblings == ("a.gguf",) and repo.tags == ("gguf",)
-    assert repo_from_json({"id": "no-slash"}) is None and repo_from_json([]) is None
+    for bad in ("no-slash", "../x", "a/b/c", "a/b:Q4_K_M", "a/b?x=1", "a--b/c"):
+        assert repo_from_json({"id": bad}) is None, bad
+    assert repo_from_json([]) is None
+
+
+async def test_a_hub_without_a_listing_is_said_to_be_no_hub() -> None:
+    async with HubStandIn() as hub, HubListing(f"{hub.url}/mirror/hf", environ={}) as client:
+        with pytest.raises(HubError, match="has no model listing .*404.*offline mirror"):
+            await client.list_models()

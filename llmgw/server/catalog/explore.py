@@ -26,8 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TypeVar
 
 from llmgw.modelkit.hub import HubError, HubFile, HubNotFound
-from llmgw.modelkit.hublist import MAX_LIMIT, HubListing, HubRepo
-from llmgw.modelkit.sources import SourceError, parse_source
+from llmgw.modelkit.hublist import MAX_LIMIT, HubListing, HubRepo, is_repo_id
 from llmgw.server.catalog.explorejudge import JudgeFleet, judge, judge_fleet
 from llmgw.server.catalog.exploresets import (
     NotJudged,
@@ -220,12 +219,13 @@ class ExploreService:
 
     async def repository(self, repo: str) -> ExploreRepoJson:
         """A repository's file sets, each judged by the planner."""
-        try:
-            source = parse_source(f"hf:{repo}")
-        except SourceError as exc:
-            raise Refusal(400, "bad_request", f"{repo}: {exc}") from None
-        if source.repo is None or source.repo != repo:
-            raise Refusal(400, "bad_request", f"{repo}: give a repository as ORG/REPO")
+        if not is_repo_id(repo):
+            raise Refusal(
+                400,
+                "bad_request",
+                f"{repo!r} is not a repository of the hub: give it as ORG/REPO (letters, "
+                "digits, '-', '_', '.')",
+            )
         fleet = self.fleet()
 
         async def fetch(hub: HubListing) -> tuple[HubRepo, Sequence[HubFile]]:

@@ -164,7 +164,7 @@ def inspection_of(c: Candidate) -> Inspection:
         quantisation=c.name,
         name=c.repo,
     )
-    return Inspection(c.source or f"hf:{c.repo}", c.format, shape, c.bytes, c.files)  # type: ignore[arg-type]
+    return Inspection(c.source or f"hf:{c.repo}", c.format, shape, c.bytes, c.files)
 
 
 def judge(c: Candidate, fleet: JudgeFleet) -> ExploreVerdictJson:

@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import Literal
 
 from llmgw.modelkit.hub import HubFile, is_gguf, split_key
 from llmgw.modelkit.hublist import HubRepo
@@ -71,7 +72,7 @@ class Candidate:
 
     repo: str
     name: str
-    format: ExploreFormat
+    format: Literal["gguf", "safetensors"]
     # The source `ctl model serve` takes; None: the set is an estimate the repository
     # may not hold (a Q4_K_M the listing cannot show).
     source: str | None
