@@ -139,7 +139,10 @@ async def test_an_allowed_url_is_fetched_and_passed_on_as_a_data_url() -> None:
     assert await prepare_images(body, rules, fetch) is True
     assert fetch.asked == ["https://example.com/cat.png"]
     part = body["messages"][0]["content"][1]  # type: ignore[index]
-    assert part == {"type": "image_url", "image_url": {"url": data("image/png", image), "detail": "low"}}
+    assert part == {
+        "type": "image_url",
+        "image_url": {"url": data("image/png", image), "detail": "low"},
+    }
 
 
 async def test_a_fetched_answer_that_is_no_image_is_refused() -> None:
