@@ -304,15 +304,16 @@ class Gateway:
                 "service_unavailable",
                 "model_stopped",
             )
+        limited = self.keys.over_limit(key)
+        if limited is not None:
+            return limited
         if kind == "chat":
+            # After the key's limits: a key over them makes the gateway fetch nothing.
             try:
                 if await prepare_images(body, self._image_rules(model, name), self.images):
                     raw = json.dumps(body).encode()
             except Rejected as exc:
                 return bad_request(exc.message, exc.code, exc.param)
-        limited = self.keys.over_limit(key)
-        if limited is not None:
-            return limited
         flagged = guarded = None
         if key.policies and self.guard is not None and kind != "embedding":
             # Only a key with policies comes here: one without costs nothing.
