@@ -8,8 +8,8 @@ hub's own figures. Pure: no network, no fleet.
   count x its width: packed AWQ and GPTQ weights are counted as the I32 words they are
   stored in, MXFP4 as its U8 bytes, so both come to about four bits a weight).
 - **A repository's page** has its files with their sizes (the tree listing): each GGUF
-  quantisation is a set (a split GGUF's parts together, projectors left out), and the
-  safetensors are one set.
+  quantisation is a set (a split GGUF's parts together; projectors left out, as the
+  planner leaves them out of a model's bytes), and the safetensors are one set.
 
 A set is FP8 when its config says ``quant_method: fp8`` or most of its parameters are
 an ``F8_*`` dtype: such a set is judged only on cards of compute capability 8.9 or more.
@@ -26,6 +26,7 @@ from typing import Literal
 
 from llmgw.modelkit.hub import HubFile, is_gguf, split_key
 from llmgw.modelkit.hublist import HubRepo
+from llmgw.modelkit.projector import is_projector
 from llmgw.wire.admin.explore import ExploreFormat
 
 # Q4_K_M's bits per weight, measured on llama.cpp's files (module docstring).
@@ -154,7 +155,7 @@ def headline(repo: HubRepo) -> Candidate:
             raise NotJudged("the hub did not read its GGUF header (no parameter count)")
         quant = _quant_pattern(HEADLINE_QUANT)
         held = any(
-            quant.search(PurePosixPath(f).name) and not _is_projector(f)
+            quant.search(PurePosixPath(f).name) and not is_projector(f)
             for f in repo.siblings
             if is_gguf(f)
         )
@@ -189,10 +190,6 @@ def _quant_pattern(quant: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![A-Za-z0-9]){re.escape(quant)}(?![A-Za-z0-9_])", re.IGNORECASE)
 
 
-def _is_projector(path: str) -> bool:
-    return PurePosixPath(path).name.lower().startswith("mmproj")
-
-
 def quant_of(path: str) -> str | None:
     """The quantisation a GGUF's file name carries (Q4_K_M, IQ4_XS, BF16), upper case."""
     found = _QUANT.findall(PurePosixPath(path).name)
@@ -209,7 +206,7 @@ def file_sets(repo: HubRepo, files: Sequence[HubFile]) -> list[Candidate]:
     sets: list[Candidate] = []
     groups: dict[str, list[HubFile]] = {}
     for f in visible:
-        if is_gguf(f.path) and not _is_projector(f.path):
+        if is_gguf(f.path) and not is_projector(f.path):
             key = split_key(f.path)
             groups.setdefault(f"{key[0]}@{key[2]}" if key else f.path, []).append(f)
     by_quant: dict[str, int] = {}
