@@ -44,6 +44,6 @@ def routes(explore: ExploreService) -> Ops:
             "A hub repository's file sets, each judged against the nodes now",
             access="operator",
             answer=REPOSITORY,
-            errors=(404, 424),
+            errors=(400, 404, 424),
         ),
     ]
