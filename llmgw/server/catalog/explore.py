@@ -118,8 +118,6 @@ class ExploreService:
         self._environ = environ
         self.timeout = timeout
         self._kept = _Kept(ttl, MAX_KEPT, clock)
-        # Calls the hub answered, for tests of the cache.
-        self.hub_calls = 0
 
     def _hub(self) -> HubListing:
         try:
@@ -135,12 +133,15 @@ class ExploreService:
                 HUB_FAILED, "hub_error", f"{exc}; set it with `ctl config set hf_endpoint URL`"
             ) from None
 
-    async def _asked(self, key: object, fetch: Callable[[HubListing], Awaitable[T]]) -> T:
-        kept = self._kept.get(key)
-        if kept is not None:
-            return kept  # type: ignore[return-value]
+    async def _asked(
+        self, key: tuple[object, ...], fetch: Callable[[HubListing], Awaitable[T]]
+    ) -> T:
+        """What ``fetch`` asks of the hub, kept by the hub's address and ``key``."""
         hub = self._hub()
         where = str(hub.endpoint)
+        kept = self._kept.get((where, *key))
+        if kept is not None:
+            return kept  # type: ignore[return-value]
         try:
             async with hub, asyncio.timeout(self.timeout):
                 found = await fetch(hub)
@@ -156,8 +157,7 @@ class ExploreService:
             raise Refusal(404, "not_found", str(exc)) from None
         except HubError as exc:
             raise Refusal(HUB_FAILED, "hub_error", f"the hub at {where}: {exc}") from None
-        self.hub_calls += 1
-        self._kept.put(key, found)
+        self._kept.put((where, *key), found)
         return found
 
     def fleet(self) -> JudgeFleet:

@@ -194,8 +194,16 @@ async def test_without_cards_gguf_only_is_asked_and_fits_filters() -> None:
 async def test_the_hubs_answer_is_kept_for_its_ttl_and_the_verdicts_made_again() -> None:
     now = [1000.0]
     views = fleet()
-    async with HubStandIn() as hub:
-        explorer = service(views, hub.url, ttl=300, clock=lambda: now[0])
+    async with HubStandIn() as hub, HubStandIn() as other:
+        where = [hub.url]
+        explorer = ExploreService(
+            lambda: views,
+            lambda: [NodeCapacity.from_view(v) for v in views.values()],
+            lambda: where[0],
+            environ={},
+            ttl=300,
+            clock=lambda: now[0],
+        )
         first = await explorer.explore(ExploreQuery(q="qwen"))
         views["cpu-1"] = node("cpu-1", memory=GIB // 4)  # its memory taken meanwhile
         again = await explorer.explore(ExploreQuery(q="qwen"))
@@ -203,6 +211,9 @@ async def test_the_hubs_answer_is_kept_for_its_ttl_and_the_verdicts_made_again()
         now[0] += 301
         await explorer.explore(ExploreQuery(q="qwen"))
         assert len(hub.asked) == 2
+        where[0] = other.url  # the cluster's hf_endpoint set to another hub: asked
+        await explorer.explore(ExploreQuery(q="qwen"))
+        assert (len(hub.asked), len(other.asked)) == (2, 1)
     small = "Qwen/Qwen2.5-0.5B-Instruct-GGUF"
     before = {r["repo"]: r["verdict"]["fits"] for r in first["repos"]}
     after = {r["repo"]: r["verdict"]["fits"] for r in again["repos"]}
