@@ -263,6 +263,8 @@ class Supervisor:
         # path in its profile's environment (``engineenv``) is read from there.
         workdir = self.workdir(spec.replica_id)
         workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if self.engine_user is not None:
+            shutil.chown(workdir, user=self.engine_user)  # the engine may write there
         with log_path.open("ab") as out:
             out.write(f"--- llmgw: starting {' '.join(argv[:1])} at {time.ctime()}\n".encode())
             out.flush()
