@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ from llmgw.agent.engines import EngineError, adapter
 from llmgw.agent.engines.base import EngineAdapter
 from llmgw.agent.logbook import ENGINE_LINES, follow_file, last_lines_of
 from llmgw.agent.shard import Shard, accepts, port_in_use, split_endpoint, still_ours
-from llmgw.agent.weights import WeightsError, lora, parse_source
+from llmgw.agent.weights import WeightsError, lora, parse_source, projector
 from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
 from llmgw.wire.messages import (
@@ -67,6 +68,8 @@ class ShardRecord(TypedDict):
     # What the engine said it runs on, once it was ready (Compute's wire map): kept
     # here because its start-up lines leave the log's tail as requests are logged.
     compute: NotRequired[dict[str, object] | None]
+    # Whether it takes images, as found when its weights were fetched.
+    vision: NotRequired[bool | None]
 
 
 class EngineProvider(Protocol):
@@ -119,6 +122,10 @@ class Supervisor:
     def log_path(self, replica_id: str) -> Path:
         return self.root / f"{replica_id}.log"
 
+    def workdir(self, replica_id: str) -> Path:
+        """The replica's directory: its engine's working directory."""
+        return self.root / "work" / replica_id
+
     def _save(self, shard: Shard) -> None:
         record: ShardRecord = {
             "spec": to_map(shard.spec),
@@ -126,6 +133,7 @@ class Supervisor:
             "create_time": shard.create_time,
             "started_at": shard.started_at,
             "compute": to_map(shard.compute) if shard.compute is not None else None,
+            "vision": shard.vision,
         }
         # The spec holds the engine key: readable by the agent's user alone.
         write_private(self._spec_path(shard.spec.replica_id), json.dumps(record).encode())
@@ -133,6 +141,8 @@ class Supervisor:
     def _forget(self, replica_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._spec_path(replica_id).unlink()
+        # Whatever the engine left in its directory goes with it (the log stays).
+        shutil.rmtree(self.workdir(replica_id), ignore_errors=True)
 
     # --- reporting --------------------------------------------------------------------
 
@@ -212,6 +222,11 @@ class Supervisor:
                     vouched=spec.sha256,
                     hub=spec.hub,
                 )
+            if not shard.worker:
+                spec, shard.vision = await asyncio.to_thread(
+                    projector.prepare, spec, engine.images, model
+                )
+                shard.spec = spec
             if spec.adapters and not shard.worker:
                 spec = shard.spec = await lora.fetch(self.weights, spec, engine, self.emit)
             port_in_use(self.host, spec.port)
@@ -244,6 +259,12 @@ class Supervisor:
             argv += flags
             env.update(extra)
         log_path = self.log_path(spec.replica_id)
+        # The replica's own directory is the engine's working directory: a relative
+        # path in its profile's environment (``engineenv``) is read from there.
+        workdir = self.workdir(spec.replica_id)
+        workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if self.engine_user is not None:
+            shutil.chown(workdir, user=self.engine_user)  # the engine may write there
         with log_path.open("ab") as out:
             out.write(f"--- llmgw: starting {' '.join(argv[:1])} at {time.ctime()}\n".encode())
             out.flush()
@@ -253,6 +274,7 @@ class Supervisor:
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
+                cwd=workdir,
                 start_new_session=True,
                 user=self.engine_user,
             )
@@ -417,6 +439,7 @@ class Supervisor:
                 create_time=record.get("create_time"),
                 started_at=record.get("started_at"),
                 adopted=True,
+                vision=record.get("vision"),
             )
             if await still_ours(shard):
                 shard.state = ShardState.READY

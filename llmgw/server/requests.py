@@ -42,6 +42,7 @@ PRIORITY_DOC = (
 MAX_TTL = 7 * 24 * 3600
 LABEL_SPEC = Spec(pattern=LABEL, pattern_doc=LABEL_WORDS, max_length=63)
 ARG_SPEC = Spec(max_length=4096)
+ENV_NAME_SPEC = Spec(max_length=128)
 
 
 def _model_name(default: Any = MISSING, doc: str = "the model's name") -> Any:
@@ -66,7 +67,9 @@ class ServeRequest:
         example="hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M",
     )
     name: str | None = _model_name(None, "the model's name (from the source when left out)")
-    engine: str | None = spec(None, doc="llama.cpp, vllm or sglang", pattern=ENGINE_NAME)
+    engine: str | None = spec(
+        None, doc="llama.cpp, vllm, sglang, freetoken or tensorrt-llm", pattern=ENGINE_NAME
+    )
     replicas: int = spec(1, minimum=0, maximum=MAX_REPLICAS)
     context: int | None = spec(None, doc="tokens per request", minimum=1, maximum=MAX_TOKENS)
     slots: int = spec(1, doc="requests at once per replica", minimum=1, maximum=MAX_SLOTS)
@@ -89,6 +92,9 @@ class ServeRequest:
     )
     args: tuple[str, ...] = spec((), doc="engine arguments", max_items=64, items=ARG_SPEC)
     allow_pickle: bool = spec(False, doc="let Python pickles load (they run code)")
+    allow_image_urls: bool = spec(
+        False, doc="the gateway fetches http(s) image URLs in chat requests (else data: only)"
+    )
     profile: str | None = _profile_name("the first profile's name (default)")
     priority: int = spec(0, minimum=-1000, maximum=1000)
     selector: dict[str, str] | None = spec(
@@ -101,6 +107,14 @@ class ServeRequest:
         "class (a100-80g-mig-3g.40gb)",
         min_length=1,
         max_length=128,
+    )
+    env: dict[str, str] | None = spec(
+        None,
+        doc="variables in the engine's environment on every node (NCCL_DEBUG: INFO); "
+        "never LLMGW_*, loader variables, nor a path outside the replica's directory",
+        max_items=64,
+        keys=ENV_NAME_SPEC,
+        items=ARG_SPEC,
     )
 
 
@@ -186,6 +200,21 @@ class PlanQuery:
     allow_pickle: bool = False
     nodes: int | None = spec(
         None, doc="nodes one replica spans (its layers split over them)", minimum=1, maximum=64
+    )
+
+
+@dataclass(frozen=True)
+class ExploreQuery:
+    """The model explorer's listing (``GET /api/v1/explore``)."""
+
+    q: str | None = spec(None, doc="words the repository's name holds", max_length=200)
+    fits: bool = spec(False, doc="only what fits a node now")
+    limit: int = spec(100, doc="repositories asked of the hub", minimum=1, maximum=100)
+    sort: str = spec(
+        "trendingScore",
+        doc="trendingScore, likes or downloads",
+        pattern=re.compile(r"trendingScore|likes|downloads"),
+        pattern_doc="trendingScore, likes or downloads",
     )
 
 
@@ -364,7 +393,7 @@ class ConfigSet:
 class EngineSet:
     """Name an engine's version for the whole fleet (or, with unset, stop naming it)."""
 
-    engine: str = spec(doc="llama.cpp, vllm or sglang", max_length=16)
+    engine: str = spec(doc="llama.cpp, vllm, sglang, freetoken or tensorrt-llm", max_length=16)
     version: str | None = spec(
         None,
         doc="the version (b6000 for llama.cpp, 0.11.0 for vLLM); left out with unset",

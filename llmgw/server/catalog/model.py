@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from llmgw import pki
 from llmgw.modelkit import sizing
+from llmgw.modelkit.engineenv import EnvError, check_env
 from llmgw.modelkit.enginerules import RuleError, rules
 from llmgw.modelkit.finetuned import finetune_name
 from llmgw.modelkit.sizing import ModelShape
@@ -86,11 +87,14 @@ class Profile:
     # Nodes one replica spans (``--nodes``); ``cards``, ``memory`` and ``card_memory``
     # are then what it takes on each of them.
     nodes: int = 1
+    # Variables set in its engines' environment on every node (``modelkit.engineenv``).
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def to_spec(self) -> dict[str, Any]:
         out = asdict(self)
         out["args"] = list(self.args)
         out["selector"] = dict(self.selector)
+        out["env"] = dict(self.env)
         return out
 
     @classmethod
@@ -98,6 +102,7 @@ class Profile:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["args"] = tuple(known.get("args") or ())
         known["selector"] = dict(known.get("selector") or {})
+        known["env"] = dict(known.get("env") or {})
         return cls(**known)
 
 
@@ -157,6 +162,9 @@ class Model:
     external: Mapping[str, Any] | None = None
     # LoRA adapters, in the order every replica loads them (``catalog/adapters.py``).
     adapters: tuple[Adapter, ...] = ()
+    # The gateway fetches http(s) image URLs in its chat requests (gateway/images.py);
+    # without it only data: URLs pass. The gateway's alone: in no fingerprint.
+    allow_image_urls: bool = False
 
     def profile(self, name: str) -> Profile | None:
         return next((p for p in self.profiles if p.name == name), None)
@@ -205,6 +213,8 @@ def fingerprint(model: Model, profile: Profile) -> str:
     }
     if profile.nodes > 1:  # absent for one node, so earlier replicas keep their print
         parts["nodes"] = profile.nodes
+    if profile.env:  # likewise absent when none
+        parts["env"] = dict(profile.env)
     if model.kv_events and profile.engine == "vllm":  # likewise absent when off
         parts["kv_events"] = True
     if model.adapters:  # absent when none; a scale is the gateway's, so left out
@@ -248,6 +258,8 @@ def shard_spec(
     """The StartShard a node gets: the profile's arguments and the catalog's context;
     for one node of a replica spanning nodes, its shard id and place in the group."""
     args = [*profile.args, *rules(profile.engine).context_args(model.context, model.slots)]
+    moe = (model.shape.get("experts") or 0) > 1 and (model.shape.get("experts_used") or 0) > 0
+    args += rules(profile.engine).layout_args(args, max(profile.cards, 1) * profile.nodes, moe)
     return ShardSpec(
         replica_id=member_id(replica_id, group.rank) if group else replica_id,
         engine=profile.engine,
@@ -263,6 +275,7 @@ def shard_spec(
         group=group,
         kv_events=model.kv_events and profile.engine == "vllm",
         adapters=[AdapterSpec(a.name, a.source, a.scale) for a in model.adapters],
+        env=dict(profile.env),
     )
 
 
@@ -383,8 +396,9 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
     """Refuse what the engine must not run; work out the profile's memory figures."""
     try:
         engine = rules(profile.engine)
-        engine.check(profile.args, profile.cards)
-    except RuleError as exc:
+        engine.check(profile.args, profile.cards, profile.nodes)
+        check_env(profile.engine, profile.env)
+    except (RuleError, EnvError) as exc:
         raise CatalogError(f"profiles.{profile.name}", str(exc)) from None
     if profile.cards < 0 or profile.cards > 64:
         raise CatalogError(f"profiles.{profile.name}.cards", "give 0 (CPU) to 64 cards")
@@ -436,10 +450,12 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
         model.slots,
         cards=max(profile.cards, 1) * nodes,
         split=split if nodes == 1 else "layer",
+        experts_in_ram=engine.experts_in_ram,
     )
     if profile.cards:
         card_memory = max(estimate.per_card)
-        memory = profile.memory if profile.memory_set else CARD_HOST_MEMORY
+        host = CARD_HOST_MEMORY + estimate.host_weights
+        memory = profile.memory if profile.memory_set else host
     else:
         card_memory = 0
         memory = (

@@ -310,6 +310,7 @@ class ModelService:
             memory=ask.memory or 0,
             memory_set=ask.memory is not None,
             nodes=ask.nodes,
+            env=dict(ask.env or {}),
         )
         model = Model(
             name=name,
@@ -322,6 +323,7 @@ class ModelService:
             allow_pickle=allow_pickle,
             on_demand=ask.on_demand,
             kv_events=ask.kv_events,
+            allow_image_urls=ask.allow_image_urls,
         )
         try:
             model = catalog.check_model(model, shape)

@@ -186,6 +186,8 @@ class ProfileJson(TypedDict):
     card_memory: int
     memory_set: bool
     nodes: int
+    # Variables set in its engines' environment (``ctl model serve --env``).
+    env: dict[str, str]
     fingerprint: str
     status: ProfileStatusJson | None
     cpu_tokens_per_second: float | None
@@ -236,6 +238,10 @@ class ModelJson(TypedDict):
     stopped: bool
     parked: str | None
     allow_pickle: bool
+    # A replica it routes to takes images (a GGUF model's mmproj projector, a vision
+    # model's config); whether the gateway fetches image URLs for it.
+    vision: bool
+    allow_image_urls: bool
     weight_bytes: int | None
     shape: ShapeJson
     profiles: list[ProfileJson]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.agent.engines import ADAPTERS, EngineError, adapter
+from llmgw.modelkit.enginerules import RULES
 from llmgw.wire.messages import ShardSpec
 
 KEY = "sk-engine-0123456789abcdef"
@@ -26,10 +27,10 @@ def spec(engine: str, **kw: object) -> ShardSpec:
 
 
 def test_registry_and_lookup() -> None:
-    assert sorted(ADAPTERS) == ["llama.cpp", "sglang", "vllm"]
+    assert sorted(ADAPTERS) == ["freetoken", "llama.cpp", "sglang", "tensorrt-llm", "vllm"]
     assert all(a.name == name for name, a in ADAPTERS.items())
     assert adapter("vllm") is ADAPTERS["vllm"]
-    with pytest.raises(EngineError, match=r"'tgi'.*llama\.cpp, sglang, vllm"):
+    with pytest.raises(EngineError, match=r"'tgi'.*llama\.cpp, sglang, tensorrt-llm, vllm"):
         adapter("tgi")
 
 
@@ -46,6 +47,21 @@ def test_llamacpp_command_on_cpu() -> None:
     ]
     assert "--n-gpu-layers" not in argv
     assert KEY not in " ".join(argv)
+
+
+def test_llamacpp_is_given_the_projector_the_node_found() -> None:
+    llama = adapter("llama.cpp")
+    assert "--mmproj" not in llama.command("llama-server", spec("llama.cpp"), "/w/m.gguf", "h")
+    s = spec("llama.cpp", projector="/w/mmproj-F16.gguf", args=["-c", "512"])
+    argv = llama.command("llama-server", s, "/w/m.gguf", "h")
+    at = argv.index("--mmproj")
+    assert argv[at + 1] == "/w/mmproj-F16.gguf"
+    assert argv[-2:] == ["-c", "512"]  # the profile's own arguments stay last
+    assert (llama.images, adapter("vllm").images, adapter("sglang").images) == (
+        "projector",
+        "config",
+        "config",
+    )
 
 
 def test_llamacpp_command_on_a_card_offloads_every_layer() -> None:
@@ -132,8 +148,10 @@ def test_sglang_command_takes_the_key_as_argument_only() -> None:
 
 def test_our_own_flags_pass_each_engines_refusal_check() -> None:
     # The refusal reads only the profile's arguments; ours are appended by command().
+    # The engines that run on cards only are given one.
     for name in ADAPTERS:
-        adapter(name).check(spec(name, args=[]))
+        cards = [] if RULES[name].runs_on_cpu else ["GPU-1"]
+        adapter(name).check(spec(name, args=[], cards=cards))
 
 
 # --- readiness, metrics and versions --------------------------------------------------
