@@ -28,7 +28,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -108,7 +108,7 @@ class FinetuneService:
         self._heard: dict[str, float] = {}
         self._uploads: dict[str, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
-        self._giving: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         # The stored adapter last given to a node, by job id: a shard's fetch asks for
         # it a piece at a time, and every replica of the model asks.
         self._given: tuple[str, bytes] | None = None
@@ -342,9 +342,7 @@ class FinetuneService:
         """A fine-tune's status, or an ask for a stored adapter, from ``node_id`` (the
         registry's hook)."""
         if isinstance(msg, AdapterAsk):
-            task = asyncio.create_task(self._give(node_id, msg))
-            self._giving.add(task)
-            task.add_done_callback(self._giving.discard)
+            self._spawn(self._give(node_id, msg))
             return
         job = self.jobs.get(msg.id)
         if job is None or job.node != node_id:
@@ -376,7 +374,15 @@ class FinetuneService:
             fields["state"] = msg.state
         changed = job.changed(self.now(), **fields)
         self._keep(changed)
-        if changed.state == "uploading" or changed.ended:
+        if changed.ended:
+            # Said in the audit log as the control plane's own failures are; the node
+            # then deletes what it kept of the job (the pairs among it).
+            self._heard.pop(job.id, None)
+            action = "finetune.failed" if changed.state == "failed" else "finetune.cancel"
+            audit = Audit(job.by or "finetune", action, job.id, changed.error or node_id)
+            self._spawn(self._put(changed, audit))
+            self._forget_soon(changed)
+        if changed.state == "uploading":
             self._wake.set()
 
     # --- the leader's duty --------------------------------------------------------------
@@ -393,9 +399,10 @@ class FinetuneService:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=1.0)
         finally:
-            for task in self._uploads.values():
+            pending = [*self._uploads.values(), *self._tasks]
+            for task in pending:
                 task.cancel()
-            await asyncio.gather(*self._uploads.values(), return_exceptions=True)
+            await asyncio.gather(*pending, return_exceptions=True)
             self._uploads.clear()
 
     async def tick(self) -> None:
@@ -485,6 +492,7 @@ class FinetuneService:
         done = self.jobs[job_id].changed(self.now(), state="cancelled", doing=None)
         await self._put(done, Audit(by.name, "finetune.cancel", job_id, said.strip(" ()")))
         self._heard.pop(job_id, None)
+        self._forget_soon(done)
         return done
 
     async def _fail(self, job: FinetuneJob, reason: str) -> FinetuneJob:
@@ -492,7 +500,26 @@ class FinetuneService:
         failed = job.changed(self.now(), state="failed", error=reason, doing=None)
         await self._put(failed, Audit(job.by or "finetune", "finetune.failed", job.id, reason))
         self._heard.pop(job.id, None)
+        self._forget_soon(failed)
         return failed
+
+    def _forget_soon(self, job: FinetuneJob) -> None:
+        """The node deletes what it kept of an ended job (its pairs, its directory), in
+        the background: a node that is gone or slow holds nothing up."""
+        node = job.node
+        if node is None or self.registry.nodes.get(node) is None:
+            return
+
+        async def forget() -> None:
+            with contextlib.suppress(ConnectionError, TimeoutError, RuntimeError):
+                await self._ask(node, "finetune.forget", {"id": job.id})
+
+        self._spawn(forget())
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _put(self, job: FinetuneJob, audit: Audit) -> None:
         await self.store.finetunes.put(stored_row(job), audit)

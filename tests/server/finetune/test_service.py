@@ -3,6 +3,7 @@ picks, the node's word, a lost node, cancel, and the adapter taken back in piece
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -13,7 +14,7 @@ from llmgw.server.refusal import Refusal
 from llmgw.wire.codec import from_map
 from llmgw.wire.messages import FinetuneSpec, FinetuneStatus
 from tests.server.finetune.conftest import Plane
-from tests.support.finetunes import card, sha
+from tests.support.finetunes import AgentEnd, card, sha
 
 ADMIN = Principal("admin@test", "admin", "admin_token")
 PAIRS = "".join(json.dumps({"prompt": f"q{i}", "completion": f"a{i}"}) + "\n" for i in range(20))
@@ -179,8 +180,8 @@ async def test_cancel_tells_the_node_and_is_audited(plane: Plane) -> None:
     end = plane.node("n1")
     job = await plane.service.create(ask(), ADMIN)
     done = await plane.service.cancel(job.id, ADMIN)
-    assert done.state == "cancelled" and end.kinds()[-1] == "finetune.cancel"
-    assert end.asks[-1][1] == {"id": job.id}
+    assert done.state == "cancelled" and ("finetune.cancel", {"id": job.id}) in end.asks
+    await asked(end, "finetune.forget")  # the node deletes what it kept of the job
     with pytest.raises(Refusal) as caught:
         await plane.service.cancel(job.id, ADMIN)
     assert caught.value.status == 409
@@ -203,3 +204,27 @@ async def pass_until(svc: FinetuneService, done: object) -> None:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("the job did not end")
+
+
+async def asked(end: AgentEnd, kind: str) -> None:
+    """Wait for the service's background ask of ``kind``."""
+    async with asyncio.timeout(5):
+        while kind not in end.kinds():
+            await asyncio.sleep(0.01)
+
+
+async def test_a_failure_the_node_reports_is_audited_and_its_job_forgotten(plane: Plane) -> None:
+    end = plane.node("n1")
+    job = await plane.service.create(ask(), ADMIN)
+    plane.service.report("n1", FinetuneStatus(id=job.id, state="failed", error="CUDA OOM"))
+    failed = plane.service.find(job.id)
+    assert failed.state == "failed" and failed.error == "CUDA OOM"
+    await asked(end, "finetune.forget")
+    async with asyncio.timeout(5):
+        while not any(
+            e["action"] == "finetune.failed" and e["detail"] == "CUDA OOM"
+            for e in await plane.store.audit_log(actor="admin@test")
+        ):
+            await asyncio.sleep(0.01)
+    rows = {r.id: r for r in await plane.store.finetunes.list()}
+    assert rows[job.id].state == "failed"
