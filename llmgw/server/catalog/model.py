@@ -356,17 +356,6 @@ def check_source(source: str, allow_pickle: bool) -> str:
         raise CatalogError("source", str(exc)) from None
 
 
-def _adapter_source(source: str, allow_pickle: bool) -> str:
-    """An adapter's source in normal form: a weights source, or a fine-tune's stored
-    adapter (``finetune:NAME``, fetched from the control plane)."""
-    try:
-        if finetune_name(source) is not None:
-            return source
-    except ValueError as exc:
-        raise CatalogError("source", str(exc)) from None
-    return check_source(source, allow_pickle)
-
-
 def check_name(name: str) -> str:
     if not MODEL_NAME.match(name):
         raise CatalogError(
@@ -506,9 +495,10 @@ def check_adapters(model: Model) -> tuple[Adapter, ...]:
             raise CatalogError("name", f"{a.name!r} is already a name of {model.name}")
         if not math.isfinite(a.scale) or abs(a.scale) > MAX_SCALE:
             raise CatalogError("scale", f"give a scale from -{MAX_SCALE} to {MAX_SCALE}")
-        try:
-            source = _adapter_source(a.source, model.allow_pickle)
-        except CatalogError as exc:
+        try:  # a weights source, or a fine-tune's stored adapter (finetune:NAME)
+            trained = finetune_name(a.source) is not None
+            source = a.source if trained else check_source(a.source, model.allow_pickle)
+        except ValueError as exc:  # CatalogError too
             why = str(exc).removeprefix("source: ")
             raise CatalogError("source", f"adapter {a.name}: {why}") from None
         seen.add(a.name)
