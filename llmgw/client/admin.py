@@ -43,6 +43,7 @@ from llmgw.wire.admin import (
     EngineChangeJson,
     EnginesJson,
     ExplainJson,
+    JobJson,
     FabricMapJson,
     FabricsJson,
     FabricTestJson,
@@ -269,6 +270,13 @@ class AdminClient:
 
     def plan(self, query: Query) -> PlanJson:
         return self.call(r.PLAN, query=query)
+
+    def jobs(self, model: str | None = None, limit: int = 50) -> list[JobJson]:
+        query: Query = {"limit": limit, **({"model": model} if model else {})}
+        return self.call(r.JOBS, query=query)
+
+    def job(self, job_id: str) -> JobJson:
+        return self.call(r.JOB, job_id)
 
     # --- the gateway's keys, usage and serving switch
 

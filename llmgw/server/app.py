@@ -27,6 +27,7 @@ from llmgw.server.api import (
     firewall,
     grants,
     guard,
+    jobs,
     keys,
     ldap,
     login,
@@ -524,6 +525,7 @@ class ControlPlane:
         ops += replicas.routes(self.fleet, self.views, self.slurm.service.stage_of)
         ops += models.routes(self.models, self.views, self.fleet)
         ops += adapters.routes(self.models)
+        ops += jobs.routes(self.models.jobs)
         ops += plan.routes(self.planner)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)

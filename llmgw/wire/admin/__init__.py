@@ -105,6 +105,15 @@ from llmgw.wire.admin.cluster import (
     WantedEngineJson,
 )
 from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
+from llmgw.wire.admin.jobs import (
+    JobErrorJson,
+    JobJson,
+    JobNodeJson,
+    JobState,
+    JobStepJson,
+    StepName,
+    StepState,
+)
 from llmgw.wire.admin.mcp import (
     McpFailure,
     McpHeaderJson,
@@ -245,6 +254,11 @@ __all__ = [
     "LogEndJson",
     "MapNodeJson",
     "MemoryJson",
+    "JobErrorJson",
+    "JobJson",
+    "JobNodeJson",
+    "JobState",
+    "JobStepJson",
     "ModelJson",
     "ModelRemovedJson",
     "ModelState",
@@ -284,6 +298,8 @@ __all__ = [
     "ShardJson",
     "SpanJson",
     "StatusJson",
+    "StepName",
+    "StepState",
     "TokenJson",
     "TopologyJson",
     "TrayJson",
