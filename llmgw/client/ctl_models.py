@@ -234,8 +234,7 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
             args,
             model,
             lambda m: (
-                model_text(m)
-                + f"\n\nFollow it with {follow}; why it goes where it goes: "
+                model_text(m) + f"\n\nFollow it with {follow}; why it goes where it goes: "
                 f"`llmgw ctl explain {m['name']}`."
             ),
         )
