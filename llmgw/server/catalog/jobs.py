@@ -156,7 +156,7 @@ class ServeJobs:
         """While this control plane leads: carry on the jobs the store says are running,
         and follow every job until it ends."""
         try:
-            await self._carry_on()
+            await self.carry_on()
             while not stop.is_set():
                 try:
                     await self.follow()
@@ -170,7 +170,8 @@ class ServeJobs:
             # No longer the leader: another follows them now, from the store.
             self.running.clear()
 
-    async def _carry_on(self) -> None:
+    async def carry_on(self) -> None:
+        """Follow the jobs the store says are running (a new leader's first step)."""
         try:
             records = await self.store.jobs.running()
         except StoreError as exc:
