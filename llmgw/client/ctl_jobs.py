@@ -102,11 +102,12 @@ def follow_job(
     job_id: str,
     timeout: float | None = None,
     as_json: bool = False,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Print the job as it moves until it ends: 0 when it succeeded, 1 when it failed
     or ``timeout`` seconds passed first (said on stderr)."""
+    out = sys.stdout if out is None else out
     deadline = None if timeout is None else time.monotonic() + timeout
     said: list[str] = []
     while True:
