@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from llmgw.server.pages import (
     guardwords,
+    jobwords,
     mcpwords,
     mirrorwords,
     peoplewords,
@@ -443,6 +444,7 @@ TURKISH.update(slurmwords.TURKISH)
 TURKISH.update(mirrorwords.TURKISH)
 TURKISH.update(mcpwords.TURKISH)
 TURKISH.update(guardwords.TURKISH)
+TURKISH.update(jobwords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
 
