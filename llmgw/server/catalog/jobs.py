@@ -156,7 +156,10 @@ class ServeJobs:
         """While this control plane leads: carry on the jobs the store says are running,
         and follow every job until it ends."""
         try:
-            await self.carry_on()
+            try:
+                await self.carry_on()
+            except Exception:  # never the reconcile loop's end: it runs beside this
+                log.exception("carrying on the running serve jobs failed")
             while not stop.is_set():
                 try:
                     await self.follow()
@@ -358,12 +361,13 @@ class ServeJobs:
             None,
         )
         if progress is None:
-            if entry.rate is not None:
-                entry.rate = None  # finished (or never began): no rate to show
-                if entry.total is not None:
-                    entry.done = entry.total
-                return True
-            return False
+            # Its report gone: the download finished (a failed one keeps its report).
+            unfinished = entry.total is not None and entry.done != entry.total
+            if entry.rate is None and not unfinished:
+                return False
+            entry.rate = None
+            entry.done = entry.total if entry.total is not None else entry.done
+            return True
         done = int(progress.get("done") or 0)
         total = progress.get("total")
         samples = following.samples.setdefault(entry.replica_id, deque())

@@ -327,3 +327,17 @@ async def test_a_standby_answers_from_the_store_and_an_unknown_job_is_404(plane:
     with pytest.raises(Refusal) as refused:
         await standby.jobs.get("job-000000000000")
     assert refused.value.status == 404 and "ctl jobs" in refused.value.message
+
+
+async def test_a_download_seen_once_then_finished_shows_its_whole(plane: Plane) -> None:
+    job_id = await plane.serve()
+    await plane.pass_()
+    plane.report(ShardState.DOWNLOADING)
+    plane.download(1000)
+    await plane.pass_()
+    (seen,) = (await plane.job(job_id))["nodes"]
+    assert (seen["done"], seen["rate_bytes_per_s"]) == (1000, None)  # one report: no rate yet
+    plane.download(4000, finished=True)
+    await plane.pass_()
+    (seen,) = (await plane.job(job_id))["nodes"]
+    assert (seen["done"], seen["total"], seen["rate_bytes_per_s"]) == (4000, 4000, None)
