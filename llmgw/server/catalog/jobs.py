@@ -271,12 +271,12 @@ class ServeJobs:
 
     @staticmethod
     def _stage(track: Track) -> int:
-        """0 fetching (or not begun), 1 the engine loading, 2 ready."""
-        if track.state == ShardState.READY:
-            return 2
-        if track.state in _FETCHING or track.state == ShardState.DOWNLOADING:
+        """0 fetching (or not begun), 1 the engine loading, 2 ready; for a replica
+        spanning nodes, the least of its shards (a leader loads while a worker fetches)."""
+        states = [track.state, *(w.state for w in track.workers)]
+        if any(s in _FETCHING or s == ShardState.DOWNLOADING for s in states):
             return 0
-        return 1
+        return 2 if track.state == ShardState.READY else 1
 
     def _unplaced(self, following: _Following, model: Model, now: float, wall: float) -> bool:
         """No replica placed yet: the reconciler's reason, and the job failed at place

@@ -341,3 +341,30 @@ async def test_a_download_seen_once_then_finished_shows_its_whole(plane: Plane) 
     await plane.pass_()
     (seen,) = (await plane.job(job_id))["nodes"]
     assert (seen["done"], seen["total"], seen["rate_bytes_per_s"]) == (4000, 4000, None)
+
+
+async def test_a_replica_spanning_nodes_fetches_until_its_worker_has_its_weights(
+    plane: Plane,
+) -> None:
+    plane.registry.nodes["b"] = node("b")
+    job_id = await plane.serve(nodes=2)
+    await plane.pass_()
+    rid = plane.replica()
+    track = plane.service.reconciler.tracks[rid]
+    (worker,) = track.workers
+    plane.report(ShardState.LOADING, "waiting for its workers")
+    sid = f"{rid}~1"
+    status = ShardStatus(sid, ShardState.DOWNLOADING, fingerprint=track.fingerprint, rank=1)
+    plane.registry.report(worker.node, status)
+    plane.registry.report(worker.node, DownloadProgress(SOURCE, [sid], 500, 4000, "m.gguf"))
+    await plane.pass_()
+    job = await plane.job(job_id)
+    assert job["step"] == "fetch"
+    assert {(n["node"], n["replica_id"], n["done"]) for n in job["nodes"]} == {
+        (track.node, rid, None),
+        (worker.node, sid, 500),
+    }
+    plane.tick(61)  # the worker's download stalls past the start timeout
+    await plane.pass_()
+    job = await plane.job(job_id)
+    assert job["error"] is not None and job["error"]["step"] == "fetch"
