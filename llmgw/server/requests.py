@@ -89,6 +89,9 @@ class ServeRequest:
     )
     args: tuple[str, ...] = spec((), doc="engine arguments", max_items=64, items=ARG_SPEC)
     allow_pickle: bool = spec(False, doc="let Python pickles load (they run code)")
+    allow_image_urls: bool = spec(
+        False, doc="the gateway fetches http(s) image URLs in chat requests (else data: only)"
+    )
     profile: str | None = _profile_name("the first profile's name (default)")
     priority: int = spec(0, minimum=-1000, maximum=1000)
     selector: dict[str, str] | None = spec(
