@@ -17,7 +17,8 @@ replicas, and moves the job along:
 
 A failure is the reconciler's (``Reconciler.health``: a replica failed, timed out, or
 could not be sent) after the job began; the step it failed at is the one the job was at,
-or fetch where the node reported a fetch error. A model removed meanwhile fails its job.
+or fetch where the node reported a fetch error. A model removed, stopped or parked
+meanwhile fails its job.
 An on-demand model succeeds once planned: it starts on its first request.
 
 Jobs are written to the store (``jobs`` table) when they begin and end, and in between
@@ -241,6 +242,10 @@ class ServeJobs:
         if failed is not None:
             step, reason = failed
             job.fail(step, reason, wall)
+            return True
+        if model.stopped or model.parked:
+            why = "stopped by an operator" if model.stopped else f"parked: {model.parked}"
+            job.fail(job.current, f"the model was {why}", wall)
             return True
         desired = sum(self.reconciler.desired(model, p, now) for p in model.profiles)
         if model.on_demand and desired == 0:

@@ -368,3 +368,12 @@ async def test_a_replica_spanning_nodes_fetches_until_its_worker_has_its_weights
     await plane.pass_()
     job = await plane.job(job_id)
     assert job["error"] is not None and job["error"]["step"] == "fetch"
+
+
+async def test_a_model_stopped_meanwhile_fails_its_job(plane: Plane) -> None:
+    job_id = await plane.serve()
+    await plane.pass_()
+    await plane.service.stop(plane.service.find("m"), ADMIN)
+    await plane.pass_()
+    job = await plane.job(job_id)
+    assert job["error"] == {"step": "fetch", "reason": "the model was stopped by an operator"}
