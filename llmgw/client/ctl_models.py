@@ -369,7 +369,10 @@ def add_parsers(
         p.set_defaults(handler=run[handler])
         return p
 
-    leaf(ctl_cmds, "models", "models", "every model in the catalog, its state and replicas")
+    p = leaf(ctl_cmds, "models", "models", "every model in the catalog, its state and replicas")
+    from llmgw.client.ctl_explore import add_explore_parser
+
+    add_explore_parser(p, client_options)
     p = leaf(ctl_cmds, "explain", "explain", "every node's verdict for a model's replicas, and why")
     p.add_argument("model")
 

@@ -68,6 +68,8 @@ REMOVE_ADAPTER: Route[list[w.AdapterJson]] = Route("DELETE", "/api/v1/models/{}/
 PLAN: Route[w.PlanJson] = Route("GET", "/api/v1/plan")
 JOBS: Route[list[w.JobJson]] = Route("GET", "/api/v1/jobs")
 JOB: Route[w.JobJson] = Route("GET", "/api/v1/jobs/{}")
+EXPLORE: Route[w.ExploreJson] = Route("GET", "/api/v1/explore")
+EXPLORE_REPO: Route[w.ExploreRepoJson] = Route("GET", "/api/v1/explore/{}/{}")
 
 KEYS: Route[list[w.KeyJson]] = Route("GET", "/api/v1/keys")
 KEY: Route[w.KeyJson] = Route("GET", "/api/v1/keys/{}")

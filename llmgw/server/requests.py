@@ -192,6 +192,21 @@ class PlanQuery:
     )
 
 
+@dataclass(frozen=True)
+class ExploreQuery:
+    """The model explorer's listing (``GET /api/v1/explore``)."""
+
+    q: str | None = spec(None, doc="words the repository's name holds", max_length=200)
+    fits: bool = spec(False, doc="only what fits a node now")
+    limit: int = spec(100, doc="repositories asked of the hub", minimum=1, maximum=100)
+    sort: str = spec(
+        "trendingScore",
+        doc="trendingScore, likes or downloads",
+        pattern=re.compile(r"trendingScore|likes|downloads"),
+        pattern_doc="trendingScore, likes or downloads",
+    )
+
+
 # -------------------------------------------------------------------------- nodes
 
 

@@ -104,6 +104,17 @@ from llmgw.wire.admin.cluster import (
     VersionsJson,
     WantedEngineJson,
 )
+from llmgw.wire.admin.explore import (
+    BestNodeJson,
+    ExploreJson,
+    ExploreRepoJson,
+    ExploreRowJson,
+    ExploreSetJson,
+    ExploreVerdictJson,
+    JudgedByJson,
+    JudgedCardJson,
+    JudgedRamJson,
+)
 from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
 from llmgw.wire.admin.jobs import (
     JobErrorJson,
@@ -174,6 +185,15 @@ from llmgw.wire.admin.slurm import (
 from llmgw.wire.admin.upgrade import UpgradeJson, UpgradeStepJson
 
 __all__ = [
+    "BestNodeJson",
+    "ExploreJson",
+    "ExploreRepoJson",
+    "ExploreRowJson",
+    "ExploreSetJson",
+    "ExploreVerdictJson",
+    "JudgedByJson",
+    "JudgedCardJson",
+    "JudgedRamJson",
     "McpFailure",
     "McpHeaderJson",
     "McpServerJson",
