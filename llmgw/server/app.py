@@ -28,6 +28,7 @@ from llmgw.server.api import (
     firewall,
     grants,
     guard,
+    jobs,
     keys,
     ldap,
     login,
@@ -527,6 +528,7 @@ class ControlPlane:
         ops += replicas.routes(self.fleet, self.views, self.slurm.service.stage_of)
         ops += models.routes(self.models, self.views, self.fleet)
         ops += adapters.routes(self.models)
+        ops += jobs.routes(self.models.jobs)
         ops += plan.routes(self.planner)
         ops += explore.routes(self.explore)
         ops += keys.routes(self.keys, self.serving)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from llmgw.server.pages import (
     explorewords,
     guardwords,
+    jobwords,
     mcpwords,
     mirrorwords,
     peoplewords,
@@ -444,6 +445,7 @@ TURKISH.update(slurmwords.TURKISH)
 TURKISH.update(mirrorwords.TURKISH)
 TURKISH.update(mcpwords.TURKISH)
 TURKISH.update(guardwords.TURKISH)
+TURKISH.update(jobwords.TURKISH)
 TURKISH.update(explorewords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 

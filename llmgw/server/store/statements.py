@@ -39,6 +39,7 @@ from llmgw.server.store.base import (
     Store,
 )
 from llmgw.server.store.directory import DirectoryRows, tools_column, tools_of
+from llmgw.server.store.jobrows import JobRows
 
 # Also the backends' proof, at open, that the store takes writes.
 PUT_SETTING = (
@@ -119,6 +120,10 @@ class SQLStore(Store):
     @functools.cached_property
     def directory(self) -> DirectoryRows:
         return DirectoryRows(self)
+
+    @functools.cached_property
+    def jobs(self) -> JobRows:
+        return JobRows(self)
 
     # settings
 

@@ -116,6 +116,15 @@ from llmgw.wire.admin.explore import (
     JudgedRamJson,
 )
 from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
+from llmgw.wire.admin.jobs import (
+    JobErrorJson,
+    JobJson,
+    JobNodeJson,
+    JobState,
+    JobStepJson,
+    StepName,
+    StepState,
+)
 from llmgw.wire.admin.mcp import (
     McpFailure,
     McpHeaderJson,
@@ -265,6 +274,11 @@ __all__ = [
     "LogEndJson",
     "MapNodeJson",
     "MemoryJson",
+    "JobErrorJson",
+    "JobJson",
+    "JobNodeJson",
+    "JobState",
+    "JobStepJson",
     "ModelJson",
     "ModelRemovedJson",
     "ModelState",
@@ -304,6 +318,8 @@ __all__ = [
     "ShardJson",
     "SpanJson",
     "StatusJson",
+    "StepName",
+    "StepState",
     "TokenJson",
     "TopologyJson",
     "TrayJson",
