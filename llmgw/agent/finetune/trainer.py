@@ -193,7 +193,7 @@ def peak_mib(device: str) -> float:
     import torch
 
     if device == "cuda":
-        return round(torch.cuda.max_memory_allocated() / (1 << 20), 1)
+        return round(float(torch.cuda.max_memory_allocated()) / (1 << 20), 1)
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # KiB on Linux
 
 
