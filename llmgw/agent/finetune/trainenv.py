@@ -154,7 +154,9 @@ async def ensure_env(
         staging = directory.with_name(f".{directory.name}.making")
         try:
             async with asyncio.timeout(timeout):
-                await _make_env(staging, pins, python, uv, index_url, torch_backend, progress)
+                await _make_env(
+                    staging, pins, python, uv, index_url, torch_backend, progress, timeout
+                )
             await asyncio.to_thread(_replace, staging, directory)
         except TimeoutError:
             raise TrainEnvError(
@@ -183,6 +185,7 @@ async def _make_env(
     index_url: str | None,
     torch_backend: str | None,
     progress: Callable[[str], None],
+    timeout: float,
 ) -> None:
     uv = uv or find_uv()
     if uv is None or not (os.path.isfile(uv) and os.access(uv, os.X_OK)):
@@ -200,23 +203,26 @@ async def _make_env(
     venv = staging / "venv"
     progress("trainer environment: making it")
     argv = [uv, "venv", "--relocatable", "--python", python or sys.executable, str(venv)]
-    await _run(argv, "make the environment", env)
+    await _run(argv, "make the environment", env, timeout)
     argv = [uv, "pip", "install", "--python", str(venv / "bin" / "python"), *pins]
     if torch_backend:
         argv += ["--torch-backend", torch_backend]
     if index_url:
         argv += ["--index-url", index_url]
     progress(f"trainer environment: uv pip install {' '.join(pins)}")
-    await _run(argv, "install the trainer's packages", env)
+    await _run(argv, "install the trainer's packages", env, timeout)
     progress("trainer environment: checking that it imports PyTorch, transformers and PEFT")
-    await _run([str(venv / "bin" / "python"), "-c", IMPORT_CHECK], "import them", {})
+    python_argv = [str(venv / "bin" / "python"), "-c", IMPORT_CHECK]
+    await _run(python_argv, "import them", {}, CHECK_TIMEOUT)
 
 
-async def _run(argv: list[str], doing: str, env: dict[str, str]) -> None:
+async def _run(argv: list[str], doing: str, env: dict[str, str], limit: float) -> None:
+    """Run one step; the caller's own timeout bounds them all, ``limit`` this one."""
     try:
-        done = await command.run(argv, CHECK_TIMEOUT * 12, env=env)
+        done = await command.run(argv, limit, env=env)
     except TimeoutError:
-        raise TrainEnvError(f"{os.path.basename(argv[0])} could not {doing}: no end") from None
+        name = os.path.basename(argv[0])
+        raise TrainEnvError(f"{name} could not {doing} in {limit:.0f}s") from None
     except OSError as exc:
         raise TrainEnvError(f"{argv[0]} cannot be run: {exc.strerror or exc}") from exc
     if done.code != 0:
