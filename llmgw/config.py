@@ -202,6 +202,12 @@ class GatewayConfig:
     max_depth: int = _checked(_check_between(8, 512), 64)
     max_messages: int = _checked(_check_between(1, 10**6), 4096)
     max_prompt_chars: int = _checked(_check_between(1024, 2**30), 8 * 2**20)
+    # Images in chat requests (gateway/images.py): the most bytes one image may be, how
+    # long fetching an image URL may take (models served with allow_image_urls), and
+    # whether such a URL may point at loopback, link-local or private addresses.
+    image_max_bytes: int = _checked(_check_between(1024, 2**30), 20 * 2**20)
+    image_fetch_timeout: float = _checked(_check_positive, 10.0)
+    image_urls_private: bool = False
 
 
 @dataclass(frozen=True)

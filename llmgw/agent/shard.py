@@ -52,6 +52,8 @@ class Shard:
     child: asyncio.subprocess.Process | None = None
     # What it was started from (the engine binary, or its environment's interpreter).
     binary: str | None = None
+    # Whether it takes images (``weights.projector.prepare``); None until its weights are.
+    vision: bool | None = None
     # The log tail and the child reaper: held here so the loop does not lose them.
     helpers: list[asyncio.Task[object]] = field(default_factory=list)
 
@@ -71,6 +73,7 @@ class Shard:
             cards=list(self.spec.cards),
             rank=self.spec.group.rank if self.spec.group else None,
             adapters=lora.reported(self.spec),
+            vision=self.vision,
         )
 
     @property

@@ -31,7 +31,7 @@ from llmgw.agent.engines import EngineError, adapter
 from llmgw.agent.engines.base import EngineAdapter
 from llmgw.agent.logbook import ENGINE_LINES, follow_file, last_lines_of
 from llmgw.agent.shard import Shard, accepts, port_in_use, split_endpoint, still_ours
-from llmgw.agent.weights import WeightsError, lora, parse_source
+from llmgw.agent.weights import WeightsError, lora, parse_source, projector
 from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
 from llmgw.wire.messages import (
@@ -67,6 +67,8 @@ class ShardRecord(TypedDict):
     # What the engine said it runs on, once it was ready (Compute's wire map): kept
     # here because its start-up lines leave the log's tail as requests are logged.
     compute: NotRequired[dict[str, object] | None]
+    # Whether it takes images, as found when its weights were fetched.
+    vision: NotRequired[bool | None]
 
 
 class EngineProvider(Protocol):
@@ -126,6 +128,7 @@ class Supervisor:
             "create_time": shard.create_time,
             "started_at": shard.started_at,
             "compute": to_map(shard.compute) if shard.compute is not None else None,
+            "vision": shard.vision,
         }
         # The spec holds the engine key: readable by the agent's user alone.
         write_private(self._spec_path(shard.spec.replica_id), json.dumps(record).encode())
@@ -212,6 +215,11 @@ class Supervisor:
                     vouched=spec.sha256,
                     hub=spec.hub,
                 )
+            if not shard.worker:
+                spec, shard.vision = await asyncio.to_thread(
+                    projector.prepare, spec, engine.images, model
+                )
+                shard.spec = spec
             if spec.adapters and not shard.worker:
                 spec = shard.spec = await lora.fetch(self.weights, spec, engine, self.emit)
             port_in_use(self.host, spec.port)
@@ -417,6 +425,7 @@ class Supervisor:
                 create_time=record.get("create_time"),
                 started_at=record.get("started_at"),
                 adopted=True,
+                vision=record.get("vision"),
             )
             if await still_ours(shard):
                 shard.state = ShardState.READY

@@ -43,6 +43,8 @@ from llmgw.wire.admin import (
     EngineChangeJson,
     EnginesJson,
     ExplainJson,
+    ExploreJson,
+    ExploreRepoJson,
     FabricMapJson,
     FabricsJson,
     FabricTestJson,
@@ -269,6 +271,13 @@ class AdminClient:
 
     def plan(self, query: Query) -> PlanJson:
         return self.call(r.PLAN, query=query)
+
+    def explore(self, query: Query) -> ExploreJson:
+        return self.call(r.EXPLORE, query=query)
+
+    def explore_repo(self, repo: str) -> ExploreRepoJson:
+        org, _, name = repo.partition("/")
+        return self.call(r.EXPLORE_REPO, org, name)
 
     # --- the gateway's keys, usage and serving switch
 

@@ -114,6 +114,9 @@ def model_text(m: ModelJson) -> str:
         lines.append(f"  parked:      {m['parked']} (`llmgw ctl model start {m['name']}`)")
     if m.get("kv_events"):
         lines.append("  routing:     by vLLM's KV-cache events (where each prompt is cached)")
+    if m.get("vision"):
+        urls = "data: and http(s) URLs" if m.get("allow_image_urls") else "data: URLs"
+        lines.append(f"  images:      takes images in chat requests ({urls})")
     if m.get("adapters"):
         names = ", ".join(a["name"] for a in m["adapters"])
         lines.append(f"  adapters:    {names} (ask for {m['name']}:NAME or NAME)")
@@ -220,6 +223,8 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         body["on_demand"] = args.on_demand
         if args.kv_events:
             body["kv_events"] = True
+        if args.allow_image_urls:
+            body["allow_image_urls"] = True
         body["allow_pickle"] = args.allow_pickle
         if args.arg:
             body["args"] = args.arg
@@ -355,7 +360,10 @@ def add_parsers(
         p.set_defaults(handler=run[handler])
         return p
 
-    leaf(ctl_cmds, "models", "models", "every model in the catalog, its state and replicas")
+    p = leaf(ctl_cmds, "models", "models", "every model in the catalog, its state and replicas")
+    from llmgw.client.ctl_explore import add_explore_parser
+
+    add_explore_parser(p, client_options)
     p = leaf(ctl_cmds, "explain", "explain", "every node's verdict for a model's replicas, and why")
     p.add_argument("model")
 
@@ -392,6 +400,12 @@ def add_parsers(
         "--arg", action="append", help="an engine argument (repeat; --arg=--flag for a flag)"
     )
     p.add_argument("--allow-pickle", action="store_true", help="allow pickled weights")
+    p.add_argument(
+        "--allow-image-urls",
+        action="store_true",
+        help="a vision model: the gateway fetches http(s) image URLs in chat requests "
+        "(public addresses only; default: data: URLs only)",
+    )
     p.add_argument("--profile", help="the profile's name (default 'default')")
     p.add_argument("--priority", type=int, help="higher profiles are used first")
     p.add_argument("--selector", action="append", type=_label, help="KEY=VALUE node label")

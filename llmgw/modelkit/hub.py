@@ -22,6 +22,8 @@ Which files a source selects:
   projectors (``mmproj-*``); a split GGUF comes with all its parts. More than one match
   is ambiguous and names the candidates.
 - A file comes alone, or with its sibling parts when it is one part of a split GGUF.
+- Either comes with the repository's multimodal projector, when it holds one (chosen
+  as ``llmgw.modelkit.projector`` says): a vision model's other half.
 - A whole repository means its safetensors with the JSON and tokenizer files beside
   them; never the ``training_args.bin`` or ``optimizer.pt`` pickles such repositories
   often also hold. Only where a repository has no safetensors at all are its pickled
@@ -41,6 +43,7 @@ from urllib.parse import quote
 import aiohttp
 from yarl import URL
 
+from llmgw.modelkit.projector import choose_projector, is_projector
 from llmgw.modelkit.sources import (
     Source,
     SourceError,
@@ -430,10 +433,12 @@ def _origin(url: URL) -> tuple[str, str, int | None]:
 
 @dataclass(frozen=True)
 class Selection:
-    """The files to fetch, and the one the engine is given (``""``: the directory)."""
+    """The files to fetch, and the one the engine is given (``""``: the directory);
+    ``projector``: the multimodal projector among ``files`` (llama.cpp's ``--mmproj``)."""
 
     files: list[HubFile]
     entry: str
+    projector: str | None = None
 
 
 def _listed(files: list[HubFile], limit: int = 12) -> str:
@@ -471,10 +476,6 @@ def _quant_pattern(quant: str) -> re.Pattern[str]:
     # Word boundaries by hand: '_' continues a quantisation name (Q4_K -> Q4_K_M) but may
     # also precede one (model_Q4_K_M.gguf).
     return re.compile(rf"(?<![A-Za-z0-9]){re.escape(quant)}(?![A-Za-z0-9_])", re.IGNORECASE)
-
-
-def _is_projector(path: str) -> bool:
-    return PurePosixPath(path).name.lower().startswith("mmproj")
 
 
 def _group(source: Source, chosen: HubFile, listing: list[HubFile]) -> list[HubFile]:
@@ -520,10 +521,10 @@ def select_files(source: Source, listing: list[HubFile]) -> Selection:
                 f"(GGUF files there: {_listed(ggufs)})"
             )
         files = _group(source, chosen, listing)
-        return Selection(files=files, entry=files[0].path)
+        return _with_projector(files, listing)
     if source.quant is not None:
         pattern = _quant_pattern(source.quant)
-        matches = [f for f in ggufs if pattern.search(f.path) and not _is_projector(f.path)]
+        matches = [f for f in ggufs if pattern.search(f.path) and not is_projector(f.path)]
         if not matches:
             raise HubNotFound(
                 f"{source.text}: no GGUF file carries {source.quant} "
@@ -539,8 +540,19 @@ def select_files(source: Source, listing: list[HubFile]) -> Selection:
             )
         (group,) = groups.values()
         files = _group(source, min(group, key=lambda f: f.path), listing)
-        return Selection(files=files, entry=files[0].path)
+        return _with_projector(files, listing)
     return _whole_repository(source, listing, ggufs)
+
+
+def _with_projector(files: list[HubFile], listing: list[HubFile]) -> Selection:
+    """A GGUF file (and its parts) with the repository's projector, when it has one and
+    the file is not a projector itself."""
+    entry = files[0].path
+    chosen = None if is_projector(entry) else choose_projector([f.path for f in listing], entry)
+    projector = next((f for f in listing if f.path == chosen), None)
+    if projector is None:
+        return Selection(files=files, entry=entry)
+    return Selection(files=[*files, projector], entry=entry, projector=projector.path)
 
 
 def _is_aux(path: str) -> bool:

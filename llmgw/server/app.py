@@ -23,6 +23,7 @@ from llmgw.server.api import (
     build_app,
     cluster,
     engines,
+    explore,
     fabrics,
     firewall,
     grants,
@@ -48,6 +49,7 @@ from llmgw.server.api import (
 )
 from llmgw.server.audittrail import AuditTrail
 from llmgw.server.catalog.adapters import request_names
+from llmgw.server.catalog.explore import explore_service
 from llmgw.server.catalog.inspector import make_inspector
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.reconciler import Reconciler
@@ -186,6 +188,7 @@ class ControlPlane:
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
+        self.explore = explore_service(self.registry, self.models.room, self.agent_settings)
         # The gateway is made below: the views read what it routes to when asked.
         self.views = ModelViews(
             self.models.models,
@@ -525,6 +528,7 @@ class ControlPlane:
         ops += models.routes(self.models, self.views, self.fleet)
         ops += adapters.routes(self.models)
         ops += plan.routes(self.planner)
+        ops += explore.routes(self.explore)
         ops += keys.routes(self.keys, self.serving)
         ops += people.routes(self.people, self.orgs, self.keys)
         ops += grants.routes(self.directory, self.gateway.keys.records)
@@ -561,6 +565,7 @@ class ControlPlane:
             views=self.views,
             fleet=self.fleet,
             planner=self.planner,
+            explore=self.explore,
             fabrics=self.fabrics,
             device_logins=self.device_logins,
             people=self.people,

@@ -89,6 +89,9 @@ class ServeRequest:
     )
     args: tuple[str, ...] = spec((), doc="engine arguments", max_items=64, items=ARG_SPEC)
     allow_pickle: bool = spec(False, doc="let Python pickles load (they run code)")
+    allow_image_urls: bool = spec(
+        False, doc="the gateway fetches http(s) image URLs in chat requests (else data: only)"
+    )
     profile: str | None = _profile_name("the first profile's name (default)")
     priority: int = spec(0, minimum=-1000, maximum=1000)
     selector: dict[str, str] | None = spec(
@@ -186,6 +189,21 @@ class PlanQuery:
     allow_pickle: bool = False
     nodes: int | None = spec(
         None, doc="nodes one replica spans (its layers split over them)", minimum=1, maximum=64
+    )
+
+
+@dataclass(frozen=True)
+class ExploreQuery:
+    """The model explorer's listing (``GET /api/v1/explore``)."""
+
+    q: str | None = spec(None, doc="words the repository's name holds", max_length=200)
+    fits: bool = spec(False, doc="only what fits a node now")
+    limit: int = spec(100, doc="repositories asked of the hub", minimum=1, maximum=100)
+    sort: str = spec(
+        "trendingScore",
+        doc="trendingScore, likes or downloads",
+        pattern=re.compile(r"trendingScore|likes|downloads"),
+        pattern_doc="trendingScore, likes or downloads",
     )
 
 

@@ -100,6 +100,9 @@ class ShardSpec:
     # The hub endpoint to fetch the source's files from (a live mirror of ``mirror.api``
     # or ``mirror.peers``); None: the node's own (``hf_endpoint``).
     hub: str | None = None
+    # Set by the node, not the control plane: the multimodal projector it found with a
+    # GGUF model (llama.cpp's --mmproj), kept so an adopted engine is known by it.
+    projector: str | None = None
 
 
 @dataclass(frozen=True)
@@ -276,6 +279,9 @@ class ShardStatus(Message):
     rank: int | None = None
     # The LoRA adapters its engine loaded, in its order (no path); None: it said nothing.
     adapters: list[AdapterSpec] | None = None
+    # Whether it takes images (a projector beside its GGUF model, or a vision model's
+    # config); None: not known yet (before its weights are fetched) or an older agent.
+    vision: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,19 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+import psutil
 import pytest
 
 from llmgw.agent.logbook import ENGINE_LINES
 from llmgw.agent.supervisor import Supervisor
-from llmgw.wire.messages import Compute, DownloadProgress, EngineInfo, Message, ShardSpec
+from llmgw.wire.messages import (
+    Compute,
+    DownloadProgress,
+    EngineInfo,
+    Message,
+    ShardSpec,
+    ShardStatus,
+)
 from llmgw.wire.states import ShardState
 from tests.e2e.cluster import free_port
 
@@ -183,6 +191,46 @@ async def test_a_record_of_an_older_agent_reads_compute_from_the_log(
         second = supervisor(root, engine, [])
         assert await second.adopt() == ["r2"]
         assert second.shards["r2"].compute == Compute(backend="CPU")
+        await second.close()
+    finally:
+        if child is not None:
+            await ended(child)
+
+
+async def test_a_projector_beside_the_model_is_given_to_the_engine_and_kept_on_adoption(
+    tmp_path: Path, engine: Path
+) -> None:
+    """The node gives llama.cpp the mmproj file beside its GGUF, reports the replica
+    takes images, and an agent started again reports the same of the engine it adopts."""
+    root = tmp_path / "shards"
+    projector = tmp_path / "mmproj-tiny-F16.gguf"
+    projector.write_bytes(b"GGUF")
+    spec = ShardSpec(
+        replica_id="r3",
+        engine="llama.cpp",
+        source=str(tmp_path / "tiny.gguf"),
+        port=free_port(),
+        key="k-r3",
+        fingerprint="f",
+    )
+    sent: list[Message] = []
+    first = supervisor(root, engine, sent)
+    first.start(spec)
+    child: asyncio.subprocess.Process | None = None
+    try:
+        await until_ready(first, "r3")
+        child = first.shards["r3"].child
+        argv = psutil.Process(first.shards["r3"].pid).cmdline()
+        assert argv[argv.index("--mmproj") + 1] == str(projector)
+        ready = [m for m in sent if isinstance(m, ShardStatus) and m.state == ShardState.READY]
+        assert ready and ready[-1].vision is True
+        await first.close()
+
+        second = supervisor(root, engine, [])
+        assert await second.adopt() == ["r3"]
+        adopted = second.shards["r3"]
+        assert adopted.status().vision is True
+        assert adopted.spec.projector == str(projector)
         await second.close()
     finally:
         if child is not None:

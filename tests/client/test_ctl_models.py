@@ -86,6 +86,15 @@ def test_model_text_says_shape_profiles_and_figures_in_binary_units() -> None:
     assert "on nodes with: zone=b" in text and "args: --jinja" in text
 
 
+def test_model_text_says_whether_it_takes_images_and_which_urls() -> None:
+    assert "images:" not in model_text(model_json())
+    assert "images:" not in model_text(model_json(vision=False, allow_image_urls=True))
+    said = model_text(model_json(vision=True))
+    assert "images:      takes images in chat requests (data: URLs)" in said
+    fetched = model_text(model_json(vision=True, allow_image_urls=True))
+    assert "(data: and http(s) URLs)" in fetched
+
+
 def test_explain_text_ranks_fitting_nodes_first() -> None:
     verdicts = [
         {

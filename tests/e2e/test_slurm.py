@@ -129,11 +129,19 @@ def site(tmp_path_factory: pytest.TempPathFactory, binary: Path) -> Iterator[Sit
         site = Site(cluster, root, ctld_port)
         # n2's slurmd fetched its configuration from n1's slurmctld and registered:
         # Slurm reports its state, drained by llmgw as a node new to slurm.conf.
-        wait_for(
-            lambda: (site.node("n2")["state"] or "").find("DRAIN") >= 0,
-            90,
-            "n2 to register with slurmctld, drained",
-        )
+        try:
+            wait_for(
+                lambda: (site.node("n2")["state"] or "").find("DRAIN") >= 0,
+                90,
+                "n2 to register with slurmctld, drained",
+            )
+        except AssertionError as exc:
+            # What each agent says it is doing, and why not, for the next look.
+            said = [
+                {k: n.get(k) for k in ("node", "part", "doing", "problem", "running", "state")}
+                for n in site.status()["nodes"]
+            ]
+            raise AssertionError(f"{exc}; the agents say {said}") from None
         yield site
     finally:
         with contextlib.suppress(Exception):

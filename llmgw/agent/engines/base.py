@@ -43,6 +43,9 @@ class EngineAdapter(abc.ABC):
     leader_waits: ClassVar[bool] = False
     # Whether it loads LoRA adapters (``ShardSpec.adapters``) beside the model.
     serves_lora: ClassVar[bool] = False
+    # How it takes images (``llmgw.agent.weights.projector.prepare``): "projector" (a
+    # GGUF model's mmproj file beside it), "config" (the model's config.json says), None.
+    images: ClassVar[str | None] = None
     # Whether the ranks of a replica spanning nodes meet over NCCL and torch's gloo,
     # which listen on ports the kernel picks (``llmgw.agent.ephemeral``); llama.cpp's
     # RPC workers listen only on the port they are given.

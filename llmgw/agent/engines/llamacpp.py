@@ -128,6 +128,7 @@ class LlamaCppAdapter(EngineAdapter):
     worker_probe = "tcp"
     leader_waits = True
     serves_lora = True
+    images = "projector"
 
     def command(self, binary: str, spec: ShardSpec, model_path: str, host: str) -> list[str]:
         argv = [binary, "-m", model_path, "--host", host, "--port", str(spec.port)]
@@ -149,6 +150,9 @@ class LlamaCppAdapter(EngineAdapter):
         # Verbosity 4 is what makes llama.cpp print its devices, backend buffers and
         # offloaded layers at start-up; without it the shard's compute is unknown.
         argv += ["--metrics", "--verbosity", "4"]
+        if spec.projector:
+            # The vision model's other half, found beside its GGUF by the node.
+            argv += ["--mmproj", spec.projector]
         argv += self.lora_args(spec)
         return argv + list(spec.args)
 

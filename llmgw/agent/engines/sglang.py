@@ -41,6 +41,7 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     key_env = None
     collective = True
+    images = "config"
 
     def check(self, spec: ShardSpec) -> None:
         super().check(spec)

@@ -89,6 +89,7 @@ class VllmAdapter(EngineAdapter):
     # A headless worker starts only the executor's workers: it listens on no port.
     worker_probe = "process"
     serves_lora = True
+    images = "config"
 
     def check(self, spec: ShardSpec) -> None:
         super().check(spec)

@@ -186,7 +186,8 @@ class Inspector:
         listing = await self._hub.list_files(src.repo)
         selection = select_files(src, listing)
         files = selection.files
-        ggufs = [f for f in files if is_gguf(f.path)]
+        # The projector rides along for the engine; the model's shape is the model's.
+        ggufs = [f for f in files if is_gguf(f.path) and f.path != selection.projector]
         if ggufs:
             shapes = []
             for f in ggufs:

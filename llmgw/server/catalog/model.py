@@ -156,6 +156,9 @@ class Model:
     external: Mapping[str, Any] | None = None
     # LoRA adapters, in the order every replica loads them (``catalog/adapters.py``).
     adapters: tuple[Adapter, ...] = ()
+    # The gateway fetches http(s) image URLs in its chat requests (gateway/images.py);
+    # without it only data: URLs pass. The gateway's alone: in no fingerprint.
+    allow_image_urls: bool = False
 
     def profile(self, name: str) -> Profile | None:
         return next((p for p in self.profiles if p.name == name), None)

@@ -318,6 +318,7 @@ class ModelService:
             allow_pickle=allow_pickle,
             on_demand=ask.on_demand,
             kv_events=ask.kv_events,
+            allow_image_urls=ask.allow_image_urls,
         )
         try:
             model = catalog.check_model(model, shape)

@@ -39,6 +39,9 @@ class Routed(Protocol):
     @property
     def open_until(self) -> float: ...
 
+    @property
+    def vision(self) -> bool | None: ...
+
 
 EndpointsOf = Callable[[str], Sequence[Routed]]
 
@@ -139,6 +142,8 @@ class ModelViews:
             "stopped": model.stopped,
             "parked": model.parked,
             "allow_pickle": model.allow_pickle,
+            "vision": any(e.vision for e in self.endpoints_of(model.name)),
+            "allow_image_urls": model.allow_image_urls,
             "weight_bytes": model.weight_bytes or None,
             # What ``shape_json`` wrote when the model was inspected (``{}`` if never).
             "shape": cast(ShapeJson, dict(model.shape)),
@@ -210,6 +215,8 @@ class ModelViews:
             "stopped": model.stopped,
             "parked": None,
             "allow_pickle": False,
+            "vision": False,
+            "allow_image_urls": False,
             "weight_bytes": None,
             "shape": {},
             "profiles": [],

@@ -1,5 +1,5 @@
 """The OpenAI-compatible gateway (``/v1``): checks, keys and limits, routing, proxying,
-metrics, and the probe of engines whose agent is silent."""
+metrics, images in chat requests, and the probe of engines whose agent is silent."""
 
 from llmgw.server.gateway.keyservice import STOPPED_SETTING, KeyService, ServingSwitch
 from llmgw.server.gateway.limits import KEY_PREFIX, key_hash, new_key

@@ -190,6 +190,8 @@ def _chars(value: JSON) -> int:
     if isinstance(value, list):
         return sum(_chars(v) for v in value)
     if isinstance(value, dict):
+        if value.get("type") == "image_url":
+            return 0  # an image, not prompt text: its size is images.py's to cap
         return sum(_chars(v) for v in value.values())
     return 0
 

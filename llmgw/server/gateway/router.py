@@ -112,6 +112,8 @@ class Endpoint:
     # (None: not said); a request for an adapter goes only where it is loaded.
     engine: str = ""
     adapters: tuple[str, ...] | None = None
+    # Whether it takes images, as its agent reported (None: not said).
+    vision: bool | None = None
     # Hashes of the prompt prefixes sent here lately, oldest first: what its cache
     # likely holds. Approximate on purpose: a miss costs a prefill, not a wrong answer.
     prefixes: OrderedDict[int, None] = field(default_factory=OrderedDict)
@@ -259,6 +261,7 @@ class Router:
                 endpoint.engine = profile.engine
                 loaded = shard.adapters
                 endpoint.adapters = None if loaded is None else tuple(a.name for a in loaded)
+                endpoint.vision = shard.vision
                 seen[rid] = endpoint
                 table.setdefault(model.name, []).append(endpoint)
         for model in models.values():

@@ -26,10 +26,13 @@ from aiohttp import web
 
 from llmgw.config import GatewayConfig
 from llmgw.jsonvalue import JSONObject
+from llmgw.server.catalog.model import Model
 from llmgw.server.gateway import checks, kvroute
 from llmgw.server.gateway.adapters import AdapterBook, Asked, refuse_client_lora
 from llmgw.server.gateway.checks import Bounds, Kind, Rejected
 from llmgw.server.gateway.errors import JSON, bad_request, fail, refused, stream_error
+from llmgw.server.gateway.imagefetch import ImageFetcher
+from llmgw.server.gateway.images import ImageRules, prepare_images
 from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.limits import Key, KeyBook, Usage, UsageWriter
 from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines, scrape
@@ -127,6 +130,10 @@ class Gateway:
         # A slot a request frees is its model's adapters' as much (the same replicas).
         released = self.adapters.released_to(self.queue.released)
         self.upstream = Upstream(self.router, config.request_timeout, released)
+        # Image URLs of models that allow them, fetched under the SSRF rules.
+        self.images = ImageFetcher(
+            config.image_max_bytes, config.image_fetch_timeout, config.image_urls_private
+        )
         # `llmgw stop` (the ServingSwitch, keyservice.py, sets it): /v1 refuses.
         self.stopped = False
         self.requests = 0
@@ -173,6 +180,7 @@ class Gateway:
 
     async def close(self) -> None:
         await self.upstream.close()
+        await self.images.close()
 
     def endpoints_of(self, model: str) -> list[Endpoint]:
         return self.router.endpoints_of(model)
@@ -299,6 +307,13 @@ class Gateway:
         limited = self.keys.over_limit(key)
         if limited is not None:
             return limited
+        if kind == "chat":
+            # After the key's limits: a key over them makes the gateway fetch nothing.
+            try:
+                if await prepare_images(body, self._image_rules(model, name), self.images):
+                    raw = json.dumps(body).encode()
+            except Rejected as exc:
+                return bad_request(exc.message, exc.code, exc.param)
         flagged = guarded = None
         if key.policies and self.guard is not None and kind != "embedding":
             # Only a key with policies comes here: one without costs nothing.
@@ -363,6 +378,15 @@ class Gateway:
         if flagged is not None and not answer.prepared:
             answer.headers[GUARD_HEADER] = flagged
         return answer
+
+    def _image_rules(self, model: Model, name: str) -> ImageRules:
+        said = [e.vision for e in self.router.serving(name) if e.vision is not None]
+        return ImageRules(
+            model=name,
+            vision=any(said) if said else None,
+            allow_urls=model.allow_image_urls,
+            max_bytes=self.config.image_max_bytes,
+        )
 
     async def _read_body(self, request: web.BaseRequest) -> bytes | web.Response:
         """The body, refused past ``max_body`` (before reading when it says its length)
@@ -453,6 +477,9 @@ class Gateway:
             for name, m in sorted(self.catalog.models.items())
             if key.may_use(name)
         ]
+        for entry in data:
+            if any(e.vision for e in self.router.serving(str(entry["id"]))):
+                entry["capabilities"] = ["vision"]
         data += self.adapters.listing(key.may_use)
         return web.Response(
             body=json.dumps({"object": "list", "data": data}).encode(), content_type=JSON

@@ -43,6 +43,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from llmgw.offline.mirrorfiles import MirrorFiles
 from llmgw.server import schema
 from llmgw.server.access import Access, Gate, allowed
+from llmgw.server.catalog.explore import ExploreService
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.catalog.views import ModelViews
@@ -180,6 +181,8 @@ class Services:
     mcp: McpService | None = None
     # Guard policies and their decisions (the guard page); None: no guard page.
     guard: GuardService | None = None
+    # The model explorer (the hub's models judged against the nodes); None: no Explore page.
+    explore: ExploreService | None = None
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from llmgw.server.pages import (
+    explorewords,
     guardwords,
     mcpwords,
     mirrorwords,
@@ -443,6 +444,7 @@ TURKISH.update(slurmwords.TURKISH)
 TURKISH.update(mirrorwords.TURKISH)
 TURKISH.update(mcpwords.TURKISH)
 TURKISH.update(guardwords.TURKISH)
+TURKISH.update(explorewords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
 

@@ -29,6 +29,7 @@ from llmgw.server.ldap.service import (
 from llmgw.server.pages import (
     catalogpages,
     devicepages,
+    explorepages,
     fabricpages,
     fleetpages,
     guardpages,
@@ -230,6 +231,7 @@ def routes(
         *mirrorpages.pages(frame, services.mirror, services.mirror_watch),
         *(mcppages.pages(frame, services.mcp, grants) if services.mcp else []),
         *(guardpages.pages(frame, services.guard) if services.guard else []),
+        *(explorepages.pages(frame, services.explore) if services.explore else []),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

@@ -104,6 +104,17 @@ from llmgw.wire.admin.cluster import (
     VersionsJson,
     WantedEngineJson,
 )
+from llmgw.wire.admin.explore import (
+    BestNodeJson,
+    ExploreJson,
+    ExploreRepoJson,
+    ExploreRowJson,
+    ExploreSetJson,
+    ExploreVerdictJson,
+    JudgedByJson,
+    JudgedCardJson,
+    JudgedRamJson,
+)
 from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
 from llmgw.wire.admin.mcp import (
     McpFailure,
@@ -165,6 +176,15 @@ from llmgw.wire.admin.slurm import (
 from llmgw.wire.admin.upgrade import UpgradeJson, UpgradeStepJson
 
 __all__ = [
+    "BestNodeJson",
+    "ExploreJson",
+    "ExploreRepoJson",
+    "ExploreRowJson",
+    "ExploreSetJson",
+    "ExploreVerdictJson",
+    "JudgedByJson",
+    "JudgedCardJson",
+    "JudgedRamJson",
     "McpFailure",
     "McpHeaderJson",
     "McpServerJson",

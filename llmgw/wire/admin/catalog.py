@@ -236,6 +236,10 @@ class ModelJson(TypedDict):
     stopped: bool
     parked: str | None
     allow_pickle: bool
+    # A replica it routes to takes images (a GGUF model's mmproj projector, a vision
+    # model's config); whether the gateway fetches image URLs for it.
+    vision: bool
+    allow_image_urls: bool
     weight_bytes: int | None
     shape: ShapeJson
     profiles: list[ProfileJson]

@@ -48,6 +48,21 @@ def test_llamacpp_command_on_cpu() -> None:
     assert KEY not in " ".join(argv)
 
 
+def test_llamacpp_is_given_the_projector_the_node_found() -> None:
+    llama = adapter("llama.cpp")
+    assert "--mmproj" not in llama.command("llama-server", spec("llama.cpp"), "/w/m.gguf", "h")
+    s = spec("llama.cpp", projector="/w/mmproj-F16.gguf", args=["-c", "512"])
+    argv = llama.command("llama-server", s, "/w/m.gguf", "h")
+    at = argv.index("--mmproj")
+    assert argv[at + 1] == "/w/mmproj-F16.gguf"
+    assert argv[-2:] == ["-c", "512"]  # the profile's own arguments stay last
+    assert (llama.images, adapter("vllm").images, adapter("sglang").images) == (
+        "projector",
+        "config",
+        "config",
+    )
+
+
 def test_llamacpp_command_on_a_card_offloads_every_layer() -> None:
     s = spec("llama.cpp", cards=["GPU-1234"], cpu_cores=None, model=None)
     argv = adapter("llama.cpp").command("llama-server", s, "/w/m.gguf", "127.0.0.1")

@@ -47,7 +47,10 @@ GGUF_REPO = listing(
     ],
 )
 def test_a_quantisation_picks_its_one_gguf(quant: str, expected: str) -> None:
-    assert pick(f"hf:org/repo:{quant}", GGUF_REPO) == ([expected], expected)
+    # With the repository's multimodal projector: a vision model's other half.
+    projector = "mmproj-model-F16.gguf"
+    assert pick(f"hf:org/repo:{quant}", GGUF_REPO) == ([expected, projector], expected)
+    assert select_files(parse_source(f"hf:org/repo:{quant}"), GGUF_REPO).projector == projector
 
 
 def test_a_missing_quantisation_names_the_files_there() -> None:

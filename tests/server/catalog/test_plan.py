@@ -131,6 +131,24 @@ async def test_hub_quantisation_reads_the_chosen_gguf_header(
     assert served_bytes(hub) < len(big) // 10
 
 
+async def test_a_vision_models_shape_is_its_model_files_not_its_projectors(
+    hub: FakeHub, big: bytes, tmp_path: Path
+) -> None:
+    """The projector rides along for the engine; the model's shape and files are the
+    model's own, and the projector's header is never read."""
+    hub.add("org/eye-GGUF", "eye-Q4_K_M.gguf", big)
+    hub.add("org/eye-GGUF", "mmproj-eye-F16.gguf", b"not a header that reads")
+    (tmp_path / "m.gguf").write_bytes(big)
+    inspector = Inspector(hub.endpoint, environ={}, first_read=64 * 1024)
+    try:
+        found = await inspector.inspect("hf:org/eye-GGUF:Q4_K_M")
+    finally:
+        await inspector.close()
+    assert found.files == ("eye-Q4_K_M.gguf",)
+    assert found.shape == read_gguf_header(tmp_path / "m.gguf")
+    assert not hub.downloads("mmproj")
+
+
 async def test_hub_safetensors_from_config_and_listed_sizes(hub: FakeHub) -> None:
     config = {
         "architectures": ["LlamaForCausalLM"],

@@ -203,6 +203,20 @@ async def test_a_standby_counts_ready_from_the_gateways_endpoints(views: Views) 
     assert state(views) == ("starting", 0, 2)
 
 
+async def test_a_model_takes_images_once_a_replica_it_routes_to_says_so(views: Views) -> None:
+    views.add(model(replicas=2, allow_image_urls=True))
+
+    def endpoint(replica_id: str, vision: bool | None) -> Endpoint:
+        return Endpoint(replica_id, "http://10.0.0.1:41000", "k", 0, vision=vision)
+
+    shown = views.views.model_json(views.models["m"])
+    assert (shown["vision"], shown["allow_image_urls"]) == (False, True)
+    views.routed["m"] = [endpoint("m.default.00000001", None)]
+    assert views.views.model_json(views.models["m"])["vision"] is False
+    views.routed["m"].append(endpoint("m.default.00000002", True))
+    assert views.views.model_json(views.models["m"])["vision"] is True
+
+
 # ------------------------------------------------------------------ external providers
 
 
