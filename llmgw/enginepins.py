@@ -11,11 +11,11 @@ or to a map::
 
 ``sha256`` pins the digest of each release archive by its file name, so a node checks
 what it downloads against what the operator named and not only against what the release
-source publishes beside it. ``index_url`` is the package index vLLM and SGLang are
-installed from (PyPI when unset). ``packages`` names the OS packages the engine needs,
-per package manager (``apt`` on Debian and Ubuntu, ``dnf`` on RHEL-likes): each node
-installs the missing ones from its own package sources before the engine
-(``agent/engines/ospackages.py``).
+source publishes beside it. ``index_url`` is the package index vLLM, SGLang, FreeToken
+and TensorRT-LLM are installed from (PyPI when unset). ``packages`` names the OS
+packages the engine needs, per package manager (``apt`` on Debian and Ubuntu, ``dnf``
+on RHEL-likes): each node installs the missing ones from its own package sources
+before the engine (``agent/engines/ospackages.py``).
 
 Unset, a fleet runs ``PINNED``: the llama.cpp release this llmgw release names, so a
 "latest" never changes a fleet behind its operator's back. Its digests are filled in at
@@ -29,10 +29,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
-ENGINES = ("llama.cpp", "vllm", "sglang")
+ENGINES = ("llama.cpp", "vllm", "sglang", "freetoken", "tensorrt-llm")
 # Per node: which build of an engine to install. ``none`` installs nothing there.
 BUILDS = ("auto", "cu13", "cu129", "cpu", "none")
-PYTHON_ENGINES = ("vllm", "sglang")
+PYTHON_ENGINES = ("vllm", "sglang", "freetoken", "tensorrt-llm")
 # The package managers an engine's OS packages are named for.
 MANAGERS = ("apt", "dnf")
 
@@ -142,7 +142,8 @@ def parse_want(name: str, value: object) -> dict[str, Any]:
     if index is not None:
         if name not in PYTHON_ENGINES:
             raise PinError(
-                f"{name}: index_url is for vLLM and SGLang, installed from a package index"
+                f"{name}: index_url is for vLLM, SGLang, FreeToken and TensorRT-LLM, "
+                "installed from a package index"
             )
         if not isinstance(index, str) or not re.match(r"^https?://[^\s]+\Z", index):
             raise PinError(f"{name}: index_url must be an http(s) URL, not {index!r}")

@@ -59,7 +59,12 @@ def test_a_version_alone_a_number_or_a_map_read_as_one_shape() -> None:
 @pytest.mark.parametrize(
     ("name", "value", "words"),
     [
-        ("tgi", "1.0", r"^'tgi' is not an engine llmgw runs \(it runs llama.cpp, vllm, sglang\)"),
+        (
+            "tgi",
+            "1.0",
+            r"^'tgi' is not an engine llmgw runs "
+            r"\(it runs llama.cpp, vllm, sglang, freetoken, tensorrt-llm\)",
+        ),
         ("llama.cpp", "b 6000", r"^llama.cpp: 'b 6000' is not a version"),
         ("llama.cpp", "", r"^llama.cpp: '' is not a version"),
         ("vllm", "-rc1", r"^vllm: '-rc1' is not a version"),
@@ -108,7 +113,7 @@ def test_a_version_alone_a_number_or_a_map_read_as_one_shape() -> None:
         (
             "llama.cpp",
             {"version": "b1", "index_url": "https://pypi.example/simple"},
-            r"^llama.cpp: index_url is for vLLM and SGLang",
+            r"^llama.cpp: index_url is for vLLM, SGLang, FreeToken and TensorRT-LLM",
         ),
         (
             "vllm",

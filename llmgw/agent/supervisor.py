@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -121,6 +122,10 @@ class Supervisor:
     def log_path(self, replica_id: str) -> Path:
         return self.root / f"{replica_id}.log"
 
+    def workdir(self, replica_id: str) -> Path:
+        """The replica's directory: its engine's working directory."""
+        return self.root / "work" / replica_id
+
     def _save(self, shard: Shard) -> None:
         record: ShardRecord = {
             "spec": to_map(shard.spec),
@@ -136,6 +141,8 @@ class Supervisor:
     def _forget(self, replica_id: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             self._spec_path(replica_id).unlink()
+        # Whatever the engine left in its directory goes with it (the log stays).
+        shutil.rmtree(self.workdir(replica_id), ignore_errors=True)
 
     # --- reporting --------------------------------------------------------------------
 
@@ -252,6 +259,12 @@ class Supervisor:
             argv += flags
             env.update(extra)
         log_path = self.log_path(spec.replica_id)
+        # The replica's own directory is the engine's working directory: a relative
+        # path in its profile's environment (``engineenv``) is read from there.
+        workdir = self.workdir(spec.replica_id)
+        workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if self.engine_user is not None:
+            shutil.chown(workdir, user=self.engine_user)  # the engine may write there
         with log_path.open("ab") as out:
             out.write(f"--- llmgw: starting {' '.join(argv[:1])} at {time.ctime()}\n".encode())
             out.flush()
@@ -261,6 +274,7 @@ class Supervisor:
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 env=env,
+                cwd=workdir,
                 start_new_session=True,
                 user=self.engine_user,
             )

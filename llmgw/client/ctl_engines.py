@@ -163,7 +163,7 @@ def add_parsers(
     engines.set_defaults(handler=show)
     sub = engines.add_subparsers(dest="engines_command", metavar="ACTION")
     p = sub.add_parser("set", help="run ENGINE at VERSION across the fleet")
-    p.add_argument("engine", help="llama.cpp, vllm or sglang")
+    p.add_argument("engine", help="llama.cpp, vllm, sglang, freetoken or tensorrt-llm")
     p.add_argument("version", help="b6000 for llama.cpp; 0.11.0 for vLLM")
     p.add_argument(
         "--sha256",
@@ -171,7 +171,7 @@ def add_parsers(
         metavar="ASSET=HEX",
         help="the digest a release archive must have (repeat per platform)",
     )
-    p.add_argument("--index-url", help="vLLM, SGLang: the package index to install from")
+    p.add_argument("--index-url", help="the Python engines: the package index to install from")
     p.add_argument(
         "--package",
         action="append",

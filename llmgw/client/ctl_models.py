@@ -143,6 +143,8 @@ def model_text(m: ModelJson) -> str:
             lines.append(
                 "      on nodes with: " + ", ".join(f"{k}={v}" for k, v in p["selector"].items())
             )
+        if p.get("env"):
+            lines.append("      env: " + " ".join(f"{k}={v}" for k, v in p["env"].items()))
         if p.get("card_class"):
             lines.append(f"      on cards of class: {p['card_class']}")
         if status["note"]:
@@ -230,6 +232,8 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
             body["args"] = args.arg
         if args.selector:
             body["selector"] = dict(args.selector)
+        if args.env:
+            body["env"] = dict(args.env)
         model = client(args).serve(body)
         return show(
             args,
@@ -373,7 +377,9 @@ def add_parsers(
     p.add_argument("source", help="hf:ORG/REPO[:QUANT|:FILE], https://..., or a path on the nodes")
     p.add_argument("--name", help="the name clients ask for (default: from the source)")
     p.add_argument(
-        "--engine", help="llama.cpp (default for GGUF), vllm (default otherwise), sglang"
+        "--engine",
+        help="llama.cpp (default for GGUF), vllm (default otherwise), sglang, freetoken, "
+        "tensorrt-llm",
     )
     p.add_argument("--replicas", type=int, default=1, help="how many (default 1)")
     p.add_argument("--context", type=int, help="tokens per request (default: trained, cut to fit)")
@@ -409,6 +415,14 @@ def add_parsers(
     p.add_argument("--profile", help="the profile's name (default 'default')")
     p.add_argument("--priority", type=int, help="higher profiles are used first")
     p.add_argument("--selector", action="append", type=_label, help="KEY=VALUE node label")
+    p.add_argument(
+        "--env",
+        action="append",
+        type=_label,
+        metavar="NAME=VALUE",
+        help="a variable in the engine's environment on every node (repeat; like "
+        "NCCL_DEBUG=INFO); never LLMGW_*, loader variables or a path outside the replica",
+    )
     p.add_argument("--role", help="run only on nodes labelled llmgw.role=ROLE")
     p.add_argument(
         "--card-class",

@@ -38,7 +38,9 @@ def add_plan_parser(model_sub: argparse._SubParsersAction[argparse.ArgumentParse
         "--gpus defaults to 1 a node)",
     )
     p.add_argument("--cpu-cores", type=int, help="CPU cores a CPU replica may use")
-    p.add_argument("--engine", help="llama.cpp, vllm or sglang (default: by the format)")
+    p.add_argument(
+        "--engine", help="llama.cpp, vllm, sglang, freetoken, tensorrt-llm (default: by format)"
+    )
     p.add_argument("--allow-pickle", action="store_true", help="plan pickled weights too")
     p.add_argument("--json", action="store_true")
     p.add_argument("--server", help="control plane HTTP address, HOST:PORT (or LLMGW_SERVER)")

@@ -42,6 +42,7 @@ PRIORITY_DOC = (
 MAX_TTL = 7 * 24 * 3600
 LABEL_SPEC = Spec(pattern=LABEL, pattern_doc=LABEL_WORDS, max_length=63)
 ARG_SPEC = Spec(max_length=4096)
+ENV_NAME_SPEC = Spec(max_length=128)
 
 
 def _model_name(default: Any = MISSING, doc: str = "the model's name") -> Any:
@@ -66,7 +67,9 @@ class ServeRequest:
         example="hf:Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M",
     )
     name: str | None = _model_name(None, "the model's name (from the source when left out)")
-    engine: str | None = spec(None, doc="llama.cpp, vllm or sglang", pattern=ENGINE_NAME)
+    engine: str | None = spec(
+        None, doc="llama.cpp, vllm, sglang, freetoken or tensorrt-llm", pattern=ENGINE_NAME
+    )
     replicas: int = spec(1, minimum=0, maximum=MAX_REPLICAS)
     context: int | None = spec(None, doc="tokens per request", minimum=1, maximum=MAX_TOKENS)
     slots: int = spec(1, doc="requests at once per replica", minimum=1, maximum=MAX_SLOTS)
@@ -104,6 +107,14 @@ class ServeRequest:
         "class (a100-80g-mig-3g.40gb)",
         min_length=1,
         max_length=128,
+    )
+    env: dict[str, str] | None = spec(
+        None,
+        doc="variables in the engine's environment on every node (NCCL_DEBUG: INFO); "
+        "never LLMGW_*, loader variables, nor a path outside the replica's directory",
+        max_items=64,
+        keys=ENV_NAME_SPEC,
+        items=ARG_SPEC,
     )
 
 
@@ -382,7 +393,7 @@ class ConfigSet:
 class EngineSet:
     """Name an engine's version for the whole fleet (or, with unset, stop naming it)."""
 
-    engine: str = spec(doc="llama.cpp, vllm or sglang", max_length=16)
+    engine: str = spec(doc="llama.cpp, vllm, sglang, freetoken or tensorrt-llm", max_length=16)
     version: str | None = spec(
         None,
         doc="the version (b6000 for llama.cpp, 0.11.0 for vLLM); left out with unset",

@@ -39,7 +39,7 @@ PLAN_DELAY = 0.6
 SERVE_FIELDS = (
     Field("source", "Source", required=True, placeholder="hf:ORG/REPO[:QUANT], https://… or /path"),
     Field("name", "Name", placeholder="default: from the source"),
-    Field("engine", "Engine", placeholder="llama.cpp, vllm or sglang (default: by format)"),
+    Field("engine", "Engine", placeholder="llama.cpp, vllm, sglang, freetoken, tensorrt-llm"),
     Field("replicas", "Replicas", "int", 1),
     Field("context", "Context", "int", placeholder="tokens per request (default: trained, cut)"),
     Field("gpus", "GPUs per replica", "int", placeholder="0: on the CPU"),

@@ -100,6 +100,9 @@ class ShardSpec:
     # The hub endpoint to fetch the source's files from (a live mirror of ``mirror.api``
     # or ``mirror.peers``); None: the node's own (``hf_endpoint``).
     hub: str | None = None
+    # Variables the profile sets in the engine's environment (``ctl model serve --env``),
+    # checked again by the agent (``modelkit.engineenv``).
+    env: dict[str, str] = field(default_factory=dict)
     # Set by the node, not the control plane: the multimodal projector it found with a
     # GGUF model (llama.cpp's --mmproj), kept so an adopted engine is known by it.
     projector: str | None = None

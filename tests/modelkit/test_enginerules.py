@@ -10,8 +10,8 @@ from llmgw.modelkit.enginerules import RULES, EngineRules, RuleError, rules
 MANAGED_HINT = "llmgw ctl model context"
 
 
-def test_rules_cover_the_three_engines() -> None:
-    assert sorted(RULES) == ["llama.cpp", "sglang", "vllm"]
+def test_rules_cover_the_five_engines() -> None:
+    assert sorted(RULES) == ["freetoken", "llama.cpp", "sglang", "tensorrt-llm", "vllm"]
     for name, engine in RULES.items():
         assert rules(name) is engine
         assert engine.name == name
@@ -22,7 +22,7 @@ def test_unknown_engine_is_refused_naming_the_known_ones() -> None:
         rules("tgi")
     message = str(caught.value)
     assert "'tgi'" in message
-    assert "llama.cpp, sglang, vllm" in message
+    assert "freetoken, llama.cpp, sglang, tensorrt-llm, vllm" in message
 
 
 # ------------------------------------------------------------------------ refused flags

@@ -7,14 +7,23 @@ Provisioning (installing llama.cpp, engines named on purpose) lives in
 from __future__ import annotations
 
 from llmgw.agent.engines.base import EngineAdapter, EngineError, wait_ready
+from llmgw.agent.engines.freetoken import FreeTokenAdapter
 from llmgw.agent.engines.llamacpp import LlamaCppAdapter
 from llmgw.agent.engines.sglang import SglangAdapter
+from llmgw.agent.engines.tensorrt import TensorRtLlmAdapter
 from llmgw.agent.engines.vllm import VllmAdapter
 
 __all__ = ["ADAPTERS", "EngineAdapter", "EngineError", "adapter", "wait_ready"]
 
 ADAPTERS: dict[str, EngineAdapter] = {
-    a.name: a for a in (LlamaCppAdapter(), VllmAdapter(), SglangAdapter())
+    a.name: a
+    for a in (
+        LlamaCppAdapter(),
+        VllmAdapter(),
+        SglangAdapter(),
+        FreeTokenAdapter(),
+        TensorRtLlmAdapter(),
+    )
 }
 
 

@@ -2,8 +2,8 @@
 readiness rule, metrics path, refused flags, how to ask its version, and how to read
 its start-up output; and ``wait_ready``, the readiness poll over HTTP.
 
-One adapter a file (``llamacpp.py``, ``vllm.py``, ``sglang.py``); adding an engine is
-adding a file and naming it in ``ADAPTERS``.
+One adapter a file (``llamacpp.py``, ``vllm.py``, ``sglang.py``, ``freetoken.py``,
+``tensorrt.py``); adding an engine is adding a file and naming it in ``ADAPTERS``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import ClassVar
 import aiohttp
 
 from llmgw.agent.discovery.mig import cuda_visible_devices
+from llmgw.modelkit.engineenv import EnvError, check_env
 from llmgw.modelkit.enginerules import RULES
 from llmgw.wire.messages import AdapterSpec, Compute, ShardSpec
 
@@ -63,6 +64,10 @@ class EngineAdapter(abc.ABC):
 
     def check(self, spec: ShardSpec) -> None:
         """Refuse a spec this engine must not run, naming the field and the fix."""
+        try:
+            check_env(self.name, spec.env)
+        except EnvError as exc:
+            raise EngineError(f"{self.name} environment: {exc}") from None
         flag = self.refused_flag(spec.args)
         if flag is not None:
             raise EngineError(
@@ -71,6 +76,13 @@ class EngineAdapter(abc.ABC):
             )
         if len(spec.cards) > 1 and not self.multi_card:
             raise EngineError(f"{self.name} runs on one card; give the profile 1 card")
+        rules = RULES[self.name]
+        if not spec.cards and not rules.runs_on_cpu:
+            raise EngineError(f"{self.name} runs on cards only; give the profile 1 card or more")
+        if spec.group is not None and not rules.spans_nodes:
+            raise EngineError(
+                f"llmgw runs a {self.name} replica on one node; give the profile 1 node"
+            )
         try:
             cuda_visible_devices(spec.cards)
         except ValueError as exc:
@@ -100,8 +112,9 @@ class EngineAdapter(abc.ABC):
         return self.command(binary, spec, model_path, host)
 
     def environment(self, spec: ShardSpec) -> dict[str, str]:
-        """Variables added to the engine's environment (the key, visible cards)."""
-        env: dict[str, str] = {}
+        """Variables added to the engine's environment: the profile's own (checked by
+        ``check``), then the key and visible cards, which no profile overrides."""
+        env: dict[str, str] = dict(spec.env)
         # An empty key (a cluster without a store to keep the secret) means no key: an
         # engine given "" would demand an empty bearer token instead.
         if self.key_env and spec.key:

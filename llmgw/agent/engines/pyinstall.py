@@ -1,5 +1,6 @@
-"""vLLM and SGLang installed by the node itself, each version into its own virtual
-environment made with uv, and the installs already there, checked again.
+"""vLLM, SGLang, FreeToken and TensorRT-LLM installed by the node itself, each version
+into its own virtual environment made with uv, and the installs already there, checked
+again.
 
 The node makes a virtual environment with ``uv venv`` (this agent's own Python, never
 one uv would download), installs ``{package}=={version}`` into it with ``uv pip
@@ -52,9 +53,19 @@ from llmgw.wire.messages import EngineInfo
 
 BUILDS = ("auto", "cu13", "cu129", "cpu")
 TORCH_BACKEND = {"auto": "auto", "cu13": "cu130", "cu129": "cu129", "cpu": "cpu"}
-PACKAGES = {"vllm": "vllm", "sglang": "sglang"}
+PACKAGES = {
+    "vllm": "vllm",
+    "sglang": "sglang",
+    "freetoken": "freetoken",
+    "tensorrt-llm": "tensorrt-llm",
+}
 # The file in the environment each adapter's command() takes as its binary.
-ENTRY_POINTS = {"vllm": "vllm", "sglang": "python"}
+ENTRY_POINTS = {
+    "vllm": "vllm",
+    "sglang": "python",
+    "freetoken": "ft",
+    "tensorrt-llm": "trtllm-serve",
+}
 UV_TORCH_BACKEND = (0, 6, 9)  # the first uv with --torch-backend
 CUDA_CHECK = "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 3)"
 CUDA_TIMEOUT = 300.0  # importing PyTorch and starting CUDA on a busy node is slow
@@ -109,7 +120,8 @@ def _version_order(name: str) -> tuple[tuple[int, ...], int, str]:
 
 
 class PythonEngineInstaller:
-    """Installs versions of one Python engine (vLLM or SGLang) and lists the installs."""
+    """Installs versions of one Python engine (vLLM, SGLang, FreeToken, TensorRT-LLM)
+    and lists the installs."""
 
     def __init__(
         self,

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llmgw.modelkit.enginerules import llamacpp, sglang, vllm
+from llmgw.modelkit.enginerules import freetoken, llamacpp, sglang, tensorrt, vllm
 from llmgw.modelkit.enginerules.flags import ArgparseFlags, ExactFlags
+
+EXPERT_PARALLEL = "--enable-expert-parallel"
 
 
 class RuleError(ValueError):
@@ -32,6 +34,18 @@ class EngineRules:
     multi_card: bool
     # True when its cards split the model by tensor (the KV heads must divide evenly).
     tensor_split: bool
+    # False for an engine that runs on cards only (no CPU build).
+    runs_on_cpu: bool = True
+    # False for an engine llmgw runs a replica of on one node only.
+    spans_nodes: bool = True
+    # Keeps a mixture of experts' experts in host memory, the rest on its card.
+    experts_in_ram: bool = False
+    # What a card and its host must be for it; None where any will do.
+    min_compute: tuple[int, int] | None = None
+    min_driver: int | None = None
+    arches: tuple[str, ...] | None = None
+    # Variables of its own a profile's environment may not set (``engineenv``).
+    refused_env: frozenset[str] = frozenset()
 
     def refused_flag(self, args: Sequence[str]) -> str | None:
         return self.refused.refused_flag(args)
@@ -43,10 +57,22 @@ class EngineRules:
             return ["--ctx-size", str(context * slots), "--parallel", str(slots)]
         if self.name == "vllm":
             return ["--max-model-len", str(context), "--max-num-seqs", str(slots)]
+        if self.name == "freetoken":
+            return ["--max-seq-len-override", str(context), "--max-running-requests", str(slots)]
+        if self.name == "tensorrt-llm":
+            return ["--max_seq_len", str(context), "--max_batch_size", str(slots)]
         return ["--context-length", str(context), "--max-running-requests", str(slots)]
 
-    def check(self, args: Sequence[str], cards: int) -> None:
-        """Refuse arguments or a card count this engine must not be given."""
+    def layout_args(self, args: Sequence[str], cards: int, moe: bool) -> list[str]:
+        """What a replica on ``cards`` cards in all adds for its layout, whoever chose
+        it: vLLM spreads a mixture of experts' experts over the cards
+        (``--enable-expert-parallel``) rather than cutting each expert's tensors."""
+        if self.name == "vllm" and moe and cards > 1 and EXPERT_PARALLEL not in args:
+            return [EXPERT_PARALLEL]
+        return []
+
+    def check(self, args: Sequence[str], cards: int, nodes: int = 1) -> None:
+        """Refuse arguments, a card count or a node count this engine must not be given."""
         flag = self.refused.refused_flag(args)
         if flag is not None:
             raise RuleError(
@@ -61,6 +87,46 @@ class EngineRules:
             )
         if cards > 1 and not self.multi_card:
             raise RuleError(f"{self.name} runs on one card; give the profile 1 card")
+        if cards == 0 and not self.runs_on_cpu:
+            raise RuleError(f"{self.name} runs on cards only; give the profile 1 card or more")
+        if nodes > 1 and not self.spans_nodes:
+            raise RuleError(
+                f"llmgw runs a {self.name} replica on one node; give the profile 1 node "
+                "(serve a larger model with vllm or sglang across nodes)"
+            )
+
+    def card_refusal(self, compute: str | None, driver: str | None) -> str | None:
+        """Why this engine cannot use a card of that compute capability and driver
+        version (as NVML says them, "8.6" and "580.65.06"); None when it can. A figure
+        the node did not report is not held against it."""
+        if self.min_compute is not None and compute:
+            found = _numbers(compute)
+            if found is not None and found < self.min_compute:
+                need = ".".join(map(str, self.min_compute))
+                return f"compute capability {compute}, {self.name} needs {need} or more"
+        if self.min_driver is not None and driver:
+            major = _numbers(driver)
+            if major is not None and major[0] < self.min_driver:
+                return f"driver {driver}, {self.name} needs {self.min_driver} or later"
+        return None
+
+    def host_refusal(self, arch: str | None) -> str | None:
+        """Why this engine cannot run on a host of that machine type; None when it can
+        (or the node did not say)."""
+        if self.arches is None or not arch:
+            return None
+        if arch.lower() in {"amd64", "x64"}:
+            arch = "x86_64"
+        if arch.lower() not in self.arches:
+            return f"{self.name} runs on {', '.join(self.arches)} hosts; this one is {arch}"
+        return None
+
+
+def _numbers(version: str) -> tuple[int, ...] | None:
+    try:
+        return tuple(int(n) for n in version.strip().split(".")[:2])
+    except ValueError:
+        return None
 
 
 RULES: dict[str, EngineRules] = {
@@ -84,6 +150,31 @@ RULES: dict[str, EngineRules] = {
         ArgparseFlags((*sglang.OPTIONS, *sglang.REFUSED), sglang.MANAGED),
         multi_card=True,
         tensor_split=True,
+    ),
+    "freetoken": EngineRules(
+        "freetoken",
+        ArgparseFlags(
+            (*freetoken.OPTIONS, *freetoken.MANAGED), freetoken.REFUSED, freetoken.ALLOWED_VALUES
+        ),
+        ArgparseFlags((*freetoken.OPTIONS, *freetoken.REFUSED), freetoken.MANAGED),
+        multi_card=False,
+        tensor_split=False,
+        runs_on_cpu=False,
+        spans_nodes=False,
+        experts_in_ram=True,
+        min_compute=freetoken.MIN_COMPUTE,
+        min_driver=freetoken.MIN_DRIVER,
+        arches=freetoken.ARCHES,
+        refused_env=frozenset(freetoken.REFUSED_ENV),
+    ),
+    "tensorrt-llm": EngineRules(
+        "tensorrt-llm",
+        ExactFlags(tensorrt.REFUSED),
+        ExactFlags(tensorrt.MANAGED),
+        multi_card=True,
+        tensor_split=True,
+        runs_on_cpu=False,
+        spans_nodes=False,
     ),
 }
 

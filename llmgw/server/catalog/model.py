@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from llmgw import pki
 from llmgw.modelkit import sizing
+from llmgw.modelkit.engineenv import EnvError, check_env
 from llmgw.modelkit.enginerules import RuleError, rules
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.modelkit.sources import WeightsError, check_named_pickle, normalise_source, parse_source
@@ -85,11 +86,14 @@ class Profile:
     # Nodes one replica spans (``--nodes``); ``cards``, ``memory`` and ``card_memory``
     # are then what it takes on each of them.
     nodes: int = 1
+    # Variables set in its engines' environment on every node (``modelkit.engineenv``).
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def to_spec(self) -> dict[str, Any]:
         out = asdict(self)
         out["args"] = list(self.args)
         out["selector"] = dict(self.selector)
+        out["env"] = dict(self.env)
         return out
 
     @classmethod
@@ -97,6 +101,7 @@ class Profile:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["args"] = tuple(known.get("args") or ())
         known["selector"] = dict(known.get("selector") or {})
+        known["env"] = dict(known.get("env") or {})
         return cls(**known)
 
 
@@ -207,6 +212,8 @@ def fingerprint(model: Model, profile: Profile) -> str:
     }
     if profile.nodes > 1:  # absent for one node, so earlier replicas keep their print
         parts["nodes"] = profile.nodes
+    if profile.env:  # likewise absent when none
+        parts["env"] = dict(profile.env)
     if model.kv_events and profile.engine == "vllm":  # likewise absent when off
         parts["kv_events"] = True
     if model.adapters:  # absent when none; a scale is the gateway's, so left out
@@ -250,6 +257,8 @@ def shard_spec(
     """The StartShard a node gets: the profile's arguments and the catalog's context;
     for one node of a replica spanning nodes, its shard id and place in the group."""
     args = [*profile.args, *rules(profile.engine).context_args(model.context, model.slots)]
+    moe = (model.shape.get("experts") or 0) > 1 and (model.shape.get("experts_used") or 0) > 0
+    args += rules(profile.engine).layout_args(args, max(profile.cards, 1) * profile.nodes, moe)
     return ShardSpec(
         replica_id=member_id(replica_id, group.rank) if group else replica_id,
         engine=profile.engine,
@@ -265,6 +274,7 @@ def shard_spec(
         group=group,
         kv_events=model.kv_events and profile.engine == "vllm",
         adapters=[AdapterSpec(a.name, a.source, a.scale) for a in model.adapters],
+        env=dict(profile.env),
     )
 
 
@@ -374,8 +384,9 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
     """Refuse what the engine must not run; work out the profile's memory figures."""
     try:
         engine = rules(profile.engine)
-        engine.check(profile.args, profile.cards)
-    except RuleError as exc:
+        engine.check(profile.args, profile.cards, profile.nodes)
+        check_env(profile.engine, profile.env)
+    except (RuleError, EnvError) as exc:
         raise CatalogError(f"profiles.{profile.name}", str(exc)) from None
     if profile.cards < 0 or profile.cards > 64:
         raise CatalogError(f"profiles.{profile.name}.cards", "give 0 (CPU) to 64 cards")
@@ -427,10 +438,12 @@ def check_profile(model: Model, profile: Profile, shape: ModelShape | None) -> P
         model.slots,
         cards=max(profile.cards, 1) * nodes,
         split=split if nodes == 1 else "layer",
+        experts_in_ram=engine.experts_in_ram,
     )
     if profile.cards:
         card_memory = max(estimate.per_card)
-        memory = profile.memory if profile.memory_set else CARD_HOST_MEMORY
+        host = CARD_HOST_MEMORY + estimate.host_weights
+        memory = profile.memory if profile.memory_set else host
     else:
         card_memory = 0
         memory = (

@@ -46,6 +46,9 @@ class Card:
     mig_instance: bool = False
     # Why no replica may use it ("MIG mode is on and no instance is carved").
     unusable: str | None = None
+    # As NVML says them ("8.6", "580.65.06"); None where the node did not.
+    compute_capability: str | None = None
+    driver: str | None = None
 
     def is_class(self, card_class: str | None) -> bool:
         """Whether the card is of ``card_class`` (any, when None): its MIG class or
@@ -66,6 +69,8 @@ class Card:
             reserved=reserved,
             mig_instance=gpu.mig_parent is not None,
             unusable=unusable,
+            compute_capability=gpu.compute_capability,
+            driver=gpu.driver,
         )
 
 
@@ -97,6 +102,8 @@ class NodeCapacity:
     nvlink_domain: str | None = None
     fabric: str | None = None
     leaves: tuple[str, ...] = ()
+    # Its machine type (``x86_64``, ``aarch64``); None where it did not say.
+    arch: str | None = None
 
     @classmethod
     def from_view(
@@ -135,6 +142,7 @@ class NodeCapacity:
             engines_configured=frozenset(e.name for e in view.engines if e.origin == "configured"),
             engine_progress=dict(view.engine_progress),
             cards=cards,
+            arch=view.facts.arch if view.facts else None,
         )
 
 

@@ -218,6 +218,8 @@ class _Ask:
     # Nodes one replica spans: the model is cut in layers over them, and every figure
     # of a node (its cards, its memory) is its share, as ``model.check_profile`` makes.
     nodes: int = 1
+    # The engine keeps the experts in host memory, the rest on its card (FreeToken).
+    experts_in_ram: bool = False
 
     def card_counts(self, available: int) -> list[int]:
         if self.cards is not None:
@@ -231,7 +233,14 @@ class _Ask:
     def on_cards(self, context: int, n: int) -> MemoryEstimate:
         """The replica on ``n`` cards a node (on every node it spans)."""
         split: Split = self.split if self.nodes == 1 else "layer"
-        return memory_estimate(self.shape, context, self.slots, cards=n * self.nodes, split=split)
+        return memory_estimate(
+            self.shape,
+            context,
+            self.slots,
+            cards=n * self.nodes,
+            split=split,
+            experts_in_ram=self.experts_in_ram,
+        )
 
     def on_cpu(self, context: int) -> MemoryEstimate:
         """The replica on the CPU: one share a node it spans."""
@@ -246,7 +255,8 @@ class _Ask:
     def request(self, context: int, cards: int) -> scheduler.Request:
         """The replica the catalog would place for this context on ``cards`` cards."""
         if cards:
-            memory, card_memory = CARD_HOST_MEMORY, max(self.on_cards(context, cards).per_card)
+            found = self.on_cards(context, cards)
+            memory, card_memory = CARD_HOST_MEMORY + found.host_weights, max(found.per_card)
         else:
             memory, card_memory = self.cpu_share(context), 0
         return scheduler.Request(
@@ -275,7 +285,7 @@ def _known_cards(node: PlanNode) -> int:
 def _node_max_context(ask: _Ask, node: PlanNode, cap: int) -> int:
     """The longest context the scheduler would place on this node, on cards or the CPU."""
     counts = ask.card_counts(_known_cards(node))
-    if ask.cards in (None, 0):
+    if ask.cards in (None, 0) and enginerules.rules(ask.engine).runs_on_cpu:
         counts = [*counts, 0]
     best = 0
     for n in counts:
@@ -345,6 +355,8 @@ def _cpu_verdict(
     reasons: list[str] = []
     if ask.cards is not None and ask.cards > 0:
         reasons = [f"{ask.cards} card(s) asked"]
+    elif not enginerules.rules(ask.engine).runs_on_cpu:
+        reasons = [f"{ask.engine} runs on cards only"]
     elif node.memory_available is None:
         reasons = ["its available memory is not known"]
     else:
@@ -422,10 +434,14 @@ def plan(
         rules = enginerules.rules(engine_name)
     except enginerules.RuleError as exc:
         raise PlanError(str(exc)) from None
+    if nodes_per_replica > 1 and not rules.spans_nodes:
+        raise PlanError(f"llmgw runs a {engine_name} replica on one node; ask for 1 node")
+    if cards == 0 and not rules.runs_on_cpu:
+        raise PlanError(f"{engine_name} runs on cards only; ask for 1 card or more (--gpus 1)")
     if cards is not None and cards > 1 and not rules.multi_card:
         raise PlanError(
             f"{engine_name} runs on one card; ask for 1 card (--gpus 1), or an engine that "
-            "splits a model over cards (vllm, sglang)"
+            "splits a model over cards (vllm, sglang, tensorrt-llm)"
         )
     split: Split = "tensor" if rules.tensor_split else "layer"
     spanning = nodes_per_replica > 1
@@ -464,6 +480,7 @@ def plan(
         tensor_split=rules.tensor_split,
         cpu_cores=cpu_cores,
         nodes=nodes_per_replica,
+        experts_in_ram=rules.experts_in_ram,
     )
     ready = [n for n in nodes if n.capacity.ready and not n.capacity.cordoned]
     warnings: list[str] = []

@@ -7,17 +7,20 @@ candidate's `Verdict`. Nothing here reads the store, talks to an agent or keeps 
 between calls, so the same inputs always give the same answer, and `ctl explain` and
 `ctl model plan` show exactly the reasoning placement used.
 
-Filters, in order: node Ready and not cordoned; engine installed or installable;
-role label; node selector; host memory; disk (skipped where the weights already
-are); CPU cores; cards. Nodes where the model just failed are passed over while
-any other node fits. Scores: weights already on the node first, then binpack
+Filters, in order: node Ready and not cordoned; engine installed or installable, and
+the host of a machine type it runs on; role label; node selector; host memory; disk
+(skipped where the weights already are); CPU cores; cards (of a compute capability
+and driver the engine runs on: ``enginerules``). Nodes where the model just failed
+are passed over while any other node fits. Scores: weights already on the node first, then binpack
 (least free after placing) or spread (most free), ties broken by node id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
+from llmgw.modelkit.enginerules import RULES
 from llmgw.server.catalog import spanning
 from llmgw.server.catalog.blocks import Order
 from llmgw.server.catalog.placement import (
@@ -92,6 +95,7 @@ class _State:
             for i, f in enumerate(self.card_free)
             if f >= req.card_memory
             and cards[i].unusable is None
+            and _engine_refusal(cards[i], req.engine) is None
             and cards[i].is_class(req.card_class)
             and not (req.cards > 1 and cards[i].mig_instance)
         ]
@@ -119,6 +123,12 @@ class _State:
             self.top = sorted(self.card_free, reverse=True)
 
 
+def _engine_refusal(card: Card, engine: str) -> str | None:
+    """Why ``engine`` cannot use this card (its compute capability or driver)."""
+    rules = RULES.get(engine)
+    return rules.card_refusal(card.compute_capability, card.driver) if rules else None
+
+
 def static_reasons(node: NodeCapacity, req: Request) -> list[str]:
     """Filters that depend on the node and request only, never on reservations."""
     reasons: list[str] = []
@@ -135,6 +145,10 @@ def static_reasons(node: NodeCapacity, req: Request) -> list[str]:
     ):
         said = node.engine_progress.get(req.engine) or "not installed yet"
         reasons.append(f"engine: {req.engine} {req.engine_version} not on this node: {said}")
+    rules = RULES.get(req.engine)
+    host = rules.host_refusal(node.arch) if rules else None
+    if host is not None:
+        reasons.append(f"engine: {host}")
     has, wants = node.labels.get(ROLE_LABEL), req.wanted_role
     if has is not None and has != wants:
         asks = f"asks role {wants!r}" if wants else "asks no role"
@@ -197,10 +211,11 @@ def _cards_reason(st: _State, req: Request) -> str:
     def name(c: Card) -> str:
         return f"card {c.index} ({c.uuid[:12]})" if c.mig_instance else f"card {c.index}"
 
-    frees = ", ".join(
-        f"{name(c)}: {c.unusable}" if c.unusable else f"{name(c)}: {_gib(max(f, 0))} free"
-        for c, f in zip(cards, st.card_free, strict=True)
-    )
+    def said_of(c: Card, free: int) -> str:
+        why = c.unusable or _engine_refusal(c, req.engine)
+        return f"{name(c)}: {why}" if why else f"{name(c)}: {_gib(max(free, 0))} free"
+
+    frees = ", ".join(said_of(c, f) for c, f in zip(cards, st.card_free, strict=True))
     each = f"{_gib(req.card_memory)} free each"
     if req.card_class:
         each = f"{each}, of class {req.card_class}"
@@ -474,7 +489,7 @@ class _Fleet:
         """The node as this call has left it, so a refusal shows current figures."""
         n = st.node
         cards = tuple(
-            Card(c.uuid, c.index, c.name, c.memory_total, c.memory_free, c.memory_free - f)
+            replace(c, reserved=c.memory_free - f)
             for c, f in zip(n.cards, st.card_free, strict=True)
         )
         return NodeCapacity(
@@ -498,6 +513,7 @@ class _Fleet:
             nvlink_domain=n.nvlink_domain,
             fabric=n.fabric,
             leaves=n.leaves,
+            arch=n.arch,
         )
 
 

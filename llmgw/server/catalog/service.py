@@ -306,6 +306,7 @@ class ModelService:
             memory=ask.memory or 0,
             memory_set=ask.memory is not None,
             nodes=ask.nodes,
+            env=dict(ask.env or {}),
         )
         model = Model(
             name=name,

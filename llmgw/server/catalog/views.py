@@ -248,6 +248,7 @@ def profile_json(
         "card_memory": p.card_memory,
         "memory_set": p.memory_set,
         "nodes": p.nodes,
+        "env": dict(p.env),
         "fingerprint": fingerprint,
         "status": status,
         "cpu_tokens_per_second": speed,

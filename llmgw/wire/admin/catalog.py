@@ -186,6 +186,8 @@ class ProfileJson(TypedDict):
     card_memory: int
     memory_set: bool
     nodes: int
+    # Variables set in its engines' environment (``ctl model serve --env``).
+    env: dict[str, str]
     fingerprint: str
     status: ProfileStatusJson | None
     cpu_tokens_per_second: float | None

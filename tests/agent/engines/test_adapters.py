@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llmgw.agent.engines import ADAPTERS, EngineError, adapter
+from llmgw.modelkit.enginerules import RULES
 from llmgw.wire.messages import ShardSpec
 
 KEY = "sk-engine-0123456789abcdef"
@@ -26,10 +27,10 @@ def spec(engine: str, **kw: object) -> ShardSpec:
 
 
 def test_registry_and_lookup() -> None:
-    assert sorted(ADAPTERS) == ["llama.cpp", "sglang", "vllm"]
+    assert sorted(ADAPTERS) == ["freetoken", "llama.cpp", "sglang", "tensorrt-llm", "vllm"]
     assert all(a.name == name for name, a in ADAPTERS.items())
     assert adapter("vllm") is ADAPTERS["vllm"]
-    with pytest.raises(EngineError, match=r"'tgi'.*llama\.cpp, sglang, vllm"):
+    with pytest.raises(EngineError, match=r"'tgi'.*llama\.cpp, sglang, tensorrt-llm, vllm"):
         adapter("tgi")
 
 
@@ -147,8 +148,10 @@ def test_sglang_command_takes_the_key_as_argument_only() -> None:
 
 def test_our_own_flags_pass_each_engines_refusal_check() -> None:
     # The refusal reads only the profile's arguments; ours are appended by command().
+    # The engines that run on cards only are given one.
     for name in ADAPTERS:
-        adapter(name).check(spec(name, args=[]))
+        cards = [] if RULES[name].runs_on_cpu else ["GPU-1"]
+        adapter(name).check(spec(name, args=[], cards=cards))
 
 
 # --- readiness, metrics and versions --------------------------------------------------

@@ -43,7 +43,7 @@ def test_engine_option() -> None:
     )
     with pytest.raises(EngineError, match="NAME=PATH"):
         parse_engine_option("/opt/l/llama-server")
-    with pytest.raises(EngineError, match="knows llama.cpp, sglang, vllm"):
+    with pytest.raises(EngineError, match="knows freetoken, llama.cpp, sglang, tensorrt-llm, vllm"):
         parse_engine_option("tgi=/x")
 
 

@@ -116,6 +116,22 @@ async def test_pickles_are_refused_even_with_memory_given(service: ModelService)
     assert model.allow_pickle
 
 
+async def test_engine_variables_are_kept_or_refused_naming_the_variable(
+    service: ModelService,
+) -> None:
+    answer = await refusal(
+        service, {"source": "hf:org/repo:Q4_K_M", "env": {"LLMGW_STATE_DIR": "/tmp/x"}}
+    )
+    assert answer["status"] == 400
+    assert "LLMGW_STATE_DIR is the agent's own setting" in answer["message"]
+    answer = await refusal(service, {"source": "hf:org/repo:Q4_K_M", "env": {"A": "../../etc"}})
+    assert answer["status"] == 400 and "A=../../etc names a path outside" in answer["message"]
+    model = await serve(service, {"source": "hf:org/repo:Q4_K_M", "env": {"NCCL_DEBUG": "INFO"}})
+    assert model.profiles[0].env == {"NCCL_DEBUG": "INFO"}
+    kept = await service.store.list_models()
+    assert kept[0].spec["profiles"][0]["env"] == {"NCCL_DEBUG": "INFO"}
+
+
 async def test_an_unreadable_shape_needs_memory(service: ModelService) -> None:
     answer = await refusal(service, {"source": "hf:org/unreadable"})
     assert answer["type"] == "cannot_inspect" and "--memory" in answer["message"]
