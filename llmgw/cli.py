@@ -472,6 +472,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_models import add_parsers as add_catalog_parsers
 
     add_catalog_parsers(ctl_cmds, _client, _client_options)
+    from llmgw.client.ctl_jobs import add_parsers as add_job_parsers
+
+    add_job_parsers(ctl_cmds, _client, _client_options)
     from llmgw.client.ctl_keys import add_parsers as add_key_parsers
 
     add_key_parsers(roles, ctl_cmds, _client, _client_options)

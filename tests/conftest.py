@@ -51,6 +51,8 @@ GROUPS = {
     # the tests start: the module joins the tests marked "slurm" elsewhere (the agent's,
     # the files'), never beside them.
     "tests/e2e/test_slurm.py": "slurm",
+    # One run of the real trainer serves the module's tests (its fixture).
+    "tests/agent/finetune/test_trainer_run.py": "finetune-trainer",
 }
 
 

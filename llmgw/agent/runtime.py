@@ -26,7 +26,7 @@ from llmgw.agent.engines.pyinstall import PACKAGES, PythonEngineInstaller, find_
 from llmgw.agent.fabricprobe import BandwidthServers, run_client
 from llmgw.agent.finetune import runner as finetune
 from llmgw.agent.finetune.adapters import FinetunedWeights, StoredAdapters
-from llmgw.agent.finetune.kit import trainer_kit
+from llmgw.agent.finetune.kit import TrainEnvKit
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
 from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.nodewall import NodeFirewall
@@ -130,7 +130,7 @@ class NodeRuntime:
         self.finetunes = finetune.FinetuneRunner(
             opts.state_dir / "finetunes",
             self.weights,
-            trainer_kit(opts.state_dir / "trainer"),
+            TrainEnvKit(opts.state_dir / "trainer"),
             self.emit,
             engine_user=opts.engine_user,
         )

@@ -55,6 +55,7 @@ from llmgw.wire.admin import (
     GuardDecisionJson,
     GuardPolicyJson,
     HistoryJson,
+    JobJson,
     KeyJson,
     LimitsSetJson,
     LogBatch,
@@ -272,6 +273,13 @@ class AdminClient:
 
     def plan(self, query: Query) -> PlanJson:
         return self.call(r.PLAN, query=query)
+
+    def jobs(self, model: str | None = None, limit: int = 50) -> list[JobJson]:
+        query: Query = {"limit": limit, **({"model": model} if model else {})}
+        return self.call(r.JOBS, query=query)
+
+    def job(self, job_id: str) -> JobJson:
+        return self.call(r.JOB, job_id)
 
     def explore(self, query: Query) -> ExploreJson:
         return self.call(r.EXPLORE, query=query)

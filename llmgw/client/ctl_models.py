@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -234,16 +235,24 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
             body["selector"] = dict(args.selector)
         if args.env:
             body["env"] = dict(args.env)
-        model = client(args).serve(body)
-        return show(
+        admin = client(args)
+        model = admin.serve(body)
+        job = model.get("job")
+        follow = f"`llmgw ctl jobs --follow {job}`" if job else "`llmgw ctl replicas`"
+        shown = show(
             args,
             model,
             lambda m: (
-                model_text(m)
-                + f"\n\nFollow it with `llmgw ctl replicas`; why it goes where it goes: "
+                model_text(m) + f"\n\nFollow it with {follow}; why it goes where it goes: "
                 f"`llmgw ctl explain {m['name']}`."
             ),
         )
+        if not args.wait or not job:
+            return shown
+        from llmgw.client.ctl_jobs import follow_job
+
+        # With --json, stdout keeps the model's JSON alone; the steps go to stderr.
+        return follow_job(admin, job, args.timeout, out=sys.stderr if args.json else sys.stdout)
 
     def model_show(args: argparse.Namespace) -> int:
         return show(args, client(args).model(args.model), model_text)
@@ -411,6 +420,15 @@ def add_parsers(
         action="store_true",
         help="a vision model: the gateway fetches http(s) image URLs in chat requests "
         "(public addresses only; default: data: URLs only)",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for its serve job to end, printing each step: exit 0 when ready, 1 "
+        "naming the step that failed and why",
+    )
+    p.add_argument(
+        "--timeout", type=float, help="with --wait: give up after this many seconds (exit 1)"
     )
     p.add_argument("--profile", help="the profile's name (default 'default')")
     p.add_argument("--priority", type=int, help="higher profiles are used first")

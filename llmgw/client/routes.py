@@ -66,6 +66,8 @@ ADAPTERS: Route[list[w.AdapterJson]] = Route("GET", "/api/v1/models/{}/adapters"
 ADD_ADAPTER: Route[list[w.AdapterJson]] = Route("POST", "/api/v1/models/{}/adapters")
 REMOVE_ADAPTER: Route[list[w.AdapterJson]] = Route("DELETE", "/api/v1/models/{}/adapters/{}")
 PLAN: Route[w.PlanJson] = Route("GET", "/api/v1/plan")
+JOBS: Route[list[w.JobJson]] = Route("GET", "/api/v1/jobs")
+JOB: Route[w.JobJson] = Route("GET", "/api/v1/jobs/{}")
 EXPLORE: Route[w.ExploreJson] = Route("GET", "/api/v1/explore")
 EXPLORE_REPO: Route[w.ExploreRepoJson] = Route("GET", "/api/v1/explore/{}/{}")
 

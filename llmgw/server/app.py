@@ -29,6 +29,7 @@ from llmgw.server.api import (
     firewall,
     grants,
     guard,
+    jobs,
     keys,
     ldap,
     login,
@@ -534,6 +535,7 @@ class ControlPlane:
         ops += replicas.routes(self.fleet, self.views, self.slurm.service.stage_of)
         ops += models.routes(self.models, self.views, self.fleet)
         ops += adapters.routes(self.models)
+        ops += jobs.routes(self.models.jobs)
         ops += finetunes.routes(self.finetunes)
         ops += plan.routes(self.planner)
         ops += explore.routes(self.explore)

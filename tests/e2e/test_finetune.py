@@ -22,6 +22,8 @@ import openai
 import psutil
 import pytest
 
+from llmgw.agent.finetune import trainenv
+from llmgw.enginepins import LLAMACPP_PIN
 from tests.e2e.catalog import (
     ctl,
     ctl_json,
@@ -33,9 +35,7 @@ from tests.e2e.catalog import (
     wait_ready,
 )
 from tests.e2e.cluster import Cluster, wait_for
-
-trainenv = pytest.importorskip("llmgw.agent.finetune.trainenv")
-tinyhf = pytest.importorskip("tests.support.tinyhf")
+from tests.support import tinyhf
 
 pytestmark = pytest.mark.e2e
 
@@ -67,8 +67,6 @@ def seed_trainer(cluster: Cluster, node_id: str) -> None:
     env = tinyhf.trainer_python().parents[2]  # {env}/venv/bin/python
     (root / env.name).symlink_to(env)
     scripts = tinyhf.converter().parent
-    from llmgw.enginepins import LLAMACPP_PIN
-
     (root / trainenv.converter_directory(root, LLAMACPP_PIN).name).symlink_to(scripts)
 
 

@@ -30,7 +30,8 @@ def routes(service: ModelService, views: ModelViews, fleet: FleetService) -> Ops
         return views.catalog()
 
     async def serve(call: Call[ServeRequest, None]) -> ModelJson:
-        return views.model_json(await service.serve(call.body, call.principal))
+        model, job = await service.serve_job(call.body, call.principal)
+        return {**views.model_json(model), "job": job}
 
     async def external(call: Call[ExternalRequest, None]) -> ModelJson:
         return views.model_json(await service.add_external(call.body, call.principal))

@@ -59,8 +59,8 @@ from llmgw.server.catalog.tracks import (
     StartMember,
     Stop,
     Track,
-    download_done,
     merge_workers,
+    replica_progress,
     stop_order,
     unreported_workers,
 )
@@ -156,7 +156,7 @@ class Reconciler:
                 track.reason = shard.reason
                 if state != track.state:
                     track.state, track.moved_at = state, now
-                done = download_done(view, rid)
+                done = replica_progress(track, nodes)
                 if done is not None and done != track.progress:
                     track.progress, track.moved_at = done, now
         reported, self.orphans = merge_workers(self.tracks, workers)

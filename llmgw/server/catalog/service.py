@@ -26,6 +26,8 @@ from llmgw.server.catalog import adapters
 from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog.dispatch import Dispatch
 from llmgw.server.catalog.inspector import PickledWeights
+from llmgw.server.catalog.jobs import ServeJobs
+from llmgw.server.catalog.jobview import Step
 from llmgw.server.catalog.model import Adapter, CatalogError, Model, Profile
 from llmgw.server.catalog.reconciler import Plan, Reconciler
 from llmgw.server.catalog.room import Room
@@ -118,6 +120,8 @@ class ModelService:
             vouched=hooks.vouched,
             hub_for=hooks.hub_for,
         )
+        # What each serve started, followed until its replicas answer (``jobs.py``).
+        self.jobs = ServeJobs(store, reconciler, registry, self.models)
         self._tasks: set[asyncio.Task[None]] = set()
         # Bumped on every change of the catalog: the gateway rebuilds its routes.
         self.version = 0
@@ -133,9 +137,10 @@ class ModelService:
         return self.dispatch.last_plan
 
     async def run(self, stop: asyncio.Event) -> None:
-        """The reconcile loop, while this control plane leads."""
+        """The reconcile loop, and the serve jobs followed, while this control plane
+        leads."""
         try:
-            await self.dispatch.run(stop)
+            await asyncio.gather(self.dispatch.run(stop), self.jobs.run(stop))
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -261,6 +266,14 @@ class ModelService:
     # ------------------------------------------------------------------ changing
 
     async def serve(self, ask: ServeRequest, by: Principal) -> Model:
+        model, _ = await self.serve_job(ask, by)
+        return model
+
+    async def serve_job(self, ask: ServeRequest, by: Principal) -> tuple[Model, str]:
+        """Serve, and the id of the job that follows it up (``GET /api/v1/jobs/{id}``):
+        resolve and plan are done here, refused at once when they fail; the job goes on
+        with place, fetch, start and ready."""
+        resolve = Step("resolve", "running", self.jobs.wall())
         allow_pickle = ask.allow_pickle
         try:
             source = catalog.check_source(ask.source, allow_pickle)
@@ -293,6 +306,13 @@ class ModelService:
                 "estimated; give --memory (per replica, like 8GiB) to serve it anyway",
                 "source",
             )
+        resolve.state, resolve.ended = "done", self.jobs.wall()
+        resolve.detail = f"{source}, engine {engine}" + (
+            f", {shape.file_bytes / 2**30:.2f} GiB of weights"
+            if shape is not None and shape.file_bytes
+            else ""
+        )
+        plan = Step("plan", "running", resolve.ended)
         context = ask.context or catalog.default_context(
             shape, self.room.largest(ask.gpus), ask.slots
         )
@@ -332,7 +352,10 @@ class ModelService:
         self.room.check_fits(model)
         detail = f"{source} engine {engine}, {profile.replicas} replica(s), context {context}"
         await self._save(model, Audit(by.name, "model.serve", name, detail))
-        return model
+        plan.state, plan.ended = "done", self.jobs.wall()
+        plan.detail = f"{profile.replicas} replica(s), context {context}, fits"
+        job = await self.jobs.begin(model, [resolve, plan])
+        return model, job.id
 
     async def change(
         self,

@@ -163,6 +163,21 @@ def download_done(view: NodeView, replica_id: str) -> int | None:
     return None
 
 
+def replica_progress(track: Track, nodes: Mapping[str, NodeView]) -> int | None:
+    """Bytes fetched so far for a replica, as its nodes report them: its own shard's
+    download and, for one spanning nodes, each worker's (a worker still fetching its
+    weights is progress of the replica while its leader waits); None while none is
+    reported."""
+    shares = [(track.node, track.replica_id)]
+    shares += [(w.node, f"{track.replica_id}~{w.rank}") for w in track.workers]
+    found = [
+        done
+        for node, sid in shares
+        if (view := nodes.get(node)) is not None and (done := download_done(view, sid)) is not None
+    ]
+    return sum(found) if found else None
+
+
 def stop_order(tracks: Sequence[Track]) -> list[Track]:
     """Which to stop first: not ready before ready, newest before oldest, then by id."""
     return sorted(tracks, key=lambda t: (t.state == ShardState.READY, -t.moved_at, t.replica_id))

@@ -63,6 +63,7 @@ REPLICATED = frozenset(
         "person_tokens",
         "scim_users",
         "scim_groups",
+        "jobs",
     }
 )
 Op = Literal["upsert", "delete"]

@@ -48,7 +48,10 @@ def pages(frame: Frame, services: Services) -> list[Page]:
         explained = None if found.external else models.explain(found)
         template = "model_body.html" if call.htmx else "model.html"
         shown = views.model_json(found)
-        return frame.render(call.request, template, call.session, model=shown, explained=explained)
+        job = await models.jobs.latest_for(found.name)
+        return frame.render(
+            call.request, template, call.session, model=shown, explained=explained, job=job
+        )
 
     def changer(action: str) -> PageHandler:
         async def change(call: PageCall) -> Response:

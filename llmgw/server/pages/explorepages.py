@@ -9,6 +9,8 @@ answers garbage is said on the page, which renders with what it judged by.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from starlette.responses import Response
 
 from llmgw.server import schema
@@ -16,50 +18,49 @@ from llmgw.server.catalog.explore import HUB_FAILED, ExploreService
 from llmgw.server.pages.frame import Frame, Page, PageCall
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ExploreQuery
+from llmgw.wire.admin.explore import ExploreJson, ExploreRepoJson
 
 # What the list's form sends; anything else in the query is left out.
 FIELDS = ("q", "fits", "sort")
 
 
 def pages(frame: Frame, explore: ExploreService) -> list[Page]:
+    async def render(
+        call: PageCall,
+        template: str,
+        asking: Awaitable[ExploreJson | ExploreRepoJson],
+        ask: ExploreQuery | None = None,
+        repo: str | None = None,
+    ) -> Response:
+        """The page with what the hub answered, or with why it did not (still rendered,
+        with what it judges by)."""
+        found: ExploreJson | ExploreRepoJson | None = None
+        error = None
+        try:
+            found = await asking
+        except Refusal as exc:
+            if exc.status != HUB_FAILED:
+                raise
+            error = exc.message
+        return frame.render(
+            call.request,
+            template,
+            call.session,
+            found=found,
+            error=error,
+            judged_by=found["judged_by"] if found else explore.fleet().judged_by,
+            ask=ask,
+            repo=repo,
+        )
+
     async def listing(call: PageCall) -> Response:
         asked = {k: v for k, v in call.request.query_params.items() if k in FIELDS and v}
         ask = schema.read_query(ExploreQuery, asked)
-        found, error = None, None
-        try:
-            found = await explore.explore(ask)
-        except Refusal as exc:
-            if exc.status != HUB_FAILED:
-                raise
-            error = exc.message
-        return frame.render(
-            call.request,
-            "explore.html",
-            call.session,
-            ask=ask,
-            found=found,
-            error=error,
-            judged_by=found["judged_by"] if found else explore.fleet().judged_by,
-        )
+        return await render(call, "explore.html", explore.explore(ask), ask=ask)
 
     async def repository(call: PageCall) -> Response:
         repo = f"{call.params['org']}/{call.params['repo']}"
-        found, error = None, None
-        try:
-            found = await explore.repository(repo)
-        except Refusal as exc:
-            if exc.status != HUB_FAILED:
-                raise
-            error = exc.message
-        return frame.render(
-            call.request,
-            "explore_repo.html",
-            call.session,
-            repo=repo,
-            found=found,
-            error=error,
-            judged_by=found["judged_by"] if found else explore.fleet().judged_by,
-        )
+        return await render(call, "explore_repo.html", explore.repository(repo), repo=repo)
 
     return [
         Page("GET", "/admin/explore", listing, role="operator"),

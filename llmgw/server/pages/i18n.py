@@ -15,6 +15,7 @@ from llmgw.server.pages import (
     explorewords,
     finetunewords,
     guardwords,
+    jobwords,
     mcpwords,
     mirrorwords,
     peoplewords,
@@ -445,6 +446,7 @@ TURKISH.update(slurmwords.TURKISH)
 TURKISH.update(mirrorwords.TURKISH)
 TURKISH.update(mcpwords.TURKISH)
 TURKISH.update(guardwords.TURKISH)
+TURKISH.update(jobwords.TURKISH)
 TURKISH.update(explorewords.TURKISH)
 TURKISH.update(finetunewords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}

@@ -15,6 +15,7 @@ from typing import Any, TypeAlias
 from llmgw.server.people.records import Org, Project, Team
 from llmgw.server.store.directory import DirectoryRows
 from llmgw.server.store.finetunes import FinetuneRows
+from llmgw.server.store.jobrows import JobRows
 from llmgw.server.store.values import Audit, Params, SQLValue
 
 __all__ = ["Audit", "DirectoryRows", "Params", "SQLValue"]
@@ -287,6 +288,11 @@ class Store(abc.ABC):
     @property
     @abc.abstractmethod
     def directory(self) -> DirectoryRows: ...
+
+    # serve jobs (written by the leader as they go, read by any control plane)
+    @property
+    @abc.abstractmethod
+    def jobs(self) -> JobRows: ...
 
     # fine-tune jobs and their adapters
     @property

@@ -117,6 +117,15 @@ from llmgw.wire.admin.explore import (
 )
 from llmgw.wire.admin.finetune import FinetuneJson
 from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
+from llmgw.wire.admin.jobs import (
+    JobErrorJson,
+    JobJson,
+    JobNodeJson,
+    JobState,
+    JobStepJson,
+    StepName,
+    StepState,
+)
 from llmgw.wire.admin.mcp import (
     McpFailure,
     McpHeaderJson,
@@ -267,6 +276,11 @@ __all__ = [
     "LogEndJson",
     "MapNodeJson",
     "MemoryJson",
+    "JobErrorJson",
+    "JobJson",
+    "JobNodeJson",
+    "JobState",
+    "JobStepJson",
     "ModelJson",
     "ModelRemovedJson",
     "ModelState",
@@ -306,6 +320,8 @@ __all__ = [
     "ShardJson",
     "SpanJson",
     "StatusJson",
+    "StepName",
+    "StepState",
     "TokenJson",
     "TopologyJson",
     "TrayJson",

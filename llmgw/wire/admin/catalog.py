@@ -247,6 +247,8 @@ class ModelJson(TypedDict):
     profiles: list[ProfileJson]
     adapters: NotRequired[list[AdapterJson]]
     external: NotRequired[ExternalJson]
+    # The serve job that brings it up (``/api/v1/jobs/{id}``): in the answer to a serve.
+    job: NotRequired[str]
 
 
 class ModelRemovedJson(TypedDict):

@@ -398,6 +398,7 @@ CHANGES: list[Ask] = [
     ("ADD_ADAPTER", ("tiny",), {"name": "sql", "source": "/loras/sql.gguf"}),
     ("REMOVE_ADAPTER", ("tiny", "sql"), None),
     ("SERVE", (), {"source": TINY, "name": "tiny2", "context": 256}),
+    ("JOBS", (), None),  # the serve's job, as it began
     ("EXTERNAL", (), {"name": "far2", "base_url": "https://b.example/v1", "keys": [UPSTREAM]}),
     ("REMOVE_MODEL", ("far",), None),
     ("MARK", ("gpu-1", "cordon"), {}),
@@ -574,6 +575,7 @@ async def test_the_people_routes_answer_the_shapes_the_client_reads(
 # Routes whose answer needs more than this fleet (a signed release served from loopback,
 # a zipapp to swap): their shapes are checked where they are tested, with ``check``.
 ELSEWHERE = {
+    "JOB": "tests/server/catalog/test_jobs.py",
     "UPGRADE": "tests/server/upgrade/test_service.py",
     "UPGRADE_STATUS": "tests/server/upgrade/test_service.py",
     # A hub stand-in on loopback, the cluster's hf_endpoint pointed at it.

@@ -190,3 +190,30 @@ def test_the_wiring_decides_the_set_and_an_nvlink_domain_comes_first(clock: Cloc
     rec2 = reconciler(clock, lambda views: {k: v for k, v in wired.items() if k[0] == "f"})
     (start,) = rec2.plan([wide()], {k: v for k, v in nodes.items() if k[0] == "f"}).starts
     assert {start.node, start.workers[0].node} == {"f1", "f3"} and not start.nvlink
+
+
+def test_a_worker_s_download_moving_keeps_the_replica_from_timing_out(clock: Clock) -> None:
+    """The leader waits for its workers while one fetches its weights: the bytes the
+    worker's node reports are the replica's progress, and the start timeout counts from
+    the last of them."""
+    nodes = {n: node(n) for n in "ab"}
+    rec = reconciler(clock, start_timeout=60.0)
+    plan = rec.plan([wide()], nodes)
+    (start,) = plan.starts
+    (worker,) = start.workers
+    report(plan, nodes, rec, "loading")
+    sid = f"{start.replica_id}~1"
+    nodes[worker.node].shards[sid] = replace(
+        nodes[worker.node].shards[sid], state=ShardState.DOWNLOADING
+    )
+    fetching = {"source": "/models/m.gguf", "replica_ids": [sid], "done": 0}
+    nodes[worker.node].downloads["/models/m.gguf"] = fetching
+    for step in range(1, 5):  # four minutes of the worker's download, moving all along
+        fetching["done"] = step * 1000
+        assert rec.plan([wide()], nodes).stops == []
+        clock.now += 50
+        assert rec.plan([wide()], nodes).stops == []
+    clock.now += 11  # the worker's download stalls: 61 s since its last byte
+    stops = rec.plan([wide()], nodes).stops
+    assert {s.replica_id for s in stops} == {start.replica_id, sid}
+    assert "after it last made progress" in stops[0].reason

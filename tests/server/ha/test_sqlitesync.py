@@ -37,6 +37,7 @@ from llmgw.server.people.records import Limits, Membership, Org, Person, PersonT
 from llmgw.server.scim.records import ScimGroup, ScimUser
 from llmgw.server.store import ApiKeyRecord, Audit, JoinTokenRecord, ServerRecord, StoreTooNew
 from llmgw.server.store.finetunes import FinetuneRow
+from llmgw.server.store.jobrows import JobRecord
 from llmgw.server.store.sqlite import SQLiteStore
 
 NOW = time.time()  # every digit of it must reach the standby
@@ -133,6 +134,9 @@ VISION_DEMO = Project("j1", "o1", "t1", "demo", Limits(), NOW)
 ALICE_IN_VISION = Membership("p1", "team", "t1", "manager", True, NOW)
 ALICE_TOKEN = PersonToken("tk1", "p1", "laptop", "sha256:tk1", NOW, NOW + 86400)
 ALICE_AT_SCIM = ScimUser("p1", "00u1", None, NOW, NOW)
+SERVING = JobRecord(
+    "job-0123456789ab", "serve", "m", "running", {"id": "job-0123456789ab"}, NOW, NOW + 11.5
+)
 ENGINEERS = ScimGroup("g1", "Engineers", "grp-1", ("p1", "p2"), NOW, NOW + 0.5)
 
 TUNING = FinetuneRow("ft-1", "tuned", "m1", "training", '{"step": 1}', NOW, NOW + 1 / 3)
@@ -270,6 +274,12 @@ WRITES: list[tuple[str, Write]] = [
         ),
     ),
     ("remove a SCIM group", lambda s: s.directory.delete(ENGINEERS, by("scim", "scim", "g1"))),
+    ("put a serve job", lambda s: s.jobs.put(SERVING)),
+    (
+        "a serve job moves on",
+        lambda s: s.jobs.put(replace(SERVING, state="failed", updated_at=NOW + 12)),
+    ),
+    ("prune the serve jobs", lambda s: s.jobs.prune(NOW + 8 * 86400)),
     ("put a fine-tune", lambda s: s.finetunes.put(TUNING, by("ops", "finetune.create", "ft-1"))),
     ("fine-tune progress", lambda s: s.finetunes.put_many([replace(TUNING, doc='{"step": 3}')])),
     (

@@ -42,6 +42,7 @@ TABLES = [
     "api_keys",
     "usage",
     "servers",
+    "jobs",
 ]
 
 
