@@ -113,12 +113,11 @@ class FinetuneRunner:
         self,
         root: Path,
         weights: Fetcher,
-        toolkit: Toolkit | None,
+        toolkit: Toolkit,
         emit: Callable[[Message], None],
         engine_user: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``toolkit`` None: this agent cannot train (it says so to a start)."""
         self.root = root
         self.weights = weights
         self.toolkit = toolkit
@@ -197,11 +196,6 @@ class FinetuneRunner:
 
     def _start(self, spec: FinetuneSpec) -> object:
         directory = self._dir(spec.id)
-        if self.toolkit is None:
-            raise FinetuneRefused(
-                "this agent cannot train: its llmgw has no trainer (llmgw.agent.finetune."
-                "trainenv); upgrade it"
-            )
         busy = [j.spec.id for j in self.jobs.values() if j.running]
         if busy:
             raise FinetuneRefused(f"this node is already training {busy[0]}")
@@ -233,7 +227,6 @@ class FinetuneRunner:
 
     async def _train(self, job: Job) -> None:
         spec, toolkit = job.spec, self.toolkit
-        assert toolkit is not None
 
         def doing(words: str) -> None:
             job.doing = words

@@ -274,13 +274,6 @@ async def test_a_new_stream_is_told_every_job_whole(
     assert again[0].state == "uploading"
 
 
-async def test_an_agent_without_the_trainer_says_so(tmp_path: Path) -> None:
-    stream = Stream()
-    runner = FinetuneRunner(tmp_path, Weights(tmp_path), None, stream)
-    got = await send(runner, stream, spec(), PAIRS)
-    assert not got.ok and "cannot train" in (got.error or "")
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
