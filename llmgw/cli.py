@@ -497,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client.ctl_mcp import add_parsers as add_mcp_parsers
 
     add_mcp_parsers(ctl_cmds, _client, _client_options)
+    from llmgw.client.ctl_finetune import add_parsers as add_finetune_parsers
+
+    add_finetune_parsers(ctl_cmds, _client, _client_options)
     from llmgw.client.ctl_upgrade import add_parsers as add_upgrade_parsers
 
     add_upgrade_parsers(ctl_cmds, _client, _client_options)

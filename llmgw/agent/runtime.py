@@ -24,6 +24,9 @@ from llmgw.agent.engines.install import LlamaCppInstaller
 from llmgw.agent.engines.provision import NodeEngines
 from llmgw.agent.engines.pyinstall import PACKAGES, PythonEngineInstaller, find_uv
 from llmgw.agent.fabricprobe import BandwidthServers, run_client
+from llmgw.agent.finetune import runner as finetune
+from llmgw.agent.finetune.adapters import FinetunedWeights, StoredAdapters
+from llmgw.agent.finetune.kit import TrainEnvKit
 from llmgw.agent.logbook import AGENT_LINES, LogRing, RingHandler
 from llmgw.agent.memrate import MemoryRateProbe
 from llmgw.agent.nodewall import NodeFirewall
@@ -37,6 +40,7 @@ from llmgw.modelkit.files import ShapeError, inspect_local
 from llmgw.modelkit.sources import SourceError, cache_name, parse_source
 from llmgw.reexec import exec_again
 from llmgw.wire.messages import (
+    AdapterPiece,
     AgentSettings,
     EngineInfo,
     EngineStatus,
@@ -110,16 +114,26 @@ class NodeRuntime:
         self.weights = WeightStore(opts.weights_dir, self.hub)
         # vLLM replicas' KV-cache events (kv_events), netted and sent up the stream.
         self.cache = CacheWatch(opts.state_dir / "kvevents", self.emit)
+        # Fine-tunes' stored adapters (finetune:NAME), fetched from the control plane.
+        self.stored_adapters = StoredAdapters(opts.state_dir / "finetuned", self.emit)
         self.supervisor = Supervisor(
             opts.state_dir / "shards",
             self,
-            self.weights,
+            FinetunedWeights(self.weights, self.stored_adapters),
             self.emit,
             host=opts.engine_host,
             engine_user=opts.engine_user,
             cache=self.cache,
         )
         self._follows: dict[str, asyncio.Task[None]] = {}
+        # Fine-tune jobs the control plane sends (``finetune.*`` requests).
+        self.finetunes = finetune.FinetuneRunner(
+            opts.state_dir / "finetunes",
+            self.weights,
+            TrainEnvKit(opts.state_dir / "trainer"),
+            self.emit,
+            engine_user=opts.engine_user,
+        )
         # The engines the fleet wants, installed in the background.
         self.convergence = EngineConvergence(
             self.engines,
@@ -197,6 +211,7 @@ class NodeRuntime:
         await self.memrate.close()
         for task in self._follows.values():
             task.cancel()
+        await self.finetunes.close()
         await self.supervisor.close()
         await self.cache.close()
         await self.weights.close()
@@ -218,6 +233,9 @@ class NodeRuntime:
 
     def attach(self, send: Callable[[Message], None] | None) -> None:
         self._send = send
+        self.finetunes.attach(send is not None)
+        if send is None:
+            self.stored_adapters.detached()
         if send is not None:
             self.cache.attach()  # a control plane new to this stream knows no cache
             self.slurm.report_soon()  # what Slurm is here, before any Slurm message
@@ -238,6 +256,7 @@ class NodeRuntime:
         return {s.pid for s in self.supervisor.shards.values() if s.pid is not None}
 
     def heartbeat_fields(self) -> HeartbeatFields:
+        self.finetunes.beat()  # each live fine-tune's word goes with the heartbeat
         fields: HeartbeatFields = {"shards": self.supervisor.usage()}
         fields.update(self.memrate.heartbeat_fields())
         settings, running = self.opts.settings, self.opts.running
@@ -261,6 +280,8 @@ class NodeRuntime:
             await self.firewall.keep(msg)
         elif isinstance(msg, Slurm):
             self.slurm.want(msg)
+        elif isinstance(msg, AdapterPiece):
+            self.stored_adapters.piece(msg)
         elif isinstance(msg, Request):
             try:
                 await self._answer(msg)
@@ -319,6 +340,8 @@ class NodeRuntime:
             await upgrade.answer(req, self.emit, self.opts.restart or restart_self)
         elif req.kind == "restart":
             await self._restart(req)
+        elif req.kind in finetune.KINDS:
+            await self.finetunes.answer(req)
         else:
             self.emit(
                 Response(id=req.id, ok=False, error=f"this agent does not answer {req.kind!r}")

@@ -48,6 +48,7 @@ from llmgw.wire.admin import (
     FabricMapJson,
     FabricsJson,
     FabricTestJson,
+    FinetuneJson,
     FirewallChangeJson,
     FirewallJson,
     GuardCheckJson,
@@ -454,6 +455,20 @@ class AdminClient:
 
     def switch_mcp(self, name: str, on: bool) -> McpServerJson:
         return self.call(r.SWITCH_MCP, name, "on" if on else "off")
+
+    # --- fine-tune jobs (ctl finetune)
+
+    def finetunes(self) -> list[FinetuneJson]:
+        return self.call(r.FINETUNES)
+
+    def finetune(self, job_id: str) -> FinetuneJson:
+        return self.call(r.FINETUNE, job_id)
+
+    def create_finetune(self, body: Body) -> FinetuneJson:
+        return self.call(r.CREATE_FINETUNE, body=body)
+
+    def cancel_finetune(self, job_id: str) -> FinetuneJson:
+        return self.call(r.CANCEL_FINETUNE, job_id)
 
     # --- llmgw restart
 

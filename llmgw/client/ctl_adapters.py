@@ -39,7 +39,9 @@ def commands(client: Client) -> dict[str, Callable[[argparse.Namespace], int]]:
         return 0
 
     def add(args: argparse.Namespace) -> int:
-        body: dict[str, object] = {"name": args.name, "source": args.source}
+        # No source: the adapter a fine-tune of that name made, kept by the control plane.
+        source = args.source if args.source is not None else f"finetune:{args.name}"
+        body: dict[str, object] = {"name": args.name, "source": source}
         if args.scale is not None:
             body["scale"] = args.scale
         adapters = client(args).add_adapter(args.model, body)
@@ -91,8 +93,10 @@ def add_adapter_parsers(
     p.add_argument("name", help="the name clients ask for (one namespace with the models)")
     p.add_argument(
         "source",
+        nargs="?",
         help="hf:ORG/REPO[:FILE], https://..., or a path on the nodes (llama.cpp: a LoRA "
-        "GGUF; vLLM: a PEFT directory)",
+        "GGUF; vLLM: a PEFT directory); left out: the adapter `llmgw ctl finetune` made "
+        "under NAME (finetune:NAME)",
     )
     p.add_argument(
         "--scale", type=float, help="how strongly llama.cpp applies it (default 1; vLLM ignores)"

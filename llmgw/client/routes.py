@@ -116,6 +116,10 @@ REMOVE_MCP: Route[w.McpServerRemovedJson] = Route("DELETE", "/api/v1/mcp/servers
 TEST_MCP: Route[w.McpTestJson] = Route("POST", "/api/v1/mcp/servers/{}/test")
 # off, on: each answers the server as it now is.
 SWITCH_MCP: Route[w.McpServerJson] = Route("POST", "/api/v1/mcp/servers/{}/{}")
+FINETUNES: Route[list[w.FinetuneJson]] = Route("GET", "/api/v1/finetunes")
+FINETUNE: Route[w.FinetuneJson] = Route("GET", "/api/v1/finetunes/{}")
+CREATE_FINETUNE: Route[w.FinetuneJson] = Route("POST", "/api/v1/finetunes")
+CANCEL_FINETUNE: Route[w.FinetuneJson] = Route("POST", "/api/v1/finetunes/{}/cancel")
 
 RESTART: Route[w.RestartJson] = Route("POST", "/api/v1/restart")
 RESTART_STATUS: Route[w.RestartJson] = Route("GET", "/api/v1/restart")

@@ -25,6 +25,7 @@ from llmgw.server.api import (
     engines,
     explore,
     fabrics,
+    finetunes,
     firewall,
     grants,
     guard,
@@ -57,6 +58,7 @@ from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.catalog.service import CatalogHooks, ModelService
 from llmgw.server.catalog.views import ModelViews
 from llmgw.server.datadir import DataDir
+from llmgw.server.finetune.service import FinetuneService
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.fleet.agentsettings import AgentSettings
 from llmgw.server.fleet.engines import FleetEngines
@@ -156,7 +158,7 @@ class ControlPlane:
             store,
             config.heartbeat_interval,
             config.missed_heartbeats,
-            RegistryHooks(changed=wake.set, kv_blocks=kv.apply),
+            RegistryHooks(wake.set, kv.apply, lambda n, m: self.finetunes.report(n, m)),
         )
         # The agents' settings the cluster decides (ctl config).
         self.agent_settings = AgentSettings(store, on_change=self._settings_changed)
@@ -186,10 +188,12 @@ class ControlPlane:
                 remove_files=self.fleet.remove_source,
                 vouched=self.mirror_watch.vouched,
                 hub_for=self.mirror_watch.hub_for,
+                finetuned=lambda model, name: self.finetunes.servable(model, name),
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
         self.explore = explore_service(self.registry, self.models.room, self.agent_settings)
+        self.finetunes = FinetuneService(store, self.registry, lambda: self.models.models)
         # The gateway is made below: the views read what it routes to when asked.
         self.views = ModelViews(
             self.models.models,
@@ -307,6 +311,7 @@ class ControlPlane:
                 Duty("fabric maps", self.fabric_maps.run),
                 self.slurm.duty(),
                 self.upgrades.duty(),
+                Duty("fine-tunes", self.finetunes.run, self.finetunes.flush),
             ]
         )
         self.ha = self._leadership()
@@ -423,6 +428,8 @@ class ControlPlane:
             await self.mcp.registry.load()
         if every or "nodes" in tables:
             await self.registry.reload_marks()
+        if every or "finetunes" in tables:
+            await self.finetunes.load()
         if every or "servers" in tables:
             await self.ha.reload_servers()
         if every or "session_revocations" in tables:
@@ -529,6 +536,7 @@ class ControlPlane:
         ops += models.routes(self.models, self.views, self.fleet)
         ops += adapters.routes(self.models)
         ops += jobs.routes(self.models.jobs)
+        ops += finetunes.routes(self.finetunes)
         ops += plan.routes(self.planner)
         ops += explore.routes(self.explore)
         ops += keys.routes(self.keys, self.serving)
@@ -584,6 +592,7 @@ class ControlPlane:
             mirror_watch=self.mirror_watch,
             mcp=self.mcp.service,
             guard=self.guard,
+            finetunes=self.finetunes,
         )
         body_timeout = self.config.gateway.body_timeout
         pages = [

@@ -565,3 +565,33 @@ class UpgradeStart:
         minimum=5,
         maximum=86400,
     )
+
+
+# ---------------------------------------------------------------------- fine-tunes
+
+
+@dataclass(frozen=True)
+class FinetuneRequest:
+    """Train a LoRA adapter of a model on prompt/completion pairs (``ctl finetune
+    create``); the pairs are judged, and a node chosen, before anything is sent."""
+
+    model: str = _model_name(doc="the model whose adapter this is")
+    name: str = _model_name(doc="the adapter's name: clients ask for it, or MODEL:NAME")
+    data: str = spec(
+        doc="the pairs, JSONL: {prompt, completion} or {messages: [...]} a line; at most "
+        "32 MiB and 100,000 lines",
+        max_length=48 * 1024 * 1024,
+    )
+    node: str | None = spec(None, doc="train on this node", min_length=1, max_length=253)
+    mib: int = spec(
+        8000, doc="memory the training needs: a card's free MiB, or RAM on the CPU", minimum=256
+    )
+    epochs: int = spec(3, doc="passes over the pairs", minimum=1, maximum=100)
+    rank: int = spec(16, doc="the LoRA's rank", minimum=1, maximum=256)
+    base: str | None = spec(
+        None,
+        doc="the HF safetensors checkpoint trained on (hf:ORG/REPO, https://, a path on "
+        "the node); default: the model's own source where it is safetensors",
+        min_length=1,
+        max_length=2048,
+    )

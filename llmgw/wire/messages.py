@@ -408,6 +408,88 @@ class SlurmStatus(Message):
     cgroup_v2: bool | None = None
 
 
+@dataclass(frozen=True)
+class FinetuneSpec:
+    """A fine-tune job as the control plane sends it to the node that trains it
+    (``finetune.start``; its pairs went before it in ``finetune.data`` pieces).
+
+    ``base``: the HF safetensors checkpoint trained on, a weights source as a model's;
+    ``device``: "cuda" on ``cards`` (UUIDs), or "cpu"; ``convert``: turn the adapter into
+    a GGUF (the model is served by llama.cpp). ``data_sha256`` and ``data_bytes`` let the
+    agent check the pairs it put together."""
+
+    id: str
+    name: str
+    model: str
+    base: str
+    epochs: int
+    rank: int
+    device: str
+    data_bytes: int
+    data_sha256: str
+    pairs: int
+    cards: list[str] = field(default_factory=list)
+    mib: int | None = None
+    convert: bool = False
+    allow_pickle: bool = False
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class FinetuneStatus(Message):
+    """Where a fine-tune stands on its node: sent at each change, with each logged step,
+    every few seconds while it runs, and for every job the agent holds on a new stream.
+
+    ``state``: preparing, training, converting, uploading (the result is ready for the
+    control plane to take in ``finetune.piece``s), failed or cancelled. ``loss`` holds
+    the losses from step ``loss_at`` on (0: all of them)."""
+
+    TYPE: ClassVar[str] = "finetune_status"
+    id: str
+    state: str
+    step: int | None = None
+    steps: int | None = None
+    pairs: int | None = None
+    loss_at: int = 0
+    loss: list[float] = field(default_factory=list)
+    peak_mib: float | None = None
+    error: str | None = None
+    # The result, once it is ready: its size, sha256 and kind ("gguf" or "peft-tar").
+    adapter_bytes: int | None = None
+    adapter_sha256: str | None = None
+    adapter_kind: str | None = None
+    # What it is doing, in words ("fetching the base weights").
+    doing: str | None = None
+
+
+@dataclass(frozen=True)
+class AdapterAsk(Message):
+    """The agent asks for a piece of a fine-tune's stored adapter (``finetune:NAME``,
+    a shard's LoRA adapter), from byte ``at``; answered by an AdapterPiece."""
+
+    TYPE: ClassVar[str] = "adapter_ask"
+    ask_id: str
+    name: str
+    at: int = 0
+
+
+@dataclass(frozen=True)
+class AdapterPiece(Message):
+    """The control plane's answer to an AdapterAsk: up to 1 MiB of the adapter from
+    ``at``, with the whole file's size, sha256 and kind ("gguf" or "peft-tar"); or
+    ``error`` in words (no such fine-tune, not succeeded)."""
+
+    TYPE: ClassVar[str] = "adapter_piece"
+    ask_id: str
+    name: str
+    at: int = 0
+    data: bytes = b""
+    total: int | None = None
+    sha256: str | None = None
+    kind: str | None = None
+    error: str | None = None
+
+
 # The PYTHONHASHSEED vLLM runs with where its KV events are routed on: the root of its
 # block hashes, so the router can hash a prompt's blocks as the engine does.
 KV_HASH_SEED = "0"
@@ -470,6 +552,9 @@ _REGISTRY: dict[str, type[Message]] = {
         KvBlocks,
         Slurm,
         SlurmStatus,
+        FinetuneStatus,
+        AdapterAsk,
+        AdapterPiece,
         Request,
         Response,
     )

@@ -69,3 +69,10 @@ def test_json_is_the_apis_list_and_the_table_reads_at_a_glance(
     assert table.splitlines()[1].split() == ["sql", "0.5", "hf:org/sql:sql.gguf"]
     assert "m:NAME" in table
     assert "has no LoRA adapters" in adapters_table("m", [])
+
+
+def test_no_source_is_the_fine_tune_of_that_name() -> None:
+    admin, _ = run(["add", "m", "tuned"])
+    assert admin.calls == [
+        ("POST", "/api/v1/models/m/adapters", {"name": "tuned", "source": "finetune:tuned"})
+    ]

@@ -2,7 +2,9 @@
 
 Each adapter's source is a source like the model's (hf:, https://, a path on the node)
 under the same rules: a pickled one is refused unless the model allows pickles, before
-anything is fetched, and again on what the fetch found. ``fetch`` hands back the spec
+anything is fetched, and again on what the fetch found. A fine-tune's stored adapter
+(``finetune:NAME``) is no weights source: the fetcher the supervisor is given takes it
+from the control plane (``agent/finetune/adapters.py``). ``fetch`` hands back the spec
 with each adapter's ``path`` set to what its engine loads (``EngineAdapter.lora_path``:
 llama.cpp a GGUF file, vLLM a PEFT directory); the supervisor starts the engine from
 that spec and keeps it on disk, so an adopted engine is known by what it loaded.
@@ -18,6 +20,7 @@ from typing import Protocol
 
 from llmgw.agent.engines.base import EngineAdapter
 from llmgw.agent.weights.fetch import ProgressCallback
+from llmgw.modelkit.finetuned import PREFIX as FINETUNE
 from llmgw.modelkit.sources import (
     WeightsError,
     check_named_pickle,
@@ -42,6 +45,8 @@ def check(spec: ShardSpec) -> None:
     """Refuse a malformed or (unless the model allows pickles) pickled adapter source
     before anything is installed or fetched; ``WeightsError`` names the adapter."""
     for adapter in spec.adapters:
+        if adapter.source.startswith(FINETUNE):
+            continue  # a fine-tune's stored adapter: from the control plane, not a hub
         try:
             check_named_pickle(
                 parse_source(adapter.source, allow_http=True), allow_pickle=spec.allow_pickle

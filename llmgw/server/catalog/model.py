@@ -23,6 +23,7 @@ from llmgw import pki
 from llmgw.modelkit import sizing
 from llmgw.modelkit.engineenv import EnvError, check_env
 from llmgw.modelkit.enginerules import RuleError, rules
+from llmgw.modelkit.finetuned import finetune_name
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.modelkit.sources import WeightsError, check_named_pickle, normalise_source, parse_source
 from llmgw.wire.messages import AdapterSpec, GroupSpec, ShardSpec
@@ -494,9 +495,10 @@ def check_adapters(model: Model) -> tuple[Adapter, ...]:
             raise CatalogError("name", f"{a.name!r} is already a name of {model.name}")
         if not math.isfinite(a.scale) or abs(a.scale) > MAX_SCALE:
             raise CatalogError("scale", f"give a scale from -{MAX_SCALE} to {MAX_SCALE}")
-        try:
-            source = check_source(a.source, model.allow_pickle)
-        except CatalogError as exc:
+        try:  # a weights source, or a fine-tune's stored adapter (finetune:NAME)
+            trained = finetune_name(a.source) is not None
+            source = a.source if trained else check_source(a.source, model.allow_pickle)
+        except ValueError as exc:  # CatalogError too
             why = str(exc).removeprefix("source: ")
             raise CatalogError("source", f"adapter {a.name}: {why}") from None
         seen.add(a.name)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from llmgw import pki
 from llmgw.config import SchedulingConfig
 from llmgw.modelkit.enginerules import RULES
+from llmgw.modelkit.finetuned import finetune_name
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog import adapters
 from llmgw.server.catalog import model as catalog
@@ -65,6 +66,9 @@ class CatalogHooks:
     vouched: Callable[[str], dict[str, str]] = lambda source: {}
     # The hub a source's files are sent from (a live mirror), None: the node's own.
     hub_for: Callable[[str], str | None] = lambda source: None
+    # Why a fine-tune's stored adapter (``finetune:NAME``) cannot be an adapter of a
+    # model (model, NAME), in words; None: it can.
+    finetuned: Callable[[str, str], str | None] = lambda model, name: "no fine-tunes here"
 
 
 def _provider_url(url: str) -> bool:
@@ -511,6 +515,13 @@ class ModelService:
         """Every replica loads the new adapter: they are replaced as for any change."""
         changed = adapters.with_adapter(model, Adapter(ask.name, ask.source, ask.scale))
         self.check_name_free(ask.name, adding_to=model.name)
+        try:
+            trained = finetune_name(ask.source)
+        except ValueError as exc:
+            raise Refusal(400, "invalid", str(exc), "source") from None
+        why = self.hooks.finetuned(model.name, trained) if trained is not None else None
+        if why is not None:
+            raise Refusal(409, "not_trained", why, "source")
         detail = f"{ask.name} from {ask.source}, scale {ask.scale:g}"
         return await self.change(model, changed, by, "model.adapter.add", detail)
 

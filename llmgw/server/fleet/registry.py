@@ -32,9 +32,11 @@ from llmgw.wire import Heartbeat, HostFacts, Register
 from llmgw.wire.admin import NodeJson, SettingsReportJson
 from llmgw.wire.hardware import GPU
 from llmgw.wire.messages import (
+    AdapterAsk,
     DownloadProgress,
     EngineInfo,
     EngineStatus,
+    FinetuneStatus,
     KvBlocks,
     Message,
     MessageError,
@@ -220,6 +222,9 @@ class RegistryHooks:
     # A replica's KV-cache blocks changed (vLLM's events), and whether the node that
     # told runs that replica (only then is it believed): the gateway's KV index.
     kv_blocks: Callable[[str, KvBlocks, bool], None]
+    # A fine-tune's word from the node training it, or a node's ask for a fine-tune's
+    # stored adapter (``server/finetune``).
+    finetune: Callable[[str, FinetuneStatus | AdapterAsk], None] = lambda node_id, msg: None
 
 
 def _stored_facts(node_id: str, stored: dict[str, Any] | None) -> HostFacts | None:
@@ -434,10 +439,20 @@ class NodeRegistry:
     def report(
         self,
         node_id: str,
-        msg: ShardStatus | DownloadProgress | EngineStatus | KvBlocks | SlurmStatus,
+        msg: ShardStatus
+        | DownloadProgress
+        | EngineStatus
+        | KvBlocks
+        | SlurmStatus
+        | FinetuneStatus
+        | AdapterAsk,
     ) -> None:
         """Keep the latest word of a shard, a download, the node's engines or its Slurm;
-        hand a replica's cache blocks on to the router (they change nothing else)."""
+        hand a replica's cache blocks on to the router and a fine-tune's word to the
+        fine-tunes (they change nothing else)."""
+        if isinstance(msg, FinetuneStatus | AdapterAsk):
+            self.hooks.finetune(node_id, msg)
+            return
         if isinstance(msg, KvBlocks):
             view = self.nodes.get(node_id)
             self.hooks.kv_blocks(node_id, msg, view is not None and msg.replica_id in view.shards)

@@ -43,8 +43,10 @@ from llmgw.wire.channel import STREAM_PATH, FrameChannel, header_map
 from llmgw.wire.codec import MessageError
 from llmgw.wire.framing import FrameError
 from llmgw.wire.messages import (
+    AdapterAsk,
     DownloadProgress,
     EngineStatus,
+    FinetuneStatus,
     Goodbye,
     Heartbeat,
     KvBlocks,
@@ -63,7 +65,16 @@ from llmgw.wire.outbox import Outbox, OutboxFull
 # of followed log lines; more than this waiting is an agent answering out of turn.
 ANSWERS = 16
 
-Report = Heartbeat | ShardStatus | DownloadProgress | EngineStatus | KvBlocks | SlurmStatus
+Report = (
+    Heartbeat
+    | ShardStatus
+    | DownloadProgress
+    | EngineStatus
+    | KvBlocks
+    | SlurmStatus
+    | FinetuneStatus
+    | AdapterAsk
+)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ REPLICATED = frozenset(
         "api_keys",
         "usage",
         "servers",
+        "finetunes",
+        "finetune_pieces",
         "session_revocations",
         "people",
         "orgs",

@@ -47,6 +47,7 @@ from llmgw.server.catalog.explore import ExploreService
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.catalog.views import ModelViews
+from llmgw.server.finetune.service import FinetuneService
 from llmgw.server.fleet.fabricservice import FabricService
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
@@ -183,6 +184,8 @@ class Services:
     guard: GuardService | None = None
     # The model explorer (the hub's models judged against the nodes); None: no Explore page.
     explore: ExploreService | None = None
+    # Fine-tune jobs (the fine-tunes page); None: no fine-tunes page.
+    finetunes: FinetuneService | None = None
 
 
 @dataclass(frozen=True)

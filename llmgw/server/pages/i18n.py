@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from llmgw.server.pages import (
     explorewords,
+    finetunewords,
     guardwords,
     jobwords,
     mcpwords,
@@ -447,6 +448,7 @@ TURKISH.update(mcpwords.TURKISH)
 TURKISH.update(guardwords.TURKISH)
 TURKISH.update(jobwords.TURKISH)
 TURKISH.update(explorewords.TURKISH)
+TURKISH.update(finetunewords.TURKISH)
 CATALOGUES: dict[str, dict[str, str]] = {"en": {}, "tr": TURKISH}
 
 

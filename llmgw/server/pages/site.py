@@ -31,6 +31,7 @@ from llmgw.server.pages import (
     devicepages,
     explorepages,
     fabricpages,
+    finetunepages,
     fleetpages,
     guardpages,
     i18n,
@@ -232,6 +233,7 @@ def routes(
         *(mcppages.pages(frame, services.mcp, grants) if services.mcp else []),
         *(guardpages.pages(frame, services.guard) if services.guard else []),
         *(explorepages.pages(frame, services.explore) if services.explore else []),
+        *(finetunepages.pages(frame, services.finetunes) if services.finetunes else []),
     ]
     out: list[BaseRoute] = [
         Route("/admin/login", sign_in_form, methods=["GET"]),

@@ -14,6 +14,7 @@ from typing import Any, TypeAlias
 
 from llmgw.server.people.records import Org, Project, Team
 from llmgw.server.store.directory import DirectoryRows
+from llmgw.server.store.finetunes import FinetuneRows
 from llmgw.server.store.jobrows import JobRows
 from llmgw.server.store.values import Audit, Params, SQLValue
 
@@ -292,6 +293,11 @@ class Store(abc.ABC):
     @property
     @abc.abstractmethod
     def jobs(self) -> JobRows: ...
+
+    # fine-tune jobs and their adapters
+    @property
+    @abc.abstractmethod
+    def finetunes(self) -> FinetuneRows: ...
 
     # audit
     @abc.abstractmethod

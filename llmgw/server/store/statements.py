@@ -39,6 +39,7 @@ from llmgw.server.store.base import (
     Store,
 )
 from llmgw.server.store.directory import DirectoryRows, tools_column, tools_of
+from llmgw.server.store.finetunes import FinetuneRows
 from llmgw.server.store.jobrows import JobRows
 
 # Also the backends' proof, at open, that the store takes writes.
@@ -124,6 +125,10 @@ class SQLStore(Store):
     @functools.cached_property
     def jobs(self) -> JobRows:
         return JobRows(self)
+
+    @functools.cached_property
+    def finetunes(self) -> FinetuneRows:
+        return FinetuneRows(self)
 
     # settings
 

@@ -115,6 +115,7 @@ from llmgw.wire.admin.explore import (
     JudgedCardJson,
     JudgedRamJson,
 )
+from llmgw.wire.admin.finetune import FinetuneJson
 from llmgw.wire.admin.guard import GuardCheckJson, GuardDecisionJson, GuardPolicyJson
 from llmgw.wire.admin.jobs import (
     JobErrorJson,
@@ -191,6 +192,7 @@ __all__ = [
     "ExploreRowJson",
     "ExploreSetJson",
     "ExploreVerdictJson",
+    "FinetuneJson",
     "JudgedByJson",
     "JudgedCardJson",
     "JudgedRamJson",

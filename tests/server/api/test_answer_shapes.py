@@ -360,6 +360,7 @@ READS: list[Ask] = [
     ("SLURM_CONF", (), None),
     ("MCP_SERVERS", (), None),
     ("MCP_SERVER", ("llmgw:admin",), None),
+    ("FINETUNES", (), None),
     ("GUARD_POLICIES", (), None),
     ("GUARD_POLICY", ("pii",), None),
     ("GUARD_DECISIONS", (), None),
@@ -376,6 +377,19 @@ READS: list[Ask] = [
 ]
 # Each change the client makes, in this order: its name, its path's parts, its body.
 CHANGES: list[Ask] = [
+    # Its node answers no finetune.* ask: the job comes back failed, in its shape.
+    (
+        "CREATE_FINETUNE",
+        (),
+        {
+            "model": "tiny",
+            "name": "tuned",
+            "data": '{"prompt": "a", "completion": "b"}\n',
+            "node": "gpu-1",
+            "mib": 1000,
+            "base": "hf:org/base",
+        },
+    ),
     ("CHANGE_MODEL", ("tiny", "context"), {"slots": 2}),
     ("CHANGE_MODEL", ("tiny", "stop"), {}),
     ("CHANGE_MODEL", ("tiny", "start"), {}),
@@ -567,6 +581,8 @@ ELSEWHERE = {
     # A hub stand-in on loopback, the cluster's hf_endpoint pointed at it.
     "EXPLORE": "tests/client/test_ctl_explore.py",
     "EXPLORE_REPO": "tests/client/test_ctl_explore.py",
+    "FINETUNE": "tests/server/api/test_finetunes.py",
+    "CANCEL_FINETUNE": "tests/server/api/test_finetunes.py",
 }
 
 

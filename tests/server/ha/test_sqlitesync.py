@@ -36,6 +36,7 @@ from llmgw.server.ha.sqlitesync import (
 from llmgw.server.people.records import Limits, Membership, Org, Person, PersonToken, Project, Team
 from llmgw.server.scim.records import ScimGroup, ScimUser
 from llmgw.server.store import ApiKeyRecord, Audit, JoinTokenRecord, ServerRecord, StoreTooNew
+from llmgw.server.store.finetunes import FinetuneRow
 from llmgw.server.store.jobrows import JobRecord
 from llmgw.server.store.sqlite import SQLiteStore
 
@@ -137,6 +138,8 @@ SERVING = JobRecord(
     "job-0123456789ab", "serve", "m", "running", {"id": "job-0123456789ab"}, NOW, NOW + 11.5
 )
 ENGINEERS = ScimGroup("g1", "Engineers", "grp-1", ("p1", "p2"), NOW, NOW + 0.5)
+
+TUNING = FinetuneRow("ft-1", "tuned", "m1", "training", '{"step": 1}', NOW, NOW + 1 / 3)
 
 WRITES: list[tuple[str, Write]] = [
     ("put_setting", lambda s: s.put_setting("cluster.name", "lab")),
@@ -277,6 +280,14 @@ WRITES: list[tuple[str, Write]] = [
         lambda s: s.jobs.put(replace(SERVING, state="failed", updated_at=NOW + 12)),
     ),
     ("prune the serve jobs", lambda s: s.jobs.prune(NOW + 8 * 86400)),
+    ("put a fine-tune", lambda s: s.finetunes.put(TUNING, by("ops", "finetune.create", "ft-1"))),
+    ("fine-tune progress", lambda s: s.finetunes.put_many([replace(TUNING, doc='{"step": 3}')])),
+    (
+        "a fine-tune's adapter",
+        lambda s: s.finetunes.finish(
+            replace(TUNING, state="succeeded"), b"\x00\xffgguf" * 5, 8, by("ops", "ok", "ft-1")
+        ),
+    ),
 ]
 
 
