@@ -562,7 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.parse_args([target, "--help"])
         parser.print_help()
         return 2
-    from llmgw.client.admin import AdminError
+    from llmgw.client.adminbase import AdminError
     from llmgw.config import ConfigError
 
     try:
