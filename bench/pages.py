@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from llmgw.server.fleet.registry import NodeView  # noqa: E402
+from llmgw.server.fleet.nodeview import NodeView  # noqa: E402
 from llmgw.server.pages.fleetpages import gpu_map, node_rows  # noqa: E402
 from llmgw.server.sessions import Session  # noqa: E402
 from tests.support.pagesfleet import fleet, frame, request  # noqa: E402

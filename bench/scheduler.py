@@ -44,7 +44,7 @@ from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.model import Model, Profile, fingerprint
 from llmgw.server.catalog.ports import port_range
 from llmgw.server.catalog.reconciler import Plan, Reconciler
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.wiring import Wiring
 from llmgw.wire.hardware import GPU, Disk, HostFacts
 from llmgw.wire.messages import EngineInfo, ShardStatus

@@ -270,6 +270,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         weights_dir=Path(args.weights_dir or config.weights_dir or default_weights_dir()),
         release_source=args.release_source or config.release_source,
         llamacpp_version=config.llamacpp_version,
+        converter_source=config.converter_source,
         engines=engines,
         hf_endpoint=config.hf_endpoint,
         engine_user=config.engine_user,
@@ -562,7 +563,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.parse_args([target, "--help"])
         parser.print_help()
         return 2
-    from llmgw.client.admin import AdminError
+    from llmgw.client.adminbase import AdminError
     from llmgw.config import ConfigError
 
     try:

@@ -362,6 +362,10 @@ class AgentConfig:
     # Where llama.cpp releases come from (GitHub's layout) and which one; latest if unset.
     release_source: str = "https://github.com/ggml-org/llama.cpp/releases"
     llamacpp_version: str | None = None
+    # Where a fine-tune's GGUF conversion (llama.cpp's convert_lora_to_gguf.py) comes
+    # from: a URL or a path on the node of llama.cpp's source archive or tree; default
+    # the tag's archive on GitHub.
+    converter_source: str | None = None
     # Hugging Face endpoint (else HF_ENDPOINT, else huggingface.co); HF_TOKEN is honoured.
     hf_endpoint: str | None = None
     # The user engines run as when the agent runs as root; None runs them as the agent.

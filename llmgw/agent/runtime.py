@@ -71,6 +71,7 @@ class RuntimeOptions:
     weights_dir: Path
     release_source: str
     llamacpp_version: str | None = None
+    converter_source: str | None = None
     engines: dict[str, str] = field(default_factory=dict)
     hf_endpoint: str | None = None
     engine_user: str | None = None
@@ -130,7 +131,7 @@ class NodeRuntime:
         self.finetunes = finetune.FinetuneRunner(
             opts.state_dir / "finetunes",
             self.weights,
-            TrainEnvKit(opts.state_dir / "trainer"),
+            TrainEnvKit(opts.state_dir / "trainer", opts.converter_source),
             self.emit,
             engine_user=opts.engine_user,
         )

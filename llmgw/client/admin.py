@@ -14,17 +14,15 @@ becomes that shape. The server's answers are held to the same shapes by a test
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from llmgw.client import credentials
 from llmgw.client import routes as r
-from llmgw.client.routes import Body, Query, Route, T
+from llmgw.client.adminbase import AdminError
+from llmgw.client.adminpeople import PeopleCalls
+from llmgw.client.routes import Body, Query
 from llmgw.config import (
     ConfigError,
     ServerConfig,
@@ -35,10 +33,7 @@ from llmgw.config import (
 )
 from llmgw.wire.admin import (
     AdapterJson,
-    AuditEntryJson,
     Collected,
-    DeviceCodeJson,
-    DeviceTokenJson,
     EnergyJson,
     EngineChangeJson,
     EnginesJson,
@@ -63,20 +58,13 @@ from llmgw.wire.admin import (
     McpServerJson,
     McpServerRemovedJson,
     McpTestJson,
-    MeJson,
-    MembershipJson,
     ModelJson,
     ModelRemovedJson,
     NewKeyJson,
-    NewPersonTokenJson,
     NodeJson,
     NodeSettingsJson,
     NvlinkJson,
-    OrgJson,
-    PersonJson,
-    PersonTokenJson,
     PlanJson,
-    ProjectJson,
     ReleaseJson,
     ReplicaJson,
     RestartJson,
@@ -91,7 +79,6 @@ from llmgw.wire.admin import (
     SlurmFilesJson,
     SlurmJson,
     StatusJson,
-    TeamJson,
     TokenJson,
     UpgradeJson,
     UsageJson,
@@ -100,97 +87,13 @@ from llmgw.wire.admin import (
     WeightsEntry,
 )
 
-
-class AdminError(RuntimeError):
-    """The admin API could not be reached or refused; the message says why. A refusal
-    also carries its HTTP status and its error's ``type`` (``not_found``,
-    ``authorization_pending``, ...)."""
-
-    def __init__(self, message: str, kind: str | None = None, status: int | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.status = status
-
-
 # How long ``guard judge check`` is waited for (its judgments are bounded by the control
 # plane: three times the policy's wait, at least 10 s, each).
 JUDGE_CHECK_WAIT = 900.0
 
 
-@dataclass(frozen=True)
-class AdminClient:
-    base_url: str
-    token: str
-    timeout: float = 10.0
-
-    def request(
-        self, method: str, path: str, body: Body | None = None, timeout: float | None = None
-    ) -> object:
-        """The decoded JSON answer of one call (null for an empty one), waited for
-        ``timeout`` seconds (the client's own when not given)."""
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(
-            self.base_url + path,
-            data=data,
-            method=method,
-            headers={"authorization": f"Bearer {self.token}", "content-type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
-                return json.loads(resp.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            kind = None
-            try:
-                said = json.loads(exc.read())["error"]
-                message = said["message"]
-                kind = str(said.get("type")) if said.get("type") else None
-            except (ValueError, KeyError, TypeError, AttributeError):
-                message = f"HTTP {exc.code}"
-            raise AdminError(f"{self.base_url}{path}: {message}", kind, exc.code) from exc
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise AdminError(
-                f"cannot reach the control plane at {self.base_url}: {reason}; is "
-                "`llmgw server run` running there?"
-            ) from exc
-
-    def stream(self, path: str) -> Iterator[object]:
-        """Newline-delimited JSON from a GET, one value at a time, as it arrives."""
-        req = urllib.request.Request(
-            self.base_url + path, headers={"authorization": f"Bearer {self.token}"}
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=None) as resp:
-                for line in resp:
-                    if line.strip():
-                        yield json.loads(line)
-        except urllib.error.HTTPError as exc:
-            raise AdminError(f"{self.base_url}{path}: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise AdminError(f"lost the control plane at {self.base_url}: {exc}") from exc
-
-    def get(self, path: str) -> object:
-        return self.request("GET", path)
-
-    def post(self, path: str, body: Body) -> object:
-        return self.request("POST", path, body)
-
-    def call(
-        self,
-        route: Route[T],
-        *parts: str,
-        body: Body | None = None,
-        query: Query | None = None,
-        timeout: float | None = None,
-    ) -> T:
-        """``route``'s answer, as its shape. A POST without a body sends ``{}``;
-        ``timeout``: for a call known to take longer than the client's own wait."""
-        if route.method == "POST" and body is None:
-            body = {}
-        at = route.at(*parts, query=query)
-        if timeout is None:
-            return route.read(self.request(route.method, at, body))
-        return route.read(self.request(route.method, at, body, timeout))
+class AdminClient(PeopleCalls):
+    """Every call of the admin API that ``ctl``, ``node add`` and the console make."""
 
     # --- the cluster, its nodes and what runs on them
 
@@ -485,96 +388,6 @@ class AdminClient:
 
     def upgrade_status(self) -> UpgradeJson:
         return self.call(r.UPGRADE_STATUS)
-
-    # --- people, their tokens, organisations and the audit log
-
-    def me(self) -> MeJson:
-        return self.call(r.ME)
-
-    def people(self) -> list[PersonJson]:
-        return self.call(r.PEOPLE)
-
-    def person(self, ref: str) -> PersonJson:
-        return self.call(r.PERSON, ref)
-
-    def create_person(self, body: Body) -> PersonJson:
-        return self.call(r.CREATE_PERSON, body=body)
-
-    def change_person(self, ref: str, body: Body) -> PersonJson:
-        return self.call(r.CHANGE_PERSON, ref, body=body)
-
-    def person_tokens(self, ref: str) -> list[PersonTokenJson]:
-        return self.call(r.PERSON_TOKENS, ref)
-
-    def create_person_token(self, ref: str, body: Body) -> NewPersonTokenJson:
-        return self.call(r.CREATE_PERSON_TOKEN, ref, body=body)
-
-    def revoke_person_token(self, ref: str, token_id: str) -> PersonTokenJson:
-        return self.call(r.REVOKE_PERSON_TOKEN, ref, token_id)
-
-    def orgs(self) -> list[OrgJson]:
-        return self.call(r.ORGS)
-
-    def org(self, ref: str) -> OrgJson:
-        return self.call(r.ORG, ref)
-
-    def create_org(self, name: str) -> OrgJson:
-        return self.call(r.CREATE_ORG, body={"name": name})
-
-    def rename_org(self, ref: str, name: str) -> OrgJson:
-        return self.call(r.RENAME_ORG, ref, body={"name": name})
-
-    def remove_org(self, ref: str) -> OrgJson:
-        return self.call(r.REMOVE_ORG, ref)
-
-    def org_teams(self, org: str) -> list[TeamJson]:
-        return self.call(r.TEAMS, org)
-
-    def create_team(self, org: str, name: str) -> TeamJson:
-        return self.call(r.CREATE_TEAM, org, body={"name": name})
-
-    def remove_team(self, org: str, team: str) -> TeamJson:
-        return self.call(r.REMOVE_TEAM, org, team)
-
-    def org_projects(self, org: str) -> list[ProjectJson]:
-        return self.call(r.PROJECTS, org)
-
-    def create_project(self, org: str, team: str, name: str) -> ProjectJson:
-        return self.call(r.CREATE_PROJECT, org, body={"name": name, "team": team})
-
-    def remove_project(self, org: str, project: str) -> ProjectJson:
-        return self.call(r.REMOVE_PROJECT, org, project)
-
-    def org_members(self, org: str) -> list[MembershipJson]:
-        return self.call(r.MEMBERS, org)
-
-    def set_member(self, org: str, body: Body) -> MembershipJson:
-        return self.call(r.SET_MEMBER, org, body=body)
-
-    def remove_member(self, org: str, person: str, team: str | None = None) -> MembershipJson:
-        return self.call(r.REMOVE_MEMBER, org, person, query={"team": team} if team else None)
-
-    def set_limits(
-        self, body: Body, org: str, team: str | None = None, project: str | None = None
-    ) -> LimitsSetJson:
-        """An organisation's limits, or with ``team`` or ``project`` one of its own."""
-        if team is not None:
-            return self.call(r.TEAM_LIMITS, org, team, body=body)
-        if project is not None:
-            return self.call(r.PROJECT_LIMITS, org, project, body=body)
-        return self.call(r.ORG_LIMITS, org, body=body)
-
-    def audit(self, query: Query) -> list[AuditEntryJson]:
-        return self.call(r.AUDIT, query=query)
-
-    def device_login(self, client: str) -> DeviceCodeJson:
-        """Start ``llmgw login``: a code for its person to approve (needs no token)."""
-        return self.call(r.DEVICE_LOGIN, body={"client": client})
-
-    def device_token(self, device_code: str) -> DeviceTokenJson:
-        """The approved code's personal token, once; else an ``AdminError`` whose
-        ``kind`` is ``authorization_pending`` while its person has not answered."""
-        return self.call(r.DEVICE_TOKEN, body={"device_code": device_code})
 
     # --- fabrics and NVLink
 

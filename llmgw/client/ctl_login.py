@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 
 from llmgw.client import Subcommands, UsageError, credentials
-from llmgw.client.admin import AdminClient, AdminError, resolve
+from llmgw.client.admin import AdminClient, resolve
+from llmgw.client.adminbase import AdminError
 from llmgw.wire.admin import MeJson
 
 PERSONAL = "llmgw-pat-"

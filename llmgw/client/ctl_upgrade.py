@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from llmgw.client import Client, Subcommands
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.ctl_engines import json_and_client_options
 from llmgw.client.tables import DASH, render
 from llmgw.wire.admin import UpgradeJson

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from llmgw.cliargs import UsageError
 from llmgw.client import Client, Subcommands
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client.admin import AdminClient
+from llmgw.client.adminbase import AdminError
 from llmgw.wire.admin import RestartAgentJson, RestartJson, RestartPlaneJson
 
 POLL = 0.3

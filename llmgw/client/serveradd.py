@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from llmgw.client.admin import AdminClient, AdminError, local_url
+from llmgw.client.admin import AdminClient, local_url
+from llmgw.client.adminbase import AdminError
 from llmgw.client.keepalived import (
     KEEPALIVED_DIR,
     NAME_RE,

@@ -19,7 +19,8 @@ import argparse
 from pathlib import Path
 
 from llmgw import release
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client.admin import AdminClient
+from llmgw.client.adminbase import AdminError
 from llmgw.client.remote import NodeAddError, NodeFacts, check_node, compiled_for, find_zipapp
 from llmgw.offline.manifest import MANIFEST
 from llmgw.releasekey import PUBLIC_KEYS

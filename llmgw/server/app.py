@@ -158,7 +158,11 @@ class ControlPlane:
             store,
             config.heartbeat_interval,
             config.missed_heartbeats,
-            RegistryHooks(wake.set, kv.apply, lambda n, m: self.finetunes.report(n, m)),
+            RegistryHooks(
+                changed=wake.set,
+                kv_blocks=kv.apply,
+                finetune=lambda node, msg: self.finetunes.report(node, msg),
+            ),
         )
         # The agents' settings the cluster decides (ctl config).
         self.agent_settings = AgentSettings(store, on_change=self._settings_changed)
@@ -336,7 +340,7 @@ class ControlPlane:
             followed=self.registry.follow,
             fleet=self.registry.followable,
             demand=self.models.demand,
-            usage=self._usage_from_standby,
+            usage=self.gateway.take_usage,
             audit=self.store.audit_many,
             signed_out=lambda sid, expires, actor: self.revocations.record(
                 SignOut(sid, expires, actor)
@@ -357,13 +361,6 @@ class ControlPlane:
         return Leadership(
             self.store, seat, ha.role, ha.leader, client, self.leader, hooks, ha.lease_seconds
         )
-
-    async def _usage_from_standby(
-        self, rows: list[tuple[str, str, str, str, int, int, int]]
-    ) -> None:
-        await self.store.add_usage(rows)
-        for _, key_id, _, _, _, prompt, completion in rows:
-            self.gateway.keys.used(key_id, prompt + completion)
 
     def _demand(self, model: str, start: bool) -> None:
         """A request for an on-demand model: the catalog's on the leader; a standby
@@ -483,15 +480,6 @@ class ControlPlane:
             {"backend": self.config.store.backend, "dsn": self.config.store.connection()},
         )
 
-    def health(self) -> dict[str, Any]:
-        """``/healthz``: 200 while this process answers; ``ok`` false, with each problem
-        in words, when part of it does not work (serving goes on from memory)."""
-        problems = []
-        writable = self.store.writable()
-        if not writable.ok:
-            problems.append(f"store: {writable.problem}")
-        return {"ok": not problems, "problems": problems, "store_writable": writable.ok}
-
     def status(self) -> dict[str, Any]:
         port = self.agent_port
         writable = self.store.writable()
@@ -524,7 +512,7 @@ class ControlPlane:
         """Every admin route, each with who may call it."""
         ops: Ops = []
         ops += cluster.routes(
-            self.health,
+            self.store.writable,
             self.status,
             self.scrape.text,
             self.tokens,

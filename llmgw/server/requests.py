@@ -553,7 +553,7 @@ class UpgradeStart:
         None,
         doc="the release source, in GitHub's release layout (default: server.yaml's "
         "releases.source)",
-        pattern=re.compile(r"https?://\S+"),
+        pattern=re.compile(r"https?://[^\s\x00]+"),
         pattern_doc="an http(s) URL",
         max_length=500,
     )

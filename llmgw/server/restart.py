@@ -28,7 +28,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.ha.leadership import Leadership
 from llmgw.server.ha.peerlink import PeerError
 from llmgw.server.principal import Principal

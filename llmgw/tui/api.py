@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from llmgw.client import routes
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client.admin import AdminClient
+from llmgw.client.adminbase import AdminError
 from llmgw.client.ctl_auth import OIDC, OIDC_OFF
 from llmgw.client.ctl_ldap import LDAP, LDAP_OFF
 from llmgw.client.ctl_scim import SCIM, SCIM_OFF

@@ -21,7 +21,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from llmgw.client import ctl_models
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 
 Kind = Literal["text", "int", "float", "size", "bool"]
 # A field's typed value: text, a number, a size in bytes, a tick; None when left empty.

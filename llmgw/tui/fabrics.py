@@ -23,7 +23,7 @@ from textual.events import Resize, Show
 from textual.widgets import DataTable, Static
 
 from llmgw.client import routes
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem, fill, highlighted
 from llmgw.wire.admin import FabricJson, FabricMapJson, FabricsJson, MapNodeJson

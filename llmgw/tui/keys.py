@@ -11,7 +11,7 @@ from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, fill
 from llmgw.tui.dialogs import ConfirmDialog, Field, FormDialog, MessageDialog, Values

@@ -20,7 +20,7 @@ from textual.events import Show
 from textual.widgets import DataTable, Static
 
 from llmgw.client import routes
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import Snapshot, refused
 from llmgw.tui.base import DASH, Pane, fill, highlighted
 from llmgw.tui.fabrics import said

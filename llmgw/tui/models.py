@@ -14,7 +14,7 @@ from textual.coordinate import Coordinate
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Input, Static
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.ctl_models import NO_STATUS
 from llmgw.tui.api import ConsoleApi, Snapshot
 from llmgw.tui.base import DASH, Pane, fill, gib

@@ -21,7 +21,7 @@ from textual.events import Resize
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Log, Static
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import ConsoleApi
 from llmgw.tui.base import DASH, bar, fill, gib
 from llmgw.tui.nodes import cards_summary, memory_used, node_detail, node_state

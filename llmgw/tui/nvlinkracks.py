@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.events import Show
 from textual.widgets import Static
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem
 from llmgw.wire.admin import (

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, fill, highlighted
 from llmgw.tui.dialogs import ConfirmDialog, Field, FormDialog, Values

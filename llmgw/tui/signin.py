@@ -15,7 +15,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable, Static
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.tables import when
 from llmgw.tui.api import Snapshot, refused
 from llmgw.tui.base import DASH, Pane, fill, highlighted

@@ -25,7 +25,7 @@ from textual.events import Show
 from textual.widgets import DataTable, Static
 
 from llmgw.client import routes
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import Snapshot
 from llmgw.tui.base import DASH, Pane, append_problem, fill, highlighted
 from llmgw.tui.dialogs import ConfirmDialog

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from llmgw.cli import main
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from tests.support.fakeadmin import FakeAdmin, install
 
 ROUTE = ("POST", "/api/v1/admin-token/rotate")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from llmgw.cli import main
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.ctl_config import document_text, history_table
 from tests.support.fakeadmin import FakeAdmin, install
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.cli import main
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.ctl_engines import nodes_table, parse_pins, wanted_table
 from tests.support.fakeadmin import FakeAdmin, install
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from llmgw.cli import main
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from tests.support.fakeadmin import FakeAdmin, install
 
 SETTINGS = "/api/v1/auth/scim"

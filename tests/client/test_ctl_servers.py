@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from llmgw.cli import main
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.ctl_servers import servers_table
 from tests.support.fakeadmin import FakeAdmin, install
 

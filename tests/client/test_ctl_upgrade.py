@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.ctl_upgrade import follow, shown
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from llmgw import __version__
 from llmgw.cli import main
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from tests.support.fakeadmin import FakeAdmin, install
 
 VERSIONS: dict[str, Any] = {

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from llmgw.cliargs import UsageError
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.restart import restart
 from llmgw.wire.admin import RestartJson
 

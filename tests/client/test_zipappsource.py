@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.client.remote import NodeAddError, NodeFacts
 from llmgw.client.zipappsource import explicit_zipapp, zipapp_for
 from tests.support import releases

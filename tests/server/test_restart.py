@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from llmgw.server import restart as restart_module
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.principal import Principal
 from llmgw.server.restart import ClusterRestart, Plane, RestartRunning
 from llmgw.wire.messages import Response, ShardStatus

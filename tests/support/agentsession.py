@@ -1,4 +1,4 @@
-"""A fake of an agent's stream as the control plane holds it (``fleet.registry.Session``):
+"""A fake of an agent's stream as the control plane holds it (``fleet.nodeview.Session``):
 it records every message sent and every request asked, and answers ``ask()`` from what
 the test gave it for that kind of request."""
 

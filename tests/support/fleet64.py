@@ -112,7 +112,8 @@ from llmgw.agent.discovery.ibwatch import parse_smir
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.ibtopology import Topology, parse_ibnetdiscover
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.store import Store
 from llmgw.wire import GPU, Disk, Heartbeat, HostFacts, Register
 from llmgw.wire.framing import FrameDecoder

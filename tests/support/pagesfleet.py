@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from llmgw.server.access import Gate
 from llmgw.server.fleet.figures import AGED_FIGURES, LiveFigures
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import Sessions
 from llmgw.wire.hardware import GPU, Disk, HostFacts

@@ -8,7 +8,7 @@ from llmgw.server.catalog.inspector import Inspection
 from llmgw.server.catalog.plan import PlanNode, plan_nodes
 from llmgw.server.catalog.scheduler import NodeCapacity
 from llmgw.server.fleet.figures import LiveFigures
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.hardware import GPU
 from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState

@@ -12,7 +12,8 @@ from llmgw.config import SchedulingConfig
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.catalog.service import CatalogHooks, ModelService
-from llmgw.server.fleet.registry import NodeRegistry, NodeView, RegistryHooks
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks
 from llmgw.server.fleet.wiring import Wiring
 from llmgw.server.principal import Principal
 from llmgw.server.store import Store

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import unquote
 
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client.admin import AdminClient
+from llmgw.client.adminbase import AdminError
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.ibtopology import parse_ibnetdiscover
 from llmgw.tui.api import ConsoleApi, Snapshot

@@ -11,7 +11,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable, Static
 
-from llmgw.client.admin import AdminError
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp
 from llmgw.tui.guard import NOT_YOURS, GuardPane

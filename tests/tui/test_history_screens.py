@@ -16,7 +16,8 @@ import pytest
 from rich.text import Text
 from textual.widgets import Static
 
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client.admin import AdminClient
+from llmgw.client.adminbase import AdminError
 from llmgw.server.fleet.history import FleetHistory
 from llmgw.tui.api import ConsoleApi, Snapshot
 from llmgw.tui.app import ConsoleApp

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Button, DataTable, Static
 
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client.admin import AdminClient
+from llmgw.client.adminbase import AdminError
 from llmgw.tui.api import ConsoleApi, refused
 from llmgw.tui.app import ConsoleApp
 from llmgw.tui.dialogs import ConfirmDialog

@@ -23,7 +23,8 @@ from textual.pilot import Pilot
 from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
-from llmgw.client.admin import AdminClient, AdminError
+from llmgw.client.admin import AdminClient
+from llmgw.client.adminbase import AdminError
 from llmgw.server.requests import SlurmNodes, SlurmSetup
 from llmgw.tui.api import ConsoleApi
 from llmgw.tui.app import ConsoleApp

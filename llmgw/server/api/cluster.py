@@ -16,6 +16,7 @@ from llmgw import __version__, jointoken
 from llmgw.server.admission import JoinTokens
 from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.requests import Enroll, MintToken
+from llmgw.server.store import Writability
 from llmgw.wire.admin import TokenJson, VersionJson
 
 # An enrollment is a token id, a node id, a CSR and a MAC: a few KiB at most.
@@ -23,7 +24,7 @@ ENROLL_BODY = 16 * 1024
 
 
 def routes(
-    health: Callable[[], object],
+    writable: Callable[[], Writability],
     status: Callable[[], object],
     metrics_text: Callable[[], Awaitable[str]],
     tokens: JoinTokens,
@@ -33,7 +34,11 @@ def routes(
         return {"version": __version__}
 
     async def healthz(call: Call[None, None]) -> object:
-        return health()
+        """200 while this process answers; ``ok`` false, with each problem in words,
+        when part of it does not work (serving goes on from memory)."""
+        now = writable()
+        problems = [] if now.ok else [f"store: {now.problem}"]
+        return {"ok": not problems, "problems": problems, "store_writable": now.ok}
 
     async def show_status(call: Call[None, None]) -> object:
         return status()

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 from llmgw import __version__
 from llmgw.server.api.routing import Call, Op, Ops
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.ha.membership import Membership
 from llmgw.wire.admin import NodeVersionJson, ReleaseJson, ServerVersionJson, VersionsJson
 

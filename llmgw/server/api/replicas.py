@@ -11,7 +11,7 @@ from starlette.responses import StreamingResponse
 
 from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.catalog.views import ModelViews
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.requests import (
     CollectRequest,

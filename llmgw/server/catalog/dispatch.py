@@ -20,7 +20,8 @@ from llmgw.config import SchedulingConfig
 from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog.model import Model, Profile
 from llmgw.server.catalog.reconciler import Plan, Reconciler, Start
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.store import StoreUnavailable
 from llmgw.wire.messages import ShardSpec, StartShard, StopShard
 

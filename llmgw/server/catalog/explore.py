@@ -38,7 +38,8 @@ from llmgw.server.catalog.exploresets import (
 from llmgw.server.catalog.room import Room
 from llmgw.server.catalog.scheduler import NodeCapacity
 from llmgw.server.fleet.agentsettings import AgentSettings
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ExploreQuery
 from llmgw.wire.admin.explore import (

@@ -26,7 +26,7 @@ from llmgw.server.catalog.exploresets import Candidate
 from llmgw.server.catalog.inspector import Inspection, PlanError
 from llmgw.server.catalog.plan import NodePlanJson, PlanNode, plan, plan_nodes
 from llmgw.server.catalog.scheduler import NodeCapacity
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.admin.explore import (
     BestNodeJson,
     ExploreVerdictJson,

@@ -10,7 +10,7 @@ from dataclasses import replace
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.model import Profile
 from llmgw.server.catalog.tracks import LIVE, Track
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.wiring import Wiring
 from llmgw.wire.states import ShardState
 

@@ -17,7 +17,7 @@ from llmgw.wire.states import NodeState
 if TYPE_CHECKING:
     from llmgw.server.catalog.spanning import Span
     from llmgw.server.fleet.figures import NodeFigures
-    from llmgw.server.fleet.registry import NodeView
+    from llmgw.server.fleet.nodeview import NodeView
 
 
 ROLE_LABEL = "llmgw.role"

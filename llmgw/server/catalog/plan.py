@@ -32,7 +32,7 @@ from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.inspector import Inspection, PlanError
 from llmgw.server.catalog.model import CARD_HOST_MEMORY, MAX_NODES
 from llmgw.server.catalog.scheduler import NodeCapacity, Verdict
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.admin.catalog import SpanJson
 
 # A context to plan for when the model does not say what it was trained on.

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.tracks import Track
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 
 # A port an engine found taken on a host is not given there again for this long.
 BAD_FOR = 600.0

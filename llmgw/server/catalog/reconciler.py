@@ -64,7 +64,7 @@ from llmgw.server.catalog.tracks import (
     stop_order,
     unreported_workers,
 )
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.wiring import Wiring
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState

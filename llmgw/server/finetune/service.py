@@ -38,7 +38,7 @@ from llmgw.server.catalog.model import Model, default_engine
 from llmgw.server.finetune import pairs, placement
 from llmgw.server.finetune.job import FinetuneJob, new_id
 from llmgw.server.finetune.placement import Candidate, Card
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import Store

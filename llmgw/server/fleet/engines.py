@@ -27,7 +27,7 @@ from llmgw.enginepins import (
     parse_wanted,
     pinned,
 )
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import EngineBuild, EngineSet

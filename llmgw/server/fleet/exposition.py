@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmgw.server.fleet.figures import NodeFigures, node_warnings
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.nvlink import card_joined
-from llmgw.server.fleet.registry import NodeView
 from llmgw.wire.hardware import CARD_WIDE_FIGURES, GPU, GpuHealth, IbPort, NodeVitals
 from llmgw.wire.states import NodeState
 from llmgw.wire.warnings import THROTTLE_REASONS, warning_kind

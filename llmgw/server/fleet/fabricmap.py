@@ -20,7 +20,8 @@ from typing import Any, TypedDict
 
 from llmgw.server.fleet.fabrics import FabricJson, FabricWatch
 from llmgw.server.fleet.ibtopology import Tier, Topology, parse_ibnetdiscover, rails
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.wiring import Wiring, wiring
 
 log = logging.getLogger("llmgw.fabrics")

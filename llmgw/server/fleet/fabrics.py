@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypedDict
 
 from llmgw.server.fleet.exposition import Families, label_text
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.hardware import IbPort
 
 RECENT = 900.0  # seconds a change of master is reported, and joins the fabrics it bridged

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypedDict
 
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.wire.hardware import IbPort
 
 FEATURE = "ib_write_bw"

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.hardware import GpuHealth
 
 ZERO_UUID = "00000000-0000-0000-0000-000000000000"

@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from llmgw import pki
 from llmgw.server.fleet.history import NodeSeries
-from llmgw.server.fleet.registry import NodeRegistry, NodeView, Session
+from llmgw.server.fleet.nodeview import NodeView, Session
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import LabelsRequest, LogsQuery, StartShardRequest

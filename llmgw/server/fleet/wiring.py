@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from llmgw.server.fleet import nvlink
 from llmgw.server.fleet.fabrics import FabricsJson
 from llmgw.server.fleet.ibtopology import Topology, hosts
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 
 
 @dataclass(frozen=True)

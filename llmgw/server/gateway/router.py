@@ -30,7 +30,7 @@ from typing import Protocol
 from llmgw import pki
 from llmgw.jsonvalue import JSONObject
 from llmgw.server.catalog.model import Model, parse_replica_id
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.wire.messages import KvBlocks
 from llmgw.wire.states import NodeState, ShardState

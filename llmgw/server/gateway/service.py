@@ -154,6 +154,13 @@ class Gateway:
     async def flush(self) -> None:
         await self.usage.flush()
 
+    async def take_usage(self, rows: list[tuple[str, str, str, str, int, int, int]]) -> None:
+        """Usage a standby counted, sent to this leader: into the store, and into each
+        key's spending here."""
+        await self.store.add_usage(rows)
+        for _, key_id, _, _, _, prompt, completion in rows:
+            self.keys.used(key_id, prompt + completion)
+
     async def run(self, stop: asyncio.Event) -> None:
         """Write usage every two seconds (kept and retried while the store cannot take
         it; a standby sends it to the leader), and read the month's again every 30 s."""

@@ -17,7 +17,8 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from llmgw.server import schema
 from llmgw.server.fleet.figures import NodeFigures, node_warnings
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import Mark
 from llmgw.server.pages.frame import Frame, Page, PageCall, PageHandler, Services
 from llmgw.server.pages.slurmpages import ShownNode

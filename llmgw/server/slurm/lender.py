@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from llmgw.server.catalog.reconciler import Reconciler
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.gateway.queue import FairQueue
 from llmgw.server.gateway.router import Router
 from llmgw.server.principal import Principal

@@ -17,7 +17,8 @@ import logging
 from collections.abc import Callable, Collection
 from dataclasses import replace
 
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal

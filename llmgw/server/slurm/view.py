@@ -14,7 +14,8 @@ import base64
 import logging
 from dataclasses import replace
 
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.slurm.conf import ConfCluster, SlurmFiles, conf_node, render
 from llmgw.server.slurm.settings import KeptSlurm, SlurmSettings
 from llmgw.wire.admin import SlurmFilesJson, SlurmJobJson, SlurmJson, SlurmNodeJson

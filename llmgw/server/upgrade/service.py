@@ -42,7 +42,8 @@ from typing import Protocol
 from llmgw import __version__, release
 from llmgw.jsonvalue import JSON
 from llmgw.releasekey import PUBLIC_KEYS
-from llmgw.server.fleet.registry import NodeRegistry, NodeView, Session
+from llmgw.server.fleet.nodeview import NodeView, Session
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.ha.peerlink import PeerError, Refused
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal

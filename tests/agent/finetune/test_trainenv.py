@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from llmgw.agent.finetune import trainenv
+from llmgw.agent.finetune.kit import TrainEnvKit
 from llmgw.agent.finetune.trainenv import TrainEnvError
 from tests.support.engines import Mirror
 
@@ -245,3 +246,17 @@ def test_the_trainer_script_imports_only_what_its_environment_holds() -> None:
             imported.add((node.module or "").split(".")[0])
     assert imported - ENVIRONMENT - set(sys.stdlib_module_names) == set()
     assert {"torch", "peft", "transformers"} <= imported
+
+
+async def test_the_agents_converter_source_is_where_the_kit_takes_the_scripts_from(
+    tmp_path: Path,
+) -> None:
+    # An offline node: `converter_source` (agent.yaml or ctl config) names a source
+    # archive on its mirror or disk; GitHub is never asked.
+    archive = tar_of(llama_tree(tmp_path / "tree"), tmp_path / "src.tgz", "llama.cpp-x")
+    kit = TrainEnvKit(tmp_path / "trainer", converter_source=str(archive))
+    said: list[str] = []
+    script = await kit.converter(said.append)
+    assert_taken(script, tmp_path / "trainer" / f"llama.cpp-{trainenv.LLAMACPP_PIN}")
+    assert any(str(archive) in words for words in said)
+    assert not any("github.com" in words for words in said)

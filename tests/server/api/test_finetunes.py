@@ -12,7 +12,7 @@ import httpx
 from llmgw.server.app import ControlPlane
 from llmgw.server.finetune.job import FinetuneJob
 from llmgw.server.fleet.figures import LiveFigures
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.admin import FinetuneJson
 from llmgw.wire.hardware import HostFacts
 from llmgw.wire.states import NodeState

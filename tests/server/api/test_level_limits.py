@@ -72,5 +72,5 @@ async def test_a_standbys_store_brings_limits_and_its_usage_counts_in_the_levels
     await cp.reload({"projects"})
     assert [level.label for level in key.chain] == ["project vision/demo"]
     # On the leader, a standby's usage of the key counts in its project's budget.
-    await cp._usage_from_standby([("2027-01-01", key.record.id, "m", "r", 1, 60, 40)])
+    await cp.gateway.take_usage([("2027-01-01", key.record.id, "m", "r", 1, 60, 40)])
     assert "over project vision/demo's limit of 100 tokens a month" in (refusal(cp, key) or "")

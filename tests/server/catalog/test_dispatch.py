@@ -20,7 +20,8 @@ from llmgw.server.catalog import model as catalog
 from llmgw.server.catalog.dispatch import Dispatch
 from llmgw.server.catalog.model import Model, Profile
 from llmgw.server.catalog.reconciler import Reconciler
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.messages import EngineInfo, ShardStatus, StartShard, StopShard
 from llmgw.wire.states import NodeState, ShardState

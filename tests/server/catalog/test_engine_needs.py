@@ -25,7 +25,7 @@ from llmgw.server.catalog.model import (
 )
 from llmgw.server.catalog.plan import plan, plan_nodes
 from llmgw.server.catalog.scheduler import NodeCapacity, Request, explain
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.hardware import GPU
 from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState

@@ -25,7 +25,7 @@ from llmgw.server.catalog.scheduler import (
     static_reasons,
 )
 from llmgw.server.catalog.service import ModelService
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal as Refused
 from llmgw.server.requests import ExternalRequest, ServeRequest

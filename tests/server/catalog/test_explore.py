@@ -18,7 +18,7 @@ from llmgw.server.catalog.exploresets import Candidate, NotJudged, headline
 from llmgw.server.catalog.plan import plan, plan_nodes
 from llmgw.server.catalog.scheduler import NodeCapacity
 from llmgw.server.fleet.figures import LiveFigures
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ExploreQuery
 from llmgw.wire.admin import ExploreJson

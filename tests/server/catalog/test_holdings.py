@@ -6,7 +6,7 @@ from __future__ import annotations
 from llmgw.server.catalog.holdings import capacities
 from llmgw.server.catalog.model import Profile
 from llmgw.server.catalog.tracks import Track
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.states import NodeState, ShardState
 from tests.support.nodefacts import facts
 

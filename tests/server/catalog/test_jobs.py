@@ -16,7 +16,8 @@ from llmgw.config import SchedulingConfig
 from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog.jobs import PLACE_PATIENCE, WRITE_EVERY
 from llmgw.server.catalog.service import CatalogHooks, ModelService
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ServeRequest
 from llmgw.server.schema import read

@@ -19,7 +19,7 @@ from llmgw.server.catalog.scheduler import (
     explain,
     place,
 )
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.hardware import GPU
 from llmgw.wire.states import NodeState
 from tests.support.nodefacts import facts

@@ -21,7 +21,7 @@ from llmgw.server.catalog.plan import plan
 from llmgw.server.catalog.planner import Planner
 from llmgw.server.catalog.room import Room
 from llmgw.server.fleet.figures import LiveFigures
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.hardware import GPU
 from llmgw.wire.messages import EngineInfo, Heartbeat
 from llmgw.wire.states import NodeState

@@ -11,7 +11,7 @@ import pytest
 from llmgw.server.catalog.ports import BAD_FOR, EnginePorts, host, port_range
 from llmgw.server.catalog.scheduler import Placement, Request
 from llmgw.server.catalog.tracks import Member, Track
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import ShardState
 

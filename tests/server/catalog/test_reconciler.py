@@ -12,7 +12,7 @@ import pytest
 from llmgw.config import SchedulingConfig
 from llmgw.server.catalog.model import Model, Profile, fingerprint, with_change
 from llmgw.server.catalog.reconciler import Plan, Reconciler
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.wiring import Wiring
 from llmgw.wire.messages import EngineInfo, ShardStatus
 from llmgw.wire.states import NodeState, ShardState

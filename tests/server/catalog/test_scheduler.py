@@ -20,7 +20,7 @@ from llmgw.server.catalog.scheduler import (
     place,
     place_many,
 )
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.messages import EngineInfo
 from llmgw.wire.states import NodeState
 from tests.support.nodefacts import facts, live

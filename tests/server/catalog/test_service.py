@@ -13,7 +13,7 @@ from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog.inspector import Inspection, PickledWeights
 from llmgw.server.catalog.plan import plan, plan_nodes
 from llmgw.server.catalog.service import ModelService
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import ContextRequest, ReplicasRequest, ServeRequest
 from llmgw.server.schema import read

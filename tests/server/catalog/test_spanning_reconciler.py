@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.server.catalog.model import Model, Profile
 from llmgw.server.catalog.reconciler import Plan, Reconciler
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.wiring import Wiring
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState

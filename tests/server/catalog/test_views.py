@@ -21,7 +21,8 @@ from llmgw.modelkit.sizing import ModelShape
 from llmgw.server.catalog.model import Model, Profile, fingerprint, shape_json
 from llmgw.server.catalog.reconciler import Plan, Reconciler
 from llmgw.server.catalog.views import ModelViews
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.gateway.router import Endpoint
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.messages import EngineInfo, ShardStatus

@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.server.finetune.service import FinetuneService
 from llmgw.server.fleet.figures import LiveFigures
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.hardware import GPU, HostFacts
 from llmgw.wire.states import NodeState

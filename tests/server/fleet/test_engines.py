@@ -11,7 +11,7 @@ import pytest
 
 from llmgw.enginepins import LLAMACPP_PIN, PINNED
 from llmgw.server.fleet.engines import SETTING, FleetEngines, PinError, node_row
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.principal import Principal
 from llmgw.server.store import SQLiteStore
 from llmgw.wire.messages import EngineInfo, WantedEngines

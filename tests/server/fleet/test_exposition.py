@@ -6,7 +6,7 @@ import shutil
 import subprocess
 
 from llmgw.server.fleet.exposition import cluster_metrics, fleet_metrics, warning_kind
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 from tests.support.nodefacts import facts

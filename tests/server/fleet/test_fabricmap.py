@@ -12,7 +12,8 @@ from llmgw.server.api.fabrics import routes
 from llmgw.server.fleet.fabricmap import EVERY, FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.fabricservice import FabricService
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.wire.messages import Response
 from tests.server.fleet.test_fabrics import SM_A, port
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from llmgw.server.fleet.exposition import fleet_metrics
 from llmgw.server.fleet.fabrics import RECENT, FabricWatch, fabric_metrics
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.hardware import IbPort
 
 SM_A = "0x0c42a10300b5d800"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from llmgw.server.fleet.exposition import fleet_metrics
 from llmgw.server.fleet.figures import STALE_AFTER, LiveFigures, NodeFigures, node_warnings
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.store import SQLiteStore
 from llmgw.wire import GPU, Heartbeat, HostFacts, Register
 from llmgw.wire.hardware import NodeVitals

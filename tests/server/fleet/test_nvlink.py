@@ -13,8 +13,9 @@ import pytest
 from llmgw.server.api.nvlink import routes
 from llmgw.server.api.routing import Call
 from llmgw.server.fleet.exposition import fleet_metrics
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.nvlink import ZERO_UUID, card_joined, domains
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.store import SQLiteStore
 from llmgw.wire import GPU, Heartbeat, HostFacts, Register
 from llmgw.wire.framing import FrameDecoder

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from llmgw import pki
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.fleet.service import FleetService, shard_rows
 from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal

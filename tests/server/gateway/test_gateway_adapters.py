@@ -16,7 +16,7 @@ from aiohttp.test_utils import RawTestServer
 
 from llmgw.config import GatewayConfig
 from llmgw.server.catalog.model import Adapter, Model, Profile
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.gateway import Gateway, key_hash
 from llmgw.server.gateway.adapters import AdapterBook, Asked
 from llmgw.server.gateway.router import Endpoint

@@ -20,7 +20,7 @@ from aiohttp.test_utils import RawTestServer
 
 from llmgw.config import GatewayConfig
 from llmgw.server.catalog.model import Model, Profile
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.gateway import Gateway, key_hash
 from llmgw.server.gateway.limits import Key, KeyBook, Usage
 from llmgw.server.people.directory import Snapshot

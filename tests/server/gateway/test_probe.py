@@ -14,7 +14,7 @@ from aiohttp import web
 
 from llmgw import pki
 from llmgw.server.catalog.model import Model, Profile
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.gateway.probe import EngineProbe
 from llmgw.server.gateway.router import Router
 from llmgw.wire.messages import ShardStatus

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from llmgw.config import GatewayConfig
 from llmgw.server.catalog.model import Model, Profile
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.gateway import Gateway, key_hash
 from llmgw.server.gateway.proxy import StreamTap
 from llmgw.server.gateway.router import BREAKER_FAILURES

@@ -19,7 +19,7 @@ from aiohttp.test_utils import RawTestServer
 from llmgw.config import GatewayConfig
 from llmgw.server.audittrail import AuditTrail
 from llmgw.server.catalog.model import Model, Profile
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.gateway import Gateway, key_hash
 from llmgw.server.guard.judge import Judge
 from llmgw.server.guard.policies import PolicyAdd

@@ -14,7 +14,7 @@ import pytest
 
 from llmgw.jsonvalue import JSON
 from llmgw.server.app import ControlPlane
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.mcp.admintools import MAX_LINE_CHARS
 from llmgw.server.mcp.tools import ADMIN_SERVER, BuiltinServer, ToolResult
 from llmgw.server.principal import Principal

@@ -20,7 +20,8 @@ from llmgw.server.access import Gate
 from llmgw.server.fleet.fabricmap import FabricMaps
 from llmgw.server.fleet.fabrics import FabricWatch
 from llmgw.server.fleet.fabricservice import FabricService
-from llmgw.server.fleet.registry import NodeRegistry, NodeView
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.pages import fabricpages, i18n
 from llmgw.server.pages.frame import Frame
 from llmgw.server.sessions import COOKIE, Sessions

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from llmgw.server.fleet.figures import LiveFigures
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.pages.finetunepages import loss_points
 from llmgw.wire.hardware import HostFacts
 from llmgw.wire.messages import FinetuneStatus

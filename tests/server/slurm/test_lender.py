@@ -4,7 +4,7 @@ over a stand-in for the Slurm service that moves stages as the service does."""
 
 from __future__ import annotations
 
-from llmgw.server.fleet.registry import NodeView
+from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.refusal import Refusal
 from llmgw.server.slurm.lender import Lender, Sources
 from llmgw.server.slurm.policy import Decision, Stage
