@@ -20,7 +20,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import NotRequired, Protocol, TypedDict
 
@@ -33,11 +33,11 @@ from llmgw.agent.engines.base import EngineAdapter
 from llmgw.agent.logbook import ENGINE_LINES, follow_file, last_lines_of
 from llmgw.agent.shard import Shard, accepts, port_in_use, split_endpoint, still_ours
 from llmgw.agent.weights import WeightsError, lora, parse_source, projector
+from llmgw.agent.weights.fetch import Fetcher
 from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
 from llmgw.wire.messages import (
     Compute,
-    DownloadProgress,
     EngineInfo,
     Message,
     ShardSpec,
@@ -79,25 +79,12 @@ class EngineProvider(Protocol):
         """The engine, installed first if it must be; raises with the reason if it cannot."""
 
 
-class WeightFetcher(Protocol):
-    async def fetch(
-        self,
-        source: str,
-        *,
-        allow_pickle: bool,
-        replica_id: str,
-        progress: Callable[[DownloadProgress], None],
-        vouched: Mapping[str, str] | None = None,
-        hub: str | None = None,
-    ) -> Path: ...
-
-
 class Supervisor:
     def __init__(
         self,
         root: Path,
         engines: EngineProvider,
-        weights: WeightFetcher,
+        weights: Fetcher,
         emit: Callable[[Message], None],
         *,
         host: str = "0.0.0.0",

@@ -21,9 +21,8 @@ import shutil
 import tarfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Protocol
 
-from llmgw.agent.weights.fetch import ProgressCallback
+from llmgw.agent.weights.fetch import Fetcher, ProgressCallback
 from llmgw.modelkit.finetuned import finetune_name
 from llmgw.modelkit.sources import WeightsError
 from llmgw.wire.messages import AdapterAsk, AdapterPiece, Message
@@ -35,19 +34,6 @@ DONE = ".complete"
 
 class StoredAdapterError(WeightsError):
     """A fine-tune's adapter that could not be fetched, and why."""
-
-
-class Fetcher(Protocol):
-    async def fetch(
-        self,
-        source: str,
-        *,
-        allow_pickle: bool,
-        replica_id: str,
-        progress: ProgressCallback,
-        vouched: Mapping[str, str] | None = None,
-        hub: str | None = None,
-    ) -> Path: ...
 
 
 class StoredAdapters:

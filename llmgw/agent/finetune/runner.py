@@ -40,9 +40,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-from llmgw.agent.weights.fetch import ProgressCallback
+from llmgw.agent.weights.fetch import Fetcher
+from llmgw.jsonvalue import JSON, JSONObject
 from llmgw.modelkit.sources import WeightsError
 from llmgw.wire.codec import MessageError, from_map
 from llmgw.wire.messages import FinetuneSpec, FinetuneStatus, Message, Request, Response
@@ -57,17 +58,6 @@ LOG_LINES = 20
 KINDS = frozenset(
     {"finetune.data", "finetune.start", "finetune.cancel", "finetune.piece", "finetune.forget"}
 )
-
-
-class Fetcher(Protocol):
-    async def fetch(
-        self,
-        source: str,
-        *,
-        allow_pickle: bool,
-        replica_id: str,
-        progress: ProgressCallback,
-    ) -> Path: ...
 
 
 class Toolkit(Protocol):
@@ -305,7 +295,7 @@ class FinetuneRunner:
             return
         await self._result(job)
 
-    def _on(self, job: Job, event: dict[str, Any]) -> str | None:
+    def _on(self, job: Job, event: JSONObject) -> str | None:
         """A trainer event; the reason it gave when it is an error."""
         kind = event.get("event")
         if kind == "start":
@@ -426,9 +416,10 @@ class FinetuneRefused(Exception):
     """A request the runner will not do, in words for the control plane."""
 
 
-def _event(raw: bytes) -> dict[str, Any] | None:
+def _event(raw: bytes) -> JSONObject | None:
+    """One line of the trainer's stdout: an event object, or None for anything else."""
     try:
-        event = json.loads(raw)
+        event: JSON = json.loads(raw)
     except ValueError:
         return None
     return event if isinstance(event, dict) else None

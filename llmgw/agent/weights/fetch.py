@@ -62,6 +62,22 @@ log = logging.getLogger(__name__)
 ProgressCallback = Callable[[DownloadProgress], None]
 
 
+class Fetcher(Protocol):
+    """What fetches a source's weights to this node (``WeightStore``, or the supervisor's
+    ``FinetunedWeights`` over it): the local path of ``source``."""
+
+    async def fetch(
+        self,
+        source: str,
+        *,
+        allow_pickle: bool,
+        replica_id: str,
+        progress: ProgressCallback,
+        vouched: Mapping[str, str] | None = None,
+        hub: str | None = None,
+    ) -> Path: ...
+
+
 class DiskFree(Protocol):
     @property
     def free(self) -> int: ...

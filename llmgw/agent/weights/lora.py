@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from pathlib import Path
-from typing import Protocol
 
 from llmgw.agent.engines.base import EngineAdapter
-from llmgw.agent.weights.fetch import ProgressCallback
+from llmgw.agent.weights.fetch import Fetcher, ProgressCallback
 from llmgw.modelkit.finetuned import PREFIX as FINETUNE
 from llmgw.modelkit.sources import (
     WeightsError,
@@ -28,17 +26,6 @@ from llmgw.modelkit.sources import (
     parse_source,
 )
 from llmgw.wire.messages import AdapterSpec, ShardSpec
-
-
-class Fetcher(Protocol):
-    async def fetch(
-        self,
-        source: str,
-        *,
-        allow_pickle: bool,
-        replica_id: str,
-        progress: ProgressCallback,
-    ) -> Path: ...
 
 
 def check(spec: ShardSpec) -> None:

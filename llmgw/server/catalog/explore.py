@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from llmgw.modelkit.hub import HubError, HubFile, HubNotFound
 from llmgw.modelkit.hublist import MAX_LIMIT, HubListing, HubRepo, is_repo_id
-from llmgw.server.catalog.explorejudge import JudgeFleet, judge, judge_fleet
+from llmgw.server.catalog.explorejudge import JudgeFleet, judge, judge_fleet, not_fitting
 from llmgw.server.catalog.exploresets import (
     NotJudged,
     file_sets,
@@ -47,7 +47,6 @@ from llmgw.wire.admin.explore import (
     ExploreRepoJson,
     ExploreRowJson,
     ExploreSetJson,
-    ExploreVerdictJson,
 )
 
 # What the hub answered is kept this long, for at most this many queries.
@@ -59,20 +58,6 @@ TIMEOUT = 20.0
 HUB_FAILED = 424
 
 T = TypeVar("T")
-
-
-def _not_judged(reason: str) -> ExploreVerdictJson:
-    return {
-        "fits": False,
-        "where": None,
-        "cards": None,
-        "node": None,
-        "nodes": 0,
-        "tokens_per_second": None,
-        "needs": None,
-        "best": None,
-        "reason": reason,
-    }
 
 
 class _Kept:
@@ -203,12 +188,12 @@ class ExploreService:
             "set": None,
             "source": None,
             "bytes": None,
-            "verdict": _not_judged(""),
+            "verdict": not_fitting(""),
         }
         try:
             found = headline(repo)
         except NotJudged as exc:
-            return {**row, "verdict": _not_judged(str(exc))}
+            return {**row, "verdict": not_fitting(str(exc))}
         verdict = judge(found, fleet)
         return {
             **row,

@@ -135,7 +135,8 @@ def _room(offer: BestNodeJson) -> int:
     return max(offer["cards_free"] or 0, offer["memory_available"] or 0)
 
 
-def _verdict(reason: str, needs: int | None = None) -> ExploreVerdictJson:
+def not_fitting(reason: str, needs: int | None = None) -> ExploreVerdictJson:
+    """A verdict of no fit: why (empty while not judged), and the memory it needs."""
     return {
         "fits": False,
         "where": None,
@@ -175,16 +176,16 @@ def judge(c: Candidate, fleet: JudgeFleet) -> ExploreVerdictJson:
         kinds = [k for k in kinds if k.capability is not None and k.capability >= FP8_CAPABILITY]
         if not kinds:
             top = fleet.judged_by["best_capability"]
-            return _verdict(
+            return not_fitting(
                 "FP8 weights need a card of compute capability 8.9 or more (Ada, Hopper, "
                 f"Blackwell); the best here is {top or 'none'}"
             )
     if not kinds:
-        return _verdict("no node has reported its figures yet")
+        return not_fitting("no node has reported its figures yet")
     try:
         planned = plan(inspection_of(c), [k.node for k in kinds], context=None)
     except PlanError as exc:
-        return _verdict(str(exc))
+        return not_fitting(str(exc))
     members = {k.node.id: k.members for k in kinds}
     by_id = {k.node.id: k.node for k in kinds}
     fitting = [v for v in planned["nodes"] if v["fits"]]
@@ -197,7 +198,7 @@ def judge(c: Candidate, fleet: JudgeFleet) -> ExploreVerdictJson:
 
         chosen = min(on_cards, key=lambda v: (cards(v), v["node"]))
         return {
-            **_verdict(""),
+            **not_fitting(""),
             "fits": True,
             "where": "cards",
             "cards": cards(chosen),
@@ -213,7 +214,7 @@ def judge(c: Candidate, fleet: JudgeFleet) -> ExploreVerdictJson:
 
         chosen = max(fitting, key=lambda v: (rate(v), v["node"]))
         return {
-            **_verdict(""),
+            **not_fitting(""),
             "fits": True,
             "where": "cpu",
             "node": chosen["node"],
@@ -225,5 +226,5 @@ def judge(c: Candidate, fleet: JudgeFleet) -> ExploreVerdictJson:
     offers = [_offers(by_id[v["node"]]) for v in planned["nodes"]]
     best = max(offers, key=lambda o: (_room(o), o["node"]))
     reasons = next(v["reasons"] for v in planned["nodes"] if v["node"] == best["node"])
-    found = _verdict("; ".join(reasons) or "it fits on no node", planned["memory"]["total"])
+    found = not_fitting("; ".join(reasons) or "it fits on no node", planned["memory"]["total"])
     return {**found, "best": best}

@@ -3,7 +3,7 @@ them and ``ctl finetune`` and the pages read them.
 
 No ``from __future__ import annotations``: see ``llmgw.wire.admin``."""
 
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, get_args
 
 FinetuneState = Literal[
     "queued",
@@ -15,16 +15,7 @@ FinetuneState = Literal[
     "failed",
     "cancelled",
 ]
-STATES: tuple[FinetuneState, ...] = (
-    "queued",
-    "preparing",
-    "training",
-    "converting",
-    "uploading",
-    "succeeded",
-    "failed",
-    "cancelled",
-)
+STATES: tuple[FinetuneState, ...] = get_args(FinetuneState)
 ENDED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 
