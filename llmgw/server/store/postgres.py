@@ -380,14 +380,18 @@ class PostgresStore(SQLStore):
         try:
             conn = await self._connect()
         except psycopg.Error as exc:
-            self._problem = self.describe(exc)
+            # The writes' reason stands (see sqlite.py): said once, not once a retry.
+            self._problem = self._problem or self.describe(exc)
             return False
         try:
             await self._migrate(conn)
             await self._touch(conn)
         except (psycopg.Error, StoreError) as exc:
             await conn.close()
-            self._problem = exc.args[0] if isinstance(exc, StoreError) else self.describe(exc)
+            if isinstance(exc, StoreError):  # cannot be taken (a newer llmgw's): news
+                self._problem = exc.args[0]
+            else:
+                self._problem = self._problem or self.describe(exc)
             return False
         async with self._turn:
             if not self._open:

@@ -217,7 +217,11 @@ class SQLiteStore(SQLStore):
             await _touch(db)
         except (sqlite3.Error, StoreError) as exc:
             await db.close()
-            self._problem = self.describe(exc)
+            # The writes' reason stands: the probe's own words (another error of the same
+            # fault) would make each next write's failure news again, said once a retry.
+            # A store that cannot be taken (written by a newer llmgw meanwhile) is news.
+            probed = self.describe(exc)
+            self._problem = probed if isinstance(exc, StoreError) else self._problem or probed
             return False
         old, self._db = self._db, db
         self._read_only = False

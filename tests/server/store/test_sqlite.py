@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -352,3 +354,33 @@ async def test_check_writable_on_a_healthy_store_keeps_everything(tmp_path: Path
         assert await store.get_setting("b") == "2"
     finally:
         await store.close()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("chattr") is None, reason="chattr +i needs root"
+)
+async def test_a_store_that_stays_unwritable_is_said_once_however_often_it_is_tried(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A write and the watch's probe fail on an immutable store with different words
+    # ("attempt to write a readonly database", "unable to open database file"): the
+    # probe's must not make the next write's the news again, once a retry.
+    home = tmp_path / "data"
+    home.mkdir()
+    store = await _store(home / "s.db")
+    files = [str(home), *map(str, sorted(home.glob("s.db*")))]
+    subprocess.run(["chattr", "+i", *files], check=True)
+    try:
+        for _ in range(3):
+            with pytest.raises(StoreUnavailable, match="cannot be written"):
+                await store.put_setting("a", "1")
+            assert await store.check_writable() is False
+            assert not store.writable().ok
+        said = [r for r in caplog.records if "the store cannot be written" in r.getMessage()]
+        assert len(said) == 1, [r.getMessage() for r in said]
+    finally:
+        subprocess.run(["chattr", "-i", *files], check=True)
+    assert await store.check_writable() is True
+    await store.put_setting("a", "2")
+    assert await store.get_setting("a") == "2"
+    await store.close()
