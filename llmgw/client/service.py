@@ -110,6 +110,19 @@ def _ours(pid: int) -> bool:
         return False
 
 
+def _became_python(pid: int) -> bool:
+    """The process a start forked has exec'd the zipapp's python: no longer the shell or
+    ``nohup`` whose command line already names llmgw.pyz, and past the exec, while which
+    its command line can read empty (and the unit inactive)."""
+    if pid <= 0:
+        return False
+    try:
+        cmdline = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return False
+    return bool(cmdline) and Path(cmdline[0]).name not in ("sh", "nohup") and _ours(pid)
+
+
 def _systemctl(*args: str) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(
@@ -124,6 +137,14 @@ def _systemctl(*args: str) -> subprocess.CompletedProcess[str]:
 def _shown(text: str) -> dict[str, str]:
     """``systemctl show``'s KEY=VALUE lines."""
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def _pid_in(unit: Unit) -> int:
+    """The pid in the unit's pid file; 0 when there is none."""
+    try:
+        return int(unit.pid_file.read_text().strip() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def status_of(unit: Unit, systemd: bool) -> UnitJson:
@@ -143,11 +164,7 @@ def status_of(unit: Unit, systemd: bool) -> UnitJson:
             "since": _since(pid) if active and pid else None,
             "log": f"journalctl -u {unit.unit_name}",
         }
-    pid = None
-    try:
-        pid = int(unit.pid_file.read_text().strip() or 0) or None
-    except (OSError, ValueError):
-        pid = None
+    pid = _pid_in(unit) or None
     running = pid is not None and _ours(pid)
     state: UnitState = "active" if running else "inactive" if unit.installed() or pid else "absent"
     return {
@@ -189,7 +206,7 @@ def act(unit: Unit, action: str, systemd: bool) -> None:
     # The shell has forked the process but it may not have become llmgw yet (the fork is
     # a shell until nohup and python3 exec): said started only once it is.
     deadline = time.monotonic() + START_WAIT
-    while status_of(unit, systemd=False)["state"] != "active":
+    while not _became_python(_pid_in(unit)):
         if time.monotonic() > deadline:
             raise UsageError(
                 f"the {unit.role} did not start within {START_WAIT:.0f}s: see "

@@ -157,3 +157,31 @@ def test_a_stop_kills_a_process_that_ignores_sigterm_so_no_start_runs_beside_it(
         stubborn.wait()
         assert stubborn.stdout is not None
         stubborn.stdout.close()
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "started"),
+    [
+        (["sh", "-c", "nohup python3 /opt/llmgw/llmgw.pyz agent run"], False),
+        (["nohup", "python3", "/opt/llmgw/llmgw.pyz", "agent", "run"], False),
+        ([], False),  # mid-exec: the command line reads empty
+        (["python3", "/opt/llmgw/llmgw.pyz", "agent", "run"], True),
+        (["python3", "/srv/other.py"], False),  # a reused pid
+    ],
+)
+def test_a_start_is_said_done_once_the_fork_is_the_zipapps_python(
+    monkeypatch: pytest.MonkeyPatch, cmdline: list[str], started: bool
+) -> None:
+    # CI saw `service restart` say the agent inactive: the start's wait ended while the
+    # fork was still nohup (whose command line names llmgw.pyz), and the status after it
+    # read the command line in the middle of the exec.
+    class Process:
+        def __init__(self, pid: int) -> None:
+            self.pid = pid
+
+        def cmdline(self) -> list[str]:
+            return cmdline
+
+    monkeypatch.setattr(service.psutil, "Process", Process)
+    assert service._became_python(4242) is started
+    assert service._became_python(0) is False
