@@ -49,3 +49,20 @@ def test_the_quick_benchmark_runs_on_a_small_fleet(script: str) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "40" in done.stdout
+
+
+def test_the_agent_bench_sources_say_all_an_agent_session_asks() -> None:
+    """``bench/agents.py`` runs llmgw's own ``AgentSession`` on a simulated fact source:
+    a method the session came to call (``news`` once did) that the source lacks ends every
+    stream in the benchmark and nowhere else."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import agents  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    from llmgw.agent.session import FactSource
+
+    wanted = {n for n in vars(FactSource) if not n.startswith("_")}
+    assert wanted, "FactSource names no methods: the check would pass for anything"
+    missing = sorted(n for n in wanted if not callable(getattr(agents.SimFacts, n, None)))
+    assert missing == []
