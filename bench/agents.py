@@ -304,6 +304,8 @@ class FixedLive:
     vitals: NodeVitals | None = None
     health_warnings: list[str] | None = None
     ib_ports: list[IbPort] | None = None
+    ages: dict[str, float] | None = None
+    unread: list[str] | None = None
 
 
 @dataclass

@@ -3,6 +3,7 @@ against the code as it is now (a benchmark nobody runs rots silently otherwise).
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -60,9 +61,14 @@ def test_the_agent_bench_sources_say_all_an_agent_session_asks() -> None:
         import agents  # type: ignore[import-not-found]
     finally:
         sys.path.remove(str(ROOT / "bench"))
-    from llmgw.agent.session import FactSource
+    from llmgw.agent.session import FactSource, LiveFigures
 
     wanted = {n for n in vars(FactSource) if not n.startswith("_")}
     assert wanted, "FactSource names no methods: the check would pass for anything"
     missing = sorted(n for n in wanted if not callable(getattr(agents.SimFacts, n, None)))
     assert missing == []
+    # And what a heartbeat reads of its live figures (``ages`` and ``unread`` came later).
+    figures = {n for n in vars(LiveFigures) if not n.startswith("_")}
+    assert {"gpus", "ages"} <= figures
+    fields = {f.name for f in dataclasses.fields(agents.FixedLive)}
+    assert sorted(figures - fields) == []
