@@ -136,6 +136,11 @@ def _one(entry: object, where: str, largest: Sequence[int], largest_host: int) -
         ask = read(ServeRequest, ask_fields)
     except Invalid as exc:
         raise SimError(f"{where}: {exc}") from None
+    if ask.on_demand:
+        raise SimError(
+            f"{where}: on-demand models are not simulated (their start on a first request "
+            "is not modelled): leave on_demand out to simulate it always up"
+        )
     shape = _shape(entry.get("shape"), where)
     try:
         source = catalog.check_source(ask.source, ask.allow_pickle)
