@@ -265,7 +265,12 @@ def text(report: SimReportJson) -> str:
         lines.append("")
     for e in report["events"]:
         what = "failed" if e["kind"] == "node" else "drained"
-        moved = ", ".join(f"{r['replica']} -> {r['node']}" for r in e["moved_to"]) or "none"
+        moved = (
+            ", ".join(
+                f"{r['replica']} -> {' + '.join([r['node'], *r['workers']])}" for r in e["moved_to"]
+            )
+            or "none"
+        )
         recovered = (
             "never recovered"
             if e["recovered_at"] is None

@@ -31,7 +31,7 @@ from typing import Any, cast
 from llmgw.config import GatewayConfig, SchedulingConfig
 from llmgw.server.catalog import scheduler
 from llmgw.server.catalog.dispatch import Dispatch
-from llmgw.server.catalog.model import Model, parse_member_id
+from llmgw.server.catalog.model import Model, parse_member_id, parse_replica_id
 from llmgw.server.catalog.reconciler import Reconciler
 from llmgw.server.catalog.tracks import REPORT_TIMEOUT
 from llmgw.server.fleet.nodeview import NodeView
@@ -50,6 +50,8 @@ GB = 1000**3
 FETCH_GBS = 1.25
 LOAD_GBS = 4.0
 ENGINE_START_S = 20.0
+# How often a fetching agent reports its bytes.
+PROGRESS_EVERY = 60.0
 # How long bring-up may take before the trace starts regardless.
 BRING_UP_LIMIT = 6 * 3600.0
 
@@ -178,6 +180,8 @@ class Simulation:
         self.start: float = 0.0  # when the trace began (the fleet was up)
         self.passes = 0
         self.why: dict[str, Why] = {}
+        # When each node has (or will have) each source's weights on its disk.
+        self.fetched: dict[tuple[str, str], float] = {}
 
     # ----------------------------------------------------------------- the clock
 
@@ -260,6 +264,8 @@ class Simulation:
                 self._expire(payload)
             elif kind == "shard":
                 self._shard(*payload)
+            elif kind == "fetch":
+                self._fetch(*payload)
             elif kind == "fleet":
                 self._fleet(payload)
             elif kind == "pass" and self._pass_at == when:
@@ -272,15 +278,20 @@ class Simulation:
         self.passes += 1
         plan = await self.dispatch.reconcile()
         why = {stop.replica_id: stop.reason for stop in plan.stops}
+        starts: list[tuple[NodeView, StartShard]] = []
         for view in self.nodes.nodes.values():
             session = view.session
             if isinstance(session, SimSession) and session.sent:
                 for msg in session.take():
                     if isinstance(msg, StartShard):
-                        self._start(view, msg)
+                        starts.append((view, msg))
                     elif isinstance(msg, StopShard):
                         reason = why.get(msg.replica_id, "stopped by the reconciler")
                         self._stop(view, msg.replica_id, reason, msg.grace)
+        # A replica's leader first, so its workers find it.
+        starts.sort(key=lambda s: parse_member_id(s[1].spec.replica_id) is not None)
+        for view, msg in starts:
+            self._start(view, msg)
         # Nothing changes between events here but the reconciler's own timers: the real
         # loop's interval passes in between would decide the same.
         nxt = self._next_timer()
@@ -307,18 +318,26 @@ class Simulation:
 
     def _start(self, view: NodeView, msg: StartShard) -> None:
         spec = msg.spec
-        sim = self.sims[spec.model or ""] if spec.model in self.sims else None
         member = parse_member_id(spec.replica_id)
         rid = member[0] if member else spec.replica_id
-        if sim is None:
-            track = self.reconciler.tracks.get(rid)
-            sim = self.sims[track.model] if track else None
-        assert sim is not None, f"a start for a model not simulated: {spec.replica_id}"
+        parsed = parse_replica_id(rid)
+        assert parsed is not None, f"a start of no model's replica: {spec.replica_id}"
+        sim = self.sims[parsed[0]]
         profile = sim.model.profiles[0]
-        holds = any(s.source == spec.source for s in view.shards.values()) or (
-            spec.source in view.downloads
-        )
-        fetch = 0.0 if holds else sim.model.weight_bytes / (self.fetch_gbs * GB)
+        # A node fetches a source once: a second replica of it waits for the same fetch.
+        fetched = self.fetched.get((view.id, spec.source))
+        if fetched is None:
+            fetched = self.now + sim.model.weight_bytes / (self.fetch_gbs * GB)
+            self.fetched[(view.id, spec.source)] = fetched
+            # Its agent reports the bytes as they come: progress the reconciler sees,
+            # so a long fetch is not taken for a start that hangs.
+            step = PROGRESS_EVERY
+            while self.now + step < fetched:
+                done = int(step * self.fetch_gbs * GB)
+                self._at(self.now + step, "fetch", (view.id, spec.source, done, False))
+                step += PROGRESS_EVERY
+            self._at(fetched, "fetch", (view.id, spec.source, sim.model.weight_bytes, True))
+        fetch = max(0.0, fetched - self.now)
         ready = self.now + fetch + sim.model.weight_bytes / (LOAD_GBS * GB) + ENGINE_START_S
         view.shards[spec.replica_id] = ShardStatus(
             replica_id=spec.replica_id,
@@ -341,6 +360,21 @@ class Simulation:
             self._moved(rep)
         self._at(ready, "shard", (view.id, spec.replica_id))
         self._wake()
+
+    def _fetch(self, node: str, source: str, done: int, finished: bool) -> None:
+        """A node's DownloadProgress, as the registry keeps it."""
+        view = self.nodes.nodes[node]
+        if view.state != NodeState.READY:
+            return
+        if finished:
+            view.downloads.pop(source, None)
+            return
+        waiting = [
+            sid
+            for sid, s in view.shards.items()
+            if s.source == source and s.state == ShardState.DOWNLOADING
+        ]
+        view.downloads[source] = {"source": source, "done": done, "replica_ids": waiting}
 
     def _shard(self, node: str, shard_id: str) -> None:
         """A shard comes up: Ready, its memory held in its node's figures."""

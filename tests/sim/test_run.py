@@ -145,6 +145,39 @@ def test_a_drain_moves_replicas_before_stopping_them(
     assert event["recovered_at"] is not None and event["failed_until_recovered"] == 0
 
 
+def test_a_replica_spanning_nodes_moves_whole_and_a_long_fetch_is_no_hang(
+    write: Write, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # 700 GiB at 1.25 GB/s: past the 600 s start timeout, progress reported all along.
+    huge = {
+        **MODELS[1],
+        "name": "huge",
+        "gpus": 8,
+        "nodes": 2,
+        "replicas": 1,
+        "shape": {
+            **MODELS[1]["shape"],
+            "file_bytes": "700GiB",  # type: ignore[dict-item]
+            "parameters": 405_000_000_000,
+            "layers": 126,
+        },
+    }
+    models = write("models.yaml", [huge])
+    trace = write("trace.jsonl", steady(["huge"], 300, 10.0))
+    report = sim(
+        capsys, "--nodes", "4x8xH100", "--models", models, "--load", trace, "--fail", "node=gpu2@1m"
+    )
+    first, *rest = report["replicas"]
+    assert first["node"] == "gpu1" and first["workers"] == ["gpu2"]
+    assert len(first["cards"]) == 8
+    assert first["stop_reason"] == "its node gpu2 failed"
+    assert report["bring_up_seconds"] > 600  # one fetch, never stopped as hung
+    (event,) = report["events"]
+    (moved,) = event["moved_to"]
+    assert {moved["node"], *moved["workers"]} == {"gpu3", "gpu4"}
+    assert moved["stopped_at"] is None and moved["ready_at"] > 600
+
+
 def test_a_recorded_fleet_places_by_its_labels_and_cards(
     write: Write, capsys: pytest.CaptureFixture[str]
 ) -> None:
