@@ -13,6 +13,11 @@ from typing import TypedDict
 from llmgw.sim.run import Replica, Simulation
 
 GIB = 1024**3
+# How the scheduler chose among the nodes that fit (``scheduler.py``).
+STRATEGY = {
+    "binpack": "each replica to the node holding its weights, else the fullest that fits",
+    "spread": "each replica to the node holding its weights, else the emptiest that fits",
+}
 
 
 class PlacementWhyJson(TypedDict):
@@ -58,6 +63,7 @@ class ReplicaJson(TypedDict):
     ready_at: float | None
     stopped_at: float | None
     stop_reason: str
+    why: str  # the catalog asks for it, or in place of which replica, and what happened
     output_tokens: int
 
 
@@ -111,6 +117,7 @@ def _replica(r: Replica, start: float) -> ReplicaJson:
         "ready_at": _t(r.ready_at, start),
         "stopped_at": _t(r.stopped_at, start),
         "stop_reason": r.stop_reason,
+        "why": r.why,
         "output_tokens": r.output_tokens,
     }
 
@@ -219,9 +226,10 @@ def _s(value: float | None) -> str:
 
 
 def text(report: SimReportJson) -> str:
+    rule = STRATEGY[report["strategy"]]
     lines = [
-        f"{report['nodes']} nodes, {report['cards']} cards, {report['strategy']}; the fleet "
-        f"was up after {report['bring_up_seconds']:.0f} s ({report['reconcile_passes']} "
+        f"{report['nodes']} nodes, {report['cards']} cards, {report['strategy']} ({rule}); "
+        f"the fleet was up after {report['bring_up_seconds']:.0f} s ({report['reconcile_passes']} "
         f"reconcile passes); {report['requests']} requests over {report['duration']:g} s",
         "",
     ]
@@ -252,7 +260,8 @@ def text(report: SimReportJson) -> str:
                 else ""
             )
             workers = f" + {', '.join(r['workers'])}" if r["workers"] else ""
-            lines.append(f"    {r['replica']}: {r['node']}{workers} cards [{cards}]{ended}")
+            why = f" ({r['why']})" if r["why"] != "the catalog asks for it" else ""
+            lines.append(f"    {r['replica']}: {r['node']}{workers} cards [{cards}]{why}{ended}")
         failed = ", ".join(f"{k} {n}" for k, n in m["failed"].items()) or "none"
         jpt = m["joules_per_token"]
         lines.append(

@@ -97,6 +97,8 @@ class Replica:
     stopped_at: float | None = None
     stop_reason: str = ""
     speed: Speed | None = None
+    # Why it was started: the catalog's count, or in place of a replica an event took.
+    why: str = "the catalog asks for it"
     output_tokens: int = 0
     # Requests in flight on it: request number -> (output tokens, when it ends).
     in_flight: dict[int, tuple[int, float]] = field(default_factory=dict)
@@ -129,6 +131,7 @@ class EventTally:
     replicas: list[str] = field(default_factory=list)
     models: dict[str, int] = field(default_factory=dict)  # replicas to replace, by model
     moved: list[str] = field(default_factory=list)  # the replacements' replica ids
+    replaced: list[str] = field(default_factory=list)  # the replicas they replace
     interrupted: int = 0
     failed_before: int = 0
     failed_after: int | None = None
@@ -470,6 +473,14 @@ class Simulation:
             if e.models.get(rep.model, 0) > 0 and e.recovered_at is None:
                 e.models[rep.model] -= 1
                 e.moved.append(rep.replica_id)
+                old = next(
+                    r
+                    for r in e.replicas
+                    if self.replicas[r].model == rep.model and r not in e.replaced
+                )
+                e.replaced.append(old)
+                what = "failed" if e.event.kind == "node" else "was drained"
+                rep.why = f"in place of {old}: its node {e.event.node} {what}"
                 return
 
     def _recovered(self) -> None:

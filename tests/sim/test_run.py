@@ -100,6 +100,10 @@ def test_a_node_failure_moves_its_replicas_and_says_what_it_cost(
     assert all(f"its node {victim} failed" == r["stop_reason"] for r in lost)
     assert len(event["moved_to"]) == len(lost)
     assert all(r["node"] != victim for r in event["moved_to"])
+    assert sorted(r["why"].split(":")[0] for r in event["moved_to"]) == sorted(
+        f"in place of {r['replica']}" for r in lost
+    )
+    assert all(r["why"].endswith(f"its node {victim} failed") for r in event["moved_to"])
     # Placed elsewhere only once the node is lost past its grace (60 s).
     assert all(r["started_at"] >= 180.0 for r in event["moved_to"])
     assert event["recovered_at"] is not None and event["recovered_at"] > 180.0
@@ -137,6 +141,7 @@ def test_a_drain_moves_replicas_before_stopping_them(
     assert all(r["node"] != node for r in event["moved_to"])
     old = [r for r in report["replicas"] if r["replica"] in event["replicas"]]
     assert all(r["stop_reason"] == "its node is draining" for r in old)
+    assert all(r["why"].endswith("was drained") for r in event["moved_to"])
     # Each old replica served until one in its place was Ready: nothing failed.
     ready = sorted(r["ready_at"] for r in event["moved_to"])
     assert min(r["stopped_at"] for r in old) >= ready[0]
