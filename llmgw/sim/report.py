@@ -75,6 +75,7 @@ class EventJson(TypedDict):
     moved_to: list[ReplicaJson]  # the replicas started in their place
     interrupted: int  # requests in flight on its replicas
     failed_until_recovered: int | None  # requests failed meanwhile, fleet-wide
+    queued_until_recovered: int | None  # requests that waited in a line meanwhile
     recovered_at: float | None  # when every replacement was Ready; null: never
 
 
@@ -197,6 +198,9 @@ def build(sim: Simulation, duration: float) -> SimReportJson:
                     if e.failed_after is not None
                     else sim.failures() - e.failed_before
                 ),
+                "queued_until_recovered": (
+                    e.queued_after if e.queued_after is not None else sim.queued - e.queued_before
+                ),
                 "recovered_at": _t(e.recovered_at, start),
             }
         )
@@ -289,7 +293,8 @@ def text(report: SimReportJson) -> str:
             f"{e['node']} {what} at {e['at']:g} s: {len(e['replicas'])} replica(s) on it; "
             f"moved: {moved}; {e['interrupted']} request(s) cut off; {recovered}"
             + (
-                f" ({e['failed_until_recovered']} request(s) failed meanwhile)"
+                f" ({e['failed_until_recovered']} request(s) failed and "
+                f"{e['queued_until_recovered']} queued meanwhile)"
                 if e["failed_until_recovered"] is not None
                 else ""
             )

@@ -135,6 +135,8 @@ class EventTally:
     interrupted: int = 0
     failed_before: int = 0
     failed_after: int | None = None
+    queued_before: int = 0
+    queued_after: int | None = None
     recovered_at: float | None = None
 
 
@@ -182,6 +184,7 @@ class Simulation:
         self.parks: list[tuple[str, str]] = []
         self.start: float = 0.0  # when the trace began (the fleet was up)
         self.passes = 0
+        self.queued = 0  # requests that waited in a line, fleet-wide
         self.why: dict[str, Why] = {}
         # When each node has (or will have) each source's weights on its disk.
         self.fetched: dict[tuple[str, str], float] = {}
@@ -442,7 +445,7 @@ class Simulation:
 
     def _fleet(self, event: FleetEvent) -> None:
         view = self.nodes.nodes[event.node]
-        tally = EventTally(event, failed_before=self.failures())
+        tally = EventTally(event, failed_before=self.failures(), queued_before=self.queued)
         on_node = [
             r
             for r in self.replicas.values()
@@ -463,7 +466,7 @@ class Simulation:
                 self._retire(r, f"its node {event.node} failed")
         self.nodes.version += 1
         if not on_node:
-            tally.failed_after = 0
+            tally.failed_after = tally.queued_after = 0
             tally.recovered_at = self.now
         self._wake()
 
@@ -490,6 +493,7 @@ class Simulation:
             if all(self.replicas[r].ready_at is not None for r in e.moved):
                 e.recovered_at = self.now
                 e.failed_after = self.failures() - e.failed_before
+                e.queued_after = self.queued - e.queued_before
 
     def failures(self) -> int:
         return sum(sum(t.failed.values()) + t.interrupted for t in self.tally.values())
@@ -517,6 +521,7 @@ class Simulation:
             self._fail(req.model, "queue_full")
             return
         line.append((i, self.now))
+        self.queued += 1
         self._at(self.now + self.gateway.queue_wait, "expire", req.model)
 
     def _expire(self, model: str) -> None:

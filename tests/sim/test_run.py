@@ -18,6 +18,7 @@ from llmgw.sim.report import (
     SimReportJson,
 )
 from tests.sim.conftest import FIXTURES, MODELS, Write, steady
+from tests.sim.conftest import trace as trace_of
 
 
 def sim(capsys: pytest.CaptureFixture[str], *args: str | Path) -> dict[str, Any]:
@@ -116,6 +117,31 @@ def test_a_node_failure_moves_its_replicas_and_says_what_it_cost(
             # Every replica of it was there: its requests failed until the new were Ready.
             assert m["failed"].get("no_replica", 0) > 0
         assert m["replicas_ready"] == by_model(calm)[name]["replicas_ready"]
+
+
+def test_a_failure_with_no_room_left_queues_then_refuses(
+    write: Write, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two nodes of one L4, a replica each (two do not fit one card), one request at a
+    # time: each reply takes about 35 s, one arrives every 25 s, so one alone falls behind.
+    single = {**MODELS[0], "replicas": 2, "slots": 1}
+    models = write("models.yaml", [single])
+    trace = write("trace.jsonl", trace_of([(t * 25.0, "llama-8b", 2000, 400) for t in range(200)]))
+    calm = sim(capsys, "--nodes", "2x1xL4", "--models", models, "--load", trace)
+    assert {r["node"] for r in calm["replicas"]} == {"gpu1", "gpu2"}
+    assert by_model(calm)["llama-8b"]["failed"] == {}
+    report = sim(
+        capsys, "--nodes", "2x1xL4", "--models", models, "--load", trace, "--fail", "node=gpu1@5m"
+    )
+    (event,) = report["events"]
+    assert event["moved_to"] == [] and event["recovered_at"] is None
+    m = by_model(report)["llama-8b"]
+    assert m["note"].startswith("no node fits")
+    assert m["replicas_ready"] == 1
+    assert event["queued_until_recovered"] > 0
+    assert m["failed"].get("queue_timeout", 0) > 0
+    assert event["failed_until_recovered"] == sum(m["failed"].values()) + m["interrupted"]
+    assert m["queue_wait_p95"] > by_model(calm)["llama-8b"]["queue_wait_p95"]
 
 
 def test_a_drain_moves_replicas_before_stopping_them(
