@@ -185,6 +185,7 @@ class Simulation:
         self.start: float = 0.0  # when the trace began (the fleet was up)
         self.passes = 0
         self.queued = 0  # requests that waited in a line, fleet-wide
+        self.starting = 0  # replicas started, neither Ready nor stopped yet
         self.why: dict[str, Why] = {}
         # When each node has (or will have) each source's weights on its disk.
         self.fetched: dict[tuple[str, str], float] = {}
@@ -248,18 +249,17 @@ class Simulation:
 
     def _up(self) -> bool:
         """Every replica placed is Ready and no pass is due: the fleet is up."""
-        return self._pass_at is None and all(
-            r.ready_at is not None for r in self.replicas.values() if r.stopped_at is None
-        )
+        return self._pass_at is None and self.starting == 0
 
     async def _drain(self, until: float | None, bring_up: bool) -> None:
         heap = self._heap
         while heap:
             if bring_up and self._up():
                 return
-            when, _, kind, payload = heapq.heappop(heap)
+            item = heapq.heappop(heap)
+            when, _, kind, payload = item
             if until is not None and when > until:
-                heapq.heappush(heap, (when, 0, kind, payload))
+                heapq.heappush(heap, item)
                 return
             self.now = max(self.now, when)
             if kind == "arrive":
@@ -363,6 +363,7 @@ class Simulation:
             rep = Replica(rid, sim.model.name, view.id, list(spec.cards), started_at=self.now)
             rep.speed = speed(sim, view, spec.cards, profile.nodes)
             self.replicas[rid] = rep
+            self.starting += 1
             self._moved(rep)
         self._at(ready, "shard", (view.id, spec.replica_id))
         self._wake()
@@ -394,6 +395,7 @@ class Simulation:
         rep = self.replicas.get(shard_id)
         if rep is not None:
             rep.ready_at = self.now
+            self.starting -= 1
             self._serve_line(rep.model)
             self._recovered()
         self._wake()
@@ -433,6 +435,8 @@ class Simulation:
             return
         rep.stopped_at = self.now
         rep.stop_reason = reason
+        if rep.ready_at is None:
+            self.starting -= 1
         cut = [i for i, (_, ends) in rep.in_flight.items() if ends > self.now + grace]
         self.tally[rep.model].interrupted += len(cut)
         for e in self.event_tallies:
