@@ -1,12 +1,12 @@
 """The simulation against a real control plane: the same fleet and models, placed by a
-control plane loaded as ``server run`` loads it (its store, catalog service, reconciler
-and reconcile loop) with stand-in agents on every node, and by ``llmgw sim``, give
-every replica the same node and the same cards."""
+control plane loaded as ``server run`` loads it (its store, registry, catalog service,
+reconciler and reconcile loop) with a stand-in agent enrolled and registered for every
+node (its session records what it is sent), and by ``llmgw sim``, give every replica
+the same node and the same cards."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -20,11 +20,12 @@ from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.principal import Principal
 from llmgw.server.requests import ServeRequest
 from llmgw.server.schema import read
+from llmgw.server.store.values import Audit
 from llmgw.sim.cards import parse_nodes
 from llmgw.sim.fleet import generated, read_fleet
 from llmgw.sim.models import SIM_FIELDS, read_models
 from llmgw.sim.run import Simulation
-from llmgw.wire.messages import StartShard
+from llmgw.wire.messages import Register, StartShard
 from tests.sim.conftest import FIXTURES, LLAMA_8B, MODELS, Write
 from tests.support.agentsession import FakeSession
 from tests.support.inprocessplane import fresh_data_dir, loaded_plane
@@ -79,16 +80,34 @@ async def by_a_control_plane(root: Path, fleet: dict[str, NodeView], models: Pat
     }
     async with loaded_plane(root) as cp:
         sessions: dict[str, FakeSession] = {}
-        for nid, view in fleet.items():
-            # A stand-in agent: connected, heard from now, its engines at the versions
-            # the cluster wants (an agent converges on them before it serves).
+        for serial, (nid, view) in enumerate(fleet.items(), start=1):
+            # A stand-in agent: enrolled, registered with the node's facts and its
+            # engines at the versions the cluster wants (an agent converges on them
+            # before it serves), labelled by the operator as the recorded node was.
+            assert view.facts is not None
             sessions[nid] = FakeSession()
-            view.session = sessions[nid]
-            view.last_heartbeat = time.monotonic()
-            view.engines = [
+            await cp.registry.enrolled(nid, serial)
+            engines = [
                 replace(e, version=cp.engines.version_of(e.name) or e.version) for e in view.engines
             ]
-            cp.registry.nodes[nid] = view
+            hello = Register(
+                node_id=nid,
+                version="sim",
+                host=view.facts,
+                address=view.address,
+                engines=engines,
+                engines_probed=True,
+                installable_engines=view.installable,
+            )
+            await cp.registry.register(hello, sessions[nid])
+            if view.labels or view.cordoned or view.draining:
+                await cp.registry.set_scheduling(
+                    cp.registry.nodes[nid],
+                    view.cordoned,
+                    view.draining,
+                    dict(view.labels),
+                    Audit("test", "node.label", nid),
+                )
 
         async def inspect(source: str, allow_pickle: bool) -> ModelShape:
             shape = shapes[source]
