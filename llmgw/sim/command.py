@@ -86,6 +86,12 @@ def _run(args: argparse.Namespace) -> int:
     host = max((v.figures().memory_total or 0 for v in nodes.values()), default=0)
     catalog = models.read_models(args.models, cards, host)
     duration = float(args.duration) if args.duration is not None else None
+    late = next((e for e in events if duration is not None and e.at >= duration), None)
+    if late is not None:
+        raise SimError(
+            f"--fail {late.kind}={late.node}@{late.at:g}s: past --duration "
+            f"{duration:g}s, so nothing would be seen of it; give an earlier time"
+        )
     trace = load.read_trace(args.load, {m.model.name for m in catalog}, duration)
     sim = Simulation(
         nodes,

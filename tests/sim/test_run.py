@@ -270,6 +270,10 @@ def test_a_model_that_fits_nowhere_is_refused_as_serve_refuses_it(
         (["--nodes", "4x8xH100", "--fail", "gpu1"], "--fail 'gpu1': give node=NAME@WHEN"),
         (["--nodes", "4x8xH100", "--fail", "node=gpu9@1m"], "no node 'gpu9' in the fleet"),
         (["--nodes", "4x8xH100", "--fetch-gbs", "0"], "--fetch-gbs"),
+        (
+            ["--nodes", "4x8xH100", "--duration", "5m", "--fail", "node=gpu1@5m"],
+            "--fail node=gpu1@300s: past --duration 300s",
+        ),
     ],
 )
 def test_bad_arguments_are_said_plainly(
