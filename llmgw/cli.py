@@ -529,6 +529,9 @@ def build_parser() -> argparse.ArgumentParser:
     from llmgw.client import ctl_version
 
     ctl_version.add_parsers(roles, _client, _client_options)
+    from llmgw.sim.command import add_parsers as add_sim_parsers
+
+    add_sim_parsers(roles)
 
     p = roles.add_parser("console", help="the full-screen console of the cluster")
     _client_options(p)

@@ -364,15 +364,25 @@ class Router:
     ) -> tuple[Endpoint | None, str]:
         now = time.monotonic()
         pool: list[Endpoint] = []
+        best: Endpoint | None = None
+        least, top = 0.0, 0
+        # The pool and its least loaded in one pass, ``full`` written out: a pick looks at
+        # every replica of the model, so on a large fleet this loop is the router's cost.
         for endpoint in self.serving(model):
-            if endpoint is exclude or endpoint.open_until > now or (room and endpoint.full):
+            if endpoint is exclude or endpoint.open_until > now:
                 continue
-            if pool and endpoint.priority < pool[0].priority:
+            if room and 0 < endpoint.slots <= endpoint.outstanding:
+                continue
+            if best is None:
+                top = endpoint.priority
+            elif endpoint.priority < top:
                 break  # a lower pool: the higher one had a replica
+            load = (endpoint.outstanding + 1) / endpoint.weight
+            if best is None or load < least:  # the first of the least, as min() gives
+                best, least = endpoint, load
             pool.append(endpoint)
-        if not pool:
+        if best is None:
             return None, ""
-        best = min(pool, key=lambda e: (e.outstanding + 1) / e.weight)
         reason = ONLY_REPLICA if len(pool) == 1 else LEAST_OUTSTANDING
         if blocks:
             holder = self._kv_best(pool, blocks)
