@@ -224,6 +224,10 @@ class SimFacts:
     async def live(self) -> FixedLive:
         return self.next_live()
 
+    async def news(self) -> None:
+        """A simulated node's tools never fail: nothing comes before its heartbeat."""
+        await asyncio.Event().wait()
+
     def next_live(self) -> FixedLive:
         """The next heartbeat's figures."""
         beat, self.beat = self.beat, self.beat + 1
@@ -300,6 +304,8 @@ class FixedLive:
     vitals: NodeVitals | None = None
     health_warnings: list[str] | None = None
     ib_ports: list[IbPort] | None = None
+    ages: dict[str, float] | None = None
+    unread: list[str] | None = None
 
 
 @dataclass
