@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from llmgw.wire.codec import MessageError, from_map, to_map
+from llmgw.wire.codec import MessageError, decoder, from_map, to_map
 from llmgw.wire.framing import encode_frame
 from llmgw.wire.hardware import (
     GPU,
@@ -580,4 +580,4 @@ def decode_message(payload: dict[str, Any]) -> Message | None:
     cls = _REGISTRY.get(kind)
     if cls is None:
         return None
-    return from_map(cls, payload)
+    return decoder(cls)(payload)
