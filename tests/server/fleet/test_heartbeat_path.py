@@ -16,19 +16,30 @@ from typing import Any
 import pytest
 
 from llmgw.server.fleet import figures
+from llmgw.server.fleet import stream as server
 from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.registry import NodeRegistry, RegistryHooks, serving_replicas
 from llmgw.wire import codec
 from llmgw.wire.framing import FrameDecoder
-from llmgw.wire.hardware import GPU, Disk, GpuHealth, GpuProcess, HostFacts, NodeVitals
+from llmgw.wire.hardware import (
+    CARD_FIGURES,
+    GPU,
+    Disk,
+    GpuHealth,
+    GpuProcess,
+    HostFacts,
+    NodeVitals,
+)
 from llmgw.wire.messages import (
     Heartbeat,
+    Registered,
     ShardStatus,
     ShardUsage,
     decode_message,
     encode_message,
 )
 from llmgw.wire.states import ShardState
+from tests.support.streampair import Pair
 
 GIB = 1 << 30
 COUNTED: dict[str, Callable[..., Any]] = {
@@ -146,6 +157,31 @@ async def test_a_heartbeat_with_eight_cards_is_taken_without_a_dict_conversion(
     assert view.usage == {"r1": ShardUsage("r1", cpu_percent=150.0, rss=3 * GIB)}
     assert reg.history.series("n1") is not None
     assert reg.heartbeats == 1
+
+
+async def test_a_heartbeat_of_moving_figures_is_made_whole_without_a_dict_conversion(
+    conversions: Counter[str],
+) -> None:
+    """The same through both ends of a stream, the agent sending the cards' moving
+    figures alone: the control plane's stream lays them over the cards it has."""
+    pair = Pair()
+    pair.settle()
+    pair.node.send(Registered(node_id="n1", heartbeat_interval=5.0, features=[CARD_FIGURES]))
+    pair.settle()
+    reg = await _registry()
+    cards = [_card(i) for i in range(8)]
+    for step in range(2):
+        sent = pair.agent.heartbeat(float(step), gpus=cards, shards=[ShardUsage("r1", rss=step)])
+        assert (sent.gpu_figures is not None) == (step == 1)  # whole first, then figures
+        data = pair.agent.data_to_send()  # encoded here: the agent's side, not counted
+        conversions.clear()
+        (event,) = [e for e in pair.node.receive(data) if isinstance(e, server.Reported)]
+        assert isinstance(event.message, Heartbeat)
+        reg.heartbeat("n1", event.message)
+        assert conversions == Counter()
+        pair.settle()
+    assert event.message.gpus == cards
+    assert reg.nodes["n1"].live.gpus == cards and reg.heartbeats == 2
 
 
 async def test_the_counting_sees_a_conversion_the_registry_makes(
