@@ -602,6 +602,9 @@ class ControlPlaneProc:
                 str(self.agent_port),
                 "--advertise",
                 "127.0.0.1",
+                # Not the default 8444: another control plane on the machine may hold it.
+                "--peer-port",
+                str(free_port()),
                 "--yes",
             ),
             cwd=REPO,
