@@ -73,7 +73,16 @@ from llmgw.agent.session import AgentSession, SessionEnded, SessionSettings
 from llmgw.client.admin import AdminClient
 from llmgw.client.adminbase import AdminError
 from llmgw.wire import HostFacts
-from llmgw.wire.hardware import GPU, Disk, GpuHealth, GpuProcess, IbPort, NodeVitals, XidSeen
+from llmgw.wire.hardware import (
+    GPU,
+    Disk,
+    GpuHealth,
+    GpuProcess,
+    IbPort,
+    NodeVitals,
+    XidSeen,
+    gpu_figures,
+)
 from llmgw.wire.messages import Heartbeat, encode_message
 
 REPO = Path(__file__).resolve().parent.parent
@@ -271,8 +280,10 @@ def _uuid(i: int) -> str:
 
 
 def heartbeat_frames(gpus: int, health_every: int) -> dict[str, int]:
-    """Bytes of one encoded Heartbeat frame: the first (cards' health and the node's
-    warnings), a plain one, and one with the minute's health."""
+    """Bytes of one encoded Heartbeat frame as an agent sends it to a control plane
+    that takes the cards' moving figures alone: the first (whole cards, the cards'
+    health and the node's warnings), a plain one (figures), and one with the minute's
+    health."""
     source = SimFacts(gpus, health_every)
     sizes: dict[str, int] = {}
     for beat in range(health_every + 1):
@@ -284,7 +295,10 @@ def heartbeat_frames(gpus: int, health_every: int) -> dict[str, int]:
                 cpu_percent=live.cpu_percent,
                 load=live.load,
                 disks=live.disks,
-                gpus=live.gpus,
+                gpus=live.gpus if beat == 0 else None,
+                gpu_figures=None
+                if beat == 0 or live.gpus is None
+                else [gpu_figures(card) for card in live.gpus],
                 gpu_health=live.gpu_health,
                 vitals=live.vitals,
                 health_warnings=live.health_warnings,
@@ -1204,8 +1218,9 @@ def report(
         "the window); hb p50/p99 = /api/v1/status heartbeat_handling (decode + registry "
         "update, last 50,000 heartbeats); agents CPU = the worker processes'; busy = the "
         "whole machine's CPU use; drops = agent streams that ended during the window; "
-        "frame B = one encoded Heartbeat frame (length prefix and msgpack), +health B = one "
-        "with the cards' health (sent a minute apart); "
+        "frame B = one encoded Heartbeat frame (length prefix and msgpack; with cards, their "
+        "moving figures alone, as after a stream's first), +health B = one with the cards' "
+        "health (sent a minute apart); "
         "ready s, ramp CPU, ramp drops = from the first connection to every node Ready (and "
         "streams that ended before the window); scrape PING t/o = agents' streams ended on "
         "an unanswered HTTP/2 PING during the gpu phase's /metrics scrape, by default / with "

@@ -30,7 +30,7 @@ act on and with ``data_to_send`` for the socket. Its rules, in the order they ap
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from h2.events import (
@@ -43,7 +43,7 @@ from h2.events import (
 from h2.exceptions import ProtocolError
 
 from llmgw.wire.channel import STREAM_PATH, FrameChannel, header_map
-from llmgw.wire.codec import MessageError
+from llmgw.wire.codec import MessageError, merged
 from llmgw.wire.framing import FrameError
 from llmgw.wire.hardware import GPU, with_figures
 from llmgw.wire.messages import (
@@ -264,7 +264,7 @@ class NodeStream:
                     f"stream's last cards were {had}: send gpus whole after a change"
                 )
             whole = [with_figures(c, f) for c, f in zip(cards, figures, strict=True)]
-            beat = replace(beat, gpus=whole, gpu_figures=None)
+            beat = merged(beat, {"gpus": whole, "gpu_figures": None})
         if beat.gpus is not None:
             self.cards = beat.gpus
         return beat
