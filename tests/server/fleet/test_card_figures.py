@@ -130,3 +130,12 @@ def test_figures_leave_out_every_steady_fact() -> None:
     assert beat.gpu_figures is not None
     names = {f.name for f in dataclasses.fields(beat.gpu_figures[0])}
     assert not names & {"uuid", "name", "driver", "bus_id", "memory_total", "power_limit"}
+
+
+def test_an_older_agent_that_sends_whole_cards_is_read_as_before() -> None:
+    pair = _pair([CARD_FIGURES])
+    # An agent from before gpu_figures reads no features in Registered.
+    pair.agent.registered = Registered(node_id="n1", heartbeat_interval=5.0)
+    sent = [_beat(pair, step) for step in range(3)]
+    assert all(b.gpus is not None and b.gpu_figures is None for b in sent)
+    assert [b.gpus for b in _reported(pair)] == [_cards(0), _cards(1), _cards(2)]
