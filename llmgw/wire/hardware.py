@@ -156,7 +156,7 @@ class GpuProcess:
     memory: int | None = None  # bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class XidSeen:
     """One XID code seen on a card: how often since the agent started, and when last."""
 
@@ -166,7 +166,7 @@ class XidSeen:
     meaning: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuHealth:
     """A card's slow figures: sent every minute or when they change."""
 
@@ -235,7 +235,7 @@ class IbPort:
     master_sm_lid: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeVitals:
     """A node's sensors: hwmon temperatures and RAPL power, by sensor name."""
 
