@@ -66,14 +66,17 @@ from typing import Any
 import psutil
 import yaml
 
-from llmgw import pki
-from llmgw.agent.discovery.health import card_warnings
-from llmgw.agent.identity import enroll
-from llmgw.agent.session import AgentSession, SessionEnded, SessionSettings
-from llmgw.client.admin import AdminClient
-from llmgw.client.adminbase import AdminError
-from llmgw.wire import HostFacts
-from llmgw.wire.hardware import (
+# The checkout's llmgw, not whichever an editable install of the venv points at.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from llmgw import pki  # noqa: E402
+from llmgw.agent.discovery.health import card_warnings  # noqa: E402
+from llmgw.agent.identity import enroll  # noqa: E402
+from llmgw.agent.session import AgentSession, SessionEnded, SessionSettings  # noqa: E402
+from llmgw.client.admin import AdminClient  # noqa: E402
+from llmgw.client.adminbase import AdminError  # noqa: E402
+from llmgw.wire import HostFacts  # noqa: E402
+from llmgw.wire.hardware import (  # noqa: E402
     GPU,
     Disk,
     GpuHealth,
@@ -83,7 +86,7 @@ from llmgw.wire.hardware import (
     XidSeen,
     gpu_figures,
 )
-from llmgw.wire.messages import Heartbeat, encode_message
+from llmgw.wire.messages import Heartbeat, encode_message  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SILENT = 3600.0  # an interval long enough that nothing is sent within a window
