@@ -66,18 +66,36 @@ from typing import Any
 import psutil
 import yaml
 
-from llmgw import pki
-from llmgw.agent.discovery.health import card_warnings
-from llmgw.agent.identity import enroll
-from llmgw.agent.session import AgentSession, SessionEnded, SessionSettings
-from llmgw.client.admin import AdminClient
-from llmgw.wire import HostFacts
-from llmgw.wire.hardware import GPU, Disk, GpuHealth, GpuProcess, IbPort, NodeVitals, XidSeen
-from llmgw.wire.messages import Heartbeat, encode_message
+# The checkout's llmgw, not whichever an editable install of the venv points at.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from llmgw import pki  # noqa: E402
+from llmgw.agent.discovery.health import card_warnings  # noqa: E402
+from llmgw.agent.identity import enroll  # noqa: E402
+from llmgw.agent.session import AgentSession, SessionEnded, SessionSettings  # noqa: E402
+from llmgw.client.admin import AdminClient  # noqa: E402
+from llmgw.client.adminbase import AdminError  # noqa: E402
+from llmgw.wire import HostFacts  # noqa: E402
+from llmgw.wire.hardware import (  # noqa: E402
+    GPU,
+    Disk,
+    GpuHealth,
+    GpuProcess,
+    IbPort,
+    NodeVitals,
+    XidSeen,
+    gpu_figures,
+)
+from llmgw.wire.messages import Heartbeat, encode_message  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SILENT = 3600.0  # an interval long enough that nothing is sent within a window
 HEALTH_EVERY = 60.0  # seconds between a real agent's slow card figures (GpuHealth)
+# How an agent's stream says it ended on an unanswered PING (llmgw/agent/stream.py).
+PING_TIMEOUT_WORDS = "no answer to HTTP/2 PING"
+# The control plane's setting for the per-card families in its own /metrics (issue 33):
+# the second scrape of the gpu phase sets it on; a control plane without it refuses it.
+FLEET_DETAIL = "metrics.fleet_detail"
 MIB = 1024**2
 GIB = 1024**3
 
@@ -228,6 +246,10 @@ class SimFacts:
     async def live(self) -> FixedLive:
         return self.next_live()
 
+    async def news(self) -> None:
+        """A simulated node's tools never fail: nothing comes before its heartbeat."""
+        await asyncio.Event().wait()
+
     def next_live(self) -> FixedLive:
         """The next heartbeat's figures."""
         beat, self.beat = self.beat, self.beat + 1
@@ -265,8 +287,10 @@ def _uuid(i: int) -> str:
 
 
 def heartbeat_frames(gpus: int, health_every: int) -> dict[str, int]:
-    """Bytes of one encoded Heartbeat frame: the first (cards' health and the node's
-    warnings), a plain one, and one with the minute's health."""
+    """Bytes of one encoded Heartbeat frame as an agent sends it to a control plane
+    that takes the cards' moving figures alone: the first (whole cards, the cards'
+    health and the node's warnings), a plain one (figures), and one with the minute's
+    health."""
     source = SimFacts(gpus, health_every)
     sizes: dict[str, int] = {}
     for beat in range(health_every + 1):
@@ -278,7 +302,10 @@ def heartbeat_frames(gpus: int, health_every: int) -> dict[str, int]:
                 cpu_percent=live.cpu_percent,
                 load=live.load,
                 disks=live.disks,
-                gpus=live.gpus,
+                gpus=live.gpus if beat == 0 else None,
+                gpu_figures=None
+                if beat == 0 or live.gpus is None
+                else [gpu_figures(card) for card in live.gpus],
                 gpu_health=live.gpu_health,
                 vitals=live.vitals,
                 health_warnings=live.health_warnings,
@@ -324,6 +351,8 @@ class Worker:
         self.agents = [SimAgent(n, root / n) for n in node_ids]
         self.tasks: list[asyncio.Task[None]] = []
         self.ended = 0
+        # Streams the agent ended because the control plane left its PING unanswered.
+        self.ping_timeouts = 0
         self.reasons: list[str] = []
 
     async def serve(self) -> None:
@@ -430,6 +459,8 @@ class Worker:
 
     def _ended(self, agent: SimAgent, reason: str) -> None:
         self.ended += 1
+        if PING_TIMEOUT_WORDS in reason:
+            self.ping_timeouts += 1
         if len(self.reasons) < 5:
             self.reasons.append(f"{agent.node_id}: {reason}")
 
@@ -437,7 +468,12 @@ class Worker:
         registered = sum(
             1 for a in self.agents if a.session is not None and a.session.registered_at is not None
         )
-        return {"registered": registered, "ended": self.ended, "reasons": list(self.reasons)}
+        return {
+            "registered": registered,
+            "ended": self.ended,
+            "ping_timeouts": self.ping_timeouts,
+            "reasons": list(self.reasons),
+        }
 
     async def cmd_disconnect(self) -> dict[str, Any]:
         """Stop every agent's stream; count the sessions that ignored the first cancel."""
@@ -587,6 +623,9 @@ class ControlPlaneProc:
                 str(self.agent_port),
                 "--advertise",
                 "127.0.0.1",
+                # Not the default 8444: another control plane on the machine may hold it.
+                "--peer-port",
+                str(free_port()),
                 "--yes",
             ),
             cwd=REPO,
@@ -705,6 +744,16 @@ class Result:
     metrics_bytes: int | None = None
     metrics_gpu_samples: int | None = None  # its llmgw_gpu_* sample lines
     metrics_rss_mb: float | None = None  # the control plane's RSS just after it
+    metrics_ping_timeouts: int | None = None  # agents' streams ended on a PING meanwhile
+    metrics_drops: int | None = None  # agents' streams that ended meanwhile, for any reason
+    # The same scrape again with metrics.fleet_detail on; None where it was not run, and
+    # then metrics_detail_note says why.
+    metrics_detail_seconds: float | None = None
+    metrics_detail_bytes: int | None = None
+    metrics_detail_gpu_samples: int | None = None
+    metrics_detail_ping_timeouts: int | None = None
+    metrics_detail_drops: int | None = None
+    metrics_detail_note: str | None = None
     profiled: bool = False  # the control plane ran under cProfile: CPU inflated
 
 
@@ -848,19 +897,8 @@ def run_phase(
             f"  {phase.name}: CPU {result.cpu_core:.3f} core, RSS {result.rss_max_mb:.0f} MB, "
             f"{result.heartbeats_per_s:.0f} heartbeats/s, drops {result.drops}"
         )
-        if phase.gpus:  # after the window, so the scrape is not in its figures
-            t0 = time.monotonic()
-            body = cp.get("/metrics", timeout=120)
-            result.metrics_seconds = time.monotonic() - t0
-            result.metrics_bytes = len(body)
-            result.metrics_rss_mb = server.memory_info().rss / 1e6
-            result.metrics_gpu_samples = sum(
-                1 for line in body.split(b"\n") if line.startswith(b"llmgw_gpu_")
-            )
-            log(
-                f"  {phase.name}: /metrics in {result.metrics_seconds:.3f} s, "
-                f"{result.metrics_bytes:,} bytes, {result.metrics_gpu_samples:,} llmgw_gpu_ samples"
-            )
+        if phase.gpus:  # after the window, so the scrapes are not in its figures
+            scrape_twice(cp, server, workers, phase, result)
         results.append(asdict(result))
     finally:
         try:
@@ -874,6 +912,80 @@ def run_phase(
     stuck = sum(r["stuck"] for r in replies)
     if stuck:
         raise BenchError(f"{stuck} agent sessions would not stop")
+
+
+def _ended_counts(workers: WorkerPool) -> tuple[int, int]:
+    counts = workers.ask_all({"cmd": "counts"}, 30)
+    return sum(c["ended"] for c in counts), sum(c["ping_timeouts"] for c in counts)
+
+
+def scrape(cp: ControlPlaneProc, workers: WorkerPool, ping: float) -> tuple[float, bytes, int, int]:
+    """One /metrics scrape: its seconds and body, and the agents' streams that ended
+    (all, and on an unanswered PING) from its start until a PING interval and a second
+    after it: a stream whose PING went unanswered during the scrape ends by then."""
+    ended0, pings0 = _ended_counts(workers)
+    t0 = time.monotonic()
+    body = cp.get("/metrics", timeout=120)
+    seconds = time.monotonic() - t0
+    time.sleep(ping + 1.0)
+    ended1, pings1 = _ended_counts(workers)
+    return seconds, body, ended1 - ended0, pings1 - pings0
+
+
+def set_fleet_detail(cp: ControlPlaneProc, value: str | None) -> str | None:
+    """Set (None: unset) metrics.fleet_detail through the admin client, as ``llmgw ctl
+    config set`` does; None when it took, else the control plane's refusal."""
+    client = AdminClient(f"http://{cp.http}", cp.admin_token, timeout=30)
+    body: dict[str, object] = {"key": FLEET_DETAIL, "unset": value is None}
+    if value is not None:
+        body["value"] = value
+    try:
+        client.set_setting(body)
+    except AdminError as exc:
+        return str(exc)
+    return None
+
+
+def scrape_twice(
+    cp: ControlPlaneProc,
+    server: psutil.Process,
+    workers: WorkerPool,
+    phase: Phase,
+    result: Result,
+) -> None:
+    """The gpu phase's scrapes: with metrics.fleet_detail as it is by default, then on
+    (where the control plane has the setting), each with the PINGs it cost the agents."""
+    seconds, body, drops, pings = scrape(cp, workers, phase.ping)
+    result.metrics_seconds, result.metrics_bytes = seconds, len(body)
+    result.metrics_rss_mb = server.memory_info().rss / 1e6
+    result.metrics_gpu_samples = _gpu_samples(body)
+    result.metrics_drops, result.metrics_ping_timeouts = drops, pings
+    log(
+        f"  {phase.name}: /metrics (fleet detail by default) in {seconds:.3f} s, "
+        f"{len(body):,} bytes, {result.metrics_gpu_samples:,} llmgw_gpu_ samples; "
+        f"PING timeouts {pings}, streams ended {drops}"
+    )
+    refused = set_fleet_detail(cp, "on")
+    if refused is not None:
+        result.metrics_detail_note = f"not available: one scrape only ({refused})"
+        log(f"  {phase.name}: {FLEET_DETAIL} {result.metrics_detail_note}")
+        return
+    try:
+        seconds, body, drops, pings = scrape(cp, workers, phase.ping)
+    finally:
+        set_fleet_detail(cp, None)
+    result.metrics_detail_seconds, result.metrics_detail_bytes = seconds, len(body)
+    result.metrics_detail_gpu_samples = _gpu_samples(body)
+    result.metrics_detail_drops, result.metrics_detail_ping_timeouts = drops, pings
+    log(
+        f"  {phase.name}: /metrics ({FLEET_DETAIL} on) in {seconds:.3f} s, {len(body):,} "
+        f"bytes, {result.metrics_detail_gpu_samples:,} llmgw_gpu_ samples; "
+        f"PING timeouts {pings}, streams ended {drops}"
+    )
+
+
+def _gpu_samples(body: bytes) -> int:
+    return sum(1 for line in body.split(b"\n") if line.startswith(b"llmgw_gpu_"))
 
 
 def measure_idle(cp: ControlPlaneProc, window: float) -> dict[str, float]:
@@ -979,10 +1091,21 @@ def _gpu_lines(
         )
     if gpu.get("metrics_seconds") is not None:
         lines.append(
-            f"{cards}: one /metrics scrape after the window took {gpu['metrics_seconds']:.3f} s, "
-            f"{gpu['metrics_bytes']:,} bytes, {gpu['metrics_gpu_samples']:,} llmgw_gpu_ samples; "
+            f"{cards}: one /metrics scrape after the window (fleet detail by default) took "
+            f"{gpu['metrics_seconds']:.3f} s, {gpu['metrics_bytes']:,} bytes, "
+            f"{gpu['metrics_gpu_samples']:,} llmgw_gpu_ samples, "
+            f"{_count(gpu.get('metrics_ping_timeouts'))} PING timeouts; "
             f"CP RSS {gpu['metrics_rss_mb']:.0f} MB just after it"
         )
+    if gpu.get("metrics_detail_seconds") is not None:
+        lines.append(
+            f"{cards}: with {FLEET_DETAIL} on: {gpu['metrics_detail_seconds']:.3f} s, "
+            f"{gpu['metrics_detail_bytes']:,} bytes, "
+            f"{gpu['metrics_detail_gpu_samples']:,} llmgw_gpu_ samples, "
+            f"{_count(gpu.get('metrics_detail_ping_timeouts'))} PING timeouts"
+        )
+    elif gpu.get("metrics_detail_note"):
+        lines.append(f"{cards}: {FLEET_DETAIL} {gpu['metrics_detail_note']}")
     cpu, rss = gpu["cpu_core"], gpu["rss_max_mb"]
     how = "measured"
     if n < 5000:
@@ -993,12 +1116,23 @@ def _gpu_lines(
         base = idle["rss_max_mb"]
         cpu, rss = cpu * 5000 / n, base + (rss - base) * 5000 / n
         how = f"linear from {n} agents and the idle control plane"
-    ok = cpu < 1.0 and rss < 1000
+    ok = cpu < 0.6 and rss < 900
     lines.append(
-        f"target at 5000 agents x {gpu['gpus']} cards (under 1 core and 1 GB): "
+        f"target at 5000 agents x {gpu['gpus']} cards (under 0.6 core and 900 MB): "
         f"{'met' if ok else 'NOT met'} ({how}: {cpu:.3f} core, {rss:.0f} MB)"
     )
     return lines
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _scrape_pings(r: dict[str, Any]) -> str:
+    """The PING timeouts during the gpu phase's scrapes: by default / with fleet detail."""
+    if r.get("metrics_ping_timeouts") is None:
+        return "-"
+    return f"{r['metrics_ping_timeouts']}/{_count(r.get('metrics_detail_ping_timeouts'))}"
 
 
 def report(
@@ -1021,7 +1155,8 @@ def report(
         f"{'agents':>6}  {'phase':<9}  {'CP CPU':>6}  {'CP RSS MB':>9}  {'hb/s':>5}  "
         f"{'hb p50 ms':>9}  {'hb p99 ms':>9}  {'frame B':>7}  {'+health B':>9}  "
         f"{'agents CPU':>10}  {'busy':>4}  "
-        f"{'drops':>5}  {'ready s':>7}  {'ramp CPU':>8}  {'ramp drops':>10}"
+        f"{'drops':>5}  {'ready s':>7}  {'ramp CPU':>8}  {'ramp drops':>10}  "
+        f"{'scrape PING t/o':>15}"
     )
     lines += ["", header, "-" * len(header)]
     for run in runs:
@@ -1033,7 +1168,8 @@ def report(
                 f"{r.get('frame_bytes', 0):>7}  "
                 f"{r.get('frame_health_bytes', 0) if r.get('gpus') else '-':>9}  "
                 f"{r['agents_cpu_core']:>10.2f}  {r['machine_busy']:>4.0%}  {r['drops']:>5}  "
-                f"{r['ready_seconds']:>7.1f}  {r['ramp_cpu_core']:>8.2f}  {r['ramp_drops']:>10}"
+                f"{r['ready_seconds']:>7.1f}  {r['ramp_cpu_core']:>8.2f}  {r['ramp_drops']:>10}  "
+                f"{_scrape_pings(r):>15}"
             )
     lines.append("")
     for run in runs:
@@ -1066,6 +1202,16 @@ def report(
         plain = by.get("nogpu") or by.get("heartbeat")
         lines += _gpu_lines(run["agents"], plain, by.get("gpu"), idle)
     for run in runs:
+        by = {r["phase"]: r for r in run.get("phases", [])}
+        plain = by.get("nogpu") or by.get("heartbeat")
+        if run["agents"] >= 10000 and plain:
+            ok = plain["cpu_core"] < 1.0 and plain["rss_max_mb"] < 1000
+            lines.append(
+                f"target at {run['agents']} card-less agents (under 1 core and 1 GB): "
+                f"{'met' if ok else 'NOT met'} ({plain['cpu_core']:.3f} core, "
+                f"{plain['rss_max_mb']:.0f} MB)"
+            )
+    for run in runs:
         beat = {r["phase"]: r for r in run.get("phases", [])}.get("heartbeat")
         if run["agents"] >= 5000 and beat:
             ok = beat["cpu_core"] < 0.5 and beat["rss_max_mb"] < 500
@@ -1079,10 +1225,13 @@ def report(
         "the window); hb p50/p99 = /api/v1/status heartbeat_handling (decode + registry "
         "update, last 50,000 heartbeats); agents CPU = the worker processes'; busy = the "
         "whole machine's CPU use; drops = agent streams that ended during the window; "
-        "frame B = one encoded Heartbeat frame (length prefix and msgpack), +health B = one "
-        "with the cards' health (sent a minute apart); "
+        "frame B = one encoded Heartbeat frame (length prefix and msgpack; with cards, their "
+        "moving figures alone, as after a stream's first), +health B = one with the cards' "
+        "health (sent a minute apart); "
         "ready s, ramp CPU, ramp drops = from the first connection to every node Ready (and "
-        "streams that ended before the window)."
+        "streams that ended before the window); scrape PING t/o = agents' streams ended on "
+        "an unanswered HTTP/2 PING during the gpu phase's /metrics scrape, by default / with "
+        f"{FLEET_DETAIL} on ('-': not run)."
     )
     reasons = [
         f"{run['agents']} {r['phase']}: {reason}"
@@ -1112,6 +1261,17 @@ class Stopped(BaseException):
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signal.Signals(signum).name)
+
+
+def _check_ports(need: int) -> None:
+    """Every agent's stream takes a local port of the loopback's ephemeral range."""
+    with contextlib.suppress(OSError, ValueError):
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        if high - low + 1 < need:
+            raise BenchError(
+                f"{need} agent streams need as many local ports, but the ephemeral range "
+                f"holds {high - low + 1} ({low}-{high}): widen net.ipv4.ip_local_port_range"
+            )
 
 
 def _raise_fd_limit(need: int) -> None:
@@ -1204,7 +1364,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     idle: dict[str, float] | None = None
     try:
+        # The control plane holds a socket per agent, each worker its share, and each
+        # inherits this process's limit.
         _raise_fd_limit(max(counts) + 256)
+        _check_ports(max(counts) + 1024)
         if args.idle_window > 0:
             root = Path(tempfile.mkdtemp(prefix="llmgw-bench-idle-"))
             try:

@@ -36,6 +36,7 @@ def test_the_benchmark_reads_its_options(script: str) -> None:
 QUICK = {
     "scheduler.py": ["--nodes", "40", "--replicas", "60", "--runs", "1"],
     "pages.py": ["--nodes", "40", "--runs", "1"],
+    "heartbeat.py": ["--nodes", "40", "--beats", "13", "--repeat", "1"],
 }
 
 

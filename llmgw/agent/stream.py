@@ -17,6 +17,10 @@ events for the session to act on and with ``data_to_send`` for the socket. Its r
   a broken HTTP/2 peer, or an outbox of messages that must arrive grown past its bound
   (the control plane stopped reading; the next stream's Register rebuilds the state).
 - What waits to be sent is a bounded, coalescing Outbox (``llmgw.wire.outbox``).
+- To a control plane that takes them (``Registered.features``), a heartbeat carries the
+  cards' moving figures alone (``gpu_figures``) while every card's steady facts are as
+  this stream last sent them; the cards go whole on the stream's first heartbeat and
+  after any change (a card added, gone, or its driver, limits or MIG layout changed).
 """
 
 from __future__ import annotations
@@ -39,7 +43,17 @@ from h2.exceptions import ProtocolError
 from llmgw.wire.channel import FrameChannel, header_map
 from llmgw.wire.codec import MessageError
 from llmgw.wire.framing import FrameError
-from llmgw.wire.hardware import GPU, Disk, GpuHealth, IbPort, NodeVitals
+from llmgw.wire.hardware import (
+    CARD_FIGURES,
+    GPU,
+    Disk,
+    GpuFigures,
+    GpuHealth,
+    IbPort,
+    NodeVitals,
+    gpu_figures,
+    steady_facts,
+)
 from llmgw.wire.messages import (
     Goodbye,
     Heartbeat,
@@ -70,6 +84,7 @@ class HeartbeatFigures(TypedDict, total=False):
     ib_ports: list[IbPort] | None
     ages: dict[str, float] | None
     unread: list[str] | None
+    gpu_figures: list[GpuFigures] | None
 
 
 @dataclass(frozen=True)
@@ -117,6 +132,8 @@ class AgentStream:
         self.seq = 0
         self.ping_outstanding: float | None = None  # when the unanswered PING went out
         self.ping_last_sent = float("-inf")
+        # The steady facts of the cards this stream last sent whole or as figures.
+        self.steady_sent: list[tuple[object, ...]] | None = None
 
     # --- what the agent does ----------------------------------------------------------
 
@@ -139,10 +156,25 @@ class AgentStream:
         """Queue the next heartbeat with these figures, a PING riding in the same write:
         one wake-up of the control plane for both, instead of one each."""
         self.seq += 1
+        gpus = fields.get("gpus")
+        if gpus is not None and self._figures_will_do(gpus):
+            fields["gpus"] = None
+            fields["gpu_figures"] = [gpu_figures(card) for card in gpus]
         beat = Heartbeat(seq=self.seq, **fields)
         self._ping(now)
         self.send(beat)
         return beat
+
+    def _figures_will_do(self, gpus: list[GPU]) -> bool:
+        """Whether the control plane takes the cards' moving figures alone and has
+        every card's steady facts as they are now (from this stream's last cards)."""
+        registered = self.registered
+        if registered is None or CARD_FIGURES not in registered.features:
+            return False
+        steady = [steady_facts(card) for card in gpus]
+        same = steady == self.steady_sent
+        self.steady_sent = steady
+        return same
 
     def tick(self, now: float) -> list[StreamEvent]:
         """Time passed: end on a PING unanswered too long; PING if none went lately."""

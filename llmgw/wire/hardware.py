@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from llmgw.wire.codec import merged
+
 
 @dataclass(frozen=True)
 class Disk:
@@ -93,6 +95,59 @@ CARD_WIDE_FIGURES = (
 
 
 @dataclass(frozen=True)
+class GpuFigures:
+    """What moves of a card, for a heartbeat: ``GPU`` less its steady facts (uuid,
+    name, driver, bus id, limits, PCIe maxima, memory total, MIG), which the control
+    plane already holds from the last whole card this stream carried. An agent sends
+    these only to a control plane that says it takes them (``CARD_FIGURES``) and only
+    while every steady fact of every card is as last sent; a figure absent here is
+    absent from the card (not read), as in ``GPU``."""
+
+    index: int
+    memory_used: int | None = None
+    utilization: int | None = None
+    memory_utilization: int | None = None
+    temperature: int | None = None
+    memory_temperature: int | None = None
+    power: float | None = None
+    energy: float | None = None
+    sm_clock: int | None = None
+    memory_clock: int | None = None
+    fan: int | None = None
+    pstate: str | None = None
+    throttle: list[str] | None = None
+    pcie_gen: int | None = None
+    pcie_width: int | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    processes: list[GpuProcess] | None = None
+
+
+# The control plane's word (``Registered.features``) that it makes whole cards of
+# ``Heartbeat.gpu_figures``.
+CARD_FIGURES = "heartbeat.gpu_figures"
+MOVING_FIGURES = tuple(n for n in GpuFigures.__dataclass_fields__ if n != "index")
+STEADY_FACTS = tuple(n for n in GPU.__dataclass_fields__ if n not in MOVING_FIGURES)
+
+
+def gpu_figures(card: GPU) -> GpuFigures:
+    """A card's moving figures (the agent's side)."""
+    return GpuFigures(card.index, *(getattr(card, name) for name in MOVING_FIGURES))
+
+
+def steady_facts(card: GPU) -> tuple[object, ...]:
+    """What of a card ``GpuFigures`` leaves out: equal, and figures alone will do."""
+    return tuple(getattr(card, name) for name in STEADY_FACTS)
+
+
+def with_figures(card: GPU, figures: GpuFigures) -> GPU:
+    """``card`` with ``figures`` over its moving ones (the control plane's side)."""
+    return merged(card, vars(figures))
+
+
+@dataclass(frozen=True)
 class GpuProcess:
     """A process holding a card, as the driver lists it."""
 
@@ -101,7 +156,7 @@ class GpuProcess:
     memory: int | None = None  # bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class XidSeen:
     """One XID code seen on a card: how often since the agent started, and when last."""
 
@@ -111,7 +166,7 @@ class XidSeen:
     meaning: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class GpuHealth:
     """A card's slow figures: sent every minute or when they change."""
 
@@ -180,7 +235,7 @@ class IbPort:
     master_sm_lid: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeVitals:
     """A node's sensors: hwmon temperatures and RAPL power, by sensor name."""
 

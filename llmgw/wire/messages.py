@@ -11,11 +11,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from llmgw.wire.codec import MessageError, from_map, to_map
+from llmgw.wire.codec import MessageError, decoder, from_map, to_map
 from llmgw.wire.framing import encode_frame
 from llmgw.wire.hardware import (
     GPU,
     Disk,
+    GpuFigures,
     GpuHealth,
     HostFacts,
     IbPort,
@@ -186,6 +187,11 @@ class Heartbeat(Message):
     # Figures the agent could not read lately (their tool hangs or fails): the control
     # plane keeps its copy but shows none of it as live. Absent: all were read.
     unread: list[str] | None = None
+    # In place of ``gpus``, to a control plane that takes them (``CARD_FIGURES``): the
+    # cards' moving figures, one a card in the order of the last ``gpus`` this stream
+    # carried, whose steady facts have not changed since. The control plane's stream
+    # makes whole cards of them, so the registry sees ``gpus`` either way.
+    gpu_figures: list[GpuFigures] | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,9 @@ class Registered(Message):
     node_id: str
     heartbeat_interval: float
     control_planes: list[str] = field(default_factory=list)
+    # What this control plane takes beyond what every one does (``CARD_FIGURES``); an
+    # older one says nothing, and its agents send what every control plane takes.
+    features: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -580,4 +589,4 @@ def decode_message(payload: dict[str, Any]) -> Message | None:
     cls = _REGISTRY.get(kind)
     if cls is None:
         return None
-    return from_map(cls, payload)
+    return decoder(cls)(payload)

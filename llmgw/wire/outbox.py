@@ -8,7 +8,8 @@ comes back must still be true. So:
 - A message that says where something stands replaces the one of the same thing still
   waiting, in that one's place in line: ShardStatus per shard, DownloadProgress per
   source, EngineStatus and Heartbeat one each (a heartbeat keeps the older one's figures
-  that the newer leaves out, as the control plane would have).
+  that the newer leaves out, as the control plane would have; whole cards replace
+  the older one's moving figures of them).
 - Lines of a followed log (a Response with ``more`` and a list of lines) merge into one
   batch per request of at most ``lines`` lines and ``line_bytes`` bytes. When full, the
   oldest go first, and the batch that goes out starts with a line saying how many were
@@ -241,6 +242,10 @@ def _newer(older: Message, newer: Message) -> Message:
             for f in dataclasses.fields(Heartbeat)
             if getattr(newer, f.name) is None and getattr(older, f.name) is not None
         }
+        if newer.gpus is not None:
+            # Whole cards replace the older one's moving figures of them; figures after
+            # whole cards stay with them, laid over them by the control plane.
+            kept.pop("gpu_figures", None)
         return dataclasses.replace(newer, **kept) if kept else newer
     return newer
 

@@ -6,7 +6,14 @@ import msgpack
 import pytest
 
 from llmgw.wire import GPU, Disk, FrameDecoder, Heartbeat, HostFacts, Register, Registered
-from llmgw.wire.messages import MessageError, decode_message, encode_message, message_types
+from llmgw.wire.messages import (
+    MessageError,
+    decode_message,
+    encode_message,
+    from_map,
+    message_types,
+    to_map,
+)
 
 
 def _round(msg: object) -> object:
@@ -72,3 +79,44 @@ def test_every_type_is_registered_once() -> None:
     types = message_types()
     assert set(types) >= {"register", "heartbeat", "registered", "goodbye"}
     assert all(cls.TYPE == name for name, cls in types.items())
+
+
+def _card(index: int, **fields: object) -> GPU:
+    return GPU(index=index, uuid=f"GPU-{index}", name="NVIDIA H100", **fields)  # type: ignore[arg-type]
+
+
+def test_the_written_decoder_makes_what_from_map_makes() -> None:
+    beat = Heartbeat(
+        seq=1,
+        memory_available=1 << 30,
+        cpu_percent=3.5,
+        load=[1.0, 0.5, 0.25],
+        disks=[Disk(path="/", fstype="ext4", total=100, free=40, shared=True)],
+        gpus=[_card(i, power=650.5, throttle=["sw_power_cap"], mig_mode=False) for i in range(8)],
+        ages={"gpus": 1.5},
+        unread=["ib_ports"],
+    )
+    (payload,) = FrameDecoder().feed(encode_message(beat))
+    decoded = decode_message(payload)
+    assert decoded == beat == from_map(Heartbeat, payload)
+    assert isinstance(decoded, Heartbeat) and decoded.gpus is not None
+    assert decoded.gpus[0].power == 650.5 and decoded.disks is not None
+    assert decoded.disks[0].shared is True
+    # A default that is not None is the default when absent, as the class says.
+    (payload,) = FrameDecoder().feed(
+        encode_message(Heartbeat(seq=2, disks=[Disk("/", "xfs", 1, 1)]))
+    )
+    again = decode_message(payload)
+    assert isinstance(again, Heartbeat) and again.disks == [Disk("/", "xfs", 1, 1, shared=False)]
+
+
+def test_what_the_written_decoder_does_not_take_as_it_is_is_read_as_before() -> None:
+    # An int for a float becomes a float, deep in a card; an unknown field is ignored.
+    payload = {"t": "heartbeat", "seq": 1, "gpus": [{**to_map(_card(0)), "power": 600, "x": 1}]}
+    beat = decode_message(payload)
+    assert isinstance(beat, Heartbeat) and beat.gpus is not None
+    assert beat.gpus[0].power == 600.0 and isinstance(beat.gpus[0].power, float)
+    # A wrong type deep in a list of cards is named as from_map names it.
+    payload["gpus"] = [to_map(_card(0)), {**to_map(_card(1)), "temperature": "hot"}]
+    with pytest.raises(MessageError, match=r"Heartbeat\.gpus\[1\]\.temperature: expected int"):
+        decode_message(payload)

@@ -38,12 +38,16 @@ from llmgw.server.fleet.stream import (
     admit,
 )
 from llmgw.wire import Heartbeat, Registered
+from llmgw.wire.hardware import CARD_FIGURES
 from llmgw.wire.messages import Message, Request, Response
 from llmgw.wire.outbox import OutboxFull
 
 log = logging.getLogger("llmgw.agentport")
 
 READ_SIZE = 65536
+# What this control plane takes beyond what every one does (``Registered.features``):
+# heartbeats with the cards' moving figures alone (``NodeStream`` makes whole cards).
+FEATURES = (CARD_FIGURES,)
 
 
 def shrink_tls_buffers(size: int = 16 * 1024) -> None:
@@ -232,6 +236,7 @@ class AgentConnection:
                 node_id=self.node_id,
                 heartbeat_interval=registry.interval,
                 control_planes=self.port.control_planes(),
+                features=list(FEATURES),
             )
         )
         for decided in self.port.pushed_for(self.node_id, self.local):
@@ -315,6 +320,7 @@ class AgentPort:
                             node_id=conn.node_id,
                             heartbeat_interval=self.registry.interval,
                             control_planes=planes,
+                            features=list(FEATURES),
                         )
                     )
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from llmgw.server.fleet.figures import NodeFigures, node_warnings
 from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.nvlink import card_joined
 from llmgw.wire.hardware import CARD_WIDE_FIGURES, GPU, GpuHealth, IbPort, NodeVitals
+from llmgw.wire.messages import ShardUsage
 from llmgw.wire.states import NodeState
 from llmgw.wire.warnings import THROTTLE_REASONS, warning_kind
 
@@ -216,7 +216,7 @@ class NodeSnapshot:
     gpu_health: tuple[GpuHealth, ...]
     vitals: NodeVitals | None
     ib_ports: tuple[IbPort, ...]
-    usage: dict[str, dict[str, Any]]
+    usage: dict[str, ShardUsage]
     sources: dict[str, str | None]  # replica -> what it serves
 
     @classmethod
@@ -285,9 +285,9 @@ def _node(f: Families, view: NodeSnapshot, kind_of: Callable[[str], str]) -> Non
     for replica, usage in sorted(view.usage.items()):
         model = view.sources.get(replica)
         where = label_text({"node": view.id, "replica": replica, "model": model or ""})
-        cpu = _num(usage.get("cpu_percent"))
+        cpu = _num(usage.cpu_percent)
         f.add("llmgw_shard_cpu_cores", where, None if cpu is None else cpu / 100)
-        f.add("llmgw_shard_resident_memory_bytes", where, usage.get("rss"))
+        f.add("llmgw_shard_resident_memory_bytes", where, usage.rss)
 
 
 def _card(

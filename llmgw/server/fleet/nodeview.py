@@ -22,6 +22,7 @@ from llmgw.wire.messages import (
     Message,
     Response,
     ShardStatus,
+    ShardUsage,
     SlurmStatus,
 )
 from llmgw.wire.states import NodeState
@@ -62,7 +63,8 @@ class NodeView:
     # The Ready replicas the store kept from before this control plane started: routed
     # to only on the probe's proof, and dropped when the agent registers.
     remembered: dict[str, ShardStatus] = field(default_factory=dict)
-    usage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Each replica's share of the node (its latest heartbeat's), by replica id.
+    usage: dict[str, ShardUsage] = field(default_factory=dict)
     downloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     engines: list[EngineInfo] = field(default_factory=list)
     engines_probed: bool = False

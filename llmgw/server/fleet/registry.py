@@ -243,7 +243,7 @@ class NodeRegistry:
         if msg.settings is not None:
             view.settings = msg.settings
         if msg.shards is not None:
-            view.usage = {u.replica_id: to_map(u) for u in msg.shards}
+            view.usage = {u.replica_id: u for u in msg.shards}
         view.last_heartbeat = time.monotonic()
         view.last_seen = time.time()
         facts = view.facts

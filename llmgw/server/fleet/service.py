@@ -27,7 +27,7 @@ from llmgw.server.refusal import Refusal
 from llmgw.server.requests import LabelsRequest, LogsQuery, StartShardRequest
 from llmgw.server.store import Audit
 from llmgw.wire.admin import DownloadJson, ShardJson
-from llmgw.wire.messages import Compute, ShardSpec, StartShard, StopShard
+from llmgw.wire.messages import Compute, ShardSpec, ShardUsage, StartShard, StopShard
 
 Mark = Literal["cordon", "uncordon", "drain", "labels"]
 MARKS: tuple[Mark, ...] = ("cordon", "uncordon", "drain", "labels")
@@ -50,7 +50,7 @@ def shard_rows(nodes: list[NodeView]) -> list[ShardJson]:
                         "total": progress.get("total"),
                         "file": progress.get("file"),
                     }
-            usage = view.usage.get(replica_id, {})
+            usage = view.usage.get(replica_id) or ShardUsage(replica_id)
             compute = shard.compute or Compute()
             rows.append(
                 {
@@ -68,8 +68,8 @@ def shard_rows(nodes: list[NodeView]) -> list[ShardJson]:
                     "devices": list(compute.devices),
                     "offloaded_layers": compute.offloaded_layers,
                     "total_layers": compute.total_layers,
-                    "cpu_percent": usage.get("cpu_percent"),
-                    "rss": usage.get("rss"),
+                    "cpu_percent": usage.cpu_percent,
+                    "rss": usage.rss,
                     "download": download,
                     "last_lines": shard.last_lines,
                 }

@@ -14,6 +14,9 @@ act on and with ``data_to_send`` for the socket. Its rules, in the order they ap
   hands an accepted Register over, ``Report`` every Heartbeat, ShardStatus,
   DownloadProgress and EngineStatus after it). Unknown types are ignored: a newer agent
   may say more.
+- A Heartbeat with the cards' moving figures alone (``gpu_figures``, sent to a control
+  plane that says it takes them) is made whole over the stream's last cards before it
+  is reported; figures for another number of cards than those end the stream.
 - A Response goes to the ``ask()`` that waits for its id (``Answered``); one for an id
   nobody waits for (a request given up, or never made) is dropped.
 - A frame or message that does not decode, or a peer that breaks HTTP/2, ends the
@@ -40,8 +43,9 @@ from h2.events import (
 from h2.exceptions import ProtocolError
 
 from llmgw.wire.channel import STREAM_PATH, FrameChannel, header_map
-from llmgw.wire.codec import MessageError
+from llmgw.wire.codec import MessageError, merged
 from llmgw.wire.framing import FrameError
+from llmgw.wire.hardware import GPU, with_figures
 from llmgw.wire.messages import (
     AdapterAsk,
     DownloadProgress,
@@ -161,6 +165,9 @@ class NodeStream:
         self.registered = False
         self.ended: str | None = None
         self.waiters: dict[str, Answers] = {}
+        # The cards of this stream's last heartbeat that had them: what the next one's
+        # moving figures alone (``Heartbeat.gpu_figures``) are laid over.
+        self.cards: list[GPU] | None = None
 
     @property
     def stream_id(self) -> int | None:
@@ -238,8 +245,29 @@ class NodeStream:
             waiter = self.waiters.get(msg.id)
             if waiter is not None and waiter.put(msg):
                 out.append(Answered(msg.id))
+        elif isinstance(msg, Heartbeat):
+            out.append(Reported(self._whole_cards(msg)))
         elif isinstance(msg, Report):
             out.append(Reported(msg))
+
+    def _whole_cards(self, beat: Heartbeat) -> Heartbeat:
+        """The heartbeat with whole cards: its ``gpu_figures`` over its own ``gpus``
+        (two heartbeats the agent's outbox made one) or else this stream's last cards,
+        which ``gpus`` then carries; the registry sees ``gpus`` either way."""
+        figures = beat.gpu_figures
+        if figures is not None:
+            cards = beat.gpus if beat.gpus is not None else self.cards
+            if cards is None or len(cards) != len(figures):
+                had = "none" if cards is None else str(len(cards))
+                raise MessageError(
+                    f"heartbeat {beat.seq}: figures of {len(figures)} cards, but this "
+                    f"stream's last cards were {had}: send gpus whole after a change"
+                )
+            whole = [with_figures(c, f) for c, f in zip(cards, figures, strict=True)]
+            beat = merged(beat, {"gpus": whole, "gpu_figures": None})
+        if beat.gpus is not None:
+            self.cards = beat.gpus
+        return beat
 
     # --- what the control plane does --------------------------------------------------
 

@@ -7,7 +7,7 @@ import subprocess
 
 from llmgw.server.fleet.exposition import cluster_metrics, fleet_metrics, warning_kind
 from llmgw.server.fleet.nodeview import NodeView
-from llmgw.wire.messages import ShardStatus
+from llmgw.wire.messages import ShardStatus, ShardUsage
 from llmgw.wire.states import NodeState, ShardState
 from tests.support.nodefacts import facts
 from tests.support.nodefacts import live as figures
@@ -63,7 +63,7 @@ def view(node_id: str, last_seen: float, **live: object) -> NodeView:
         },
     )
     v.shards = {"r1": ShardStatus("r1", ShardState.READY, source="hf:org/model", cards=["GPU-a"])}
-    v.usage = {"r1": {"replica_id": "r1", "cpu_percent": 150.0, "rss": 3 * 2**30}}
+    v.usage = {"r1": ShardUsage("r1", cpu_percent=150.0, rss=3 * 2**30)}
     return v
 
 

@@ -21,7 +21,7 @@ from llmgw.server.principal import Principal
 from llmgw.server.refusal import Refusal
 from llmgw.server.requests import LabelsRequest, LogsQuery, StartShardRequest
 from llmgw.server.store import SQLiteStore
-from llmgw.wire.messages import AdapterSpec, Compute, ShardStatus, StartShard, StopShard
+from llmgw.wire.messages import AdapterSpec, Compute, ShardStatus, ShardUsage, StartShard, StopShard
 from llmgw.wire.states import NodeState, ShardState
 from tests.support import wiring
 from tests.support.agentsession import Answers, FakeSession, failed, ok
@@ -412,7 +412,7 @@ def test_shard_rows_flatten_each_shard_with_its_download_and_usage() -> None:
         "total": 10,
         "file": "n.gguf",
     }
-    a.usage["r2"] = {"cpu_percent": 12.5, "rss": 1024}
+    a.usage["r2"] = ShardUsage("r2", cpu_percent=12.5, rss=1024)
     b = NodeView(id="b", cert_serial=1)
 
     rows = shard_rows([a, b])
