@@ -239,10 +239,6 @@ class SimFacts:
             cuda_version="12.4" if self.gpus else None,
         )
 
-    async def news(self) -> None:
-        """Nothing a simulated node reads ever fails: no heartbeat before its time."""
-        await asyncio.Event().wait()
-
     async def live(self) -> FixedLive:
         return self.next_live()
 
