@@ -13,10 +13,17 @@ from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render, when
 from llmgw.wire.admin import SettingsChangeJson, SettingsJson
 
+# The keys that set the control plane, not the agents (server/fleet/agentsettings.py).
+CONTROL_PLANE_KEYS = ("metrics.fleet_detail",)
+
 
 def document_text(doc: SettingsJson) -> str:
     """The settings as agent.yaml would say them: the default, then each node's."""
-    shown = {"agents": {"default": doc.get("default") or {}, "nodes": doc.get("nodes") or {}}}
+    shown: dict[str, object] = {
+        "agents": {"default": doc.get("default") or {}, "nodes": doc.get("nodes") or {}}
+    }
+    if doc.get("cluster"):
+        shown["cluster"] = doc["cluster"]
     return yaml.safe_dump(shown, sort_keys=True, default_flow_style=False).rstrip()
 
 
@@ -72,7 +79,13 @@ def add_parsers(
             if args.json:
                 print(json.dumps(answer, indent=2))
             else:
-                layer = f"node {args.node}" if args.node else "every node"
+                layer = (
+                    f"node {args.node}"
+                    if args.node
+                    else "the control plane"
+                    if args.key in CONTROL_PLANE_KEYS
+                    else "every node"
+                )
                 print(f"{args.key} {'unset' if unset else 'set'} for {layer}")
             return 0
 

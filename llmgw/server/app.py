@@ -283,6 +283,7 @@ class ControlPlane:
             self.registry,
             self.fabric_watch,
             self.slurm.service,
+            self.agent_settings.fleet_detail,
         )
         self.tokens = JoinTokens(
             store,
