@@ -11,15 +11,45 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TypedDict
 
+from llmgw.config import format_hostport, parse_hostport
 from llmgw.server.catalog.service import ModelService
 from llmgw.server.catalog.views import ModelViews
 from llmgw.server.fleet import exposition
 from llmgw.server.fleet.fabrics import FabricWatch, fabric_metrics
+from llmgw.server.fleet.nodeview import NodeView
+from llmgw.server.fleet.nvlink import domains
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.gateway import Gateway
 from llmgw.server.slurm.service import SlurmService
 from llmgw.wire.states import NodeState
+
+
+class TargetJson(TypedDict):
+    """One entry of ``GET /api/v1/prometheus/targets``, as ``http_sd_configs`` reads it."""
+
+    targets: list[str]
+    labels: dict[str, str]
+
+
+# A listener on every address: the node is reached at the address it came from.
+_ANY = ("", "0.0.0.0", "::")
+
+
+def metrics_address(view: NodeView) -> str | None:
+    """HOST:PORT where ``view``'s agent serves its metrics (``agent.metrics_listen``, as
+    its Register said it runs with), or None: it serves none, or it is not known where."""
+    values = (view.settings or {}).get("values") or {}
+    listen = (values.get("metrics_listen") or {}).get("value")
+    if not isinstance(listen, str):
+        return None
+    host, port = parse_hostport(listen)
+    if host in _ANY:
+        if not view.address:
+            return None
+        host = view.address
+    return format_hostport(host, port)
 
 
 class Scrape:
@@ -43,6 +73,39 @@ class Scrape:
         self.slurm = slurm
         self.fleet_detail = fleet_detail
         self.node_texts = exposition.NodeTexts()
+
+    def targets(self) -> list[TargetJson]:
+        """Prometheus's ``http_sd_configs``: each node whose agent serves its metrics,
+        with its fabric, NVLink domain and the models it serves (Ready replicas) as
+        labels, comma-joined where there are several."""
+        views = list(self.registry.nodes.values())
+        fabrics: dict[str, set[str]] = {}
+        for fabric in self.fabric_watch.fabrics(views)["fabrics"]:
+            for node in fabric["nodes"]:
+                fabrics.setdefault(node, set()).add(fabric["id"])
+        nvlink: dict[str, set[str]] = {}
+        for domain in domains(views)["domains"]:
+            for tray in domain["trays"]:
+                nvlink.setdefault(tray["node"], set()).add(domain["id"])
+        model_of = {
+            e.replica_id: model
+            for model, endpoints in self.gateway.router.table().items()
+            for e in endpoints
+        }
+        out: list[TargetJson] = []
+        for view in sorted(views, key=lambda v: v.id):
+            address = metrics_address(view)
+            if address is None:
+                continue
+            models = {model_of[r] for r in view.shards if r in model_of}
+            labels = {
+                "node": view.id,
+                "fabric": ",".join(sorted(fabrics.get(view.id, ()))),
+                "nvlink_domain": ",".join(sorted(nvlink.get(view.id, ()))),
+                "models": ",".join(sorted(models)),
+            }
+            out.append({"targets": [address], "labels": labels})
+        return out
 
     async def text(self) -> str:
         """The exposition, every family once."""
