@@ -59,7 +59,9 @@ class NodeMetrics:
         self.gpu_health: list[GpuHealth] | None = None
         self.vitals: NodeVitals | None = None
         self.ib_ports: list[IbPort] | None = None
+        # Discovery's warnings at Register, then the heartbeats' (the cards' health).
         self.warnings: list[str] = []
+        self.health_warnings: list[str] = []
         self.read_at: dict[str, float] = {}
         self.unread: frozenset[str] = frozenset()
         self.usage: dict[str, tuple[float | None, int | None]] = {}
@@ -99,7 +101,7 @@ class NodeMetrics:
                 self.read_at[name] = now
         self.unread = frozenset(beat.unread or ())
         if beat.health_warnings is not None:
-            self.warnings = list(beat.health_warnings)
+            self.health_warnings = list(beat.health_warnings)
         if beat.shards is not None:
             self.usage = {u.replica_id: (u.cpu_percent, u.rss) for u in beat.shards}
 
@@ -135,7 +137,7 @@ class NodeMetrics:
             gpus=tuple(self.gpus or ()) if live("gpus") else (),
             disks=tuple(self.disks) if self.disks is not None and live("disks") else None,
             cuda_version=facts.cuda_version if facts else None,
-            warnings=tuple(dict.fromkeys(self.warnings)),
+            warnings=tuple(dict.fromkeys([*self.warnings, *self.health_warnings])),
             gpu_health=tuple(self.gpu_health or ()) if live("gpu_health") else (),
             vitals=self.vitals if live("vitals") else None,
             ib_ports=tuple(self.ib_ports or ()) if live("ib_ports") else (),
