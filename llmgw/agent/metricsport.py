@@ -20,10 +20,12 @@ import logging
 import time
 from collections.abc import Callable
 
+import aiohttp
 from aiohttp import web
 
 from llmgw import metricstext, pki
 from llmgw.config import parse_hostport
+from llmgw.enginefamilies import scrape
 from llmgw.wire.hardware import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals
 from llmgw.wire.messages import Heartbeat, Message, Register, ShardStatus
 
@@ -154,16 +156,24 @@ class NodeMetrics:
         )
 
 
-class MetricsPort:
-    """``GET /metrics`` on ``listen`` (HOST:PORT), guarded by the metrics token."""
+# (model, replica, url, key) of each engine of the node that answers the API.
+Engines = Callable[[], list[tuple[str, str, str, str]]]
 
-    def __init__(self, listen: str, metrics: NodeMetrics) -> None:
+
+class MetricsPort:
+    """``GET /metrics`` on ``listen`` (HOST:PORT), guarded by the metrics token: the
+    node's families, then its engines' own (``engines``), relabelled with ``model``
+    and ``replica`` as the control plane writes them."""
+
+    def __init__(self, listen: str, metrics: NodeMetrics, engines: Engines = list) -> None:
         self.listen = listen
         self.metrics = metrics
+        self.engines = engines
         # Given by the control plane over the stream; None until then.
         self.token: str | None = None
         self.refused = 0
         self._runner: web.AppRunner | None = None
+        self._http: aiohttp.ClientSession | None = None
 
     def take_token(self, token: str) -> None:
         """The cluster's metrics token, as the control plane gave it."""
@@ -187,6 +197,9 @@ class MetricsPort:
         log.info("serving this node's metrics on %s", self.listen)
 
     async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -209,5 +222,12 @@ class MetricsPort:
             )
         if not pki.same(header[7:].strip(), self.token):
             return self._refuse(403, "wrong token: send the cluster's metrics token")
-        body = self.metrics.text().encode()
+        text = self.metrics.text()
+        targets = self.engines()
+        if targets:
+            if self._http is None:
+                self._http = aiohttp.ClientSession()
+            engines = await scrape(self._http, targets)
+            text += "".join(line + "\n" for line in engines)
+        body = text.encode()
         return web.Response(body=body, headers={"Content-Type": MEDIA})

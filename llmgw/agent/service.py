@@ -157,7 +157,9 @@ async def run_agent(opts: AgentOptions) -> None:
     log.info("agent for node %s; control planes %s", state.node_id, ", ".join(state.control_planes))
     port = None
     if opts.metrics_listen:
-        port = MetricsPort(opts.metrics_listen, NodeMetrics(state.node_id))
+        port = MetricsPort(
+            opts.metrics_listen, NodeMetrics(state.node_id), runtime.supervisor.engine_targets
+        )
         runtime.metrics_token = port.take_token
         runtime.firewall.metrics_port = parse_hostport(opts.metrics_listen)[1]
         runtime.firewall.metrics_scrapers = opts.metrics_scrapers

@@ -4,7 +4,10 @@ stream (Register, heartbeats, shard statuses), old or unread figures left out, a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aiohttp
+from aiohttp import web
 
 from llmgw.agent.metricsport import MetricsPort, NodeMetrics
 from llmgw.wire.hardware import GpuHealth, NodeVitals
@@ -115,3 +118,39 @@ async def test_a_scrape_needs_the_clusters_metrics_token() -> None:
             assert port.refused == 3
     finally:
         await port.close()
+
+
+LLAMACPP = Path(__file__).parent.parent / "fixtures" / "engines" / "llamacpp-0c1e570.metrics"
+
+
+async def test_the_nodes_engines_own_families_come_relabelled() -> None:
+    """An engine (llama-server's recorded /metrics behind its key) scraped with the
+    node's families, as the control plane writes them: renamed, with model and replica."""
+
+    async def engine(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer engine-key":
+            return web.Response(status=401)
+        return web.Response(text=LLAMACPP.read_text())
+
+    app = web.Application()
+    app.router.add_get("/metrics", engine)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    engine_port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", engine_port).start()
+    listen = f"127.0.0.1:{free_port()}"
+    url = f"http://127.0.0.1:{engine_port}/metrics"
+    port = MetricsPort(listen, node(Clock()), lambda: [("tiny", "r1", url, "engine-key")])
+    port.take_token(TOKEN)
+    await port.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            headers = {"Authorization": f"Bearer {TOKEN}"}
+            async with http.get(f"http://{listen}/metrics", headers=headers) as answer:
+                text = await answer.text()
+        assert 'llmgw_gpu_info{node="gpu01"' in text
+        assert sample(text, "llamacpp_prompt_tokens_total", 'model="tiny",replica="r1"')
+        assert "llamacpp:" not in text.replace("(named llamacpp:", "")
+    finally:
+        await port.close()
+        await runner.cleanup()
