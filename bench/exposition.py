@@ -8,7 +8,8 @@ commit, ``--before``) and as it is now, side by side in one run.
 Rows: ``before`` (every node written, each scrape), ``cold`` (every node written into
 the kept texts, the first scrape), ``warm`` (no figure changed: every node's text
 reused) and ``beat`` (a fifth of the nodes sent a heartbeat since: 5,000 nodes beating
-every 5 s, scraped every second). Each the best of ``--repeat`` runs, wall clock.
+every 5 s, scraped every second) and ``off`` (fleet detail off: each node's
+``llmgw_node_up`` only). Each the best of ``--repeat`` runs, wall clock.
 """
 
 from __future__ import annotations
@@ -129,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         beat_secs = min(beat_secs, time.perf_counter() - t)
         beat_written = texts.written - n0
     rows.append(("beat", beat_secs, len(str(out)), beat_written))
+    ups = [(v.id, True) for v in views]
+    secs, out = _best(args.repeat, lambda: exposition.up_metrics(ups))
+    rows.append(("off", secs, len(str(out)), 0))
     print(
         f"{args.nodes} nodes x {args.cards} cards, best of {args.repeat}, {sys.version.split()[0]}"
     )
