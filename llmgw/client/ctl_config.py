@@ -96,7 +96,11 @@ def add_parsers(
         print(json.dumps(rows, indent=2) if args.json else history_table(rows))
         return 0
 
-    config = ctl_cmds.add_parser("config", help="the agents' settings, for every node or one")
+    config = ctl_cmds.add_parser(
+        "config",
+        help="the agents' settings, for every node or one, and the control plane's "
+        "metrics.fleet_detail",
+    )
     sub = config.add_subparsers(dest="config_command", metavar="ACTION")
 
     def leaf(
@@ -112,7 +116,11 @@ def add_parsers(
     p.add_argument("key", nargs="?", help="a setting, dotted (discovery.slow_interval)")
     p.add_argument("--node", help="that node's layer (with KEY) or its merged settings")
     p = leaf("set", change(False), "set a setting for every node, or one (--node)")
-    p.add_argument("key", help="a setting, dotted (discovery.slow_interval)")
+    p.add_argument(
+        "key",
+        help="a setting, dotted (discovery.slow_interval); metrics.fleet_detail "
+        "(on, off, auto) sets the control plane",
+    )
     p.add_argument("value", help="its value, as YAML: 10, true, [a, b], {llama.cpp: /opt/x}")
     p.add_argument("--node", help="this node only; its value wins there")
     p = leaf("unset", change(True), "remove a setting from every node's layer, or one's")
