@@ -3,7 +3,7 @@ text of 5,000 nodes of 8 cards (every figure ``bench/agents.py``'s gpu phase sen
 written by ``exposition`` as it was before its per-node text was kept (the module at a
 commit, ``--before``) and as it is now, side by side in one run.
 
-    .venv/bin/python -m bench.exposition --nodes 5000 --cards 8 [--before eb8d631]
+    .venv/bin/python bench/exposition.py --nodes 5000 --cards 8 [--before eb8d631]
 
 Rows: ``before`` (every node written, each scrape), ``cold`` (every node written into
 the kept texts, the first scrape), ``warm`` (no figure changed: every node's text
@@ -25,12 +25,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from bench.agents import SimFacts
-from llmgw.server.fleet import exposition
-from llmgw.server.fleet.figures import LiveFigures
-from llmgw.server.fleet.nodeview import NodeView
-from llmgw.wire.messages import Heartbeat
-from llmgw.wire.states import NodeState
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.agents import SimFacts  # noqa: E402
+from llmgw.server.fleet import exposition  # noqa: E402
+from llmgw.server.fleet.figures import LiveFigures  # noqa: E402
+from llmgw.server.fleet.nodeview import NodeView  # noqa: E402
+from llmgw.wire.messages import Heartbeat  # noqa: E402
+from llmgw.wire.states import NodeState  # noqa: E402
 
 
 def _node(i: int, sim: SimFacts, now: float) -> NodeView:

@@ -35,6 +35,7 @@ def test_the_benchmark_reads_its_options(script: str) -> None:
 QUICK = {
     "scheduler.py": ["--nodes", "40", "--replicas", "60", "--runs", "1"],
     "pages.py": ["--nodes", "40", "--runs", "1"],
+    "exposition.py": ["--nodes", "40", "--repeat", "1"],
 }
 
 
