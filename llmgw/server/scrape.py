@@ -137,6 +137,7 @@ class Scrape:
             if detail:
                 text = self.node_texts.text(snapshots)
             else:
+                self.node_texts.clear()
                 text = exposition.up_metrics(ups)
             lines = [
                 text.rstrip("\n"),

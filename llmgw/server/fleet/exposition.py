@@ -212,6 +212,12 @@ class NodeTexts:
         self._lock = threading.Lock()
         self.written = 0
 
+    def clear(self) -> None:
+        """Forget every node's text: what fleet detail turned off no longer needs (at
+        5,000 nodes of 8 cards the texts are about 290 MB)."""
+        with self._lock:
+            self._kept = {}
+
     def text(
         self,
         nodes: Iterable[NodeSnapshot],

@@ -175,6 +175,11 @@ def test_a_nodes_text_is_written_again_only_when_its_figures_change() -> None:
         'llmgw_node_up{node="n1"} 1'
     ]
 
+    # Fleet detail turned off forgets them all: the next scrape writes each again.
+    texts.clear()
+    texts.text([quiet], now=NOW + 120)
+    assert texts.written == 5
+
 
 def test_without_fleet_detail_only_each_nodes_up_sample() -> None:
     text = up_metrics([("n2", False), ("n1", True)])
