@@ -71,13 +71,17 @@ class NodeMetrics:
 
     def sent(self, msg: Message) -> None:
         """A message went to the control plane: keep what it says of the node."""
-        if isinstance(msg, Heartbeat):
-            self._beat(msg)
-        elif isinstance(msg, ShardStatus):
-            if msg.source:
-                self.sources[msg.replica_id] = msg.source
-        elif isinstance(msg, Register):
-            self._register(msg)
+        try:
+            if isinstance(msg, Heartbeat):
+                self._beat(msg)
+            elif isinstance(msg, ShardStatus):
+                if msg.source:
+                    self.sources[msg.replica_id] = msg.source
+            elif isinstance(msg, Register):
+                self._register(msg)
+        except Exception:
+            # Called on the stream's way out: the node's own metrics must never end it.
+            log.exception("this node's metrics could not take a %s message", msg.TYPE)
 
     def _register(self, msg: Register) -> None:
         now = self.clock()
