@@ -371,6 +371,12 @@ class AgentConfig:
     # The user engines run as when the agent runs as root; None runs them as the agent.
     engine_user: str | None = None
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    # Where the agent serves its own node's metrics to Prometheus (HOST:PORT, e.g.
+    # 0.0.0.0:9464); None: it serves none. A scrape sends the cluster's metrics token.
+    metrics_listen: str | None = _checked(_check_hostport, None)
+    # Who may reach that port through llmgw's firewall on the node: addresses or
+    # networks (10.0.0.5, 10.0.0.0/24); empty: anyone (the token still guards it).
+    metrics_scrapers: list[str] = field(default_factory=list, metadata={"check": _check_networks})
 
 
 # What agent.yaml says that the cluster's settings (ctl config) do not: who the node is

@@ -422,3 +422,12 @@ def engine_key(cluster_secret: bytes, replica_id: str) -> str:
     needs to store it."""
     digest = hmac.new(cluster_secret, b"llmgw engine key\x00" + replica_id.encode(), "sha256")
     return "llmgw-engine-" + digest.hexdigest()[:40]
+
+
+def metrics_token(cluster_secret: bytes) -> str:
+    """The cluster's metrics token: what Prometheus sends to read ``/metrics``, the
+    targets of ``http_sd_configs`` and each agent's own metrics. Derived like
+    ``engine_key``, so every control plane of the cluster has the same one; the agents
+    are given it over their stream."""
+    digest = hmac.new(cluster_secret, b"llmgw metrics token\x00", "sha256")
+    return "llmgw-metrics-" + digest.hexdigest()[:40]

@@ -37,6 +37,7 @@ QUICK = {
     "scheduler.py": ["--nodes", "40", "--replicas", "60", "--runs", "1"],
     "pages.py": ["--nodes", "40", "--runs", "1"],
     "heartbeat.py": ["--nodes", "40", "--beats", "13", "--repeat", "1"],
+    "exposition.py": ["--nodes", "40", "--repeat", "1"],
 }
 
 

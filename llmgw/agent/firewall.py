@@ -50,6 +50,9 @@ class PlanMap(TypedDict):
     peers: dict[str, list[str]]  # engine port (as JSON's key, a string) -> addresses
     # "LO-HI" -> addresses: where NCCL's and gloo's ports may fall (``ephemeral``).
     peer_ranges: NotRequired[dict[str, list[str]]]
+    # The agent's own metrics port (agent.metrics_listen) and who may scrape it.
+    metrics_port: NotRequired[int | None]
+    metrics_scrapers: NotRequired[list[str]]
 
 
 class FirewallStatus(TypedDict):
@@ -116,6 +119,10 @@ class FirewallPlan:
     # Ranges of the engine ports a replica's member nodes are let in to, beside its own
     # ports: where NCCL and gloo listen on ports the kernel picks (``ephemeral``).
     peer_ranges: Mapping[tuple[int, int], tuple[str, ...]] = field(default_factory=dict)
+    # The agent's own metrics port, let in only from ``metrics_scrapers`` when any are
+    # named (agent.yaml's, not the cluster's word: the agent knows where it listens).
+    metrics_port: int | None = None
+    metrics_scrapers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _nets("networks", self.networks, hosts=True)
@@ -128,6 +135,15 @@ class FirewallPlan:
                 raise FirewallError(
                     f"agent_port: {self.agent_port} lies in engine_ports {self.engine_ports}"
                 )
+        if self.metrics_port is not None:
+            if not 1 <= self.metrics_port <= 65535:
+                raise FirewallError(f"metrics_port: {self.metrics_port} is not a TCP port")
+            if first <= self.metrics_port <= last:
+                raise FirewallError(
+                    f"metrics_port: {self.metrics_port} lies in engine_ports "
+                    f"{self.engine_ports}; give agent.metrics_listen another port"
+                )
+        _nets("metrics_scrapers", self.metrics_scrapers)
         for port, addresses in self.peers.items():
             if not first <= port <= last:
                 raise FirewallError(
@@ -160,6 +176,7 @@ class FirewallPlan:
         if not isinstance(enabled, bool):
             raise FirewallError(f"enabled: expected true or false, got {enabled!r}")
         agent_port = data.get("agent_port")
+        metrics_port = data.get("metrics_port")
         peers = data.get("peers") or {}
         if not isinstance(peers, Mapping):
             raise FirewallError(f"peers: expected a map of port to addresses, got {peers!r}")
@@ -178,6 +195,8 @@ class FirewallPlan:
             peer_ranges={
                 _port_range(str(r)): strings(f"peer_ranges[{r}]", a) for r, a in ranges.items()
             },
+            metrics_port=None if metrics_port is None else port("metrics_port", metrics_port),
+            metrics_scrapers=strings("metrics_scrapers", data.get("metrics_scrapers") or []),
         )
 
     def to_map(self) -> PlanMap:
@@ -191,6 +210,8 @@ class FirewallPlan:
             "peer_ranges": {
                 f"{lo}-{hi}": list(a) for (lo, hi), a in sorted(self.peer_ranges.items())
             },
+            "metrics_port": self.metrics_port,
+            "metrics_scrapers": list(self.metrics_scrapers),
         }
 
 
@@ -248,6 +269,14 @@ def _model(plan: FirewallPlan) -> _Table:
         for family, version in (("ip", 4), ("ip6", 6)):
             if same := _canonical(peers, version):
                 rules.append(_Rule("accept", ports=ports, family=family, source=same))
+    scrapers = _nets("metrics_scrapers", plan.metrics_scrapers)
+    if plan.metrics_port is not None and scrapers:
+        # The agent's metrics port: only the named scrapers; others are reset.
+        ports = (plan.metrics_port, plan.metrics_port)
+        for family, version in (("ip", 4), ("ip6", 6)):
+            if same := _canonical(scrapers, version):
+                rules.append(_Rule("accept", ports=ports, family=family, source=same))
+        rules.append(_Rule(REJECT, ports=ports))
     guarded = [(engines, "cp")]
     if plan.agent_port is not None and plan.networks:
         guarded.append(((plan.agent_port, plan.agent_port), "nets"))

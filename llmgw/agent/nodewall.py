@@ -95,6 +95,10 @@ class NodeFirewall:
         # The member nodes of replicas whose ranks meet over NCCL and gloo: let in to
         # the part of the engine ports the kernel may pick for those.
         self._collective: tuple[str, ...] = ()
+        # The agent's own metrics port and who may reach it (agent.yaml's
+        # metrics_listen and metrics_scrapers); None: it serves no metrics.
+        self.metrics_port: int | None = None
+        self.metrics_scrapers: tuple[str, ...] = ()
 
     async def keep(self, msg: Firewall) -> None:
         try:
@@ -130,6 +134,8 @@ class NodeFirewall:
                 asked,
                 peers={p: a for p, a in self._peers.items() if first <= p <= last},
                 peer_ranges=ranges,
+                metrics_port=self.metrics_port,
+                metrics_scrapers=self.metrics_scrapers,
             )
         except FirewallError as exc:
             self.problem = f"a replica's peers cannot be let in: {exc}"

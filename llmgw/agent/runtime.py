@@ -46,6 +46,7 @@ from llmgw.wire.messages import (
     EngineStatus,
     Firewall,
     Message,
+    MetricsAccess,
     Request,
     Response,
     ShardStatus,
@@ -144,6 +145,9 @@ class NodeRuntime:
             said=self._report_engines,
         )
         self.firewall = NodeFirewall(opts.state_dir)
+        # Told the cluster's metrics token when the control plane gives it; None: this
+        # agent serves no metrics of its own (agent/metricsport.py).
+        self.metrics_token: Callable[[str], None] | None = None
         # This node's part in the cluster's Slurm, kept in the background.
         self.slurm = SlurmNode(opts.state_dir, self.emit)
         # ib_write_bw servers started for the control plane's fabric tests.
@@ -279,6 +283,9 @@ class NodeRuntime:
             self.convergence.want(msg)
         elif isinstance(msg, Firewall):
             await self.firewall.keep(msg)
+        elif isinstance(msg, MetricsAccess):
+            if self.metrics_token is not None:
+                self.metrics_token(msg.token)
         elif isinstance(msg, Slurm):
             self.slurm.want(msg)
         elif isinstance(msg, AdapterPiece):

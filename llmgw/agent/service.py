@@ -11,11 +11,13 @@ import logging
 import random
 import shutil
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llmgw import pki
 from llmgw.agent.identity import AgentState, EnrollError, default_node_id, enroll
+from llmgw.agent.metricsport import MetricsPort, NodeMetrics
 from llmgw.agent.runtime import NodeRuntime, RuntimeOptions
 from llmgw.agent.session import (
     FEATURES,
@@ -25,7 +27,8 @@ from llmgw.agent.session import (
     SessionEnded,
     SessionSettings,
 )
-from llmgw.config import DiscoveryConfig
+from llmgw.config import DiscoveryConfig, parse_hostport
+from llmgw.wire.messages import Message
 
 log = logging.getLogger("llmgw.agent")
 
@@ -43,6 +46,9 @@ class AgentOptions:
     heartbeat_interval: float = 5.0
     runtime: RuntimeOptions | None = None
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    # agent.metrics_listen and agent.metrics_scrapers: the node's own metrics.
+    metrics_listen: str | None = None
+    metrics_scrapers: tuple[str, ...] = ()
 
 
 async def ensure_enrolled(opts: AgentOptions) -> AgentState:
@@ -72,10 +78,14 @@ async def keep_connected(
     settings: SessionSettings,
     stop: asyncio.Event,
     hooks: NodeHooks | None = None,
+    sent: Callable[[Message], None] | None = None,
 ) -> None:
-    """Hold a stream to some control plane until ``stop`` is set."""
+    """Hold a stream to some control plane until ``stop`` is set; ``sent`` is told of
+    each message that goes to it."""
     tls = pki.client_tls(state.cert_path, state.key_path, state.ca_path)
     session = AgentSession(state.node_id, tls, source, settings, hooks)
+    if sent is not None:
+        session.sent = sent
     index = 0
     delay = RETRY_FIRST
     while not stop.is_set():
@@ -145,9 +155,22 @@ async def run_agent(opts: AgentOptions) -> None:
     features = [*FEATURES, *(t for t in ("ibnetdiscover", "ib_write_bw") if shutil.which(t))]
     settings = SessionSettings(heartbeat_interval=opts.heartbeat_interval, features=features)
     log.info("agent for node %s; control planes %s", state.node_id, ", ".join(state.control_planes))
+    port = None
+    if opts.metrics_listen:
+        port = MetricsPort(
+            opts.metrics_listen, NodeMetrics(state.node_id), runtime.supervisor.engine_targets
+        )
+        runtime.metrics_token = port.take_token
+        runtime.firewall.metrics_port = parse_hostport(opts.metrics_listen)[1]
+        runtime.firewall.metrics_scrapers = opts.metrics_scrapers
     try:
         await runtime.start()
-        await keep_connected(state, source, settings, stop, runtime)
+        if port is not None:
+            await port.start()
+        sent = port.metrics.sent if port is not None else None
+        await keep_connected(state, source, settings, stop, runtime, sent)
     finally:
+        if port is not None:
+            await port.close()
         await runtime.close()
         await source.close()

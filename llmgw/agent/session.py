@@ -145,6 +145,9 @@ class AgentSession:
         # Where the last control plane sent this agent (a standby naming its leader).
         self.redirect: str | None = None
         self._handling: set[asyncio.Task[None]] = set()
+        # Told of what goes to the control plane (Register, heartbeats, the node's other
+        # messages): the node's own metrics are written from it (agent/metricsport.py).
+        self.sent: Callable[[Message], None] = lambda msg: None
 
     async def run(self, address: str) -> None:
         """Run one stream to ``address`` until it ends; always raises SessionEnded."""
@@ -175,7 +178,9 @@ class AgentSession:
         self.registered_at = None
         self.redirect = None
         pipe = _Pipe(
-            AgentStream(ping_interval=s.ping_interval, ping_timeout=s.ping_timeout), writer
+            AgentStream(ping_interval=s.ping_interval, ping_timeout=s.ping_timeout),
+            writer,
+            self.sent,
         )
         try:
             await self._stream(pipe, reader, address)
@@ -197,6 +202,7 @@ class AgentSession:
             **extra,
         )
         pipe.proto.connect(address, register)
+        self.sent(register)
         pipe.flush()
         registered = asyncio.Event()
         tasks = [
@@ -266,7 +272,7 @@ class AgentSession:
                 async with asyncio.timeout(self.settings.heartbeat_interval):
                     await self.source.news()
             live = await self.source.live()
-            pipe.proto.heartbeat(
+            beat = pipe.proto.heartbeat(
                 time.monotonic(),
                 memory_available=live.memory_available,
                 cpu_percent=live.cpu_percent,
@@ -281,6 +287,7 @@ class AgentSession:
                 unread=live.unread,
                 **(self.hooks.heartbeat_fields() if self.hooks else {}),
             )
+            self.sent(beat)
             pipe.flush()
 
     async def _ticks(self, pipe: _Pipe) -> None:
@@ -296,13 +303,20 @@ class _Pipe:
     control plane's window does not take waits in the stream's bounded outbox, and a
     control plane that stops reading stops answering PINGs too."""
 
-    def __init__(self, proto: AgentStream, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self,
+        proto: AgentStream,
+        writer: asyncio.StreamWriter,
+        sent: Callable[[Message], None] = lambda msg: None,
+    ) -> None:
         self.proto = proto
         self.writer = writer
         self.over = asyncio.Event()
+        self.sent = sent
 
     def send(self, msg: Message) -> None:
         self.proto.send(msg)
+        self.sent(msg)
         self.flush()
 
     def flush(self) -> None:

@@ -34,6 +34,7 @@ from llmgw.agent.logbook import ENGINE_LINES, follow_file, last_lines_of
 from llmgw.agent.shard import Shard, accepts, port_in_use, split_endpoint, still_ours
 from llmgw.agent.weights import WeightsError, lora, parse_source, projector
 from llmgw.agent.weights.fetch import Fetcher
+from llmgw.config import format_hostport
 from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
 from llmgw.wire.messages import (
@@ -146,6 +147,20 @@ class Supervisor:
 
     def statuses(self) -> list[ShardStatus]:
         return [s.status() for s in self.shards.values() if s.state != ShardState.STOPPED]
+
+    def engine_targets(self) -> list[tuple[str, str, str, str]]:
+        """(model, replica, metrics URL, key) of each Ready engine that serves the API
+        (a whole replica, or rank 0 of one spanning nodes): the node's own metrics
+        scrape them (agent/metricsport.py)."""
+        host = self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        out = []
+        for shard in self.shards.values():
+            spec = shard.spec
+            if shard.state != ShardState.READY or (spec.group and spec.group.rank):
+                continue
+            url = f"http://{format_hostport(host, spec.port)}/metrics"
+            out.append((spec.model or spec.source, spec.replica_id, url, spec.key))
+        return out
 
     def usage(self) -> list[ShardUsage]:
         out = []

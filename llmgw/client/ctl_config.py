@@ -13,10 +13,17 @@ from llmgw.client import Client, Subcommands
 from llmgw.client.tables import render, when
 from llmgw.wire.admin import SettingsChangeJson, SettingsJson
 
+# The keys that set the control plane, not the agents (server/fleet/agentsettings.py).
+CONTROL_PLANE_KEYS = ("metrics.fleet_detail",)
+
 
 def document_text(doc: SettingsJson) -> str:
     """The settings as agent.yaml would say them: the default, then each node's."""
-    shown = {"agents": {"default": doc.get("default") or {}, "nodes": doc.get("nodes") or {}}}
+    shown: dict[str, object] = {
+        "agents": {"default": doc.get("default") or {}, "nodes": doc.get("nodes") or {}}
+    }
+    if doc.get("cluster"):
+        shown["cluster"] = doc["cluster"]
     return yaml.safe_dump(shown, sort_keys=True, default_flow_style=False).rstrip()
 
 
@@ -72,7 +79,13 @@ def add_parsers(
             if args.json:
                 print(json.dumps(answer, indent=2))
             else:
-                layer = f"node {args.node}" if args.node else "every node"
+                layer = (
+                    f"node {args.node}"
+                    if args.node
+                    else "the control plane"
+                    if args.key in CONTROL_PLANE_KEYS
+                    else "every node"
+                )
                 print(f"{args.key} {'unset' if unset else 'set'} for {layer}")
             return 0
 
@@ -83,7 +96,11 @@ def add_parsers(
         print(json.dumps(rows, indent=2) if args.json else history_table(rows))
         return 0
 
-    config = ctl_cmds.add_parser("config", help="the agents' settings, for every node or one")
+    config = ctl_cmds.add_parser(
+        "config",
+        help="the agents' settings, for every node or one, and the control plane's "
+        "metrics.fleet_detail",
+    )
     sub = config.add_subparsers(dest="config_command", metavar="ACTION")
 
     def leaf(
@@ -99,7 +116,11 @@ def add_parsers(
     p.add_argument("key", nargs="?", help="a setting, dotted (discovery.slow_interval)")
     p.add_argument("--node", help="that node's layer (with KEY) or its merged settings")
     p = leaf("set", change(False), "set a setting for every node, or one (--node)")
-    p.add_argument("key", help="a setting, dotted (discovery.slow_interval)")
+    p.add_argument(
+        "key",
+        help="a setting, dotted (discovery.slow_interval); metrics.fleet_detail "
+        "(on, off, auto) sets the control plane",
+    )
     p.add_argument("value", help="its value, as YAML: 10, true, [a, b], {llama.cpp: /opt/x}")
     p.add_argument("--node", help="this node only; its value wins there")
     p = leaf("unset", change(True), "remove a setting from every node's layer, or one's")

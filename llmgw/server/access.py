@@ -9,9 +9,10 @@ is read against the directory at every request, so a deactivated person is refus
 once. Either way the answer is a ``Principal`` the services are handed.
 
 Each route declares the least it needs (``Access``): ``public`` (anyone), ``member``
-(anyone signed in: the service decides by their memberships), or a cluster role,
-``viewer`` < ``operator`` < ``admin``. No caller is a 401; a caller whose role falls short
-is a 403 naming the role (``Denied``).
+(anyone signed in: the service decides by their memberships), ``metrics`` (the
+cluster's metrics token, which Prometheus holds and opens nothing else, or a viewer),
+or a cluster role, ``viewer`` < ``operator`` < ``admin``. No caller is a 401; a caller
+whose role falls short is a 403 naming the role (``Denied``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from typing import Literal
 
 from starlette.requests import Request
 
+from llmgw import pki
 from llmgw.server.people.directory import Directory
 from llmgw.server.principal import Principal, is_role
 from llmgw.server.sessions import COOKIE, Session, Sessions
 
-Access = Literal["public", "member", "viewer", "operator", "admin"]
-ACCESS: tuple[Access, ...] = ("public", "member", "viewer", "operator", "admin")
+Access = Literal["public", "member", "metrics", "viewer", "operator", "admin"]
+ACCESS: tuple[Access, ...] = ("public", "member", "metrics", "viewer", "operator", "admin")
 
 
 class Denied(Exception):
@@ -44,6 +46,8 @@ def allowed(principal: Principal, access: Access) -> bool:
         return True
     if access == "member":
         return principal.known
+    if access == "metrics":
+        return principal.via == "metrics" or principal.may("viewer")
     return is_role(access) and principal.may(access)
 
 
@@ -62,6 +66,8 @@ class Gate:
         self.sessions = sessions
         # People and their tokens; None: only the admin token opens the API.
         self.directory = directory
+        # The cluster's metrics token (``pki.metrics_token``); None: there is none.
+        self.metrics_token: str | None = None
 
     def session(self, request: Request) -> Session | None:
         """The admin pages' caller: a valid session cookie (a person's: one still
@@ -83,6 +89,9 @@ class Gate:
         if self.admin_token_ok(token):
             host = request.client.host if request.client else "?"
             return Principal(f"admin@{host}", "admin", "token")
+        if self.metrics_token is not None and pki.same(token, self.metrics_token):
+            host = request.client.host if request.client else "?"
+            return Principal(f"metrics@{host}", None, "metrics")
         if self.directory is not None:
             return self.directory.by_token(token)
         return None

@@ -131,6 +131,7 @@ class ControlPlane:
         self.config = config
         self.store = store
         self.cluster_secret = data.cluster_secret()
+        self.metrics_token = data.metrics_token()
         self.ca = data.ca()
         self.ca_fingerprint = pki.fingerprint(self.ca.cert_pem)
         _, http_port = parse_hostport(config.listen)
@@ -283,6 +284,7 @@ class ControlPlane:
             self.registry,
             self.fabric_watch,
             self.slurm.service,
+            self.agent_settings.fleet_detail,
         )
         self.tokens = JoinTokens(
             store,
@@ -302,6 +304,7 @@ class ControlPlane:
             self.mirror,
             self.api_addresses,
             lambda: self.agent_port.control_planes() if self.agent_port else [],
+            self.metrics_token,
         )
         self.upgrades = upgrade_parts(
             store, self.registry, lambda: self.ha, self.relaunch, self.release_source
@@ -514,7 +517,7 @@ class ControlPlane:
         ops += cluster.routes(
             self.store.writable,
             self.status,
-            self.scrape.text,
+            self.scrape,
             self.tokens,
             lambda: openapi.document(
                 ops, bounds_of(self.config.gateway), request_names(self.models.models)
@@ -553,6 +556,7 @@ class ControlPlane:
     def admin_app(self) -> AdminApp:
         """The admin API and pages as an ASGI app: every route behind the one gate."""
         gate = Gate(self.admin_tokens.ok, self._standby, self.sessions, self.directory)
+        gate.metrics_token = self.metrics_token
         services = Services(
             registry=self.registry,
             gateway=self.gateway,

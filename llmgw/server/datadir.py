@@ -119,6 +119,15 @@ class DataDir:
     def cluster_secret(self) -> bytes:
         return self.cluster_key.read_bytes()
 
+    def metrics_token(self) -> str:
+        """The cluster's metrics token, also written to ``metrics.token`` (only its
+        owner reads it) for Prometheus's ``credentials_file``."""
+        token = pki.metrics_token(self.cluster_secret())
+        path = self.root / "metrics.token"
+        if not path.exists() or path.read_text().strip() != token:
+            pki.replace_private(path, (token + "\n").encode())
+        return token
+
     def ca(self) -> pki.KeyPair:
         return pki.KeyPair(self.ca_key.read_bytes(), self.ca_cert.read_bytes())
 

@@ -21,7 +21,8 @@ ROLES: tuple[Role, ...] = get_args(Role)
 OrgRole = Literal["member", "manager", "admin"]
 ORG_ROLES: tuple[OrgRole, ...] = get_args(OrgRole)
 # How the caller proved who they are.
-Via = Literal["token", "session", "anonymous", "system"]
+# "metrics": the cluster's metrics token, which reads metrics and nothing else.
+Via = Literal["token", "session", "anonymous", "system", "metrics"]
 
 
 def is_role(value: str) -> TypeGuard[Role]:
@@ -55,7 +56,7 @@ class Principal:
     @property
     def known(self) -> bool:
         """Signed in: the admin token, a person, or the control plane itself."""
-        return self.via != "anonymous"
+        return self.via not in ("anonymous", "metrics")
 
     def may(self, role: Role) -> bool:
         """Whether this caller's role reaches ``role``."""

@@ -1,7 +1,7 @@
 """What the cluster decides for each node and sends it over its stream when it
 registers and whenever it changes: its agent settings (``ctl config``), its engines
 (``ctl engines``; offline, from this control plane's mirror), llmgw's firewall on it,
-and its part in Slurm."""
+its part in Slurm, and the cluster's metrics token."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from llmgw.server.fleet.firewall import FleetFirewall
 from llmgw.server.mirror import offline_pushed
 from llmgw.server.slurm.service import SlurmService
 from llmgw.wire.messages import AgentSettings as AgentSettingsMessage
-from llmgw.wire.messages import Firewall, Message
+from llmgw.wire.messages import Firewall, Message, MetricsAccess
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class Pushed:
     api_addresses: list[str]
     # The agents' addresses of every control plane (the agents' port's, when it runs).
     control_planes: Callable[[], list[str]]
+    # The cluster's metrics token, which the agents' own metrics ask of a scraper.
+    metrics_token: str
 
     def __call__(self, node_id: str, local: str | None) -> list[Message]:
         """What the cluster decides for ``node_id`` (``local``: the address the node
@@ -59,4 +61,5 @@ class Pushed:
                 agent_port=self.config.agent_port,
             ),
             self.slurm.message_for(node_id),
+            MetricsAccess(token=self.metrics_token),
         ]

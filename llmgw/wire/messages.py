@@ -248,6 +248,15 @@ class Firewall(Message):
 
 
 @dataclass(frozen=True)
+class MetricsAccess(Message):
+    """The cluster's metrics token, which a scraper of the agent's own metrics
+    (``agent.metrics_listen``) must send; sent after Registered. Never shown or logged."""
+
+    TYPE: ClassVar[str] = "metrics_access"
+    token: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class Goodbye(Message):
     """The sender is ending the stream, and why."""
 
@@ -552,6 +561,7 @@ _REGISTRY: dict[str, type[Message]] = {
         AgentSettings,
         WantedEngines,
         Firewall,
+        MetricsAccess,
         Goodbye,
         StartShard,
         StopShard,

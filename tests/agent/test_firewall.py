@@ -141,8 +141,9 @@ def _nft_check(script: str) -> subprocess.CompletedProcess[str]:
         FirewallPlan.from_map(FULL),
         FirewallPlan(control_planes=("fd00::1",), engine_ports="41000-41000"),
         FirewallPlan(networks=("0.0.0.0/0", "::/0"), agent_port=8443, peers={41000: ("::1",)}),
+        FirewallPlan(metrics_port=9464, metrics_scrapers=("10.0.0.4", "fd00::/64")),
     ],
-    ids=["empty", "full", "ipv6-one-port", "everywhere"],
+    ids=["empty", "full", "ipv6-one-port", "everywhere", "metrics-scrapers"],
 )
 def test_nft_accepts_the_script(plan: FirewallPlan) -> None:
     checked = _nft_check(render(plan))
@@ -237,3 +238,24 @@ def test_sync_without_a_saved_plan_changes_nothing(
     assert main(["firewall", "sync", "--state-dir", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert f"no plan saved in {tmp_path / STATE_FILE}" in err and "nothing was changed" in err
+
+
+def test_the_agents_metrics_port_is_let_in_from_the_named_scrapers_only() -> None:
+    plan = FirewallPlan.from_map(
+        {**FULL, "metrics_port": 9464, "metrics_scrapers": ["10.213.50.4", "fd00:50::/64"]}
+    )
+    assert FirewallPlan.from_map(plan.to_map()) == plan
+    rules = [line.strip() for line in render(plan).splitlines() if "9464" in line]
+    assert rules == [
+        "tcp dport 9464 ip saddr { 10.213.50.4 } accept",
+        "tcp dport 9464 ip6 saddr { fd00:50::/64 } accept",
+        "tcp dport 9464 reject with tcp reset",
+    ]
+    # No scrapers named: the port is left to the machine's own rules (the token guards it).
+    assert "9464" not in render(FirewallPlan.from_map({**FULL, "metrics_port": 9464}))
+    with pytest.raises(FirewallError, match="metrics_port: 41500 lies in engine_ports"):
+        FirewallPlan.from_map({**FULL, "metrics_port": 41500})
+    with pytest.raises(FirewallError, match="metrics_scrapers.*scraper.example"):
+        FirewallPlan.from_map(
+            {**FULL, "metrics_port": 9464, "metrics_scrapers": ["scraper.example"]}
+        )

@@ -33,6 +33,7 @@ from tests.support.promnames import expr_metric_names, packaged_metric_names
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "packaging/prometheus/alerts.yml"
 RULE_TESTS = REPO / "packaging/prometheus/alerts_test.yml"
+EXAMPLE = REPO / "packaging/prometheus/prometheus.yml"
 DASHBOARDS = sorted((REPO / "packaging/grafana").glob("*.json"))
 ALERTS = {
     "LlmgwGpuXid",
@@ -75,6 +76,23 @@ def panels(node: Any) -> Iterator[dict[str, Any]]:
 
 
 # --- the rules -------------------------------------------------------------------------
+
+
+def test_promtool_checks_the_example_scrape_config(tmp_path: Path) -> None:
+    """The example prometheus.yml: the control plane's job and the agents' http_sd job,
+    both with the metrics token, checked by promtool with its files where it runs."""
+    config = yaml.safe_load(EXAMPLE.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"llmgw", "llmgw-agents"}
+    (sd,) = jobs["llmgw-agents"]["http_sd_configs"]
+    assert sd["url"].endswith("/api/v1/prometheus/targets")
+    token = tmp_path / "llmgw-metrics.token"
+    token.write_text("llmgw-metrics-x")
+    text = EXAMPLE.read_text().replace("/etc/prometheus/llmgw-metrics.token", str(token))
+    (tmp_path / "prometheus.yml").write_text(text)
+    shutil.copy(RULES, tmp_path / "alerts.yml")
+    checked = promtool("check", "config", str(tmp_path / "prometheus.yml"))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_promtool_checks_the_rules() -> None:

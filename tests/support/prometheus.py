@@ -175,8 +175,11 @@ def start_prometheus(
     insecure: bool = False,
     rule_files: list[Path] | None = None,
     ready_timeout: float = 30.0,
+    extra_jobs: list[dict[str, Any]] | None = None,
 ) -> Iterator[Prometheus]:
-    """Run Prometheus scraping ``target`` (host:port) until the block ends."""
+    """Run Prometheus scraping ``target`` (host:port) until the block ends; ``extra_jobs``
+    are more ``scrape_configs`` entries, as prometheus.yml says them (an
+    ``http_sd_configs`` job)."""
     if (why := missing()) is not None:
         raise RuntimeError(why)
     if scheme not in ("http", "https"):
@@ -196,6 +199,7 @@ def start_prometheus(
             insecure=insecure,
             rule_files=rule_files,
         )
+        config["scrape_configs"] += extra_jobs or []
         (base / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
         port = free_port()
         argv = [

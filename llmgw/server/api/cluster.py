@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 from starlette.responses import Response
 
@@ -16,6 +16,7 @@ from llmgw import __version__, jointoken
 from llmgw.server.admission import JoinTokens
 from llmgw.server.api.routing import Call, Op, Ops
 from llmgw.server.requests import Enroll, MintToken
+from llmgw.server.scrape import Scrape, TargetJson
 from llmgw.server.store import Writability
 from llmgw.wire.admin import TokenJson, VersionJson
 
@@ -26,7 +27,7 @@ ENROLL_BODY = 16 * 1024
 def routes(
     writable: Callable[[], Writability],
     status: Callable[[], object],
-    metrics_text: Callable[[], Awaitable[str]],
+    scrape: Scrape,
     tokens: JoinTokens,
     openapi: Callable[[], object],
 ) -> Ops:
@@ -44,7 +45,7 @@ def routes(
         return status()
 
     async def metrics(call: Call[None, None]) -> object:
-        text = await metrics_text()
+        text = await scrape.text()
         media = "text/plain; version=0.0.4; charset=utf-8"
         if not takes_gzip(call.request.headers.get("accept-encoding", "")):
             return Response(text, media_type=media)
@@ -53,6 +54,9 @@ def routes(
         body = await asyncio.to_thread(gzipped, text)
         headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
         return Response(body, media_type=media, headers=headers)
+
+    async def targets(call: Call[None, None]) -> list[TargetJson]:
+        return scrape.targets()
 
     async def mint(call: Call[MintToken, None]) -> TokenJson:
         return minted(await tokens.mint(call.body.ttl_seconds, call.principal))
@@ -93,8 +97,17 @@ def routes(
             "GET",
             "/metrics",
             metrics,
-            "Prometheus text: the gateway's and the engines'",
+            "Prometheus text: the gateway's and the engines', the fleet's with fleet detail",
             media="text/plain",
+            access="metrics",
+        ),
+        Op(
+            "GET",
+            "/api/v1/prometheus/targets",
+            targets,
+            "The agents serving their own metrics, for Prometheus's http_sd_configs",
+            access="metrics",
+            answer={"type": "array", "items": {"type": "object"}},
         ),
         Op(
             "POST",

@@ -22,10 +22,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from llmgw.metricstext import ZERO_UUID, card_joined
 from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.hardware import GpuHealth
 
-ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 _SHOWN = 8  # places named in one problem; the rest are counted
 
 _JOIN_FIX = (
@@ -94,16 +94,6 @@ def _key(h: GpuHealth) -> tuple[str, int] | None:
 
 def _completed(h: GpuHealth) -> bool:
     return h.fabric_state == "Completed" and h.fabric_status == "Success"
-
-
-def card_joined(h: GpuHealth) -> bool | None:
-    """Whether a card (its slow figures) has joined a multi-node NVLink domain; None
-    when its fabric was not read, or it is a single node's own fabric, healthy."""
-    if h.fabric_state is None:
-        return None
-    if _completed(h) and h.fabric_cluster_uuid == ZERO_UUID:
-        return None
-    return _completed(h) and _key(h) is not None
 
 
 def _card_json(h: GpuHealth) -> CardJson:

@@ -8,16 +8,11 @@ and ``replica`` labels added, under Prometheus names (``enginefamilies.py``).
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
-
-import aiohttp
-
-from llmgw.server.gateway.enginefamilies import EngineFamilies
 
 # A sample's key: its one label's value, or a tuple of them in the order of the labels.
 _Key = TypeVar("_Key", bound=str | tuple[str, ...])
@@ -247,31 +242,6 @@ class Metrics:
             out.extend(hist.lines("llmgw_gateway_queue_seconds", f'model="{_esc(model)}"'))
         out.extend(engines)
         return "\n".join(out) + "\n"
-
-
-async def scrape(
-    session: aiohttp.ClientSession, targets: list[tuple[str, str, str, str]]
-) -> list[str]:
-    """(model, replica, url, key) of each Ready replica: its /metrics, relabelled and
-    renamed to Prometheus's rules (enginefamilies.py), each family once."""
-
-    async def one(url: str, key: str) -> str | None:
-        try:
-            async with session.get(
-                url,
-                headers={"Authorization": f"Bearer {key}"},
-                timeout=aiohttp.ClientTimeout(total=2),
-            ) as resp:
-                return await resp.text() if resp.status == 200 else None
-        except (aiohttp.ClientError, TimeoutError):
-            return None
-
-    texts = await asyncio.gather(*(one(url, key) for _, _, url, key in targets))
-    families = EngineFamilies()
-    for (model, replica, _, _), text in zip(targets, texts, strict=True):
-        if text:
-            families.add(text, model, replica)
-    return families.lines()
 
 
 def family(

@@ -25,6 +25,7 @@ from typing import Protocol
 from aiohttp import web
 
 from llmgw.config import GatewayConfig
+from llmgw.enginefamilies import scrape
 from llmgw.jsonvalue import JSONObject
 from llmgw.server.catalog.model import Model
 from llmgw.server.gateway import checks, kvroute
@@ -35,7 +36,7 @@ from llmgw.server.gateway.imagefetch import ImageFetcher
 from llmgw.server.gateway.images import ImageRules, prepare_images
 from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.limits import Key, KeyBook, Usage, UsageWriter
-from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines, scrape
+from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines
 from llmgw.server.gateway.probe import EngineProbe
 from llmgw.server.gateway.proxy import GUARD_FLAG, GUARD_HEADER, Trace, Upstream
 from llmgw.server.gateway.queue import FairQueue

@@ -231,10 +231,12 @@ class ServerRemovedJson(TypedDict):
 
 class SettingsJson(TypedDict):
     """``GET /api/v1/config`` (and ``POST``): the default layer, each node's, and the
-    version they make. The layers hold what agent.yaml would."""
+    version they make. The layers hold what agent.yaml would; ``cluster`` the control
+    plane's own keys that are set (``metrics.fleet_detail``)."""
 
     default: dict[str, object]
     nodes: dict[str, dict[str, object]]
+    cluster: dict[str, str]
     version: int
 
 

@@ -49,6 +49,8 @@ def reaches(role: str | None, signed_in: bool, needs: Access) -> bool:
         return True
     if needs == "member":
         return signed_in
+    if needs == "metrics":
+        return role is not None
     return role is not None and RANK[role] >= RANK[needs]
 
 
@@ -99,6 +101,8 @@ async def test_every_route_refuses_each_caller_short_of_its_role_and_no_other(
         assert who is not None and (who.name, who.role) == (login, role)
         callers[login] = (role, token)
     callers["admin token"] = ("admin", admin_token)
+    # The cluster's metrics token: no role, and signed in to nothing but metrics.
+    callers["metrics token"] = (None, cp.metrics_token)
     ops = cp.routes()
     assert len(ops) >= 90  # the whole admin API, not a handful
     seen_refused: set[str] = set()
@@ -129,7 +133,11 @@ async def walk(
             op.method, concrete(op.path), headers=headers, content=b"{not json"
         )
         where = f"{op.method} {op.path} as {name}: {answer.status_code} {answer.text[:200]}"
-        if reaches(role, token is not None, op.needs):
+        if name == "metrics token":
+            reached = op.needs in ("public", "metrics")
+        else:
+            reached = reaches(role, token is not None, op.needs)
+        if reached:
             seen_reached.add(name)
             assert not refused_at_the_gate(answer, op.needs), where
             if op.needs != "member":

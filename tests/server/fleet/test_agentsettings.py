@@ -91,3 +91,38 @@ def test_the_cluster_sets_everything_agent_yaml_says_but_identity() -> None:
     assert "heartbeat_interval" in keys and "discovery.slow_interval" in keys
     assert "engines" in keys and "llamacpp_version" in keys
     assert not {"server", "token", "node_id", "state_dir"} & set(keys)
+
+
+async def test_fleet_detail_is_the_control_planes_own_and_auto_by_fleet_size(
+    store: SQLiteStore,
+) -> None:
+    changes: list[int] = []
+    settings = AgentSettings(store, on_change=lambda: changes.append(settings.version))
+    assert "metrics.fleet_detail" in settable_keys()
+    # auto (the default): on up to 500 nodes.
+    assert settings.fleet_detail(500) and not settings.fleet_detail(501)
+    assert settings.get("metrics.fleet_detail") is None
+    # YAML reads a bare `off` as false: taken as off.
+    await settings.set("metrics.fleet_detail", False, None, ADMIN_X)
+    assert not settings.fleet_detail(3)
+    await settings.set("metrics.fleet_detail", "on", None, ADMIN_X)
+    assert settings.fleet_detail(5000)
+    assert settings.get("metrics.fleet_detail") == "on"
+    # The agents are not told (none runs with it), nor given it.
+    assert changes == [] and settings.for_node("gpu01") == {}
+    with pytest.raises(SettingsError, match="auto, on, off"):
+        await settings.set("metrics.fleet_detail", "sometimes", None, ADMIN_X)
+    with pytest.raises(SettingsError, match="whole cluster"):
+        await settings.set("metrics.fleet_detail", "off", "gpu01", ADMIN_X)
+    assert settings.get("metrics.fleet_detail") == "on"  # a refusal changes nothing
+
+    again = AgentSettings(store, on_change=lambda: None)
+    await again.load()
+    assert again.document()["cluster"] == {"metrics.fleet_detail": "on"}
+    await settings.set("metrics.fleet_detail", None, None, ADMIN_X)
+    assert settings.fleet_detail(500) and not settings.fleet_detail(501)
+    history = await settings.history()
+    assert [(h["layer"], h["change"]) for h in history[:2]] == [
+        ("cluster", "metrics.fleet_detail"),
+        ("cluster", 'metrics.fleet_detail = "on"'),
+    ]

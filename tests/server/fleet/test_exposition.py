@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 
-from llmgw.server.fleet.exposition import cluster_metrics, fleet_metrics, warning_kind
+from llmgw.server.fleet.exposition import (
+    NodeSnapshot,
+    NodeTexts,
+    cluster_metrics,
+    fleet_metrics,
+    up_metrics,
+    warning_kind,
+)
 from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.messages import ShardStatus, ShardUsage
 from llmgw.wire.states import NodeState, ShardState
@@ -136,3 +144,48 @@ def test_warning_kind() -> None:
     assert warning_kind("NVML: could not start") == "nvml"
     assert warning_kind("no colon here") == "other"
     assert warning_kind("two words: here") == "other"
+
+
+def test_a_nodes_text_is_written_again_only_when_its_figures_change() -> None:
+    nodes = [view("n1", NOW), view("n2", NOW)]
+    texts = NodeTexts()
+    first = texts.text([NodeSnapshot.of(v, NOW) for v in nodes], now=NOW)
+    assert texts.written == 2
+    assert first == "\n".join(fleet_metrics(nodes, now=NOW)) + "\n"
+
+    # Nothing came since: every node's text is the kept one.
+    assert texts.text([NodeSnapshot.of(v, NOW) for v in nodes], now=NOW) == first
+    assert texts.written == 2
+
+    # n2's heartbeat replaced its cards (new objects): n2 alone is written again.
+    facts = nodes[1].facts
+    assert facts is not None
+    nodes[1].live.gpus = [dataclasses.replace(facts.gpus[0], temperature=75)]
+    third = texts.text([NodeSnapshot.of(v, NOW) for v in nodes], now=NOW)
+    assert texts.written == 3
+    assert sample(third, "llmgw_gpu_temperature_celsius", 'node="n2"') == "75"
+    assert sample(third, "llmgw_gpu_temperature_celsius", 'node="n1"') == "61"
+
+    # A node gone is forgotten; one silent past a minute has only its up sample.
+    quiet = NodeSnapshot.of(nodes[0], NOW + 120)
+    fourth = texts.text([quiet], now=NOW + 120)
+    assert texts.written == 4
+    assert 'node="n2"' not in fourth
+    assert [line for line in fourth.splitlines() if 'node="n1"' in line] == [
+        'llmgw_node_up{node="n1"} 1'
+    ]
+
+    # Fleet detail turned off forgets them all: the next scrape writes each again.
+    texts.clear()
+    texts.text([quiet], now=NOW + 120)
+    assert texts.written == 5
+
+
+def test_without_fleet_detail_only_each_nodes_up_sample() -> None:
+    text = up_metrics([("n2", False), ("n1", True)])
+    assert text.splitlines() == [
+        "# HELP llmgw_node_up 1 while the node is Ready, 0 when it is not.",
+        "# TYPE llmgw_node_up gauge",
+        'llmgw_node_up{node="n1"} 1',
+        'llmgw_node_up{node="n2"} 0',
+    ]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from llmgw.server.gateway.enginefamilies import (
+from llmgw.enginefamilies import (
     RENAMES,
     EngineFamilies,
     Kind,

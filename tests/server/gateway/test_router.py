@@ -110,7 +110,7 @@ def test_budget_resets_at_the_next_month() -> None:
 
 
 def test_engine_metrics_are_relabelled_and_families_said_once() -> None:
-    from llmgw.server.gateway.enginefamilies import EngineFamilies
+    from llmgw.enginefamilies import EngineFamilies
 
     text = (
         "# HELP llamacpp:tokens_total Tokens.\n# TYPE llamacpp:tokens_total counter\n"

@@ -1,4 +1,5 @@
-"""The engines' own metric families, renamed to Prometheus's rules for ``/metrics``.
+"""The engines' own metric families, renamed to Prometheus's rules for ``/metrics``:
+the control plane's (every Ready replica's) and each agent's own (its node's replicas).
 
 llama.cpp, vLLM and SGLang name their families with a colon (``llamacpp:n_decode_total``),
 and llama.cpp declares counters without ``_total``; ``promtool check metrics`` refuses
@@ -24,9 +25,12 @@ name is taken (by ours, ``llmgw_*``, or by another of a different type) is left 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass, field
 from typing import Final, Literal, cast
+
+import aiohttp
 
 Kind = Literal["counter", "gauge", "histogram", "summary", "untyped"]
 KINDS: Final = ("counter", "gauge", "histogram", "summary", "untyped")
@@ -286,3 +290,29 @@ def _labels_end(text: str) -> int:
         elif c == "}" and not quoted:
             return i + 1
     return 0
+
+
+async def scrape(
+    session: aiohttp.ClientSession, targets: list[tuple[str, str, str, str]]
+) -> list[str]:
+    """(model, replica, url, key) of each Ready replica: its /metrics, relabelled and
+    renamed to Prometheus's rules, each family once. An engine that does not answer in
+    2 s is left out of this scrape."""
+
+    async def one(url: str, key: str) -> str | None:
+        try:
+            async with session.get(
+                url,
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=aiohttp.ClientTimeout(total=2),
+            ) as resp:
+                return await resp.text() if resp.status == 200 else None
+        except (aiohttp.ClientError, TimeoutError):
+            return None
+
+    texts = await asyncio.gather(*(one(url, key) for _, _, url, key in targets))
+    families = EngineFamilies()
+    for (model, replica, _, _), text in zip(targets, texts, strict=True):
+        if text:
+            families.add(text, model, replica)
+    return families.lines()
