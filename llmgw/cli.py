@@ -286,6 +286,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         data_dirs=tuple(Path(d) for d in config.data_dirs),
         heartbeat_interval=config.heartbeat_interval,
         discovery=config.discovery,
+        tracing=config.tracing,
     )
     asyncio.run(run_agent(opts))
     return 0

@@ -11,7 +11,7 @@ import logging
 import random
 import shutil
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmgw import pki
@@ -25,7 +25,8 @@ from llmgw.agent.session import (
     SessionEnded,
     SessionSettings,
 )
-from llmgw.config import DiscoveryConfig
+from llmgw.config import DiscoveryConfig, TracingConfig
+from llmgw.tracing import start as start_tracing
 
 log = logging.getLogger("llmgw.agent")
 
@@ -43,6 +44,7 @@ class AgentOptions:
     heartbeat_interval: float = 5.0
     runtime: RuntimeOptions | None = None
     discovery: DiscoveryConfig = field(default_factory=DiscoveryConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
 
 async def ensure_enrolled(opts: AgentOptions) -> AgentState:
@@ -135,7 +137,9 @@ async def run_agent(opts: AgentOptions) -> None:
         card_deadline=found.read_deadline,
         collect_interval=opts.heartbeat_interval,
     )
-    runtime = NodeRuntime(runtime_opts)
+    # Once the node's id is known: its spans say which node they come from.
+    tracing = start_tracing(opts.tracing, "llmgw-agent", state.node_id)
+    runtime = NodeRuntime(replace(runtime_opts, tracing=tracing))
     source.engine_groups = runtime.engine_groups
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -151,3 +155,4 @@ async def run_agent(opts: AgentOptions) -> None:
     finally:
         await runtime.close()
         await source.close()
+        await asyncio.to_thread(tracing.shutdown)

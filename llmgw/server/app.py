@@ -107,6 +107,7 @@ from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.slurm.keeper import slurm_parts
 from llmgw.server.store import Store
 from llmgw.server.upgrade.keeper import upgrade_parts
+from llmgw.tracing import start as start_tracing
 
 log = logging.getLogger("llmgw.server")
 
@@ -139,6 +140,7 @@ class ControlPlane:
         # The admin token: which open the admin API and pages; rotating it.
         self.admin_tokens = AdminTokens(store, lambda: self.ha.leading, data.admin_token)
         self.started = time.time()
+        self.tracing = start_tracing(config.tracing, "llmgw-server")
         self.stopping = asyncio.Event()
         # Why this control plane stops to start again in place (``relaunch``), or None.
         self.relaunch_reason: str | None = None
@@ -193,6 +195,7 @@ class ControlPlane:
                 vouched=self.mirror_watch.vouched,
                 hub_for=self.mirror_watch.hub_for,
                 finetuned=lambda model, name: self.finetunes.servable(model, name),
+                tracing=self.tracing,
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
@@ -245,6 +248,7 @@ class ControlPlane:
             tree=lambda: self.directory.now,
             guard=self.guard,
             mcp=self.mcp.gateway,
+            tracing=self.tracing,
         )
         # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
         self.slurm = slurm_parts(
