@@ -302,8 +302,11 @@ class TraceIdFilter(logging.Filter):
         if ctx.is_valid and ctx.trace_flags.sampled:
             trace_id = f"{ctx.trace_id:032x}"
             record.trace_id = trace_id
-            record.msg = f"{record.getMessage()} trace_id={trace_id}"
-            record.args = None
+            try:
+                message = record.getMessage()
+            except Exception:  # the handler says it, as it does for any such record
+                return True  # a call whose arguments do not fit: left for handleError
+            record.msg, record.args = f"{message} trace_id={trace_id}", None
         return True
 
 
