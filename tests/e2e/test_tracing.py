@@ -12,6 +12,7 @@ import openai
 import pytest
 
 from tests.e2e.catalog import ctl, ctl_json, join, scheduled, serve, wait_ready
+from tests.e2e.cluster import wait_for
 from tests.support.otlp import Received, receiver
 
 pytestmark = pytest.mark.e2e
@@ -25,6 +26,17 @@ def test_a_replica_start_and_a_request_traced_across_control_plane_and_agent(
         try:
             ctl(cluster, "config", "set", "tracing.endpoint", otlp.endpoint)
             join(cluster, "a", binary)
+
+            def traces() -> bool:
+                node = cluster.nodes()["a"]
+                said = ((node.get("settings") or {}).get("values") or {}).get("tracing.endpoint")
+                return node["state"] == "Ready" and said == {
+                    "value": otlp.endpoint,
+                    "source": "cluster",
+                }
+
+            # The agent starts itself again to run with it: the start must find it so.
+            wait_for(traces, 30, "the agent to run with the cluster's tracing.endpoint")
             serve(cluster, model, "tiny", "--max-output", "8")
             wait_ready(cluster, "tiny", 1)
 
