@@ -327,7 +327,7 @@ def start_llmgw(
     listen = f"127.0.0.1:{free_port()}"
     llmgw(
         "server", "init", "--data-dir", str(data), "--listen", listen,
-        "--agent-port", str(free_port()), "--yes", tree=tree,
+        "--agent-port", str(free_port()), "--peer-port", str(free_port()), "--yes", tree=tree,
     )  # fmt: skip
     config = data / "server.yaml"
     # Each cluster's engines on ports of their own: two clusters share this one host.

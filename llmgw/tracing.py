@@ -54,6 +54,9 @@ class Span:
     def set(self, key: str, value: Value | None) -> None:
         """An attribute; None (a figure not read) leaves it absent."""
 
+    def set_all(self, attributes: Mapping[str, Value | None]) -> None:
+        """Several attributes at once; those None are left absent."""
+
     def rename(self, name: str) -> None:
         """A better name, known once the work is done (a request's model)."""
 
@@ -123,6 +126,9 @@ class _LiveSpan(Span):
         if value is not None:
             self.otel.set_attribute(key, value)
 
+    def set_all(self, attributes: Mapping[str, Value | None]) -> None:
+        self.otel.set_attributes({k: v for k, v in attributes.items() if v is not None})
+
     def rename(self, name: str) -> None:
         self.otel.update_name(name)
 
@@ -153,20 +159,29 @@ class _LiveTracing(Tracing):
     enabled = True
 
     def __init__(self, provider: TracerProvider, tracer: Tracer) -> None:
+        # What each span needs, looked up once: the gateway makes one a request.
+        from opentelemetry import context
+        from opentelemetry.trace import SpanKind, set_span_in_context
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
         self.provider = provider
         self.tracer = tracer
+        self._kinds = {
+            "internal": SpanKind.INTERNAL,
+            "server": SpanKind.SERVER,
+            "client": SpanKind.CLIENT,
+        }
+        self._propagator = TraceContextTextMapPropagator()
+        self._context = context
+        self._in_context = set_span_in_context
 
     def _parent(self, parent: str | None) -> Context | None:
         if parent is None:
             return None
         if not parent:
-            from opentelemetry.context import Context
-
-            return Context()  # a new trace, whatever span is current
-        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
+            return self._context.Context()  # a new trace, whatever span is current
         # A malformed traceparent gives an empty context: the span starts a trace.
-        return TraceContextTextMapPropagator().extract({"traceparent": parent})
+        return self._propagator.extract({"traceparent": parent})
 
     def start_span(
         self,
@@ -176,12 +191,10 @@ class _LiveTracing(Tracing):
         parent: str | None = None,
         kind: Kind = "internal",
     ) -> Span:
-        from opentelemetry.trace import SpanKind
-
         otel = self.tracer.start_span(
             name,
             context=self._parent(parent),
-            kind=SpanKind[kind.upper()],
+            kind=self._kinds[kind],
             attributes=dict(attributes) if attributes else None,
         )
         return _LiveSpan(otel)
@@ -198,18 +211,17 @@ class _LiveTracing(Tracing):
 
     @contextmanager
     def _current(self, span: Span) -> Iterator[Span]:
-        from opentelemetry.trace import use_span
-
         assert isinstance(span, _LiveSpan)
-        # Errors are recorded here, in llmgw's words; use_span would record them again.
-        with use_span(span.otel, end_on_exit=False, record_exception=False):
-            try:
-                yield span
-            except BaseException as exc:
-                span.error(exc)
-                raise
-            finally:
-                span.end()
+        # Attached by hand, not with use_span: errors are recorded here, in llmgw's words.
+        token = self._context.attach(self._in_context(span.otel))
+        try:
+            yield span
+        except BaseException as exc:
+            span.error(exc)
+            raise
+        finally:
+            span.end()
+            self._context.detach(token)
 
     def shutdown(self) -> None:
         # The SDK's shutdown waits for an export in flight and then sends the rest, each

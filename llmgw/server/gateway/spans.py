@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from llmgw.server.gateway.proxy import Trace
-from llmgw.tracing import Span, Tracing
+from llmgw.tracing import Span, Tracing, Value
 
 # The conventions' operation names, by route.
 OPERATIONS = {
@@ -54,22 +54,23 @@ async def traced(tracing: Tracing, request: web.BaseRequest, answer: Answer) -> 
 
 def describe(span: Span, operation: str | None, trace: Trace, status: int) -> None:
     """What the request was and did, on its span."""
-    span.set("http.response.status_code", status)
-    if status >= 400:
-        span.set("error.type", str(status))
-    if operation is None:
-        return
-    span.set("gen_ai.operation.name", operation)
-    if trace.model:
-        span.rename(f"{operation} {trace.model}")
-        span.set("gen_ai.request.model", trace.model)
-    span.set("gen_ai.usage.input_tokens", trace.prompt)
-    span.set("gen_ai.usage.output_tokens", trace.completion)
-    if trace.first:
-        span.set("llmgw.time_to_first_token", round(trace.first - trace.start, 6))
-    if trace.replica:
-        span.set("llmgw.replica", trace.replica)
-        span.set("llmgw.node", trace.node or None)
-        span.set("llmgw.engine", trace.engine or None)
-        span.set("llmgw.retries", trace.retries)
-        span.set("llmgw.resumes", trace.resumes)
+    said: dict[str, Value | None] = {
+        "http.response.status_code": status,
+        "error.type": str(status) if status >= 400 else None,
+    }
+    if operation is not None:
+        said["gen_ai.operation.name"] = operation
+        if trace.model:
+            span.rename(f"{operation} {trace.model}")
+            said["gen_ai.request.model"] = trace.model
+        said["gen_ai.usage.input_tokens"] = trace.prompt
+        said["gen_ai.usage.output_tokens"] = trace.completion
+        if trace.first:
+            said["llmgw.time_to_first_token"] = round(trace.first - trace.start, 6)
+        if trace.replica:
+            said["llmgw.replica"] = trace.replica
+            said["llmgw.node"] = trace.node or None
+            said["llmgw.engine"] = trace.engine or None
+            said["llmgw.retries"] = trace.retries
+            said["llmgw.resumes"] = trace.resumes
+    span.set_all(said)
