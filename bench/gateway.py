@@ -17,6 +17,8 @@ these ways:
   and project that each have limits (requests and tokens a minute, a month's budget,
   models), as the key has, all too high to be reached: what checking four levels costs,
   against the bare key of ``llmgw`` in the same run;
+- ``traced`` (``--tracing``): as ``llmgw``, with tracing on (every request a span) to an
+  OTLP sink in this process that is up, beside ``llmgw`` with tracing off;
 - ``litellm``: through LiteLLM's proxy (``litellm[proxy]`` in its own virtual
   environment, ``~/.cache/llmgw/bench-litellm``, one worker) with the fake engine as its
   deployment.
@@ -54,10 +56,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -312,6 +315,7 @@ def start_llmgw(
     loop: str,
     index: int = 0,
     levels: bool = False,
+    tracing: str | None = None,
 ) -> Cluster:
     """A control plane from the checkout at ``tree``, one agent running the fake engine
     as llama.cpp, model ``tiny`` served on it and Ready, model ``tiny-ext`` an external
@@ -323,13 +327,15 @@ def start_llmgw(
     listen = f"127.0.0.1:{free_port()}"
     llmgw(
         "server", "init", "--data-dir", str(data), "--listen", listen,
-        "--agent-port", str(free_port()), "--yes", tree=tree,
+        "--agent-port", str(free_port()), "--peer-port", str(free_port()), "--yes", tree=tree,
     )  # fmt: skip
     config = data / "server.yaml"
     # Each cluster's engines on ports of their own: two clusters share this one host.
     first = 41000 + 1000 * index
     ports = f"  engine_ports: {first}-{first + 999}\n"
-    config.write_text(config.read_text() + SCHEDULING + ports)
+    # ``--tracing``: every request a span, sent to the benchmark's OTLP sink.
+    traced = f"tracing:\n  endpoint: {tracing}\n" if tracing else ""
+    config.write_text(config.read_text() + SCHEDULING + ports + traced)
     entry = ["-m", "llmgw"]
     if loop in LAUNCHERS:
         entry = ["-c", f"{LAUNCHERS[loop]}; import sys; from llmgw.cli import main; "
@@ -426,6 +432,44 @@ def start_llmgw(
         [*engines, provider_proc],
         levelled,
     )
+
+
+@dataclasses.dataclass
+class Sink:
+    """An OTLP/HTTP collector stand-in that is up: takes every export, decodes nothing."""
+
+    endpoint: str = ""
+    posts: int = 0
+    bytes: int = 0
+
+
+@contextlib.contextmanager
+def otlp_sink() -> Iterator[Sink]:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    sink = Sink()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            sink.bytes += len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            sink.posts += 1
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-protobuf")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    sink.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield sink
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def loop_of(proc: psutil.Process) -> str:
@@ -768,6 +812,20 @@ def report(results: dict[str, Any]) -> list[str]:
             if a is not None and b is not None:
                 parts.append(f"{words} {a:,.3f} against {b:,.3f} ({_ratio(a, b)})")
         lines.append(f"{name} vs {name.replace('llmgw', 'base', 1)}: " + "; ".join(parts))
+    traced, untraced = measured.get("traced"), measured.get("llmgw")
+    if traced and untraced:
+        parts = []
+        for run, field, words in (
+            ("c1", "p50_ms", "p50 at c=1"),
+            ("c16", "rps", "req/s at c=16"),
+            ("c16", "cpu_us", "CPU us a request at c=16"),
+            ("stream16", "rps", "streamed req/s at c=16"),
+            ("stream16", "cpu_us", "CPU us a streamed request"),
+        ):
+            a, b = figure(traced, run, field), figure(untraced, run, field)
+            if a is not None and b is not None:
+                parts.append(f"{words} {a:,.3f} against {b:,.3f} ({_ratio(a, b)})")
+        lines.append("traced (tracing on) vs llmgw (off): " + "; ".join(parts))
     for name in gateways:
         bare = measured.get(name.removesuffix("-levels")) if name.endswith("-levels") else None
         if bare is None:
@@ -873,6 +931,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also measure way llmgw-levels: a key under an organisation, team and project "
         "with limits at each, beside llmgw's bare key",
     )
+    p.add_argument(
+        "--tracing",
+        action="store_true",
+        help="also measure way traced: a control plane from the same checkout with tracing "
+        "on (tracing.endpoint, every request sampled) to an OTLP sink that is up, beside "
+        "llmgw's, tracing off",
+    )
     p.add_argument("--rounds", type=int, default=1, help="measure every llmgw way this often")
     p.add_argument("--json", metavar="PATH", help="also write the figures as JSON to PATH")
     p.add_argument(
@@ -922,6 +987,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(f"llmgw gateway benchmark: {results['machine']}; {title}")
     log(f"wrk runs of {args.duration} s: {', '.join(runs)}")
     code = 0
+    stack = contextlib.ExitStack()
+    sink: Sink | None = None
     try:
         engine, engine_proc = start_fake_engine(procs)
         log(f"fake engine on {engine}")
@@ -935,6 +1002,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             log(f"starting a control plane and an agent from {args.baseline}")
             clusters.append(
                 start_llmgw(procs, root, args.baseline.resolve(), "base", args.baseline_loop, 1)
+            )
+        if args.tracing:
+            sink = stack.enter_context(otlp_sink())
+            log(f"starting a control plane and an agent with tracing on, to {sink.endpoint}")
+            clusters.append(
+                start_llmgw(procs, root, tree, "traced", args.loop, 2, tracing=sink.endpoint)
             )
         for c in clusters:
             results.setdefault("loops", {})[c.label] = c.loop
@@ -996,6 +1069,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.duration} s a run; latencies in ms; CPU us: the serving process's CPU time "
             f"a request; RSS after the load (llmgw: control plane); {loops}"
         )
+        if sink is not None:
+            results["tracing_sink"] = {"posts": sink.posts, "bytes": sink.bytes}
+            print(f"traced: its spans reached the OTLP sink in {sink.posts} exports, "
+                  f"{sink.bytes / 1e6:.1f} MB")  # fmt: skip
         print("\n".join(report(results)))
     except (BenchError, KeyboardInterrupt, Stopped) as exc:
         log(f"stopped: {type(exc).__name__}: {exc}")
@@ -1006,6 +1083,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         signal.alarm(0)
         procs.stop_all()
+        stack.close()
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
         if not args.keep:

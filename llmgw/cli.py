@@ -288,6 +288,7 @@ def cmd_agent_run(args: argparse.Namespace) -> int:
         discovery=config.discovery,
         metrics_listen=config.metrics_listen,
         metrics_scrapers=tuple(config.metrics_scrapers),
+        tracing=config.tracing,
     )
     asyncio.run(run_agent(opts))
     return 0

@@ -295,6 +295,35 @@ class FirewallConfig:
     networks: list[str] = field(default_factory=list, metadata={"check": _check_networks})
 
 
+# Where traces go: OTLP over HTTP (http, https; the path /v1/traces when none is
+# given) or over gRPC (grpc for plain text, grpcs for TLS).
+TRACE_SCHEMES = ("http://", "https://", "grpc://", "grpcs://")
+
+
+def _check_trace_endpoint(value: str) -> str | None:
+    scheme = next((s for s in TRACE_SCHEMES if value.startswith(s)), None)
+    if scheme is None or not value[len(scheme) :].strip("/"):
+        return (
+            "must be an OTLP collector's URL: http://HOST:4318 or https://... for OTLP "
+            "over HTTP, grpc://HOST:4317 or grpcs://... for OTLP over gRPC"
+        )
+    return None
+
+
+def _check_ratio(value: float) -> str | None:
+    return None if 0.0 <= value <= 1.0 else "must be from 0 to 1 (the share of traces kept)"
+
+
+@dataclass(frozen=True)
+class TracingConfig:
+    """OpenTelemetry traces (docs/telemetry.md, Traces): off while ``endpoint`` is unset."""
+
+    endpoint: str | None = _checked(_check_trace_endpoint, None)
+    # The share of new traces kept; a trace begun elsewhere (a client's traceparent, the
+    # control plane's replica start) is kept or not as its parent was.
+    sample: float = _checked(_check_ratio, 1.0)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """server.yaml, in the data dir."""
@@ -323,6 +352,7 @@ class ServerConfig:
     releases: ReleasesConfig = field(default_factory=ReleasesConfig)
     offline: OfflineConfig = field(default_factory=OfflineConfig)
     mirror: MirrorConfig = field(default_factory=MirrorConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
 
 @dataclass(frozen=True)
@@ -377,6 +407,7 @@ class AgentConfig:
     # Who may reach that port through llmgw's firewall on the node: addresses or
     # networks (10.0.0.5, 10.0.0.0/24); empty: anyone (the token still guards it).
     metrics_scrapers: list[str] = field(default_factory=list, metadata={"check": _check_networks})
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
 
 # What agent.yaml says that the cluster's settings (ctl config) do not: who the node is
@@ -400,12 +431,23 @@ def agent_setting_keys() -> list[str]:
     return out
 
 
+def agent_sections() -> frozenset[str]:
+    """The agent.yaml keys that are sections of their own (``discovery``, ``tracing``):
+    layers merge them key by key."""
+    hints = typing.get_type_hints(AgentConfig)
+    return frozenset(
+        f.name
+        for f in dataclasses.fields(AgentConfig)
+        if dataclasses.is_dataclass(hints[f.name]) and isinstance(hints[f.name], type)
+    )
+
+
 def merge_agent_layers(base: Settings, over: Settings) -> dict[str, object]:
     """Agent settings ``over`` ``base``: key by key, a nested section merged key by key."""
     out = dict(copy.deepcopy(base))
     for key, value in over.items():
         current = out.get(key)
-        if isinstance(value, dict) and isinstance(current, dict) and key == "discovery":
+        if isinstance(value, dict) and isinstance(current, dict) and key in agent_sections():
             out[key] = {**current, **value}
         else:
             out[key] = copy.deepcopy(value)

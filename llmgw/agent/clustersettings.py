@@ -27,6 +27,7 @@ from llmgw.config import (
     AgentConfig,
     ConfigError,
     Settings,
+    agent_sections,
     agent_setting_keys,
     build,
     merge_agent_layers,
@@ -57,8 +58,8 @@ def _flat(layer: Settings) -> dict[str, object]:
     """``{"discovery": {"x": 1}}`` as ``{"discovery.x": 1}``."""
     out: dict[str, object] = {}
     for key, value in layer.items():
-        if key == "discovery" and isinstance(value, dict):
-            out.update({f"discovery.{k}": v for k, v in value.items()})
+        if key in agent_sections() and isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             out[key] = value
     return out

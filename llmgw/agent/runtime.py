@@ -39,6 +39,7 @@ from llmgw.config import AgentConfig
 from llmgw.modelkit.files import ShapeError, inspect_local
 from llmgw.modelkit.sources import SourceError, cache_name, parse_source
 from llmgw.reexec import exec_again
+from llmgw.tracing import OFF, Tracing, install_log_filter
 from llmgw.wire.messages import (
     AdapterPiece,
     AgentSettings,
@@ -84,6 +85,8 @@ class RuntimeOptions:
     settings: ClusterSettings | None = None
     running: AgentConfig | None = None
     restart: Callable[[], None] | None = None
+    # Where the spans of replica starts go (``run_agent`` starts it).
+    tracing: Tracing = OFF
 
 
 class NodeRuntime:
@@ -92,6 +95,8 @@ class NodeRuntime:
         self.agent_log = LogRing(AGENT_LINES)
         self._handler = RingHandler(self.agent_log)
         logging.getLogger().addHandler(self._handler)
+        if opts.tracing.enabled:
+            install_log_filter()  # the tail `ctl logs` reads carries trace ids too
         self._send: Callable[[Message], None] | None = None
         self.installer = LlamaCppInstaller(
             opts.state_dir / "engines",
@@ -126,6 +131,7 @@ class NodeRuntime:
             host=opts.engine_host,
             engine_user=opts.engine_user,
             cache=self.cache,
+            tracing=opts.tracing,
         )
         self._follows: dict[str, asyncio.Task[None]] = {}
         # Fine-tune jobs the control plane sends (``finetune.*`` requests).
@@ -272,7 +278,7 @@ class NodeRuntime:
 
     async def handle(self, msg: Message) -> None:
         if isinstance(msg, StartShard):
-            self.supervisor.start(msg.spec)
+            self.supervisor.start(msg.spec, msg.traceparent)
             await self.firewall.peers(self.supervisor.peers(), self.supervisor.collective_peers())
         elif isinstance(msg, StopShard):
             await self.supervisor.stop(msg.replica_id, msg.grace)

@@ -12,7 +12,7 @@ import random
 import shutil
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from llmgw import pki
@@ -27,7 +27,8 @@ from llmgw.agent.session import (
     SessionEnded,
     SessionSettings,
 )
-from llmgw.config import DiscoveryConfig, parse_hostport
+from llmgw.config import DiscoveryConfig, TracingConfig, parse_hostport
+from llmgw.tracing import start as start_tracing
 from llmgw.wire.messages import Message
 
 log = logging.getLogger("llmgw.agent")
@@ -49,6 +50,7 @@ class AgentOptions:
     # agent.metrics_listen and agent.metrics_scrapers: the node's own metrics.
     metrics_listen: str | None = None
     metrics_scrapers: tuple[str, ...] = ()
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
 
 async def ensure_enrolled(opts: AgentOptions) -> AgentState:
@@ -145,7 +147,9 @@ async def run_agent(opts: AgentOptions) -> None:
         card_deadline=found.read_deadline,
         collect_interval=opts.heartbeat_interval,
     )
-    runtime = NodeRuntime(runtime_opts)
+    # Once the node's id is known: its spans say which node they come from.
+    tracing = start_tracing(opts.tracing, "llmgw-agent", state.node_id)
+    runtime = NodeRuntime(replace(runtime_opts, tracing=tracing))
     source.engine_groups = runtime.engine_groups
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -174,3 +178,4 @@ async def run_agent(opts: AgentOptions) -> None:
             await port.close()
         await runtime.close()
         await source.close()
+        await asyncio.to_thread(tracing.shutdown)

@@ -8,6 +8,11 @@ command line (SGLang, which takes it only as an argument, excepted).
 
 The shard's record and the probes of its process and port are in ``llmgw.agent.shard``;
 here is the order of a shard's life: install, fetch, launch, wait, watch, stop, adopt.
+
+With tracing on, a start is a span (``replica start``) continued from the control
+plane's (the StartShard's traceparent), with a child for each step up to ready:
+``install``, ``fetch``, ``engine start``, ``ready``; each ends when its step does, and
+the failure that ends a start is recorded on the step and the start.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from llmgw.agent.weights.fetch import Fetcher
 from llmgw.config import format_hostport
 from llmgw.modelkit.sources import check_named_pickle
 from llmgw.pki import write_private
+from llmgw.tracing import OFF, Tracing
 from llmgw.wire.messages import (
     Compute,
     EngineInfo,
@@ -91,8 +97,10 @@ class Supervisor:
         host: str = "0.0.0.0",
         engine_user: str | None = None,
         cache: CacheWatch | None = None,
+        tracing: Tracing = OFF,
     ) -> None:
         self.root = root
+        self.tracing = tracing
         self.engines = engines
         self.weights = weights
         self.emit = emit
@@ -179,8 +187,9 @@ class Supervisor:
 
     # --- start ------------------------------------------------------------------------
 
-    def start(self, spec: ShardSpec) -> None:
-        """Start a shard in the background; a second start of a live one only reports it."""
+    def start(self, spec: ShardSpec, traceparent: str | None = None) -> None:
+        """Start a shard in the background; a second start of a live one only reports it.
+        ``traceparent``: the control plane's span of the start, carried on here."""
         current = self.shards.get(spec.replica_id)
         if current is not None and current.state not in (ShardState.FAILED, ShardState.STOPPED):
             if current.spec.fingerprint == spec.fingerprint:
@@ -190,30 +199,52 @@ class Supervisor:
                 "shard %s asked to start with a new profile; stopping the old one", spec.replica_id
             )
         shard = Shard(spec=spec)
-        shard.task = asyncio.create_task(self._run(shard, current))
+        shard.task = asyncio.create_task(self._run(shard, current, traceparent))
         self.shards[spec.replica_id] = shard
 
-    async def _run(self, shard: Shard, previous: Shard | None) -> None:
+    async def _run(self, shard: Shard, previous: Shard | None, traceparent: str | None) -> None:
         spec = shard.spec
+        attributes = {"llmgw.replica": spec.replica_id, "llmgw.engine": spec.engine}
         try:
-            if previous is not None:
-                await self._terminate(previous, grace=10.0)
-            engine = adapter(spec.engine)
-            engine.check(spec)
-            # A malformed or pickled source is refused before anything is installed or
-            # fetched for it.
-            check_named_pickle(
-                parse_source(spec.source, allow_http=True), allow_pickle=spec.allow_pickle
-            )
-            lora.check(spec)  # its LoRA adapters' sources, likewise
-            self._set(shard, ShardState.INSTALLING, f"making sure {spec.engine} is installed")
+            with self.tracing.span(
+                "replica start", attributes, parent=traceparent, kind="server"
+            ) as span:
+                span.set("llmgw.source", spec.source)
+                await self._bring_up(shard, previous)
+            await self._watch(shard)
+        except asyncio.CancelledError:
+            raise
+        except (EngineError, WeightsError, OSError, RuntimeError, ValueError) as exc:
+            await self._fail(shard, str(exc))
+        except Exception as exc:
+            log.exception("shard %s failed unexpectedly", spec.replica_id)
+            await self._fail(shard, f"{type(exc).__name__}: {exc}")
+
+    async def _bring_up(self, shard: Shard, previous: Shard | None) -> None:
+        """From a StartShard to a Ready engine (or a worker up); raises why not."""
+        spec = shard.spec
+        step = self.tracing.span
+        if previous is not None:
+            await self._terminate(previous, grace=10.0)
+        engine = adapter(spec.engine)
+        engine.check(spec)
+        # A malformed or pickled source is refused before anything is installed or
+        # fetched for it.
+        check_named_pickle(
+            parse_source(spec.source, allow_http=True), allow_pickle=spec.allow_pickle
+        )
+        lora.check(spec)  # its LoRA adapters' sources, likewise
+        self._set(shard, ShardState.INSTALLING, f"making sure {spec.engine} is installed")
+        with step("install") as span:
             info = await self.engines.ensure(
                 spec.engine,
                 lambda words: self._set(shard, ShardState.INSTALLING, words),
                 spec.engine_version,
             )
-            shard.binary = info.path
-            model = Path()
+            span.set("llmgw.engine.version", info.version)
+        shard.binary = info.path
+        model = Path()
+        with step("fetch", {"llmgw.source": spec.source}):
             if not shard.worker or engine.worker_needs_weights:
                 self._set(shard, ShardState.DOWNLOADING, f"fetching {spec.source}")
                 model = await self.weights.fetch(
@@ -231,22 +262,17 @@ class Supervisor:
                 shard.spec = spec
             if spec.adapters and not shard.worker:
                 spec = shard.spec = await lora.fetch(self.weights, spec, engine, self.emit)
-            port_in_use(self.host, spec.port)
+        port_in_use(self.host, spec.port)
+        with step("engine start", {"llmgw.port": spec.port}) as span:
             if spec.group is not None and spec.group.rank == 0 and engine.leader_waits:
                 await self._await_workers(shard, spec.group.workers)
             await self._launch(shard, engine, info, model)
+            span.set("llmgw.pid", shard.pid)
+        with step("ready"):
             if shard.worker:
                 await self._until_worker_up(shard, engine)
             else:
                 await self._until_ready(shard, engine)
-            await self._watch(shard)
-        except asyncio.CancelledError:
-            raise
-        except (EngineError, WeightsError, OSError, RuntimeError, ValueError) as exc:
-            await self._fail(shard, str(exc))
-        except Exception as exc:
-            log.exception("shard %s failed unexpectedly", spec.replica_id)
-            await self._fail(shard, f"{type(exc).__name__}: {exc}")
 
     async def _launch(
         self, shard: Shard, engine: EngineAdapter, info: EngineInfo, model: Path

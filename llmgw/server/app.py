@@ -107,6 +107,7 @@ from llmgw.server.sessions import Revocations, Sessions, SignOut
 from llmgw.server.slurm.keeper import slurm_parts
 from llmgw.server.store import Store
 from llmgw.server.upgrade.keeper import upgrade_parts
+from llmgw.tracing import start as start_tracing
 
 log = logging.getLogger("llmgw.server")
 
@@ -140,18 +141,17 @@ class ControlPlane:
         # The admin token: which open the admin API and pages; rotating it.
         self.admin_tokens = AdminTokens(store, lambda: self.ha.leading, data.admin_token)
         self.started = time.time()
+        self.tracing = start_tracing(config.tracing, "llmgw-server")
         self.stopping = asyncio.Event()
         # Why this control plane stops to start again in place (``relaunch``), or None.
         self.relaunch_reason: str | None = None
         self.agent_port: AgentPort | None = None
         self.listeners: list[Listener] = []
-        # offline.mirror: DATA_DIR/mirror served at /mirror/ (llmgw bundle import fills it).
+        # offline.mirror: DATA_DIR/mirror at /mirror/; mirror.api and mirror.peers (15 s).
         self.mirror = MirrorFiles(data.root / "mirror") if config.offline.mirror else None
-        # mirror.api and mirror.peers: asked every 15 s, a shard sent from a live one.
         self.mirror_watch = MirrorWatch(config.mirror, self.mirror)
         self._background: set[asyncio.Task[None]] = set()
-        # The reconcile loop's wake-up: set by every change of the catalog and every
-        # report of a node that matters.
+        # The reconcile loop's wake-up: each change of the catalog or a node that matters.
         wake = asyncio.Event()
         # vLLM replicas' KV-cache blocks, as their agents report them, for routing.
         kv = KvIndex()
@@ -194,6 +194,7 @@ class ControlPlane:
                 vouched=self.mirror_watch.vouched,
                 hub_for=self.mirror_watch.hub_for,
                 finetuned=lambda model, name: self.finetunes.servable(model, name),
+                tracing=self.tracing,
             ),
         )
         self.planner = Planner(self.inspector, self.models.room, self.registry)
@@ -213,8 +214,7 @@ class ControlPlane:
         )
         # People, organisations, teams and projects: who is who, and their services.
         self.directory = Directory(store)
-        # What only the leader's store takes (a standby sends it there), and the audit
-        # entries of tool calls and guard decisions, written a second's worth at once.
+        # What only the leader's store takes (a standby sends it there); tool and guard audit.
         self.to_leader = ToLeader(store, lambda: self.ha)
         self.audit_trail = AuditTrail(self.to_leader.audit)
         # Guard policies: read the prompts and tool calls of keys that name them.
@@ -246,6 +246,7 @@ class ControlPlane:
             tree=lambda: self.directory.now,
             guard=self.guard,
             mcp=self.mcp.gateway,
+            tracing=self.tracing,
         )
         # Slurm beside llmgw (ctl slurm): its settings, workflows and the leader's keeper.
         self.slurm = slurm_parts(
@@ -327,8 +328,7 @@ class ControlPlane:
         self.members = Membership(self.ha, self.admission)
         # `llmgw restart`: the agents, the other control planes, then this one.
         self.restarts = cluster_restart(self.registry, self.ha, store, self.relaunch)
-        # The admin pages' sessions, one set for every listener that serves pages; a
-        # sign-out reaches the other control planes through the store.
+        # The pages' sessions, one set for every listener; sign-outs go through the store.
         self.sessions = Sessions(self.cluster_secret, self.admin_tokens.hashes)
         self.revocations = Revocations(
             self.sessions, store, lambda: self.ha.leading, self.to_leader.sign_out

@@ -116,6 +116,8 @@ async def serve(cp: ControlPlane) -> Handover | None:
         await mirrors
         await cp.restarts.close()
         await store
+        # What is queued goes out (within the export timeout), off the event loop.
+        await asyncio.to_thread(cp.tracing.shutdown)
     return handover
 
 

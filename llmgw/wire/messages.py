@@ -269,6 +269,9 @@ class Goodbye(Message):
 class StartShard(Message):
     TYPE: ClassVar[str] = "start_shard"
     spec: ShardSpec
+    # The control plane's span of this start (W3C traceparent), when tracing is on: the
+    # agent continues its trace through fetch, engine start and ready.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True)

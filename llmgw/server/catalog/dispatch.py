@@ -7,6 +7,10 @@ for each stop, StartShard for each start (a replica spanning nodes gets one per 
 with its peers' addresses), and parks the on-demand models that keep failing, through
 the catalog's own ``park``. A start whose node went away before it could be sent is
 abandoned, counted as a failure of its profile. It runs on the leader only.
+
+With tracing on, each pass is a trace (``reconcile``) and each start a span in it
+(``replica start``), whose traceparent goes down with the StartShard for the agent to
+carry on (``llmgw.tracing``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from llmgw.server.catalog.reconciler import Plan, Reconciler, Start
 from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.fleet.registry import NodeRegistry
 from llmgw.server.store import StoreUnavailable
+from llmgw.tracing import OFF, Tracing
 from llmgw.wire.messages import ShardSpec, StartShard, StopShard
 
 log = logging.getLogger("llmgw.models")
@@ -51,11 +56,12 @@ class Dispatch:
         park: Park,
         vouched: Callable[[str], dict[str, str]] = lambda source: {},
         hub_for: Callable[[str], str | None] = lambda source: None,
+        tracing: Tracing = OFF,
     ) -> None:
         """``models`` is the catalog as it stands (read afresh at each pass); ``wake``
         is set by whoever changed something; ``park`` keeps a model parked; ``vouched``
         gives the sha256 of a source's files the control plane vouches for, ``hub_for``
-        the mirror they are sent from."""
+        the mirror they are sent from; ``tracing`` where the passes' spans go."""
         self.reconciler = reconciler
         self.registry = registry
         self.models = models
@@ -65,6 +71,7 @@ class Dispatch:
         self.park = park
         self.vouched = vouched
         self.hub_for = hub_for
+        self.tracing = tracing
         self.last_plan = Plan()
         # Passes made: a test waits for this to move on rather than sleeping.
         self.passes = 0
@@ -86,6 +93,16 @@ class Dispatch:
             await asyncio.sleep(0.05)
 
     async def reconcile(self) -> Plan:
+        # A root span: each pass its own trace, whatever span woke it.
+        with self.tracing.span("reconcile", parent="") as span:
+            plan = await self._reconcile()
+            span.set("llmgw.reconcile.pass", self.passes)
+            span.set("llmgw.reconcile.starts", len(plan.starts))
+            span.set("llmgw.reconcile.stops", len(plan.stops))
+            span.set("llmgw.reconcile.parks", len(plan.parks))
+        return plan
+
+    async def _reconcile(self) -> Plan:
         nodes = self.registry.nodes
         plan = self.reconciler.plan(list(self.models.values()), nodes)
         self.last_plan = plan
@@ -114,16 +131,27 @@ class Dispatch:
         hub = self.hub_for(model.source)
         for node, spec in self._specs(model, profile, start, nodes):
             spec = replace(spec, engine_version=version, sha256=digests, hub=hub)
-            log.info(
-                "starting %s on %s (port %d%s)",
-                spec.replica_id,
-                node,
-                spec.port,
-                f", cards {', '.join(spec.cards)}" if spec.cards else "",
-            )
-            session = nodes[node].session
-            if session is not None:
-                await session.send(StartShard(spec=spec))
+            attributes = {
+                "llmgw.model": model.name,
+                "llmgw.profile": profile.name,
+                "llmgw.replica": spec.replica_id,
+                "llmgw.node": node,
+                "llmgw.engine": spec.engine,
+            }
+            # Sent, not waited for: the agent's spans carry on from this one.
+            with self.tracing.span("replica start", attributes, kind="client") as span:
+                if spec.group is not None:
+                    span.set("llmgw.rank", spec.group.rank)
+                log.info(
+                    "starting %s on %s (port %d%s)",
+                    spec.replica_id,
+                    node,
+                    spec.port,
+                    f", cards {', '.join(spec.cards)}" if spec.cards else "",
+                )
+                session = nodes[node].session
+                if session is not None:
+                    await session.send(StartShard(spec=spec, traceparent=span.traceparent))
 
     def _specs(
         self, model: Model, profile: Profile, start: Start, nodes: Mapping[str, NodeView]

@@ -44,6 +44,7 @@ from llmgw.server.requests import (
     ServeRequest,
 )
 from llmgw.server.store import Audit, Store
+from llmgw.tracing import OFF, Tracing
 from llmgw.wire.admin.catalog import ExplainJson
 
 log = logging.getLogger("llmgw.models")
@@ -69,6 +70,8 @@ class CatalogHooks:
     # Why a fine-tune's stored adapter (``finetune:NAME``) cannot be an adapter of a
     # model (model, NAME), in words; None: it can.
     finetuned: Callable[[str, str], str | None] = lambda model, name: "no fine-tunes here"
+    # Where the reconcile passes' and replica starts' spans go.
+    tracing: Tracing = OFF
 
 
 def _provider_url(url: str) -> bool:
@@ -119,6 +122,7 @@ class ModelService:
             self.park,
             vouched=hooks.vouched,
             hub_for=hooks.hub_for,
+            tracing=hooks.tracing,
         )
         # What each serve started, followed until its replicas answer (``jobs.py``).
         self.jobs = ServeJobs(store, reconciler, registry, self.models)

@@ -85,14 +85,39 @@ _ABOUT_THE_REQUEST = re.compile(
 
 
 class Trace:
-    """One request's times and model, for the metrics."""
+    """One request's times and model, for the metrics; where it went and what it used,
+    for its span (``spans.py``) when tracing is on."""
 
-    __slots__ = ("start", "first", "model")
+    __slots__ = (
+        "start",
+        "first",
+        "model",
+        "replica",
+        "node",
+        "engine",
+        "retries",
+        "resumes",
+        "prompt",
+        "completion",
+    )
 
     def __init__(self, start: float) -> None:
         self.start = start
         self.first = 0.0
         self.model = ""
+        self.replica = ""
+        self.node = ""
+        self.engine = ""
+        # Other replicas (or keys) tried after one failed, and streams carried on.
+        self.retries = 0
+        self.resumes = 0
+        # Tokens as counted for the key; None: no answer was counted.
+        self.prompt: int | None = None
+        self.completion: int | None = None
+
+    def used(self, prompt: int, completion: int) -> None:
+        self.prompt = (self.prompt or 0) + prompt
+        self.completion = (self.completion or 0) + completion
 
 
 class Tally:
@@ -288,6 +313,8 @@ class Upstream:
             async with asyncio.timeout(self.request_timeout):
                 for _attempt in range(16):
                     current = endpoint
+                    trace.replica, trace.node = current.replica_id, current.node
+                    trace.engine = current.engine
                     tally = Tally(resume)
                     current.outstanding += 1
                     router.serves(current)
@@ -317,6 +344,7 @@ class Upstream:
                         if nxt is None:
                             return resume.response
                         endpoint, fresh = nxt, False
+                        trace.resumes += 1
                         continue
                     except Stale as exc:
                         if not stale_retried:
@@ -344,6 +372,7 @@ class Upstream:
                     if nxt is None or retries < 0:
                         break
                     endpoint = nxt
+                    trace.retries += 1
         except TimeoutError:
             message = (
                 f"no whole answer within {self.request_timeout:g} s "

@@ -41,9 +41,11 @@ from llmgw.server.gateway.probe import EngineProbe
 from llmgw.server.gateway.proxy import GUARD_FLAG, GUARD_HEADER, Trace, Upstream
 from llmgw.server.gateway.queue import FairQueue
 from llmgw.server.gateway.router import Catalog, Endpoint, Nodes, Router, prompt_prefix
+from llmgw.server.gateway.spans import traced
 from llmgw.server.people.directory import Snapshot
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import Store, StoreUnavailable
+from llmgw.tracing import OFF, Tracing
 
 log = logging.getLogger("llmgw.gateway")
 
@@ -105,13 +107,15 @@ class Gateway:
         tree: Callable[[], Snapshot] = Snapshot,
         guard: PromptGuard | None = None,
         mcp: ToolDoor | None = None,
+        tracing: Tracing = OFF,
     ) -> None:
         """``kv``: the replicas' cached blocks (the registry feeds it from the agents'
         reports); ``write_usage``: where counted usage goes (the store when not given);
         ``tree``: the organisations, teams and projects whose limits keys are under;
         ``guard``: what reads the prompts of keys with guard policies;
-        ``mcp``: what answers ``/mcp``."""
+        ``mcp``: what answers ``/mcp``; ``tracing``: where each request's span goes."""
         self.mcp = mcp
+        self.tracing = tracing
         self.store = store
         self.catalog = catalog
         self.guard = guard
@@ -196,7 +200,11 @@ class Gateway:
     # --------------------------------------------------------------- requests
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        trace = Trace(time.perf_counter())
+        if self.tracing.enabled:  # off: not a span object made, not a module imported
+            return await traced(self.tracing, request, self._answer)
+        return await self._answer(request, Trace(time.perf_counter()))
+
+    async def _answer(self, request: web.BaseRequest, trace: Trace) -> web.StreamResponse:
         try:
             response = await self._handle(request, trace)
         except Exception:
@@ -380,7 +388,7 @@ class Gateway:
             trace,
             stream,
             strip_usage,
-            self._recorder(key, name),
+            self._recorder(key, name, trace),
             adapter=asked,
         )
         if flagged is not None and not answer.prepared:
@@ -429,8 +437,9 @@ class Gateway:
             return late
         return b"".join(chunks)
 
-    def _recorder(self, key: Key, model: str) -> Callable[[str, int, int], None]:
+    def _recorder(self, key: Key, model: str, trace: Trace) -> Callable[[str, int, int], None]:
         def record(replica: str, prompt: int, completion: int) -> None:
+            trace.used(prompt, completion)
             self.usage.add(key, model, replica, prompt, completion)
             self.metrics.add_tokens(model, prompt, completion)
             if completion:
@@ -540,7 +549,7 @@ class Gateway:
             trace,
             True,
             strip_usage,
-            self._recorder(key, model),
+            self._recorder(key, model, trace),
             prepared=response,
             adapter=adapter,
         )
