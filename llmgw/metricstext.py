@@ -389,8 +389,14 @@ def _health(lines: _Lines, where: str, h: GpuHealth) -> None:
 def join(texts: Sequence[NodeText]) -> str:
     """The nodes' texts as one exposition: each family's HELP and TYPE once, then its
     samples of every node in the order given; a family no node has is still declared."""
-    parts: list[str] = []
+    return "".join(parts(texts))
+
+
+def parts(texts: Sequence[NodeText]) -> list[str]:
+    """``join``'s pieces, in order, not yet joined: a large fleet's exposition is
+    hundreds of megabytes, better encoded a few megabytes at a time than copied whole."""
+    out: list[str] = []
     for at, (name, kind, text) in enumerate(FAMILIES):
-        parts.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
-        parts.extend(t[at] for t in texts)
-    return "".join(parts)
+        out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+        out.extend(t[at] for t in texts)
+    return out

@@ -6,11 +6,9 @@ wants the admin token (the gate in ``routing.py`` decides, from each route's acc
 
 from __future__ import annotations
 
-import asyncio
-import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from llmgw import __version__, jointoken
 from llmgw.server.admission import JoinTokens
@@ -45,15 +43,15 @@ def routes(
         return status()
 
     async def metrics(call: Call[None, None]) -> object:
-        text = await scrape.text()
-        media = "text/plain; version=0.0.4; charset=utf-8"
-        if not takes_gzip(call.request.headers.get("accept-encoding", "")):
-            return Response(text, media_type=media)
         # Prometheus asks for gzip: a large fleet's hundreds of megabytes of text go out
         # as a tenth of that, compressed in a worker thread (zlib lets go of the GIL).
-        body = await asyncio.to_thread(gzipped, text)
-        headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}
-        return Response(body, media_type=media, headers=headers)
+        gzip = takes_gzip(call.request.headers.get("accept-encoding", ""))
+        pieces = await scrape.body(gzip)
+        media = "text/plain; version=0.0.4; charset=utf-8"
+        headers = {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"} if gzip else {}
+        if len(pieces) == 1:
+            return Response(pieces[0], media_type=media, headers=headers)
+        return StreamingResponse(_each(pieces), media_type=media, headers=headers)
 
     async def targets(call: Call[None, None]) -> list[TargetJson]:
         return scrape.targets()
@@ -160,7 +158,7 @@ def takes_gzip(accept_encoding: str) -> bool:
     return False
 
 
-def gzipped(text: str) -> bytes:
-    """``text`` as a gzip member, at the fastest level: a scrape's text is repetitive."""
-    packer = zlib.compressobj(1, zlib.DEFLATED, 31)
-    return packer.compress(text.encode()) + packer.flush()
+async def _each(pieces: list[bytes]) -> AsyncIterator[bytes]:
+    """A large exposition sent a piece at a time, the event loop free in between."""
+    for piece in pieces:
+        yield piece

@@ -224,6 +224,15 @@ class NodeTexts:
         now: float | None = None,
     ) -> str:
         """Every node's samples as one exposition (HELP and TYPE once a family)."""
+        return "".join(self.parts(nodes, kind_of, now))
+
+    def parts(
+        self,
+        nodes: Iterable[NodeSnapshot],
+        kind_of: Callable[[str], str] = warning_kind,
+        now: float | None = None,
+    ) -> list[str]:
+        """``text``'s pieces in order, not joined (``metricstext.parts``)."""
         now = time.time() if now is None else now
         with self._lock:
             kept, fresh = self._kept, {}
@@ -245,7 +254,7 @@ class NodeTexts:
                 texts.append(text)
             # Nodes gone since are forgotten with their records.
             self._kept = fresh
-            return metricstext.join(texts)
+            return metricstext.parts(texts)
 
 
 def up_metrics(nodes: Iterable[tuple[str, bool]]) -> str:
