@@ -16,7 +16,7 @@ import pytest
 
 from llmgw.server.requests import SlurmNodes, SlurmSetup
 from llmgw.server.slurm.settings import SETTING
-from llmgw.wire.messages import ShardStatus, SlurmJob, StartShard, StopShard
+from llmgw.wire.messages import ShardStatus, Slurm, SlurmJob, StartShard, StopShard
 from llmgw.wire.states import NodeState, ShardState
 from tests.server.slurm.fleet import Plane, plane, slurm_data, slurm_sent
 from tests.support.agentsession import FakeSession
@@ -78,7 +78,7 @@ async def test_setup_tells_each_node_its_part_and_writes_files_from_their_report
     assert len(slurm_sent(a)) == 1 and len(slurm_sent(b)) == 1
     # What a node is told at registration carries its part too.
     pushed = plane.cp.pushed_for("b", "127.0.0.1")
-    assert pushed[-1] == to_b
+    assert [m for m in pushed if isinstance(m, Slurm)] == [to_b]
 
 
 async def test_setup_again_changes_what_it_names_and_keeps_the_rest_and_the_key(
