@@ -27,23 +27,12 @@ from llmgw import metricstext, pki
 from llmgw.config import parse_hostport
 from llmgw.enginefamilies import scrape
 from llmgw.wire.hardware import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals
-from llmgw.wire.messages import Heartbeat, Message, Register, ShardStatus
+from llmgw.wire.messages import AGED_FIGURES, Heartbeat, Message, Register, ShardStatus
 
 log = logging.getLogger("llmgw.agent.metrics")
 
 STALE_AFTER = 30.0
 MEDIA = "text/plain; version=0.0.4; charset=utf-8"
-# The figures a heartbeat gives an age (the control plane's AGED_FIGURES).
-_AGED = (
-    "memory_available",
-    "cpu_percent",
-    "load",
-    "disks",
-    "gpus",
-    "gpu_health",
-    "vitals",
-    "ib_ports",
-)
 
 
 class NodeMetrics:
@@ -96,7 +85,7 @@ class NodeMetrics:
     def _beat(self, beat: Heartbeat) -> None:
         now = self.clock()
         ages = beat.ages or {}
-        for name in _AGED:
+        for name in AGED_FIGURES:
             value = getattr(beat, name)
             if value is not None:
                 setattr(self, name, value)

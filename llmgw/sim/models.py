@@ -29,7 +29,8 @@ import yaml
 from llmgw.client.ctl_models import parse_size
 from llmgw.modelkit.sizing import ModelShape, active_share, cpu_tokens_per_second
 from llmgw.server.catalog import model as catalog
-from llmgw.server.catalog.model import CatalogError, Model, Profile
+from llmgw.server.catalog.model import CatalogError, Model
+from llmgw.server.catalog.service import asked
 from llmgw.server.fleet.nodeview import NodeView
 from llmgw.server.requests import ServeRequest
 from llmgw.server.schema import Invalid, read
@@ -155,33 +156,8 @@ def _one(entry: object, where: str, largest: Sequence[int], largest_host: int) -
         )
     engine = ask.engine or catalog.default_engine(source)
     room = (max(largest) if largest else None) if ask.gpus else largest_host
-    profile = Profile(
-        name=ask.profile or "default",
-        engine=engine,
-        args=ask.args,
-        cards=ask.gpus,
-        cpu_cores=ask.cpu_cores,
-        replicas=ask.replicas,
-        priority=ask.priority,
-        selector=dict(ask.selector or {}),
-        role=ask.role,
-        card_class=ask.card_class,
-        memory=ask.memory or 0,
-        memory_set=ask.memory is not None,
-        nodes=ask.nodes,
-        env=dict(ask.env or {}),
-    )
-    model = Model(
-        name=name,
-        source=source,
-        engine=engine,
-        profiles=(profile,),
-        context=ask.context or catalog.default_context(shape, room, ask.slots),
-        slots=ask.slots,
-        max_output=ask.max_output,
-        on_demand=ask.on_demand,
-        kv_events=ask.kv_events,
-    )
+    context = ask.context or catalog.default_context(shape, room, ask.slots)
+    model = asked(ask, name, source, engine, context)
     try:
         model = catalog.check_model(model, shape)
     except CatalogError as exc:

@@ -24,9 +24,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from functools import partial
+from typing import cast
 
 from llmgw.config import GatewayConfig, SchedulingConfig
 from llmgw.server.catalog import scheduler
@@ -174,7 +175,8 @@ class Simulation:
             self._park,
         )
         self.router = Router(self.nodes, self.catalog, SimProbe(), b"llmgw sim")
-        self._heap: list[tuple[float, int, str, Any]] = []
+        # Events by time: what happens then (None: a reconcile pass), in order of asking.
+        self._heap: list[tuple[float, int, Callable[[], None] | None]] = []
         self._seq = 0
         self._pass_at: float | None = None
         self.replicas: dict[str, Replica] = {}
@@ -192,16 +194,17 @@ class Simulation:
 
     # ----------------------------------------------------------------- the clock
 
-    def _at(self, when: float, kind: str, payload: Any = None) -> None:
+    def _at(self, when: float, action: Callable[[], None] | None) -> None:
+        """``action`` at ``when``; None: a reconcile pass then (``_wake``)."""
         self._seq += 1
-        heapq.heappush(self._heap, (when, self._seq, kind, payload))
+        heapq.heappush(self._heap, (when, self._seq, action))
 
     def _wake(self, when: float | None = None) -> None:
         """A pass at ``when`` (now), unless one is due by then."""
         when = self.now if when is None else when
         if self._pass_at is None or self._pass_at > when:
             self._pass_at = when
-            self._at(when, "pass")
+            self._at(when, None)
 
     async def _park(self, name: str, reason: str) -> None:
         self.parks.append((name, reason))
@@ -242,9 +245,9 @@ class Simulation:
         await self._drain(BRING_UP_LIMIT, bring_up=True)
         self.start = self.now
         for i, req in enumerate(self.requests):
-            self._at(self.start + req.at, "arrive", i)
+            self._at(self.start + req.at, partial(self._arrive, i))
         for e in self.fleet_events:
-            self._at(self.start + e.at, "fleet", e)
+            self._at(self.start + e.at, partial(self._fleet, e))
         await self._drain(None, bring_up=False)
 
     def _up(self) -> bool:
@@ -257,24 +260,14 @@ class Simulation:
             if bring_up and self._up():
                 return
             item = heapq.heappop(heap)
-            when, _, kind, payload = item
+            when, _, action = item
             if until is not None and when > until:
                 heapq.heappush(heap, item)
                 return
             self.now = max(self.now, when)
-            if kind == "arrive":
-                self._arrive(payload)
-            elif kind == "done":
-                self._done(*payload)
-            elif kind == "expire":
-                self._expire(payload)
-            elif kind == "shard":
-                self._shard(*payload)
-            elif kind == "fetch":
-                self._fetch(*payload)
-            elif kind == "fleet":
-                self._fleet(payload)
-            elif kind == "pass" and self._pass_at == when:
+            if action is not None:
+                action()
+            elif self._pass_at == when:
                 self._pass_at = None
                 await self._pass()
 
@@ -340,9 +333,11 @@ class Simulation:
             step = PROGRESS_EVERY
             while self.now + step < fetched:
                 done = int(step * self.fetch_gbs * GB)
-                self._at(self.now + step, "fetch", (view.id, spec.source, done, False))
+                self._at(self.now + step, partial(self._fetch, view.id, spec.source, done, False))
                 step += PROGRESS_EVERY
-            self._at(fetched, "fetch", (view.id, spec.source, sim.model.weight_bytes, True))
+            self._at(
+                fetched, partial(self._fetch, view.id, spec.source, sim.model.weight_bytes, True)
+            )
         fetch = max(0.0, fetched - self.now)
         ready = self.now + fetch + sim.model.weight_bytes / (LOAD_GBS * GB) + ENGINE_START_S
         view.shards[spec.replica_id] = ShardStatus(
@@ -365,7 +360,7 @@ class Simulation:
             self.replicas[rid] = rep
             self.starting += 1
             self._moved(rep)
-        self._at(ready, "shard", (view.id, spec.replica_id))
+        self._at(ready, partial(self._shard, view.id, spec.replica_id))
         self._wake()
 
     def _fetch(self, node: str, source: str, done: int, finished: bool) -> None:
@@ -526,7 +521,7 @@ class Simulation:
             return
         line.append((i, self.now))
         self.queued += 1
-        self._at(self.now + self.gateway.queue_wait, "expire", req.model)
+        self._at(self.now + self.gateway.queue_wait, partial(self._expire, req.model))
 
     def _expire(self, model: str) -> None:
         line = self.lines[model]
@@ -559,7 +554,7 @@ class Simulation:
         endpoint.outstanding += 1
         ends = first + req.output_tokens / rep.speed.decode
         rep.in_flight[i] = (req.output_tokens, ends)
-        self._at(ends, "done", (endpoint, i))
+        self._at(ends, partial(self._done, endpoint, i))
 
     def _done(self, endpoint: Endpoint, i: int) -> None:
         endpoint.outstanding -= 1

@@ -194,6 +194,20 @@ class Heartbeat(Message):
     gpu_figures: list[GpuFigures] | None = None
 
 
+# The Heartbeat figures that have an age (``Heartbeat.ages``), by field name: what the
+# control plane and the agent's own /metrics hold as live only while it is recent.
+AGED_FIGURES = (
+    "memory_available",
+    "cpu_percent",
+    "load",
+    "disks",
+    "gpus",
+    "gpu_health",
+    "vitals",
+    "ib_ports",
+)
+
+
 @dataclass(frozen=True)
 class Registered(Message):
     """The control plane's answer to Register: accepted, and how to behave."""

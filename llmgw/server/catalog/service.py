@@ -91,6 +91,47 @@ def _invalid(exc: CatalogError) -> Refusal:
     return Refusal(400, "invalid", str(exc), exc.field)
 
 
+def asked(
+    ask: ServeRequest,
+    name: str,
+    source: str,
+    engine: str,
+    context: int,
+    allow_pickle: bool = False,
+) -> Model:
+    """The model a serve request asks for, one profile, before ``check_model``: what
+    ``ModelService.serve`` keeps, and what ``llmgw sim`` places."""
+    profile = Profile(
+        name=ask.profile or "default",
+        engine=engine,
+        args=ask.args,
+        cards=ask.gpus,
+        cpu_cores=ask.cpu_cores,
+        replicas=ask.replicas,
+        priority=ask.priority,
+        selector=dict(ask.selector or {}),
+        role=ask.role,
+        card_class=ask.card_class,
+        memory=ask.memory or 0,
+        memory_set=ask.memory is not None,
+        nodes=ask.nodes,
+        env=dict(ask.env or {}),
+    )
+    return Model(
+        name=name,
+        source=source,
+        engine=engine,
+        profiles=(profile,),
+        context=context,
+        slots=ask.slots,
+        max_output=ask.max_output,
+        allow_pickle=allow_pickle,
+        on_demand=ask.on_demand,
+        kv_events=ask.kv_events,
+        allow_image_urls=ask.allow_image_urls,
+    )
+
+
 class ModelService:
     def __init__(
         self,
@@ -320,35 +361,8 @@ class ModelService:
         context = ask.context or catalog.default_context(
             shape, self.room.largest(ask.gpus), ask.slots
         )
-        profile = Profile(
-            name=ask.profile or "default",
-            engine=engine,
-            args=ask.args,
-            cards=ask.gpus,
-            cpu_cores=ask.cpu_cores,
-            replicas=ask.replicas,
-            priority=ask.priority,
-            selector=dict(ask.selector or {}),
-            role=ask.role,
-            card_class=ask.card_class,
-            memory=ask.memory or 0,
-            memory_set=ask.memory is not None,
-            nodes=ask.nodes,
-            env=dict(ask.env or {}),
-        )
-        model = Model(
-            name=name,
-            source=source,
-            engine=engine,
-            profiles=(profile,),
-            context=context,
-            slots=ask.slots,
-            max_output=ask.max_output,
-            allow_pickle=allow_pickle,
-            on_demand=ask.on_demand,
-            kv_events=ask.kv_events,
-            allow_image_urls=ask.allow_image_urls,
-        )
+        model = asked(ask, name, source, engine, context, allow_pickle)
+        profile = model.profiles[0]
         try:
             model = catalog.check_model(model, shape)
         except CatalogError as exc:

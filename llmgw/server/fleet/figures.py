@@ -25,24 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmgw.wire.hardware import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals
-from llmgw.wire.messages import Heartbeat
+from llmgw.wire.messages import AGED_FIGURES, Heartbeat
 from llmgw.wire.warnings import COLLECTED_KINDS, warning_kind
 
 # Seconds after which a figure is too old to be shown as live.
 STALE_AFTER = 30.0
 # The cards' slow figures (ECC, rows, NVLink) are read once a minute by design.
-# The figures that have an age, by their Heartbeat field names.
-AGED_FIGURES = (
-    "memory_available",
-    "cpu_percent",
-    "load",
-    "disks",
-    "gpus",
-    "gpu_health",
-    "vitals",
-    "ib_ports",
-)
-# Those Register's facts carry too (read when the node registered).
+# The aged figures (``AGED_FIGURES``) Register's facts carry too (read when it registered).
 FACT_FIGURES = ("memory_available", "cpu_percent", "load", "disks", "gpus")
 # What a card is, not how it is doing: kept when its figures are not live.
 CARD_IDENTITY = (
