@@ -26,7 +26,7 @@ from aiohttp import web
 from llmgw import metricstext, pki
 from llmgw.config import parse_hostport
 from llmgw.enginefamilies import scrape
-from llmgw.wire.hardware import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals
+from llmgw.wire.hardware import GPU, Disk, GpuHealth, HostFacts, IbPort, NodeVitals, with_figures
 from llmgw.wire.messages import AGED_FIGURES, Heartbeat, Message, Register, ShardStatus
 
 log = logging.getLogger("llmgw.agent.metrics")
@@ -85,6 +85,18 @@ class NodeMetrics:
     def _beat(self, beat: Heartbeat) -> None:
         now = self.clock()
         ages = beat.ages or {}
+        # A heartbeat of the cards' moving figures alone (``gpu_figures``, to a control
+        # plane that takes them) goes only while every card's steady facts are as last
+        # sent whole: laid over those cards, in order, as the control plane lays them.
+        moving = beat.gpu_figures
+        cards = self.gpus
+        if moving is not None and cards is not None and len(moving) == len(cards):
+            self.gpus = [with_figures(c, f) for c, f in zip(cards, moving, strict=True)]
+            self.read_at["gpus"] = now - max(0.0, ages.get("gpus", 0.0))
+        elif moving is not None:
+            # Figures for cards this side never had whole: none to show as now.
+            self.read_at.pop("gpus", None)
+            ages = {k: v for k, v in ages.items() if k != "gpus"}
         for name in AGED_FIGURES:
             value = getattr(beat, name)
             if value is not None:

@@ -4,13 +4,14 @@ stream (Register, heartbeats, shard statuses), old or unread figures left out, a
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
 from llmgw.agent.metricsport import MetricsPort, NodeMetrics
-from llmgw.wire.hardware import GpuHealth, NodeVitals
+from llmgw.wire.hardware import GpuHealth, NodeVitals, gpu_figures
 from llmgw.wire.messages import Heartbeat, Register, ShardStatus, ShardUsage
 from llmgw.wire.states import ShardState
 from tests.support.nodefacts import card, facts
@@ -92,6 +93,32 @@ def test_figures_follow_the_heartbeats_and_old_or_unread_ones_are_left_out() -> 
     assert sample(text, "llmgw_node_cpu_power_watts") is None
     assert sample(text, "llmgw_node_memory_available_bytes") is None
     assert sample(text, "llmgw_node_memory_total_bytes", 'node="gpu01"') == str(512 * 2**30)
+
+
+def test_a_heartbeat_of_moving_figures_alone_moves_the_cards() -> None:
+    """To a control plane that takes them, the agent sends its cards' moving figures
+    alone (``gpu_figures``) while their steady facts are as last sent: the node's own
+    metrics lay them over the cards it last sent whole, as the control plane does."""
+    clock = Clock()
+    metrics = node(clock)
+    where = 'node="gpu01",gpu="0",uuid="GPU-a"'
+    clock.now += 5
+    whole = card(0, temperature=55, utilization=10, uuid="GPU-a")
+    metrics.sent(Heartbeat(seq=1, gpus=[whole]))
+    for seq, (temperature, busy) in enumerate([(61, 40), (67, 90)], start=2):
+        clock.now += 5
+        moving = gpu_figures(replace(whole, temperature=temperature, utilization=busy))
+        metrics.sent(Heartbeat(seq=seq, gpu_figures=[moving]))
+        text = metrics.text()
+        assert sample(text, "llmgw_gpu_temperature_celsius", where) == str(temperature)
+        assert sample(text, "llmgw_gpu_busy_ratio", where) == str(busy / 100)
+        # Its steady facts are the whole card's.
+        assert sample(text, "llmgw_gpu_info", where, 'bus_id="') == "1"
+    # Figures for cards it never had whole are no card's figures of now.
+    clock.now += 5
+    two = [gpu_figures(whole), gpu_figures(replace(whole, index=1))]
+    metrics.sent(Heartbeat(seq=9, gpu_figures=two, ages={"gpus": 0.0}))
+    assert sample(metrics.text(), "llmgw_gpu_temperature_celsius", where) is None
 
 
 async def test_a_scrape_needs_the_clusters_metrics_token() -> None:
