@@ -144,19 +144,23 @@ def read_fleet(path: Path) -> dict[str, NodeView]:
 def _recorded(nid: str, serial: int, entry: Mapping[str, Any]) -> NodeView:
     """The node as if it ran nothing: what runs in the simulation is MODELS.yaml alone,
     so its cards and memory start free."""
-    gpus = [from_map(GPU, g, "gpu") for g in entry.get("gpus") or []]
-    facts = HostFacts(
-        hostname=str(entry.get("hostname") or nid),
-        os=str(entry.get("os") or "Linux"),
-        arch=str(entry.get("arch") or "x86_64"),
-        cpu_count=entry.get("cpu_count"),
-        cpu_cores=entry.get("cpu_cores"),
-        memory_total=entry.get("memory_total"),
-        memory_available=entry.get("memory_total"),
-        disks=None
-        if entry.get("disks") is None
-        else [from_map(Disk, d, "disk") for d in entry["disks"]],
-        gpus=[replace(g, memory_used=0, processes=None) for g in gpus],
+    # The facts the simulation takes, decoded (and checked) as the store's copy of a
+    # Register is: the card and disk records whole, a figure of the wrong type refused.
+    taken = {k: entry.get(k) for k in ("cpu_count", "cpu_cores", "memory_total", "disks", "gpus")}
+    read = from_map(
+        HostFacts,
+        {
+            "hostname": str(entry.get("hostname") or nid),
+            "os": str(entry.get("os") or "Linux"),
+            "arch": str(entry.get("arch") or "x86_64"),
+            **{k: v for k, v in taken.items() if v is not None},
+        },
+        "node",
+    )
+    facts = replace(
+        read,
+        memory_available=read.memory_total,
+        gpus=[replace(g, memory_used=0, processes=None) for g in read.gpus],
     )
     engines = entry.get("engines")
     view = _view(nid, serial, facts, [from_map(EngineInfo, e, "engine") for e in engines or []])

@@ -20,7 +20,7 @@ import enum
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar, Union, cast
+from typing import Any, NoReturn, TypeVar, Union, cast
 
 _T = TypeVar("_T")
 Coerce = Callable[[Any, str], Any]
@@ -201,11 +201,11 @@ class _Slow(Exception):
     """The fast decoder met something it does not take as it is: ``from_map`` decides."""
 
 
-def _slow() -> Any:
+def _slow() -> NoReturn:
     raise _Slow
 
 
-def _as_float(value: Any) -> float:
+def _as_float(value: object) -> float:
     if type(value) is int:
         return float(value)
     raise _Slow
@@ -219,14 +219,14 @@ class _Writer:
     """The source of one dataclass's fast decoder and the names it refers to."""
 
     def __init__(self) -> None:
-        self.names: dict[str, Any] = {
+        self.names: dict[str, object] = {
             "_slow": _slow,
             "_as_float": _as_float,
             "_new": object.__new__,
             "_set": object.__setattr__,
         }
 
-    def name(self, value: Any, hint: str) -> str:
+    def name(self, value: object, hint: str) -> str:
         for key, known in self.names.items():
             if known is value:
                 return key
@@ -265,8 +265,8 @@ class _Writer:
         return f"({var} if isinstance({var}, {self.name(tp, 'type')}) else _slow())"
 
 
-def _enum_reader(members: type[enum.Enum]) -> Callable[[Any], Any]:
-    def read(value: Any) -> Any:
+def _enum_reader(members: type[enum.Enum]) -> Callable[[object], enum.Enum]:
+    def read(value: object) -> enum.Enum:
         try:
             return members(value)
         except ValueError:
@@ -331,7 +331,7 @@ def _fast(cls: type) -> Callable[[Any], Any]:
         lines.append(f"    o = _new({w.name(cls, 'cls')})")
         lines.append(f"    _set(o, '__dict__', {{{items}}})")
         lines.append("    return o")
-    scope = dict(w.names)
+    scope: dict[str, Any] = dict(w.names)
     exec("\n".join(lines), scope)  # noqa: S102 - source written above from type hints
     fast: Callable[[Any], Any] = scope["decode"]
     _FAST[cls] = fast
