@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from llmgw import pki
 from llmgw.server.fleet.registry import NodeRegistry
+from llmgw.server.fleet.scratch import PAGE, ReadScratch
 from llmgw.server.fleet.stream import (
     Answered,
     Ended,
@@ -84,6 +85,7 @@ class AgentConnection:
         self.port = port
         self.reader = reader
         self.writer = writer
+        self.scratch = ReadScratch.of(writer.transport)
         self.node_id = node_id
         self.peer = peer
         # The address the agent reached this control plane at (the engines' ports are
@@ -190,6 +192,8 @@ class AgentConnection:
                 # The decoded messages go now, not with the next read seconds later.
                 del events
                 self._flush()
+                if len(data) > PAGE and self.scratch is not None:
+                    self.scratch.release()
         except (ConnectionError, ssl.SSLError, TimeoutError) as exc:
             log.info("node %s (%s) connection lost: %s", self.node_id, self.peer, exc)
         finally:
