@@ -15,7 +15,8 @@ wraps one of these and says what the stream's messages mean; its socket loop wri
 
 from __future__ import annotations
 
-from typing import Any
+from collections import deque
+from typing import Any, cast
 
 from h2.config import H2Configuration
 from h2.connection import H2Connection
@@ -36,6 +37,50 @@ CONTENT_TYPE = "application/x-llmgw-frames"
 WINDOW = 1024 * 1024
 
 
+class _Values(list[int | None]):
+    """One setting's values: the one in force first, then any sent and not yet
+    acknowledged; what h2 reads of the deque it would keep (``[0]``, ``append``,
+    ``popleft``, ``len``)."""
+
+    __slots__ = ()
+
+    def popleft(self) -> int | None:
+        return self.pop(0)
+
+
+class _Entries(list[tuple[bytes, bytes]]):
+    """An HPACK dynamic table's entries, newest first: what hpack reads of the deque it
+    would keep (index, ``len``, iteration, ``appendleft``, ``pop``, ``clear``). A few
+    headers open the one stream a connection carries; a list holds them in far less than
+    a deque's 600 bytes, and each connection has two tables."""
+
+    __slots__ = ()
+
+    def appendleft(self, entry: tuple[bytes, bytes]) -> None:
+        self.insert(0, entry)
+
+
+class CompactSettings(Settings):
+    """h2's settings, each kept in a list of its one or two values rather than a deque.
+
+    A deque takes about 600 bytes however little it holds, and a connection has two
+    sets of eight settings: 10 KB of every agent's stream, 50 MB on a control plane of
+    5,000 agents (``docs/performance.md``)."""
+
+    def __init__(
+        self, client: bool = True, initial_values: dict[SettingCodes, int] | None = None
+    ) -> None:
+        super().__init__(client, initial_values)
+        for key, values in self._settings.items():
+            self._settings[key] = cast("deque[int]", _Values(values))
+
+    def __setitem__(self, key: SettingCodes | int, value: int) -> None:
+        super().__setitem__(key, value)  # a setting new to this side comes as a deque
+        values = self._settings[key]
+        if not isinstance(values, _Values):
+            self._settings[key] = cast("deque[int]", _Values(values))
+
+
 def h2_connection(client_side: bool) -> H2Connection:
     """An h2 connection whose first SETTINGS frame carries our window.
 
@@ -48,7 +93,11 @@ def h2_connection(client_side: bool) -> H2Connection:
     settings are in place before the preface is made.
     """
     conn = H2Connection(H2Configuration(client_side=client_side, header_encoding="utf-8"))
-    conn.local_settings = Settings(
+    # Nothing has been sent or read yet: the peer's settings are still the defaults.
+    conn.remote_settings = CompactSettings(client=not client_side)
+    for table in (conn.encoder.header_table, conn.decoder.header_table):
+        table.dynamic_entries = cast("deque[tuple[bytes, bytes]]", _Entries(table.dynamic_entries))
+    conn.local_settings = CompactSettings(
         client=client_side,
         initial_values={
             SettingCodes.INITIAL_WINDOW_SIZE: WINDOW,

@@ -4,6 +4,12 @@ a frame the window cuts short is finished before the next begins."""
 
 from __future__ import annotations
 
+from collections import deque
+
+from h2.connection import H2Connection
+from h2.events import Event, RemoteSettingsChanged, RequestReceived
+from h2.settings import SettingCodes
+
 from llmgw.server.fleet.stream import Answered, Reported
 from llmgw.wire.channel import WINDOW, h2_connection
 from llmgw.wire.messages import Request, Response, ShardStatus
@@ -61,3 +67,52 @@ def test_a_frame_the_window_cuts_short_is_finished_before_the_next() -> None:
     shards = [e.message.replica_id for e in pair.to_node if isinstance(e, Reported)]
     assert shards == [f"r{i}" for i in range(8)]
     assert pair.to_node[-1] == Answered(request_id)
+
+
+def _exchange(a: H2Connection, b: H2Connection) -> list[Event]:
+    """What each end has to send delivered to the other until both are quiet; the
+    events ``b`` saw."""
+    seen: list[Event] = []
+    while True:
+        out_a, out_b = a.data_to_send(), b.data_to_send()
+        if not out_a and not out_b:
+            return seen
+        if out_a:
+            seen += b.receive_data(out_a)
+        if out_b:
+            a.receive_data(out_b)
+
+
+def test_settings_and_header_tables_stay_small_and_work() -> None:
+    client, server = h2_connection(client_side=True), h2_connection(client_side=False)
+    client.initiate_connection()
+    server.initiate_connection()
+    _exchange(client, server)
+    # A setting changed mid-connection is staged, sent, acknowledged, then in force.
+    client.update_settings({SettingCodes.MAX_FRAME_SIZE: 32768})
+    changed = [e for e in _exchange(client, server) if isinstance(e, RemoteSettingsChanged)]
+    assert changed and changed[0].changed_settings[SettingCodes.MAX_FRAME_SIZE].new_value == 32768
+    assert server.remote_settings.max_frame_size == 32768
+    assert client.local_settings.max_frame_size == 32768
+    # Headers fill the dynamic tables; a second request finds them there.
+    headers = [
+        (":method", "POST"),
+        (":path", "/agent/v1/stream"),
+        (":scheme", "https"),
+        (":authority", "cp.example"),
+        ("x-llmgw-node", "gpu01"),
+    ]
+    for stream_id in (1, 3):
+        client.send_headers(stream_id, headers)
+        got = [e for e in _exchange(client, server) if isinstance(e, RequestReceived)]
+        assert got and dict(got[0].headers)["x-llmgw-node"] == "gpu01"
+    assert len(client.encoder.header_table.dynamic_entries) >= 2
+    assert list(server.decoder.header_table.dynamic_entries) == list(
+        client.encoder.header_table.dynamic_entries
+    )
+    # No deque left in either end: each holds its values in a list.
+    for conn in (client, server):
+        for settings in (conn.local_settings, conn.remote_settings):
+            assert not any(isinstance(v, deque) for v in settings._settings.values())
+        for table in (conn.encoder.header_table, conn.decoder.header_table):
+            assert not isinstance(table.dynamic_entries, deque)
