@@ -12,6 +12,7 @@ from typing import Any
 from llmgw import __version__, pki
 from llmgw.config import parse_hostport
 from llmgw.server.app import ControlPlane
+from llmgw.server.collector import Collector
 from llmgw.server.datadir import DataDir
 from llmgw.server.fleet.agentport import AgentPort
 from llmgw.server.front import (
@@ -73,6 +74,9 @@ async def serve(cp: ControlPlane) -> Handover | None:
     handover: Handover | None = None
     # mirror.api and mirror.peers, asked every 15 s (none named: done at once).
     mirrors = asyncio.create_task(cp.mirror_watch.run(cp.stopping))
+    # The cycle collector on the control plane's schedule, what lives as long as the
+    # agents' streams kept out of its walks (``llmgw.server.collector``).
+    collector = asyncio.create_task(Collector().run(cp.stopping))
     try:
         # The role first: an old leader started again learns here that another leads.
         await cp.ha.start()
@@ -114,6 +118,7 @@ async def serve(cp: ControlPlane) -> Handover | None:
         await cp.agent_port.stop()
         await cp.peer_listener.stop()
         await mirrors
+        await collector
         await cp.restarts.close()
         await store
         # What is queued goes out (within the export timeout), off the event loop.

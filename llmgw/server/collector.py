@@ -1,0 +1,131 @@
+"""When Python's cycle collector runs in the control plane, and over what.
+
+A control plane with thousands of agents holds millions of objects that live as long as
+the agents' streams do (their connections, HTTP/2 and TLS state, registered facts and
+cards) and makes as many that live a heartbeat (each heartbeat's records replace the
+last). Left to itself the interpreter promotes the heartbeat's records to its oldest
+generation, since they outlive several young collections, and starts a full collection
+each time that generation has grown by a quarter: at 5,000 nodes of 8 cards one about
+every 10 seconds, walking every object and holding the event loop for over a second
+(``docs/performance.md``): a tenth of a core, heartbeats and ``/v1`` answers late by a
+second, and a ``/metrics`` scrape that met one or two on its way.
+
+So the control plane collects on its own schedule, with the interpreter's own turned off:
+
+* every ``young`` seconds the two young generations: what was made since, a few
+  hundred thousand objects at most, milliseconds;
+* every ``settle`` seconds the oldest generation too, then what survived is frozen
+  (``gc.freeze``): kept out of every later walk. The oldest generation then holds only
+  what was promoted since, so this walk stays short however large the fleet;
+* every ``hour`` the frozen objects are walked again (``gc.unfreeze``, a full
+  collection, frozen again), so that a reference cycle among them (a connection that
+  closed) is not kept for ever: at 5,000 nodes about a second, once an hour.
+
+Objects that nothing refers to any more go at once, frozen or not (reference counting
+does not wait for the collector); only garbage in reference cycles waits for a walk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger("llmgw.collector")
+
+YOUNG = 1.0
+SETTLE = 60.0
+HOUR = 3600.0
+MIDDLE, OLDEST = 1, 2
+
+
+@dataclass
+class Walks:
+    """Collections made by the schedule, and the longest each kind held the loop."""
+
+    young: int = 0
+    settled: int = 0
+    whole: int = 0
+    longest_young: float = 0.0
+    longest_settle: float = 0.0
+    longest_whole: float = 0.0
+
+
+class Collector:
+    """The cycle collector on a schedule (see the module's docstring)."""
+
+    def __init__(self, young: float = YOUNG, settle: float = SETTLE, hour: float = HOUR) -> None:
+        if not 0 < young <= settle <= hour:
+            raise ValueError("the collector needs 0 < young <= settle <= hour")
+        self.young = young
+        self.settle = settle
+        self.hour = hour
+        self.walks = Walks()
+        self._was_enabled = gc.isenabled()
+
+    def start(self) -> None:
+        """What the control plane has loaded is frozen, and the interpreter's own
+        schedule stops."""
+        gc.disable()
+        gc.collect()
+        gc.freeze()
+
+    def stop(self) -> None:
+        """Back to the interpreter's own schedule (frozen objects are walked again)."""
+        gc.unfreeze()
+        if self._was_enabled:
+            gc.enable()
+
+    def collect_young(self) -> float:
+        start = time.perf_counter()
+        gc.collect(MIDDLE)
+        held = time.perf_counter() - start
+        self.walks.young += 1
+        self.walks.longest_young = max(self.walks.longest_young, held)
+        return held
+
+    def collect_settled(self) -> float:
+        """The oldest generation too (frozen objects aside), then what lives is frozen."""
+        start = time.perf_counter()
+        gc.collect(OLDEST)
+        gc.freeze()
+        held = time.perf_counter() - start
+        self.walks.settled += 1
+        self.walks.longest_settle = max(self.walks.longest_settle, held)
+        return held
+
+    def collect_whole(self) -> float:
+        """Every object walked, frozen ones too, then frozen again."""
+        start = time.perf_counter()
+        gc.unfreeze()
+        gc.collect(OLDEST)
+        gc.freeze()
+        held = time.perf_counter() - start
+        self.walks.whole += 1
+        self.walks.longest_whole = max(self.walks.longest_whole, held)
+        log.info("every object walked in %.3f s; %d kept", held, gc.get_freeze_count())
+        return held
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.start()
+        try:
+            settled = whole = time.monotonic()
+            while not stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), self.young)
+                    return
+                except TimeoutError:
+                    pass
+                now = time.monotonic()
+                if now - whole >= self.hour:
+                    self.collect_whole()
+                    settled = whole = now
+                elif now - settled >= self.settle:
+                    self.collect_settled()
+                    settled = now
+                else:
+                    self.collect_young()
+        finally:
+            self.stop()
