@@ -7,8 +7,10 @@ commit, ``--before``) and as it is now, side by side in one run.
 
 Rows: ``before`` (every node written, each scrape), ``cold`` (every node written into
 the kept texts, the first scrape), ``warm`` (no figure changed: every node's text
-reused) and ``beat`` (a fifth of the nodes sent a heartbeat since: 5,000 nodes beating
-every 5 s, scraped every second) and ``off`` (fleet detail off: each node's
+reused), ``beat`` (a fifth of the nodes sent a heartbeat since: 5,000 nodes beating
+every 5 s, scraped every second), ``moved`` (every node sent one since, its cards'
+health a twelfth of them: scraped every 5 s or more; the cards' steady facts and health
+are kept from the last scrape) and ``off`` (fleet detail off: each node's
 ``llmgw_node_up`` only). Each the best of ``--repeat`` runs, wall clock.
 """
 
@@ -132,6 +134,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         beat_secs = min(beat_secs, time.perf_counter() - t)
         beat_written = texts.written - n0
     rows.append(("beat", beat_secs, len(str(out)), beat_written))
+    moved_secs = float("inf")
+    for _ in range(args.repeat):
+        for i in range(args.nodes):
+            _beat(views[i], sims[i], now)
+        n0 = texts.written
+        t = time.perf_counter()
+        out = texts.text(snaps(), now=now)
+        moved_secs = min(moved_secs, time.perf_counter() - t)
+        moved_written = texts.written - n0
+    rows.append(("moved", moved_secs, len(str(out)), moved_written))
     ups = [(v.id, True) for v in views]
     secs, out = _best(args.repeat, lambda: exposition.up_metrics(ups))
     rows.append(("off", secs, len(str(out)), 0))

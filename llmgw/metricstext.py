@@ -14,10 +14,19 @@ family's list, with no map built per sample (docs/performance.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from llmgw.wire.hardware import CARD_WIDE_FIGURES, GPU, Disk, GpuHealth, IbPort, NodeVitals
+from llmgw.wire.hardware import (
+    CARD_WIDE_FIGURES,
+    GPU,
+    STEADY_FACTS,
+    Disk,
+    GpuHealth,
+    IbPort,
+    NodeVitals,
+    steady_facts,
+)
 from llmgw.wire.warnings import THROTTLE_REASONS, warning_kind
 
 # A card's fabric cluster before it joined any: not a multi-node NVLink domain.
@@ -165,6 +174,36 @@ _CARD_AT = tuple(
     for name, key, scale, _text in _CARD_FIGURES
 )
 _HEALTH_AT = tuple((_AT[name], key) for name, key, _text in _HEALTH)
+_CardFigures = tuple[tuple[int, str, float, bool], ...]
+# A card's moving figures that seldom move: written with its steady facts, and compared
+# by value to know whether they did.
+SELDOM = ("pstate", "processes", "pcie_gen", "pcie_width")
+_MOVING_AT: _CardFigures = tuple(
+    f for f in _CARD_AT if f[1] not in STEADY_FACTS and f[1] not in SELDOM
+)
+_STEADY_AT: _CardFigures = tuple(f for f in _CARD_AT if f[1] in STEADY_FACTS or f[1] in SELDOM)
+# The families ``steady_text`` writes, and ``moving_text`` never does.
+STEADY = frozenset(
+    {at for at, _key, _scale, _own in _STEADY_AT}
+    | {at for at, _key in _HEALTH_AT}
+    | {
+        _AT[name]
+        for name in (
+            "llmgw_gpu_info",
+            "llmgw_gpu_pstate",
+            "llmgw_gpu_foreign_processes",
+            "llmgw_gpu_foreign_memory_bytes",
+            "llmgw_gpu_mig_mode",
+            "llmgw_gpu_ecc_errors_total",
+            "llmgw_gpu_remapped_rows",
+            "llmgw_gpu_remap_pending",
+            "llmgw_gpu_remap_failed",
+            "llmgw_gpu_xid_errors_total",
+            "llmgw_gpu_nvlink_errors_total",
+            "llmgw_gpu_nvlink_joined",
+        )
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -239,6 +278,45 @@ def up_text(node_id: str, up: bool) -> NodeText:
 
 def node_text(node: NodeSample, kind_of: Callable[[str], str] = warning_kind) -> NodeText:
     """All of one node's samples, by family; ``kind_of`` names a warning's kind."""
+    return merged(moving_text(node, kind_of), steady_text(node))
+
+
+def merged(moving: NodeText, steady: NodeText) -> NodeText:
+    """A node's text from its two parts: each family is written by one of them."""
+    return tuple(m or s for m, s in zip(moving, steady, strict=True))
+
+
+def _cards(node: NodeSample) -> Iterator[tuple[GPU, GpuHealth | None, bool]]:
+    """Each card with its health and whether it is the first of its physical card (a
+    MIG instance after its card's first writes only its own figures)."""
+    health = {h.uuid: h for h in node.gpu_health}
+    seen: set[str] = set()
+    for gpu in node.gpus:
+        card = gpu.mig_parent or gpu.uuid
+        first = card not in seen
+        seen.add(card)
+        yield gpu, health.get(card) if first else None, first
+
+
+def steady_key(gpu: GPU) -> tuple[object, ...]:
+    """What a card's part of ``steady_text`` is made of, besides its health."""
+    return (*steady_facts(gpu), *(getattr(gpu, name) for name in SELDOM))
+
+
+def steady_text(node: NodeSample) -> NodeText:
+    """The families of the cards' steady facts, their seldom moving figures and their
+    health (``STEADY``): the same from one heartbeat to the next until one of those
+    changes (``steady_key``) or the health is read again."""
+    lines = _Lines()
+    node_id = esc(node.id)
+    for gpu, health, first in _cards(node):
+        _card_steady(lines, node_id, gpu, health, node.cuda_version, first)
+    return lines.text()
+
+
+def moving_text(node: NodeSample, kind_of: Callable[[str], str] = warning_kind) -> NodeText:
+    """Every family but ``STEADY``: the node's, its ports', disks', warnings', engines'
+    and its cards' moving figures."""
     lines = _Lines()
     add = lines.add
     node_id = esc(node.id)
@@ -276,13 +354,8 @@ def node_text(node: NodeSample, kind_of: Callable[[str], str] = warning_kind) ->
         kinds[kind] = kinds.get(kind, 0) + 1
     for kind, n in sorted(kinds.items()):
         add(_AT["llmgw_node_warnings"], f'{where},kind="{esc(kind)}"', n)
-    health = {h.uuid: h for h in node.gpu_health}
-    cards_seen: set[str] = set()
-    for gpu in node.gpus:
-        card = gpu.mig_parent or gpu.uuid
-        first = card not in cards_seen
-        cards_seen.add(card)
-        _card(lines, node_id, gpu, health.get(card) if first else None, node.cuda_version, first)
+    for gpu, _health, first in _cards(node):
+        _card_moving(lines, node_id, gpu, first)
     for shard in node.shards:
         at_shard = f'{where},replica="{esc(shard.replica)}",model="{esc(shard.model)}"'
         add(_AT["llmgw_shard_cpu_cores"], at_shard, shard.cores)
@@ -305,7 +378,40 @@ def _ports(lines: _Lines, node_id: str, ports: Iterable[IbPort]) -> None:
             lines.add(counter, f'{where},counter="{esc(name)}"', n)
 
 
-def _card(
+def _where(node_id: str, gpu: GPU) -> str:
+    return (
+        f'node="{node_id}",gpu="{gpu.index}",uuid="{esc(gpu.uuid)}",'
+        f'model="{esc(gpu.mig_class or gpu.name)}"'
+    )
+
+
+def _figures(lines: _Lines, where: str, gpu: GPU, figures: _CardFigures, whole_card: bool) -> None:
+    # The card's label text is made once; each figure is then one f-string.
+    out = lines.out
+    tail = f"{{{where}}} "
+    for at, key, scale, own in figures:
+        if whole_card or own:
+            text = _value(getattr(gpu, key), scale)
+            if text is not None:
+                out[at].append(f"{FAMILIES[at][0]}{tail}{text}\n")
+
+
+def _card_moving(lines: _Lines, node_id: str, gpu: GPU, whole_card: bool = True) -> None:
+    """One card's moving figures; a MIG instance after its card's first writes only its
+    own (memory, work), not the card's temperature, power or clocks again."""
+    where = _where(node_id, gpu)
+    _figures(lines, where, gpu, _MOVING_AT, whole_card)
+    if not whole_card:
+        return
+    # A card near its power cap goes in and out of throttling from one read to the next.
+    throttle = gpu.throttle
+    if throttle is not None:
+        at = _AT["llmgw_gpu_throttled"]
+        for reason in sorted({*THROTTLE_REASONS, *throttle}):
+            lines.add(at, f'{where},reason="{esc(reason)}"', int(reason in throttle))
+
+
+def _card_steady(
     lines: _Lines,
     node_id: str,
     gpu: GPU,
@@ -313,37 +419,22 @@ def _card(
     cuda: str | None,
     whole_card: bool = True,
 ) -> None:
-    """One card's samples; a MIG instance after its card's first writes only its own
-    figures (memory, work), not the card's temperature, power or clocks again."""
-    where = (
-        f'node="{node_id}",gpu="{gpu.index}",uuid="{esc(gpu.uuid)}",'
-        f'model="{esc(gpu.mig_class or gpu.name)}"'
-    )
-    out = lines.out
+    """One card's facts (``llmgw_gpu_info``), the figures that seldom move (``SELDOM``),
+    and its health."""
+    where = _where(node_id, gpu)
     info = (
         f'{where},driver="{esc(gpu.driver or "")}",cuda="{esc(cuda or "")}",'
         f'compute_capability="{esc(gpu.compute_capability or "")}",'
         f'bus_id="{esc(gpu.bus_id or "")}"'
     )
-    out[_AT["llmgw_gpu_info"]].append(f"llmgw_gpu_info{{{info}}} 1\n")
-    # The card's label text is made once above; each figure is then one f-string.
-    tail = f"{{{where}}} "
-    for at, key, scale, own in _CARD_AT:
-        if whole_card or own:
-            text = _value(getattr(gpu, key), scale)
-            if text is not None:
-                out[at].append(f"{FAMILIES[at][0]}{tail}{text}\n")
+    lines.out[_AT["llmgw_gpu_info"]].append(f"llmgw_gpu_info{{{info}}} 1\n")
+    _figures(lines, where, gpu, _STEADY_AT, whole_card)
     if not whole_card:
         return
     add = lines.add
     pstate = gpu.pstate
     if pstate is not None and pstate[1:].isdigit():
         add(_AT["llmgw_gpu_pstate"], where, int(pstate[1:]))
-    throttle = gpu.throttle
-    if throttle is not None:
-        at = _AT["llmgw_gpu_throttled"]
-        for reason in sorted({*THROTTLE_REASONS, *throttle}):
-            add(at, f'{where},reason="{esc(reason)}"', int(reason in throttle))
     processes = gpu.processes
     if processes is not None:
         add(_AT["llmgw_gpu_foreign_processes"], where, len(processes))
@@ -351,7 +442,7 @@ def _card(
         if all(m is not None for m in held):
             add(_AT["llmgw_gpu_foreign_memory_bytes"], where, sum(m or 0 for m in held))
     if gpu.mig_mode is not None:
-        add(_AT["llmgw_gpu_mig_mode"], where, int(gpu.mig_mode))
+        lines.add(_AT["llmgw_gpu_mig_mode"], where, int(gpu.mig_mode))
     if health is not None:
         _health(lines, where, health)
 

@@ -200,16 +200,40 @@ def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
 _PLAIN_KEYS = 10  # vitals and the records after it: by identity
 
 
+def _steady_key(view: NodeSnapshot) -> tuple[object, ...]:
+    """What a node's steady text (``metricstext.steady_text``) is made of: its cards'
+    steady facts, compared by value (each heartbeat's cards are new objects with the
+    same facts), and their health records, by identity (read a minute apart)."""
+    return (
+        view.cuda_version,
+        *map(metricstext.steady_key, view.figures.gpus),
+        None,
+        *view.gpu_health,
+    )
+
+
+@dataclass(frozen=True)
+class _Kept:
+    key: tuple[object, ...]
+    moving: metricstext.NodeText
+    steady_key: tuple[object, ...] | None  # None: a stale node, its ``up`` alone
+    steady: metricstext.NodeText
+    text: metricstext.NodeText
+
+
 class NodeTexts:
-    """Each node's text kept from the last scrape and written again only when the
-    node's figures changed; ``written`` counts the nodes written (tests read it).
+    """Each node's text kept from the last scrape, its two parts written again only
+    when what they are made of changed: the moving part (``written`` counts the nodes
+    it was written for) when a heartbeat replaced the node's records, the steady part
+    (``steady_written``) when a card's facts changed or its health was read again.
 
     Scrapes run in a worker thread, so one at a time holds the lock."""
 
     def __init__(self) -> None:
-        self._kept: dict[str, tuple[tuple[object, ...], metricstext.NodeText]] = {}
+        self._kept: dict[str, _Kept] = {}
         self._lock = threading.Lock()
         self.written = 0
+        self.steady_written = 0
 
     def clear(self) -> None:
         """Forget every node's text: what fleet detail turned off no longer needs (at
@@ -238,23 +262,37 @@ class NodeTexts:
             kept, fresh = self._kept, {}
             texts = []
             for view in sorted(nodes, key=lambda v: v.id):
-                stale = view.last_seen is None or now - view.last_seen > STALE
-                shards = _shards(view)
-                key = _key(view, stale, shards)
-                old = kept.get(view.id)
-                if old is not None and _same(old[0], key):
-                    text = old[1]
-                else:
-                    self.written += 1
-                    if stale:
-                        text = metricstext.up_text(view.id, view.up)
-                    else:
-                        text = metricstext.node_text(sample(view, shards), kind_of)
-                fresh[view.id] = (key, text)
-                texts.append(text)
+                found = self._node(view, kept.get(view.id), kind_of, now)
+                fresh[view.id] = found
+                texts.append(found.text)
             # Nodes gone since are forgotten with their records.
             self._kept = fresh
             return metricstext.parts(texts)
+
+    def _node(
+        self,
+        view: NodeSnapshot,
+        old: _Kept | None,
+        kind_of: Callable[[str], str],
+        now: float,
+    ) -> _Kept:
+        stale = view.last_seen is None or now - view.last_seen > STALE
+        shards = _shards(view)
+        key = _key(view, stale, shards)
+        if old is not None and _same(old.key, key):
+            return old
+        self.written += 1
+        if stale:
+            up = metricstext.up_text(view.id, view.up)
+            return _Kept(key, up, None, up, up)
+        moving = metricstext.moving_text(sample(view, shards), kind_of)
+        steady_key = _steady_key(view)
+        if old is not None and old.steady_key == steady_key:
+            steady = old.steady
+        else:
+            self.steady_written += 1
+            steady = metricstext.steady_text(sample(view, shards))
+        return _Kept(key, moving, steady_key, steady, metricstext.merged(moving, steady))
 
 
 def up_metrics(nodes: Iterable[tuple[str, bool]]) -> str:

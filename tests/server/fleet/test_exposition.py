@@ -6,6 +6,8 @@ import dataclasses
 import shutil
 import subprocess
 
+from llmgw import metricstext
+from llmgw.server.fleet import exposition
 from llmgw.server.fleet.exposition import (
     NodeSnapshot,
     NodeTexts,
@@ -179,6 +181,46 @@ def test_a_nodes_text_is_written_again_only_when_its_figures_change() -> None:
     texts.clear()
     texts.text([quiet], now=NOW + 120)
     assert texts.written == 5
+
+
+def test_a_cards_steady_part_is_kept_while_only_its_figures_move() -> None:
+    node = view("n1", NOW)
+    sample_ = exposition.sample(NodeSnapshot.of(node, NOW))
+    moving, steady = metricstext.moving_text(sample_), metricstext.steady_text(sample_)
+    # Each family is written by one part: the steady one by the steady part alone.
+    for at, (m, s) in enumerate(zip(moving, steady, strict=True)):
+        assert not (m and s)
+        assert not s or at in metricstext.STEADY
+        assert not m or at not in metricstext.STEADY
+    assert metricstext.merged(moving, steady) == metricstext.node_text(sample_)
+
+    texts = NodeTexts()
+    texts.text([NodeSnapshot.of(node, NOW)], now=NOW)
+    assert (texts.written, texts.steady_written) == (1, 1)
+    facts = node.facts
+    assert facts is not None
+
+    def beat(**changes: object) -> str:
+        node.live.gpus = [dataclasses.replace(facts.gpus[0], **changes)]
+        text = texts.text([NodeSnapshot.of(node, NOW)], now=NOW)
+        assert text == "\n".join(fleet_metrics([node], now=NOW)) + "\n"
+        return text
+
+    # Figures moved (new card objects, the same facts): the steady part is kept.
+    text = beat(temperature=75, power=600.0, throttle=[])
+    assert (texts.written, texts.steady_written) == (2, 1)
+    assert sample(text, "llmgw_gpu_temperature_celsius") == "75"
+    assert sample(text, "llmgw_gpu_throttled", 'reason="sw_power_cap"') == "0"
+    assert sample(text, "llmgw_gpu_info", 'driver="580.105.08"') == "1"
+    # A figure that seldom moves did (the PCIe link in use): written again.
+    text = beat(temperature=75, pcie_width=16)
+    assert (texts.written, texts.steady_written) == (3, 2)
+    assert sample(text, "llmgw_gpu_pcie_link_width") == "16"
+    # The cards' health read again (a new record): written again.
+    node.live.gpu_health = [dataclasses.replace(node.live.gpu_health[0], nvlink_active=18)]
+    text = beat(temperature=75, pcie_width=16)
+    assert (texts.written, texts.steady_written) == (4, 3)
+    assert sample(text, "llmgw_gpu_nvlink_links_active") == "18"
 
 
 def test_without_fleet_detail_only_each_nodes_up_sample() -> None:
