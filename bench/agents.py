@@ -52,6 +52,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import urllib.request
@@ -724,6 +725,9 @@ class Result:
     heartbeats_per_s: float = 0.0
     hb_p50_ms: float | None = None
     hb_p99_ms: float | None = None
+    # /healthz asked every 0.1 s through the window: its slowest answer and p99 (ms).
+    stall_max_ms: float | None = None
+    stall_p99_ms: float | None = None
     agents_cpu_core: float = 0.0
     machine_busy: float = 0.0
     machine_steal: float = 0.0
@@ -746,6 +750,7 @@ class Result:
     # then metrics_detail_note says why.
     metrics_detail_seconds: float | None = None
     metrics_detail_bytes: int | None = None
+    metrics_detail_again_seconds: float | None = None  # the next, a heartbeat later
     metrics_detail_gpu_samples: int | None = None
     metrics_detail_ping_timeouts: int | None = None
     metrics_detail_drops: int | None = None
@@ -775,11 +780,60 @@ def _machine_split(before: dict[str, float], after: dict[str, float]) -> dict[st
     return {"busy": busy / total, "steal": delta.get("steal", 0.0) / total}
 
 
+class StallProbe:
+    """Asks the control plane's ``/healthz`` every ``every`` seconds from a thread of
+    its own and keeps how long each answer took: the event loop's longest stall over a
+    window (a full collection of Python's cycle collector, a long callback) shows as the
+    slowest answer, which a heartbeat's own handling time never includes."""
+
+    def __init__(self, cp: ControlPlaneProc, every: float = 0.1) -> None:
+        self.cp = cp
+        self.every = every
+        self.times: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            with contextlib.suppress(OSError, ValueError):
+                self.cp.get("/healthz", auth=False, timeout=30)
+                self.times.append(time.monotonic() - t)
+            self._stop.wait(max(0.0, self.every - (time.monotonic() - t)))
+
+    def __enter__(self) -> StallProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def figures(self) -> tuple[float | None, float | None]:
+        """The slowest answer and the 99th percentile, in ms; None without answers."""
+        if not self.times:
+            return None, None
+        ordered = sorted(self.times)
+        return ordered[-1] * 1e3, ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e3
+
+
 def measure_window(
     cp: ControlPlaneProc, server: psutil.Process, workers: WorkerPool, window: float
 ) -> dict[str, Any]:
     """CPU and RSS of the control plane over ``window`` seconds, and what it reports."""
     worker_procs = [psutil.Process(pid) for pid in workers.pids]
+    with StallProbe(cp) as probe:
+        found = _measure(cp, server, worker_procs, window)
+    found["stall_max_ms"], found["stall_p99_ms"] = probe.figures()
+    return found
+
+
+def _measure(
+    cp: ControlPlaneProc,
+    server: psutil.Process,
+    worker_procs: list[psutil.Process],
+    window: float,
+) -> dict[str, Any]:
     status0 = cp.api("/api/v1/status")
     w0 = time.monotonic()
     c0 = _cpu_seconds([server])
@@ -882,6 +936,7 @@ def run_phase(
         result.heartbeats_per_s = m["heartbeats_per_s"]
         result.hb_p50_ms = handling.get("p50_ms")
         result.hb_p99_ms = handling.get("p99_ms")
+        result.stall_max_ms, result.stall_p99_ms = m["stall_max_ms"], m["stall_p99_ms"]
         result.agents_cpu_core = m["agents_cpu_core"]
         result.machine_busy = m["machine"]["busy"]
         result.machine_steal = m["machine"]["steal"]
@@ -891,7 +946,8 @@ def run_phase(
         result.drop_reasons = [r for c in counts for r in c["reasons"]][:5]
         log(
             f"  {phase.name}: CPU {result.cpu_core:.3f} core, RSS {result.rss_max_mb:.0f} MB, "
-            f"{result.heartbeats_per_s:.0f} heartbeats/s, drops {result.drops}"
+            f"{result.heartbeats_per_s:.0f} heartbeats/s, drops {result.drops}, /healthz "
+            f"slowest {_ms(result.stall_max_ms)} ms (p99 {_ms(result.stall_p99_ms)})"
         )
         if phase.gpus:  # after the window, so the scrapes are not in its figures
             scrape_twice(cp, server, workers, phase, result)
@@ -968,15 +1024,22 @@ def scrape_twice(
         return
     try:
         seconds, body, drops, pings = scrape(cp, workers, phase.ping)
+        # Again once every node has beaten since, as Prometheus scrapes: the nodes'
+        # texts kept from the first are written again where their figures moved.
+        time.sleep(phase.server_heartbeat)
+        again, _, drops_again, pings_again = scrape(cp, workers, phase.ping)
     finally:
         set_fleet_detail(cp, None)
     result.metrics_detail_seconds, result.metrics_detail_bytes = seconds, len(body)
+    result.metrics_detail_again_seconds = again
     result.metrics_detail_gpu_samples = _gpu_samples(body)
-    result.metrics_detail_drops, result.metrics_detail_ping_timeouts = drops, pings
+    result.metrics_detail_drops = drops + drops_again
+    result.metrics_detail_ping_timeouts = pings + pings_again
     log(
         f"  {phase.name}: /metrics ({FLEET_DETAIL} on) in {seconds:.3f} s, {len(body):,} "
-        f"bytes, {result.metrics_detail_gpu_samples:,} llmgw_gpu_ samples; "
-        f"PING timeouts {pings}, streams ended {drops}"
+        f"bytes, {result.metrics_detail_gpu_samples:,} llmgw_gpu_ samples; again "
+        f"{phase.server_heartbeat:g} s later in {again:.3f} s; PING timeouts "
+        f"{pings + pings_again}, streams ended {drops + drops_again}"
     )
 
 
@@ -1058,6 +1121,10 @@ def machine() -> str:
     return f"{psutil.cpu_count()} CPUs ({model}), {mem:.1f} GiB, Python {platform.python_version()}"
 
 
+def _secs(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f} s"
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -1097,7 +1164,8 @@ def _gpu_lines(
         lines.append(
             f"{cards}: with {FLEET_DETAIL} on: {gpu['metrics_detail_seconds']:.3f} s, "
             f"{gpu['metrics_detail_bytes']:,} bytes, "
-            f"{gpu['metrics_detail_gpu_samples']:,} llmgw_gpu_ samples, "
+            f"{gpu['metrics_detail_gpu_samples']:,} llmgw_gpu_ samples, a heartbeat later "
+            f"again in {_secs(gpu.get('metrics_detail_again_seconds'))}, "
             f"{_count(gpu.get('metrics_detail_ping_timeouts'))} PING timeouts"
         )
     elif gpu.get("metrics_detail_note"):
@@ -1149,7 +1217,7 @@ def report(
         )
     header = (
         f"{'agents':>6}  {'phase':<9}  {'CP CPU':>6}  {'CP RSS MB':>9}  {'hb/s':>5}  "
-        f"{'hb p50 ms':>9}  {'hb p99 ms':>9}  {'frame B':>7}  {'+health B':>9}  "
+        f"{'hb p50 ms':>9}  {'hb p99 ms':>9}  {'stall ms':>8}  {'frame B':>7}  {'+health B':>9}  "
         f"{'agents CPU':>10}  {'busy':>4}  "
         f"{'drops':>5}  {'ready s':>7}  {'ramp CPU':>8}  {'ramp drops':>10}  "
         f"{'scrape PING t/o':>15}"
@@ -1161,6 +1229,7 @@ def report(
                 f"{r['agents']:>6}  {r['phase']:<9}  {r['cpu_core']:>6.3f}  "
                 f"{r['rss_max_mb']:>9.0f}  {r['heartbeats_per_s']:>5.0f}  "
                 f"{_ms(r['hb_p50_ms']):>9}  {_ms(r['hb_p99_ms']):>9}  "
+                f"{_ms(r.get('stall_max_ms')):>8}  "
                 f"{r.get('frame_bytes', 0):>7}  "
                 f"{r.get('frame_health_bytes', 0) if r.get('gpus') else '-':>9}  "
                 f"{r['agents_cpu_core']:>10.2f}  {r['machine_busy']:>4.0%}  {r['drops']:>5}  "
@@ -1219,7 +1288,9 @@ def report(
     lines.append(
         "CP = the control plane process (user+system CPU / wall, 1.0 = one core; RSS max over "
         "the window); hb p50/p99 = /api/v1/status heartbeat_handling (decode + registry "
-        "update, last 50,000 heartbeats); agents CPU = the worker processes'; busy = the "
+        "update, last 50,000 heartbeats); stall ms = the slowest of /healthz asked every "
+        "0.1 s through the window (the event loop's longest stall); agents CPU = the "
+        "worker processes'; busy = the "
         "whole machine's CPU use; drops = agent streams that ended during the window; "
         "frame B = one encoded Heartbeat frame (length prefix and msgpack; with cards, their "
         "moving figures alone, as after a stream's first), +health B = one with the cards' "
