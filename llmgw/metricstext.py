@@ -174,6 +174,9 @@ _CARD_AT = tuple(
     for name, key, scale, _text in _CARD_FIGURES
 )
 _HEALTH_AT = tuple((_AT[name], key) for name, key, _text in _HEALTH)
+_THROTTLED = _AT["llmgw_gpu_throttled"]
+_KNOWN_REASONS = frozenset(THROTTLE_REASONS)
+_REASON_LABELS = tuple((r, f',reason="{esc(r)}"') for r in sorted(THROTTLE_REASONS))
 _CardFigures = tuple[tuple[int, str, float, bool], ...]
 # A card's moving figures that seldom move: written with its steady facts, and compared
 # by value to know whether they did.
@@ -405,10 +408,17 @@ def _card_moving(lines: _Lines, node_id: str, gpu: GPU, whole_card: bool = True)
         return
     # A card near its power cap goes in and out of throttling from one read to the next.
     throttle = gpu.throttle
-    if throttle is not None:
-        at = _AT["llmgw_gpu_throttled"]
-        for reason in sorted({*THROTTLE_REASONS, *throttle}):
-            lines.add(at, f'{where},reason="{esc(reason)}"', int(reason in throttle))
+    if throttle is None:
+        return
+    out = lines.out[_THROTTLED]
+    if all(reason in _KNOWN_REASONS for reason in throttle):
+        # The usual case, nine lines a card: each reason's label made once, here.
+        for reason, label in _REASON_LABELS:
+            on = "1" if reason in throttle else "0"
+            out.append(f"llmgw_gpu_throttled{{{where}{label}}} {on}\n")
+        return
+    for reason in sorted({*THROTTLE_REASONS, *throttle}):
+        lines.add(_THROTTLED, f'{where},reason="{esc(reason)}"', int(reason in throttle))
 
 
 def _card_steady(

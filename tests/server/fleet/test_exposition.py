@@ -19,6 +19,7 @@ from llmgw.server.fleet.exposition import (
 from llmgw.server.fleet.nodeview import NodeView
 from llmgw.wire.messages import ShardStatus, ShardUsage
 from llmgw.wire.states import NodeState, ShardState
+from llmgw.wire.warnings import THROTTLE_REASONS
 from tests.support.nodefacts import facts
 from tests.support.nodefacts import live as figures
 
@@ -221,6 +222,25 @@ def test_a_cards_steady_part_is_kept_while_only_its_figures_move() -> None:
     text = beat(temperature=75, pcie_width=16)
     assert (texts.written, texts.steady_written) == (4, 3)
     assert sample(text, "llmgw_gpu_nvlink_links_active") == "18"
+
+
+def test_throttle_reasons_known_and_new() -> None:
+    def reasons(throttle: list[str]) -> dict[str, str | None]:
+        node = view("n1", NOW)
+        facts = node.facts
+        assert facts is not None
+        node.live.gpus = [dataclasses.replace(facts.gpus[0], throttle=throttle)]
+        text = "\n".join(fleet_metrics([node], now=NOW))
+        lines = [line for line in text.splitlines() if line.startswith("llmgw_gpu_throttled{")]
+        return {line.split('reason="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in lines}
+
+    known = reasons(["hw_slowdown"])
+    assert sorted(known) == sorted(THROTTLE_REASONS)
+    assert known["hw_slowdown"] == "1" and known["gpu_idle"] == "0"
+    # A reason this version does not know is written too, in its place among the others.
+    new = reasons(["hw_slowdown", "a_new_reason"])
+    assert list(new) == sorted([*THROTTLE_REASONS, "a_new_reason"])
+    assert new["a_new_reason"] == "1" and new["hw_slowdown"] == "1" and new["gpu_idle"] == "0"
 
 
 def test_without_fleet_detail_only_each_nodes_up_sample() -> None:
