@@ -57,6 +57,9 @@ async def test_a_fleet_in_many_pieces(
     answer = await client.get("/metrics", headers=headers)
     assert answer.status_code == 200
     assert answer.headers.get("content-encoding") == ("gzip" if gzip else None)
+    # Made whole before it goes: sent with its length, not chunked.
+    assert int(answer.headers["content-length"]) == sum(len(p) for p in pieces)
+    assert "transfer-encoding" not in answer.headers
     text = answer.text  # httpx undoes the gzip
     assert text == await cp.scrape.text()
     for i in range(11):
