@@ -124,26 +124,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     n0 = texts.written
     secs, out = _best(args.repeat, lambda: texts.text(snaps(), now=now))
     rows.append(("warm", secs, len(str(out)), (texts.written - n0) // args.repeat))
-    beat_secs = float("inf")
-    for r in range(args.repeat):
-        for i in range(r, args.nodes, 5):
-            _beat(views[i], sims[i], now)
-        n0 = texts.written
-        t = time.perf_counter()
-        out = texts.text(snaps(), now=now)
-        beat_secs = min(beat_secs, time.perf_counter() - t)
-        beat_written = texts.written - n0
-    rows.append(("beat", beat_secs, len(str(out)), beat_written))
-    moved_secs = float("inf")
-    for _ in range(args.repeat):
-        for i in range(args.nodes):
-            _beat(views[i], sims[i], now)
-        n0 = texts.written
-        t = time.perf_counter()
-        out = texts.text(snaps(), now=now)
-        moved_secs = min(moved_secs, time.perf_counter() - t)
-        moved_written = texts.written - n0
-    rows.append(("moved", moved_secs, len(str(out)), moved_written))
+
+    def after(beating: Callable[[int], range]) -> tuple[float, int, int]:
+        """Best seconds of a scrape after the nodes ``beating(round)`` names beat, the
+        text's size and the nodes written."""
+        best, size, written = float("inf"), 0, 0
+        for r in range(args.repeat):
+            for i in beating(r):
+                _beat(views[i], sims[i], now)
+            n0 = texts.written
+            t = time.perf_counter()
+            out = texts.text(snaps(), now=now)
+            best = min(best, time.perf_counter() - t)
+            size, written = len(out), texts.written - n0
+        return best, size, written
+
+    rows.append(("beat", *after(lambda r: range(r, args.nodes, 5))))
+    rows.append(("moved", *after(lambda r: range(args.nodes))))
     ups = [(v.id, True) for v in views]
     secs, out = _best(args.repeat, lambda: exposition.up_metrics(ups))
     rows.append(("off", secs, len(str(out)), 0))

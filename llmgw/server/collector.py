@@ -31,7 +31,7 @@ import asyncio
 import gc
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 log = logging.getLogger("llmgw.collector")
 
@@ -42,15 +42,18 @@ MIDDLE, OLDEST = 1, 2
 
 
 @dataclass
-class Walks:
-    """Collections made by the schedule, and the longest each kind held the loop."""
+class Tally:
+    """Walks of one kind made by the schedule, and the longest one held the loop."""
 
-    young: int = 0
-    settled: int = 0
-    whole: int = 0
-    longest_young: float = 0.0
-    longest_settle: float = 0.0
-    longest_whole: float = 0.0
+    count: int = 0
+    longest: float = 0.0
+
+
+@dataclass
+class Walks:
+    young: Tally = field(default_factory=Tally)
+    settled: Tally = field(default_factory=Tally)
+    whole: Tally = field(default_factory=Tally)
 
 
 class Collector:
@@ -79,33 +82,31 @@ class Collector:
             gc.enable()
 
     def collect_young(self) -> float:
-        start = time.perf_counter()
-        gc.collect(MIDDLE)
-        held = time.perf_counter() - start
-        self.walks.young += 1
-        self.walks.longest_young = max(self.walks.longest_young, held)
-        return held
+        """The two young generations."""
+        return self._walk(self.walks.young, MIDDLE)
 
     def collect_settled(self) -> float:
         """The oldest generation too (frozen objects aside), then what lives is frozen."""
-        start = time.perf_counter()
-        gc.collect(OLDEST)
-        gc.freeze()
-        held = time.perf_counter() - start
-        self.walks.settled += 1
-        self.walks.longest_settle = max(self.walks.longest_settle, held)
-        return held
+        return self._walk(self.walks.settled, OLDEST, freeze=True)
 
     def collect_whole(self) -> float:
         """Every object walked, frozen ones too, then frozen again."""
-        start = time.perf_counter()
-        gc.unfreeze()
-        gc.collect(OLDEST)
-        gc.freeze()
-        held = time.perf_counter() - start
-        self.walks.whole += 1
-        self.walks.longest_whole = max(self.walks.longest_whole, held)
+        held = self._walk(self.walks.whole, OLDEST, thaw=True, freeze=True)
         log.info("every object walked in %.3f s; %d kept", held, gc.get_freeze_count())
+        return held
+
+    @staticmethod
+    def _walk(tally: Tally, generation: int, *, thaw: bool = False, freeze: bool = False) -> float:
+        """One collection; the seconds it held the interpreter."""
+        start = time.perf_counter()
+        if thaw:
+            gc.unfreeze()
+        gc.collect(generation)
+        if freeze:
+            gc.freeze()
+        held = time.perf_counter() - start
+        tally.count += 1
+        tally.longest = max(tally.longest, held)
         return held
 
     async def run(self, stop: asyncio.Event) -> None:

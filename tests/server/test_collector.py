@@ -54,7 +54,7 @@ def test_young_cycles_go_at_the_next_young_walk(collector: Collector) -> None:
     assert ref() is not None  # a cycle: reference counting alone keeps it
     collector.collect_young()
     assert ref() is None
-    assert collector.walks.young == 1
+    assert collector.walks.young.count == 1
 
 
 def test_a_frozen_cycle_waits_for_the_whole_walk(collector: Collector) -> None:
@@ -67,14 +67,14 @@ def test_a_frozen_cycle_waits_for_the_whole_walk(collector: Collector) -> None:
     assert ref() is not None
     collector.collect_whole()
     assert ref() is None
-    assert (collector.walks.settled, collector.walks.whole) == (2, 1)
+    assert (collector.walks.settled.count, collector.walks.whole.count) == (2, 1)
 
 
 def test_the_schedule_runs_each_walk_and_ends_with_the_stop(collector: Collector) -> None:
     async def go() -> None:
         stop = asyncio.Event()
         task = asyncio.create_task(collector.run(stop))
-        while collector.walks.whole == 0:
+        while collector.walks.whole.count == 0:
             await asyncio.sleep(0.01)
         assert not gc.isenabled()
         stop.set()
@@ -82,8 +82,9 @@ def test_the_schedule_runs_each_walk_and_ends_with_the_stop(collector: Collector
 
     asyncio.run(go())
     walks = collector.walks
-    assert walks.young > walks.settled >= 1
-    assert walks.whole >= 1
+    assert walks.young.count > walks.settled.count >= 1
+    assert walks.whole.count >= 1
+    assert walks.whole.longest > 0
     assert gc.isenabled()
     assert gc.get_freeze_count() == 0
 
