@@ -718,6 +718,31 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"x{a / b:.3f}" if a is not None and b else "-"
 
 
+# (run, figure, words) compared side by side between two ways.
+_COMPARED = (
+    ("c1", "p50_ms", "p50 at c=1"),
+    ("c16", "rps", "req/s at c=16"),
+    ("c16", "cpu_us", "CPU us a request at c=16"),
+    ("c64", "rps", "req/s at c=64"),
+    ("stream16", "rps", "streamed req/s at c=16"),
+    ("stream16", "cpu_us", "CPU us a streamed request"),
+)
+
+
+def _side_by_side(
+    a: Sequence[dict[str, Any]],
+    b: Sequence[dict[str, Any]],
+    compared: Sequence[tuple[str, str, str]],
+) -> str:
+    """Each figure both ways have, ``a``'s against ``b``'s."""
+    parts = []
+    for run, name, words in compared:
+        x, y = figure(a, run, name), figure(b, run, name)
+        if x is not None and y is not None:
+            parts.append(f"{words} {x:,.3f} against {y:,.3f} ({_ratio(x, y)})")
+    return "; ".join(parts)
+
+
 def report(results: dict[str, Any]) -> list[str]:
     ways: dict[str, list[dict[str, Any]]] = results["ways"]
     lines = [
@@ -798,34 +823,12 @@ def report(results: dict[str, Any]) -> list[str]:
         base = measured.get(name.replace("llmgw", "base", 1)) if name.startswith("llmgw") else None
         if base is None:
             continue
-        gw = measured[name]
-        parts = []
-        for run, field, words in (
-            ("c1", "p50_ms", "p50 at c=1"),
-            ("c16", "rps", "req/s at c=16"),
-            ("c16", "cpu_us", "CPU us a request at c=16"),
-            ("c64", "rps", "req/s at c=64"),
-            ("stream16", "rps", "streamed req/s at c=16"),
-            ("stream16", "cpu_us", "CPU us a streamed request"),
-        ):
-            a, b = figure(gw, run, field), figure(base, run, field)
-            if a is not None and b is not None:
-                parts.append(f"{words} {a:,.3f} against {b:,.3f} ({_ratio(a, b)})")
-        lines.append(f"{name} vs {name.replace('llmgw', 'base', 1)}: " + "; ".join(parts))
+        side = _side_by_side(measured[name], base, _COMPARED)
+        lines.append(f"{name} vs {name.replace('llmgw', 'base', 1)}: {side}")
     traced, untraced = measured.get("traced"), measured.get("llmgw")
     if traced and untraced:
-        parts = []
-        for run, field, words in (
-            ("c1", "p50_ms", "p50 at c=1"),
-            ("c16", "rps", "req/s at c=16"),
-            ("c16", "cpu_us", "CPU us a request at c=16"),
-            ("stream16", "rps", "streamed req/s at c=16"),
-            ("stream16", "cpu_us", "CPU us a streamed request"),
-        ):
-            a, b = figure(traced, run, field), figure(untraced, run, field)
-            if a is not None and b is not None:
-                parts.append(f"{words} {a:,.3f} against {b:,.3f} ({_ratio(a, b)})")
-        lines.append("traced (tracing on) vs llmgw (off): " + "; ".join(parts))
+        side = _side_by_side(traced, untraced, [c for c in _COMPARED if c[0] != "c64"])
+        lines.append(f"traced (tracing on) vs llmgw (off): {side}")
     for name in gateways:
         bare = measured.get(name.removesuffix("-levels")) if name.endswith("-levels") else None
         if bare is None:
