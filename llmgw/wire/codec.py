@@ -24,6 +24,8 @@ from typing import Any, NoReturn, TypeVar, Union, cast
 
 _T = TypeVar("_T")
 Coerce = Callable[[Any, str], Any]
+# A written decoder: a map as the wire carries it to its record, or ``_Slow``.
+Fast = Callable[[dict[str, Any]], object]
 
 
 class MessageError(ValueError):
@@ -211,8 +213,8 @@ def _as_float(value: object) -> float:
     raise _Slow
 
 
-_DECODERS: dict[type, Callable[[Any], Any]] = {}
-_FAST: dict[type, Callable[[Any], Any]] = {}
+_DECODERS: dict[type, Callable[[dict[str, Any]], object]] = {}
+_FAST: dict[type, Fast] = {}
 
 
 class _Writer:
@@ -234,7 +236,7 @@ class _Writer:
         self.names[key] = value
         return key
 
-    def expr(self, tp: Any, var: str, depth: int) -> str:
+    def expr(self, tp: object, var: str, depth: int) -> str:
         """An expression that is ``var`` decoded as ``tp``, or raises ``_Slow``."""
         origin = typing.get_origin(tp)
         if tp is Any:
@@ -275,14 +277,14 @@ def _enum_reader(members: type[enum.Enum]) -> Callable[[object], enum.Enum]:
     return read
 
 
-def _fast(cls: type) -> Callable[[Any], Any]:
+def _fast(cls: type) -> Fast:
     """The fast decoder of ``cls``, written once and kept; raises ``_Slow``."""
     found = _FAST.get(cls)
     if found is not None:
         return found
 
     # A dataclass that refers to itself finds this while its own decoder is written.
-    def pending(data: Any) -> Any:
+    def pending(data: dict[str, Any]) -> object:
         return _FAST[cls](data)
 
     _FAST[cls] = pending
@@ -290,7 +292,7 @@ def _fast(cls: type) -> Callable[[Any], Any]:
     fields = dataclasses.fields(cls)
     if any(not f.init or f.kw_only for f in fields):
         # Not worth writing for: a class the messages do not have.
-        def generic(data: Any) -> Any:
+        def generic(data: dict[str, Any]) -> object:
             try:
                 return from_map(cls, data)
             except MessageError:
@@ -333,12 +335,12 @@ def _fast(cls: type) -> Callable[[Any], Any]:
         lines.append("    return o")
     scope: dict[str, Any] = dict(w.names)
     exec("\n".join(lines), scope)  # noqa: S102 - source written above from type hints
-    fast: Callable[[Any], Any] = scope["decode"]
+    fast: Fast = scope["decode"]
     _FAST[cls] = fast
     return fast
 
 
-def merged(record: _T, changes: dict[str, Any]) -> _T:
+def merged(record: _T, changes: dict[str, object]) -> _T:
     """``dataclasses.replace(record, **changes)`` for a frozen record of the wire (no
     ``__post_init__``, no slots): its instance dict copied and updated, without the
     class's one call per field in ``__init__`` (a card and its heartbeat, thousands a
@@ -355,7 +357,7 @@ def decoder(cls: type[_T]) -> Callable[[dict[str, Any]], _T]:
     the same result, and the same error for a map it cannot take."""
     found = _DECODERS.get(cls)
     if found is not None:
-        return found
+        return cast("Callable[[dict[str, Any]], _T]", found)
     fast = _fast(cls)
 
     def decode(data: dict[str, Any]) -> _T:
