@@ -285,13 +285,14 @@ class NodeTexts:
         if stale:
             up = metricstext.up_text(view.id, view.up)
             return _Kept(key, up, None, up, up)
-        moving = metricstext.moving_text(sample(view, shards), kind_of)
+        figures = sample(view, shards)
+        moving = metricstext.moving_text(figures, kind_of)
         steady_key = _steady_key(view)
         if old is not None and old.steady_key == steady_key:
             steady = old.steady
         else:
             self.steady_written += 1
-            steady = metricstext.steady_text(sample(view, shards))
+            steady = metricstext.steady_text(figures)
         return _Kept(key, moving, steady_key, steady, metricstext.merged(moving, steady))
 
 
