@@ -12,7 +12,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import RawTestServer
 
 from llmgw.config import GatewayConfig
 from llmgw.server.catalog.model import Adapter, Model, Profile
@@ -24,6 +23,7 @@ from llmgw.server.store import ApiKeyRecord, SQLiteStore
 from llmgw.wire.messages import AdapterSpec, ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 from tests.support.fakeengine import FakeEngine
+from tests.support.gatewayserve import served
 
 KEYS = {
     "sk-llmgw-all": (),  # every model and adapter
@@ -108,15 +108,10 @@ async def gw(tmp_path: Path) -> AsyncIterator[Harness]:
     )
     for i, (key, models) in enumerate(KEYS.items()):
         gateway.keys.changed(ApiKeyRecord(f"k{i}", key, key_hash(key), models=models))
-    server = RawTestServer(gateway.handle)
-    await server.start_server()
-    http = aiohttp.ClientSession()
     try:
-        yield Harness(gateway, loaded, old, vllm, str(server.make_url("")), http, catalog)
+        async with served(gateway) as (url, http):
+            yield Harness(gateway, loaded, old, vllm, url, http, catalog)
     finally:
-        await http.close()
-        await server.close()
-        await gateway.close()
         for engine in (loaded, old, vllm):
             await engine.stop()
         await store.close()

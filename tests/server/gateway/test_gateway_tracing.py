@@ -13,7 +13,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-from aiohttp.test_utils import RawTestServer
 
 from llmgw.config import GatewayConfig, TracingConfig
 from llmgw.server.fleet.nodeview import NodeView
@@ -25,6 +24,7 @@ from llmgw.wire.states import NodeState, ShardState
 from tests.server.gateway.test_proxy import CHAT, KEY, model
 from tests.server.gateway.test_resume import ASKED
 from tests.support.fakeengine import FakeEngine
+from tests.support.gatewayserve import served
 from tests.support.otlp import Received, black_hole, closed_port, receiver
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -76,15 +76,10 @@ async def traced_gateway(tmp_path: Path, tracing: Tracing) -> AsyncIterator[Trac
         tracing=tracing,
     )
     gateway.keys.changed(ApiKeyRecord("k1", "tester", key_hash(KEY)))
-    server = RawTestServer(gateway.handle)
-    await server.start_server()
-    http = aiohttp.ClientSession()
     try:
-        yield Traced(gateway, str(server.make_url("")), http, engines)
+        async with served(gateway) as (url, http):
+            yield Traced(gateway, url, http, engines)
     finally:
-        await http.close()
-        await server.close()
-        await gateway.close()
         for engine in engines:
             await engine.stop()
         await store.close()

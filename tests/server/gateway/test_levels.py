@@ -16,7 +16,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import RawTestServer
 
 from llmgw.config import GatewayConfig
 from llmgw.server.catalog.model import Model, Profile
@@ -29,6 +28,7 @@ from llmgw.server.store import ApiKeyRecord, SQLiteStore
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 from tests.support.fakeengine import FakeEngine
+from tests.support.gatewayserve import served
 
 KEY = "sk-llmgw-levels"
 OTHER = "sk-llmgw-levels-other"
@@ -148,15 +148,10 @@ async def harness(
             record("k2", OTHER),
         ]
     )
-    server = RawTestServer(gateway.handle)
-    await server.start_server()
-    http = aiohttp.ClientSession()
     try:
-        yield Harness(gateway, str(server.make_url("")), http, snap)
+        async with served(gateway) as (url, http):
+            yield Harness(gateway, url, http, snap)
     finally:
-        await http.close()
-        await server.close()
-        await gateway.close()
         await engine.stop()
         await store.close()
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp.test_utils import RawTestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -30,6 +29,7 @@ from llmgw.server.store import ApiKeyRecord, SQLiteStore
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 from tests.support.fakeengine import FakeEngine
+from tests.support.gatewayserve import served
 
 KEY = "sk-llmgw-test"
 
@@ -96,15 +96,10 @@ async def harness(
     config = config or GatewayConfig(start_wait=0.0)
     gateway = Gateway(store, nodes, catalog, b"s" * 32, config, lambda name, start: None)
     gateway.keys.changed(ApiKeyRecord("k1", "tester", key_hash(KEY), rpm=rpm, tpm=tpm))
-    server = RawTestServer(gateway.handle)
-    await server.start_server()
-    http = aiohttp.ClientSession()
     try:
-        yield Harness(gateway, engines, str(server.make_url("")), http, nodes, catalog)
+        async with served(gateway) as (url, http):
+            yield Harness(gateway, engines, url, http, nodes, catalog)
     finally:
-        await http.close()
-        await server.close()
-        await gateway.close()
         for engine in engines:
             await engine.stop()
         await store.close()

@@ -14,7 +14,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
-from aiohttp.test_utils import RawTestServer
 
 from llmgw.config import GatewayConfig
 from llmgw.server.audittrail import AuditTrail
@@ -29,6 +28,7 @@ from llmgw.server.store import ApiKeyRecord, SQLiteStore
 from llmgw.wire.messages import ShardStatus
 from llmgw.wire.states import NodeState, ShardState
 from tests.support.fakeengine import FakeEngine
+from tests.support.gatewayserve import served
 
 KEY = "sk-llmgw-guarded"
 PLAIN = "sk-llmgw-plain"
@@ -125,8 +125,8 @@ async def harness(tmp_path: Path, policies: tuple[str, ...] = ("p",)) -> AsyncIt
     judge = await JudgeEngine().start()
     view = NodeView(id="a", cert_serial=1, state=NodeState.READY, address="127.0.0.1")
     catalog = SimpleNamespace(models={"m": _model("m"), "judge": _model("judge")}, version=1)
-    served = (("m.default.00000000", engine.port), ("judge.default.00000001", judge.port))
-    for rid, port in served:
+    replicas = (("m.default.00000000", engine.port), ("judge.default.00000001", judge.port))
+    for rid, port in replicas:
         view.shards[rid] = ShardStatus(replica_id=rid, state=ShardState.READY, port=port)
     nodes = SimpleNamespace(nodes={"a": view}, version=1)
     made: list[Gateway] = []
@@ -152,15 +152,10 @@ async def harness(tmp_path: Path, policies: tuple[str, ...] = ("p",)) -> AsyncIt
             ApiKeyRecord("k2", "plain", key_hash(PLAIN)),
         ]
     )
-    server = RawTestServer(gateway.handle)
-    await server.start_server()
-    http = aiohttp.ClientSession()
     try:
-        yield Harness(gateway, guard, engine, judge, store, str(server.make_url("")), http)
+        async with served(gateway) as (url, http):
+            yield Harness(gateway, guard, engine, judge, store, url, http)
     finally:
-        await http.close()
-        await server.close()
-        await gateway.close()
         await engine.stop()
         await judge.stop()
         await store.close()
