@@ -681,8 +681,14 @@ class ControlPlaneProc:
     def api(self, path: str, *, auth: bool = True, timeout: float = 30) -> Any:
         return json.loads(self.get(path, auth=auth, timeout=timeout))
 
-    def get(self, path: str, *, auth: bool = True, timeout: float = 30) -> bytes:
+    def get(
+        self, path: str, *, auth: bool = True, timeout: float = 30, gzip: bool = False
+    ) -> bytes:
+        """``path``'s body; asked for gzip (as Prometheus asks for its scrapes), the body
+        as it came, compressed or not (``inflated`` reads it)."""
         headers = {"authorization": f"Bearer {self.admin_token}"} if auth else {}
+        if gzip:
+            headers["accept-encoding"] = "gzip"
         req = urllib.request.Request(f"http://{self.http}{path}", headers=headers)
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             body: bytes = resp.read()
@@ -751,6 +757,11 @@ class Result:
     metrics_detail_seconds: float | None = None
     metrics_detail_bytes: int | None = None
     metrics_detail_again_seconds: float | None = None  # the next, a heartbeat later
+    # Those two asked for gzip, as Prometheus does; then one more asking for plain text,
+    # and a first one (the nodes' texts forgotten) asking for plain text.
+    metrics_detail_gzip_bytes: int | None = None
+    metrics_detail_plain_seconds: float | None = None
+    metrics_detail_plain_first_seconds: float | None = None
     metrics_detail_gpu_samples: int | None = None
     metrics_detail_ping_timeouts: int | None = None
     metrics_detail_drops: int | None = None
@@ -971,13 +982,16 @@ def _ended_counts(workers: WorkerPool) -> tuple[int, int]:
     return sum(c["ended"] for c in counts), sum(c["ping_timeouts"] for c in counts)
 
 
-def scrape(cp: ControlPlaneProc, workers: WorkerPool, ping: float) -> tuple[float, bytes, int, int]:
-    """One /metrics scrape: its seconds and body, and the agents' streams that ended
-    (all, and on an unanswered PING) from its start until a PING interval and a second
-    after it: a stream whose PING went unanswered during the scrape ends by then."""
+def scrape(
+    cp: ControlPlaneProc, workers: WorkerPool, ping: float, gzip: bool = False
+) -> tuple[float, bytes, int, int]:
+    """One /metrics scrape (asking for gzip, as Prometheus does, when ``gzip``): its
+    seconds and body as it came, and the agents' streams that ended (all, and on an
+    unanswered PING) from its start until a PING interval and a second after it: a
+    stream whose PING went unanswered during the scrape ends by then."""
     ended0, pings0 = _ended_counts(workers)
     t0 = time.monotonic()
-    body = cp.get("/metrics", timeout=120)
+    body = cp.get("/metrics", timeout=120, gzip=gzip)
     seconds = time.monotonic() - t0
     time.sleep(ping + 1.0)
     ended1, pings1 = _ended_counts(workers)
@@ -1023,23 +1037,36 @@ def scrape_twice(
         log(f"  {phase.name}: {FLEET_DETAIL} {result.metrics_detail_note}")
         return
     try:
-        seconds, body, drops, pings = scrape(cp, workers, phase.ping)
-        # Again once every node has beaten since, as Prometheus scrapes: the nodes'
-        # texts kept from the first are written again where their figures moved.
+        # As Prometheus scrapes: asking for gzip, and again once every node has beaten
+        # since (the nodes' texts kept from the first are written again where their
+        # figures moved); then once more asking for plain text, for comparison.
+        seconds, packed, drops, pings = scrape(cp, workers, phase.ping, gzip=True)
         time.sleep(phase.server_heartbeat)
-        again, _, drops_again, pings_again = scrape(cp, workers, phase.ping)
+        again, _, drops_again, pings_again = scrape(cp, workers, phase.ping, gzip=True)
+        time.sleep(phase.server_heartbeat)
+        plain, body, drops_plain, pings_plain = scrape(cp, workers, phase.ping)
+        # And the first scrape asking for plain text: fleet detail off for one scrape
+        # (which forgets the nodes' texts), then on again.
+        set_fleet_detail(cp, None)
+        cp.get("/metrics", timeout=120)
+        set_fleet_detail(cp, "on")
+        cold, _, drops_cold, pings_cold = scrape(cp, workers, phase.ping)
     finally:
         set_fleet_detail(cp, None)
     result.metrics_detail_seconds, result.metrics_detail_bytes = seconds, len(body)
+    result.metrics_detail_gzip_bytes = len(packed)
     result.metrics_detail_again_seconds = again
+    result.metrics_detail_plain_seconds = plain
+    result.metrics_detail_plain_first_seconds = cold
     result.metrics_detail_gpu_samples = _gpu_samples(body)
-    result.metrics_detail_drops = drops + drops_again
-    result.metrics_detail_ping_timeouts = pings + pings_again
+    result.metrics_detail_drops = drops + drops_again + drops_plain + drops_cold
+    result.metrics_detail_ping_timeouts = pings + pings_again + pings_plain + pings_cold
     log(
-        f"  {phase.name}: /metrics ({FLEET_DETAIL} on) in {seconds:.3f} s, {len(body):,} "
-        f"bytes, {result.metrics_detail_gpu_samples:,} llmgw_gpu_ samples; again "
-        f"{phase.server_heartbeat:g} s later in {again:.3f} s; PING timeouts "
-        f"{pings + pings_again}, streams ended {drops + drops_again}"
+        f"  {phase.name}: /metrics ({FLEET_DETAIL} on, gzip) in {seconds:.3f} s, "
+        f"{len(packed):,} bytes; again {phase.server_heartbeat:g} s later in {again:.3f} s; "
+        f"plain text in {plain:.3f} s ({cold:.3f} s the first), {len(body):,} bytes, "
+        f"{result.metrics_detail_gpu_samples:,} llmgw_gpu_ samples; PING timeouts "
+        f"{result.metrics_detail_ping_timeouts}, streams ended {result.metrics_detail_drops}"
     )
 
 
@@ -1162,10 +1189,14 @@ def _gpu_lines(
         )
     if gpu.get("metrics_detail_seconds") is not None:
         lines.append(
-            f"{cards}: with {FLEET_DETAIL} on: {gpu['metrics_detail_seconds']:.3f} s, "
+            f"{cards}: with {FLEET_DETAIL} on, as Prometheus asks (gzip): "
+            f"{gpu['metrics_detail_seconds']:.3f} s, "
+            f"{_count(gpu.get('metrics_detail_gzip_bytes'))} bytes; a heartbeat later "
+            f"again in {_secs(gpu.get('metrics_detail_again_seconds'))}; asking for plain "
+            f"text {_secs(gpu.get('metrics_detail_plain_seconds'))} (the first "
+            f"{_secs(gpu.get('metrics_detail_plain_first_seconds'))}), "
             f"{gpu['metrics_detail_bytes']:,} bytes, "
-            f"{gpu['metrics_detail_gpu_samples']:,} llmgw_gpu_ samples, a heartbeat later "
-            f"again in {_secs(gpu.get('metrics_detail_again_seconds'))}, "
+            f"{gpu['metrics_detail_gpu_samples']:,} llmgw_gpu_ samples; "
             f"{_count(gpu.get('metrics_detail_ping_timeouts'))} PING timeouts"
         )
     elif gpu.get("metrics_detail_note"):
