@@ -101,6 +101,27 @@ def test_the_agent_role_does_not_load_the_web_stack_or_the_ui() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+# What only a feature some clusters use needs: loaded when it is used (the LDAP and OIDC
+# sign-ins, reading a GGUF file), never by a control plane that starts and serves /v1.
+SERVER_SPARED = ("ldap3", "authlib", "joserfc", "httpx", "gguf", "numpy")
+SERVER_IMPORTS = """
+import sys
+import llmgw.cli, llmgw.server.process, llmgw.server.app
+loaded = sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1:]))
+assert not loaded, f"the server role imported {loaded} on its own"
+"""
+
+
+def test_the_server_role_loads_what_a_feature_needs_only_when_it_is_used() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", SERVER_IMPORTS, *SERVER_SPARED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 def module_graph(root: Path) -> dict[str, set[str]]:
     """Each module of the package under ``root`` → the package's modules it imports.
 

@@ -14,9 +14,10 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import gguf
+if TYPE_CHECKING:
+    import gguf
 
 GiB = 1024**3
 MiB = 1024**2
@@ -122,7 +123,9 @@ def _quantisation(file_type: object) -> str | None:
     if not isinstance(file_type, int):
         return None
     try:
-        name = gguf.LlamaFileType(file_type).name
+        from gguf import LlamaFileType
+
+        name = LlamaFileType(file_type).name
     except ValueError:
         return None
     # MOSTLY_Q4_K_M -> Q4_K_M, ALL_F32 -> F32: the names users see on file names.
@@ -131,7 +134,11 @@ def _quantisation(file_type: object) -> str | None:
 
 def read_gguf_header(path: str | os.PathLike[str]) -> ModelShape:
     """A GGUF file's shape from its metadata and tensor infos (tensor data untouched)."""
-    reader = gguf.GGUFReader(path, "r")
+    # gguf (and numpy under it) is loaded the first time a file is read: a process that
+    # never reads one, as the control plane serving requests, never holds them.
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path, "r")
     arch_value = _field(reader, "general.architecture")
     arch = arch_value if isinstance(arch_value, str) else None
     prefix = arch or "llama"

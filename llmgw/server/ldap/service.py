@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import get_args
 
 from llmgw import pki
-from llmgw.server.ldap.session import DirectorySession, Found, Passed, StepFailed
 from llmgw.server.ldap.settings import (
     AD_GROUP_FILTER,
     AD_USER_FILTER,
@@ -44,6 +43,7 @@ from llmgw.server.ldap.settings import (
     matching,
     parse_map,
 )
+from llmgw.server.ldap.steps import Found, Passed, StepFailed
 from llmgw.server.people.records import Person
 from llmgw.server.people.service import Identity, PeopleService
 from llmgw.server.principal import Principal
@@ -218,6 +218,10 @@ class LdapService:
         self, s: LdapSettings, login: str, password: str | None
     ) -> tuple[Found | None, list[Passed], StepFailed | None]:
         """The steps in a worker thread, given a few times the socket timeout in all."""
+        # ldap3 is loaded the first time a directory is asked, never by a control plane
+        # without LDAP set up.
+        from llmgw.server.ldap.session import DirectorySession
+
         passed: list[Passed] = []
         session = DirectorySession(s, self.timeout)
         whole = self.timeout * 4 + 2

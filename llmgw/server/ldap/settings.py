@@ -22,9 +22,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from ldap3.core.exceptions import LDAPInvalidDnError
-from ldap3.utils.dn import parse_dn
-
 from llmgw import pki
 from llmgw.server.people.directory import Directory
 from llmgw.server.people.service import Grant
@@ -197,6 +194,10 @@ def checked_url(value: str) -> str:
 
 
 def checked_dn(field_name: str, value: str) -> str:
+    # ldap3's parser: loaded when LDAP is set up, never by a control plane without it.
+    from ldap3.core.exceptions import LDAPInvalidDnError
+    from ldap3.utils.dn import parse_dn
+
     value = value.strip()
     try:
         if not value or not parse_dn(",".join(f"{a}={v}" for a, v in _dn_parts(value))):

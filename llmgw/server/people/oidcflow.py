@@ -31,19 +31,7 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
-from authlib.integrations.base_client.errors import OAuthError
-from authlib.integrations.httpx_client import AsyncOAuth2Client
-from joserfc import jwt
-from joserfc.errors import (
-    ExpiredTokenError,
-    InvalidClaimError,
-    JoseError,
-    MissingClaimError,
-)
-from joserfc.jwk import KeySet
+from typing import TYPE_CHECKING, Any
 
 from llmgw import pki
 from llmgw.server.people.oidcsettings import Oidc, OidcSettings
@@ -51,6 +39,12 @@ from llmgw.server.people.records import Person
 from llmgw.server.people.service import Identity, PeopleService
 from llmgw.server.refusal import Refusal
 from llmgw.server.store import StoreError
+
+if TYPE_CHECKING:
+    # authlib, httpx and joserfc are loaded where a sign-in uses them: a control plane
+    # without OIDC set up never holds them (docs/performance.md).
+    from joserfc import jwt
+    from joserfc.jwk import KeySet
 
 log = logging.getLogger("llmgw.signin")
 
@@ -136,6 +130,8 @@ class OidcFlow:
         state = secrets.token_urlsafe(24)
         nonce = secrets.token_urlsafe(24)
         verifier = secrets.token_urlsafe(48)
+        from authlib.integrations.httpx_client import AsyncOAuth2Client
+
         client = AsyncOAuth2Client(
             oidc.client_id,
             scope=" ".join(oidc.scopes),
@@ -206,6 +202,10 @@ class OidcFlow:
     async def _exchange(
         self, oidc: Oidc, found: Discovered, code: str, pending: Mapping[str, Any]
     ) -> str:
+        import httpx
+        from authlib.integrations.base_client.errors import OAuthError
+        from authlib.integrations.httpx_client import AsyncOAuth2Client
+
         client = AsyncOAuth2Client(
             oidc.client_id,
             self.settings.client_secret(),
@@ -234,6 +234,14 @@ class OidcFlow:
     async def _check(
         self, oidc: Oidc, found: Discovered, id_token: str, nonce: str
     ) -> dict[str, Any]:
+        from joserfc import jwt
+        from joserfc.errors import (
+            ExpiredTokenError,
+            InvalidClaimError,
+            JoseError,
+            MissingClaimError,
+        )
+
         try:
             token = self._decode(id_token, found.keys)
         except JoseError:
@@ -273,6 +281,8 @@ class OidcFlow:
 
     @staticmethod
     def _decode(id_token: str, keys: KeySet) -> jwt.Token:
+        from joserfc import jwt
+
         return jwt.decode(id_token, keys, algorithms=ALGORITHMS)
 
     async def person_of(self, oidc: Oidc, claims: Mapping[str, Any], by: str) -> Person:
@@ -314,6 +324,10 @@ class OidcFlow:
         if kept is not None and not fresh and self.clock() - kept.read_at < DISCOVERY_TTL:
             return kept
         where = f"{oidc.issuer}/.well-known/openid-configuration"
+        import httpx
+        from joserfc.errors import JoseError
+        from joserfc.jwk import KeySet
+
         try:
             async with httpx.AsyncClient(timeout=HTTP_TIMEOUT) as http:
                 answer = await http.get(where)

@@ -12,7 +12,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmgw import pki
-from llmgw.server.ldap.session import fill, walk_groups
 from llmgw.server.ldap.settings import (
     GROUP_FILTER,
     USER_FILTER,
@@ -26,6 +25,7 @@ from llmgw.server.ldap.settings import (
     map_json,
     parse_map,
 )
+from llmgw.server.ldap.steps import fill, walk_groups
 from llmgw.server.people.directory import Directory, Snapshot
 from llmgw.server.people.records import Org, Team
 from llmgw.server.people.service import Grant
