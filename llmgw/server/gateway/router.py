@@ -46,6 +46,10 @@ PREFIX_BLOCK = 256
 PREFIX_MIN_BLOCKS = 2
 PREFIX_SLACK = 4
 PREFIX_MEMORY = 4096
+# A prompt's blocks past these are not hashed: two prompts that share this much (16 KiB
+# of text) are routed as alike whatever follows, and a replica's memory holds the
+# leading blocks of PREFIX_MEMORY / PREFIX_MAX_BLOCKS such prompts at least.
+PREFIX_MAX_BLOCKS = 64
 # KV-event routing scores each replica by the share of the prompt's leading blocks it
 # holds less KV_LOAD_WEIGHT times its load (requests outstanding per slot): a replica
 # with every slot taken keeps a prompt only if it holds three quarters more of it than
@@ -162,25 +166,37 @@ def engine_url(host: str, port: int) -> str:
 
 
 def prompt_prefix(body: JSONObject) -> list[int]:
-    """Hashes of a prompt's leading blocks (each hash covers every block before it);
-    empty for a prompt too short to be worth routing by."""
+    """Hashes of a prompt's leading blocks (each hash covers every block before it), at
+    most ``PREFIX_MAX_BLOCKS`` of them, read from no more of the prompt than they cover:
+    the time is the same for a prompt of a megabyte as of 16 KiB. Empty for a
+    prompt too short to be worth routing by."""
+    limit = PREFIX_BLOCK * PREFIX_MAX_BLOCKS
     messages = body.get("messages")
     if isinstance(messages, list):
-        parts = []
+        parts: list[str] = []
+        size = 0
         for m in messages:
+            if size >= limit:
+                break
             if not isinstance(m, dict):
                 continue
             content = m.get("content")
             if isinstance(content, list):
-                content = "".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
-            parts.append(f"{m.get('role')}\x00{content}")
+                content = "".join(
+                    str(c.get("text", ""))[:limit] for c in content[:limit] if isinstance(c, dict)
+                )
+            elif isinstance(content, str):
+                content = content[:limit]
+            part = f"{m.get('role')}\x00{content}"
+            parts.append(part)
+            size += len(part) + 1
         text = "\x01".join(parts)
     else:
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             return []
         text = prompt
-    blocks = len(text) // PREFIX_BLOCK
+    blocks = min(len(text) // PREFIX_BLOCK, PREFIX_MAX_BLOCKS)
     if blocks < PREFIX_MIN_BLOCKS:
         return []
     out, h = [], 0
@@ -286,6 +302,14 @@ class Router:
         """The replicas a name routes to: a model's own, or for one of its LoRA adapters
         (by the adapter's name) those of its replicas that loaded it."""
         return self.table().get(name) or self._adapted.get(name) or ()
+
+    def prefix_of(self, name: str, body: JSONObject) -> list[int]:
+        """The prompt's leading blocks hashed for the approximate guess, where there is
+        a choice to make: none (and no hashing) while one replica or none serves the
+        name, as a model of one replica always has."""
+        if len(self.serving(name)) < 2:
+            return []
+        return prompt_prefix(body)
 
     def kv_blocks(self, node_id: str, msg: KvBlocks) -> None:
         """A node's report of one replica's cache: believed only for its own replicas."""

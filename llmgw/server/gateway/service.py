@@ -40,7 +40,7 @@ from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines
 from llmgw.server.gateway.probe import EngineProbe
 from llmgw.server.gateway.proxy import GUARD_FLAG, GUARD_HEADER, Trace, Upstream
 from llmgw.server.gateway.queue import FairQueue
-from llmgw.server.gateway.router import Catalog, Endpoint, Nodes, Router, prompt_prefix
+from llmgw.server.gateway.router import Catalog, Endpoint, Nodes, Router
 from llmgw.server.gateway.spans import traced
 from llmgw.server.people.directory import Snapshot
 from llmgw.server.refusal import Refusal
@@ -349,7 +349,7 @@ class Gateway:
             if stream or model.max_output is not None or guarded:
                 # What the engine reads is what was checked, whatever its JSON reader.
                 raw = json.dumps(body).encode()
-        prefix = prompt_prefix(body) if kind != "embedding" else []
+        prefix = self.router.prefix_of(name, body) if kind != "embedding" else []
         blocks = (
             await self.cache_blocks(name, body, asked is not None) if kind != "embedding" else None
         )

@@ -75,6 +75,51 @@ def test_short_prompts_are_not_hashed_and_blocks_nest() -> None:
     assert e.match(one) == len(one) and e.match(two) == 2
 
 
+class Untouchable(dict[str, Any]):
+    """A message that fails if read: what the prefix needs no longer."""
+
+    def get(self, *args: Any) -> Any:
+        raise AssertionError("a message past the hashed blocks was read")
+
+
+class Huge(str):
+    """A message's content that only a slice of the leading blocks may be taken of."""
+
+    def __getitem__(self, key: Any) -> str:
+        assert isinstance(key, slice) and key.start is None
+        assert key.stop <= gw.PREFIX_BLOCK * gw.PREFIX_MAX_BLOCKS
+        return str.__getitem__(self, key)
+
+    def __format__(self, spec: str) -> str:
+        raise AssertionError("the whole content was copied")
+
+
+def test_a_long_prompt_is_hashed_in_its_leading_blocks_only() -> None:
+    # Hashing reads no more of a prompt than its first PREFIX_MAX_BLOCKS blocks cover, so
+    # routing takes the same time for a megabyte as for 16 KiB, and two prompts alike that
+    # far are routed alike whatever follows.
+    head = "You are a careful assistant. " * 1000  # ~29,000 characters
+    chat = {"messages": [{"role": "system", "content": Huge(head + "x" * 1_000_000)}]}
+    chat["messages"] += [Untouchable(role="user", content="q")] * 10_000
+    hashes = prompt_prefix(chat)
+    assert len(hashes) == gw.PREFIX_MAX_BLOCKS
+    assert hashes == prompt_prefix(long_chat(head, "another question"))
+    assert hashes == prompt_prefix({"messages": [{"role": "system", "content": head}]})
+    completion = prompt_prefix({"prompt": head + "y" * 1_000_000})
+    assert len(completion) == gw.PREFIX_MAX_BLOCKS
+    assert completion == prompt_prefix({"prompt": head})
+    # Shorter than the cap, every whole block counts as before.
+    assert len(prompt_prefix({"prompt": "a" * 5000})) == 5000 // gw.PREFIX_BLOCK
+
+
+def test_a_prompt_is_hashed_only_where_there_is_a_replica_to_choose() -> None:
+    chat = long_chat("You are a careful assistant. " * 40, "one")
+    alone = router(ep("a"))
+    assert alone.prefix_of("m", chat) == [] and alone.prefix_of("nothing", chat) == []
+    pair = router(ep("a"), ep("b"))
+    assert pair.prefix_of("m", chat) == prompt_prefix(chat) != []
+
+
 def test_prefix_memory_is_bounded() -> None:
     e = ep("e")
     e.remember(list(range(gw.PREFIX_MEMORY + 10)))
