@@ -136,7 +136,7 @@ LITELLM_VENV := $(HOME)/.cache/llmgw/bench-litellm
 
 bench: apt venv llama-server
 	[ -x $(LITELLM_VENV)/bin/litellm ] || ($(PYTHON) -m venv $(LITELLM_VENV) && \
-		$(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]')
+		$(LITELLM_VENV)/bin/pip install -q 'litellm[proxy]' py-spy)
 	$(BIN)/python bench/agents.py
 	$(BIN)/python bench/scheduler.py
 	$(BIN)/python bench/gateway.py
