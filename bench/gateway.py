@@ -646,9 +646,44 @@ _OUTER = (
 )  # fmt: skip
 
 
+# A streamed request's parts (issue 34), each a pattern on a frame ("function (file.py)"):
+# a sample goes to the first part matching the innermost frame that any part matches; a
+# sample with no such frame is the event loop's own C code (uvloop: the sockets' reads
+# and writes, the kernel under them) or the entry point's.
+PARTS = (
+    ("parsing (the request's JSON)", r"^parse \(checks\.py\)|^Gateway\._read_body "),
+    (
+        "usage (stream tap, records)",
+        r"^StreamTap\.|^read_usage |^answer_usage |record \(service\.py\)|^Usage\.",
+    ),
+    ("checks (key, limits, body)", r"\((checks|keyservice|limits|levels|grants)\.py\)"),
+    ("routing (router, fair queue)", r"\((router|queue|kvroute|blockhash)\.py\)"),
+    ("resume journal", r"\(resume\.py\)"),
+    ("engine client", r"\(engineclient\.py\)"),
+    ("metrics", r"\(metrics\.py\)"),
+    (
+        "HTTP server (aiohttp)",
+        r"\((web_protocol|web_response|http_writer|http_parser|web_request)\.py\)",
+    ),
+    ("the rest of the request path", r"\((service|proxy|front|errors)\.py\)"),
+)
+_PARTS = tuple((name, re.compile(pattern)) for name, pattern in PARTS)
+_LOOP = "event loop and sockets (uvloop's C code, the kernel)"
+
+
+def part_of(frames: Sequence[str]) -> str:
+    """The part a sample's stack (root first) belongs to (``PARTS``)."""
+    for frame in reversed(frames):
+        for name, pattern in _PARTS:
+            if pattern.search(frame):
+                return name
+    return _LOOP
+
+
 def profile(pid: int, url: str, script: Path, duration: int, out: Path) -> list[str]:
-    """py-spy over the control plane under a load of 16 connections: the top functions by
-    own time and by time including callees (from its raw, collapsed stacks)."""
+    """py-spy over the control plane under a load of 16 connections: the CPU a request by
+    part (``PARTS``), the top functions by own time and by time including callees (from
+    its raw, collapsed stacks)."""
     # The checkout's virtual environment has it (make venv), else LiteLLM's.
     found = [p / "py-spy" for p in (Path(sys.executable).parent, LITELLM_VENV / "bin")]
     spy = next((p for p in found if p.exists()), None)
@@ -659,15 +694,19 @@ def profile(pid: int, url: str, script: Path, duration: int, out: Path) -> list[
          "-f", "raw", "-o", str(out), "--nonblocking"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    served = psutil.Process(pid)
     try:
         time.sleep(0.5)
-        wrk(url, script, 2, 16, duration)
+        before = cpu_seconds([served])
+        load = wrk(url, script, 2, 16, duration)
+        cpu_us = 1e6 * (cpu_seconds([served]) - before) / max(load["requests"], 1)
     finally:
         record.wait(duration + 30)
     if not out.exists():
         return ["py-spy wrote nothing"]
     own: collections.Counter[str] = collections.Counter()
     inclusive: collections.Counter[str] = collections.Counter()
+    parts: collections.Counter[str] = collections.Counter()
     total = idle = 0
     for line in out.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -680,9 +719,19 @@ def profile(pid: int, url: str, script: Path, duration: int, out: Path) -> list[
             continue
         frames = [re.sub(r" \((.*/)?([^/]+\.py):\d+\)", r" (\2)", f) for f in stack.split(";")]
         own[frames[-1]] += n
+        parts[part_of(frames)] += n
         for frame in set(frames):
             inclusive[frame] += n
-    lines = [f"{total} samples, {100 * idle / max(total, 1):.1f}% idle; own time:"]
+    busy = max(total - idle, 1)
+    lines = [
+        f"{load['requests']:,} requests, {cpu_us:.0f} us of CPU each (py-spy attached); "
+        f"by part, from {busy} busy samples:"
+    ]
+    lines += [
+        f"  {100 * n / busy:5.1f}%  {n / busy * cpu_us:5.0f} us  {name}"
+        for name, n in sorted(parts.items(), key=lambda kv: -kv[1])
+    ]
+    lines.append(f"{total} samples, {100 * idle / max(total, 1):.1f}% idle; own time:")
     lines += [f"  {100 * n / total:5.1f}%  {f}" for f, n in own.most_common(15)]
     lines.append("including callees (the event loop and the entry point left out):")
     shown = [(f, n) for f, n in inclusive.most_common() if not f.startswith(_OUTER)]

@@ -74,3 +74,25 @@ def test_the_agent_bench_sources_say_all_an_agent_session_asks() -> None:
     assert {"gpus", "ages"} <= figures
     fields = {f.name for f in dataclasses.fields(agents.FixedLive)}
     assert sorted(figures - fields) == []
+
+
+def test_the_gateway_profile_splits_a_request_by_part() -> None:
+    # bench/gateway.py --profile: a sample goes to the part of its innermost frame that
+    # one names; the entry point and the loop alone are the loop's own C code.
+    sys.path.insert(0, str(ROOT))
+    from bench.gateway import part_of
+
+    entry = ["<module> (llmgw.py)", "Runner.run (runners.py)"]
+    handle = [*entry, "Gateway._answer (service.py)", "Gateway._handle (service.py)"]
+    assert part_of(entry).startswith("event loop")
+    assert part_of(handle) == "the rest of the request path"
+    assert part_of([*handle, "parse (checks.py)", "JSONDecoder.decode (decoder.py)"]).startswith(
+        "parsing"
+    )
+    assert part_of([*handle, "check (checks.py)"]).startswith("checks")
+    assert part_of([*handle, "Usage.add (limits.py)"]).startswith("usage")
+    relay = [*handle, "Upstream.send (proxy.py)", "Upstream._relay (proxy.py)"]
+    assert part_of([*relay, "StreamTap.feed (proxy.py)"]).startswith("usage")
+    assert part_of([*relay, "Resume.passing (resume.py)"]) == "resume journal"
+    assert part_of([*relay, "EngineConnection.chunk (engineclient.py)"]) == "engine client"
+    assert part_of([*relay, "StreamResponse.write (web_response.py)"]).startswith("HTTP server")
