@@ -33,7 +33,7 @@ from llmgw.server.gateway.adapters import AdapterBook, Asked, refuse_client_lora
 from llmgw.server.gateway.checks import Bounds, Kind, Rejected
 from llmgw.server.gateway.errors import JSON, bad_request, fail, refused, stream_error
 from llmgw.server.gateway.imagefetch import ImageFetcher
-from llmgw.server.gateway.images import ImageRules, prepare_images
+from llmgw.server.gateway.images import ImageRules, image_parts, prepare_images
 from llmgw.server.gateway.kvroute import KvIndex
 from llmgw.server.gateway.limits import Key, KeyBook, Usage, UsageWriter
 from llmgw.server.gateway.metrics import Metrics, resume_lines, routing_lines
@@ -323,7 +323,7 @@ class Gateway:
         limited = self.keys.over_limit(key)
         if limited is not None:
             return limited
-        if kind == "chat":
+        if kind == "chat" and image_parts(body):
             # After the key's limits: a key over them makes the gateway fetch nothing.
             try:
                 if await prepare_images(body, self._image_rules(model, name), self.images):
@@ -350,9 +350,10 @@ class Gateway:
                 # What the engine reads is what was checked, whatever its JSON reader.
                 raw = json.dumps(body).encode()
         prefix = self.router.prefix_of(name, body) if kind != "embedding" else []
-        blocks = (
-            await self.cache_blocks(name, body, asked is not None) if kind != "embedding" else None
-        )
+        blocks = None
+        if kind != "embedding" and any(e.kv for e in self.router.serving(name)):
+            # Only a model whose replicas report their cache has its prompt tokenized.
+            blocks = await self.cache_blocks(name, body, asked is not None)
         try:
             # Every replica at its slots: wait a turn, fair across keys (queue.py).
             endpoint = await self.queue.admit(
