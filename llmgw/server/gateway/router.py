@@ -182,9 +182,15 @@ def prompt_prefix(body: JSONObject) -> list[int]:
                 continue
             content = m.get("content")
             if isinstance(content, list):
-                content = "".join(
-                    str(c.get("text", ""))[:limit] for c in content[:limit] if isinstance(c, dict)
-                )
+                texts: list[str] = []
+                got = 0
+                for c in content:
+                    if got >= limit:
+                        break
+                    if isinstance(c, dict):
+                        texts.append(str(c.get("text", ""))[:limit])
+                        got += len(texts[-1])
+                content = "".join(texts)
             elif isinstance(content, str):
                 content = content[:limit]
             part = f"{m.get('role')}\x00{content}"

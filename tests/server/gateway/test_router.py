@@ -105,6 +105,9 @@ def test_a_long_prompt_is_hashed_in_its_leading_blocks_only() -> None:
     assert len(hashes) == gw.PREFIX_MAX_BLOCKS
     assert hashes == prompt_prefix(long_chat(head, "another question"))
     assert hashes == prompt_prefix({"messages": [{"role": "system", "content": head}]})
+    parts = [{"type": "text", "text": head}, {"type": "text", "text": "z"}]
+    listed = {"messages": [{"role": "system", "content": parts + [Untouchable()] * 10_000}]}
+    assert prompt_prefix(listed) == hashes  # content given as parts: the same text
     completion = prompt_prefix({"prompt": head + "y" * 1_000_000})
     assert len(completion) == gw.PREFIX_MAX_BLOCKS
     assert completion == prompt_prefix({"prompt": head})
