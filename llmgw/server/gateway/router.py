@@ -180,20 +180,7 @@ def prompt_prefix(body: JSONObject) -> list[int]:
                 break
             if not isinstance(m, dict):
                 continue
-            content = m.get("content")
-            if isinstance(content, list):
-                texts: list[str] = []
-                got = 0
-                for c in content:
-                    if got >= limit:
-                        break
-                    if isinstance(c, dict):
-                        texts.append(str(c.get("text", ""))[:limit])
-                        got += len(texts[-1])
-                content = "".join(texts)
-            elif isinstance(content, str):
-                content = content[:limit]
-            part = f"{m.get('role')}\x00{content}"
+            part = f"{m.get('role')}\x00{_leading_text(m.get('content'), limit)}"
             parts.append(part)
             size += len(part) + 1
         text = "\x01".join(parts)
@@ -210,6 +197,24 @@ def prompt_prefix(body: JSONObject) -> list[int]:
         h = hash((h, text[i * PREFIX_BLOCK : (i + 1) * PREFIX_BLOCK]))
         out.append(h)
     return out
+
+
+def _leading_text(content: object, limit: int) -> object:
+    """A message's content as prompt_prefix reads it, no more than ``limit`` characters
+    of it: a string, or its parts' texts joined; anything else as it is."""
+    if isinstance(content, str):
+        return content[:limit]
+    if not isinstance(content, list):
+        return content
+    texts: list[str] = []
+    got = 0
+    for c in content:
+        if got >= limit:
+            break
+        if isinstance(c, dict):
+            texts.append(str(c.get("text", ""))[:limit])
+            got += len(texts[-1])
+    return "".join(texts)
 
 
 class Router:

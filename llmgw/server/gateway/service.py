@@ -351,9 +351,10 @@ class Gateway:
                 raw = json.dumps(body).encode()
         prefix = self.router.prefix_of(name, body) if kind != "embedding" else []
         blocks = None
-        if kind != "embedding" and any(e.kv for e in self.router.serving(name)):
+        sizes = self.router.kv_sizes(name) if kind != "embedding" else None
+        if sizes:
             # Only a model whose replicas report their cache has its prompt tokenized.
-            blocks = await self.cache_blocks(name, body, asked is not None)
+            blocks = await self.cache_blocks(name, body, sizes, asked is not None)
         try:
             # Every replica at its slots: wait a turn, fair across keys (queue.py).
             endpoint = await self.queue.admit(
@@ -451,15 +452,12 @@ class Gateway:
         return record
 
     async def cache_blocks(
-        self, name: str, body: JSONObject, adapter: bool = False
+        self, name: str, body: JSONObject, sizes: set[int], adapter: bool = False
     ) -> dict[int, list[int]] | None:
-        """A prompt's KV-cache block hashes, for a model (or one of its adapters) whose
-        replicas report their cache: its tokens from the least busy such replica's
-        tokenizer, hashed as vLLM does. None (route without them) when none reports,
-        or the tokenizer fails."""
-        sizes = self.router.kv_sizes(name)
-        if not sizes:
-            return None
+        """A prompt's KV-cache block hashes in each of ``sizes`` (the block sizes of the
+        replicas of a model, or of one of its adapters, that report their cache): its
+        tokens from the least busy such replica's tokenizer, hashed as vLLM does. None
+        (route without them) when none is ready, or the tokenizer fails."""
         request = kvroute.tokenize_body(body)
         now = time.monotonic()
         ready = [e for e in self.router.serving(name) if e.kv and e.open_until <= now]
