@@ -53,7 +53,7 @@ async def end(proc: asyncio.subprocess.Process) -> None:
             # watcher to report exit 255.)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-    reap = asyncio.ensure_future(proc.wait())
+    reap = asyncio.ensure_future(_reaped(proc))
     cancelled = False
     while not reap.done():
         try:
@@ -62,6 +62,24 @@ async def end(proc: asyncio.subprocess.Process) -> None:
             cancelled = True
     if cancelled:
         raise asyncio.CancelledError
+
+
+async def _reaped(proc: asyncio.subprocess.Process) -> None:
+    """Wait for ``proc``'s exit and its pipes' close. A process that had exited already
+    when it was ended (a cancel as it finished, a timeout while a child of its own still
+    held its stdout) is reaped at once by ``wait``, its pipes perhaps still open: those
+    are closed here, and that child killed with its group, rather than left to the
+    garbage collector once the loop is gone."""
+    await proc.wait()
+    pipes = [p for p in (proc.stdout, proc.stderr) if p is not None]
+    if all(p.at_eof() for p in pipes):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # a child in its session, holding the pipe
+    transport: asyncio.SubprocessTransport | None = getattr(proc, "_transport", None)
+    if transport is not None:
+        transport.close()  # what was left unread is not wanted: it is being ended
+        await asyncio.sleep(0)  # the pipes' own close runs on the loop's next turn
 
 
 async def run(

@@ -176,3 +176,47 @@ async def test_a_cancel_as_the_command_ends_is_never_lost() -> None:
         if asked and not task.cancelled():
             lost += 1
     assert lost == 0
+
+
+# Exits at once, leaving a child of its own that holds its stdout: writes the child's pid.
+EXITS_LEAVING_CHILD = (
+    "import subprocess, sys; child = subprocess.Popen(['sleep', '30']); "
+    "open(sys.argv[1], 'w').write(str(child.pid))"
+)
+
+
+async def test_a_command_that_exited_but_whose_child_holds_its_pipe_is_ended_whole(
+    tmp_path: Path,
+) -> None:
+    """A command that exits 0 while a child of its own keeps its stdout open overruns
+    its time waiting for the pipe's end; when it is ended, its pipe is closed and the
+    child killed, though the command itself was reaped already (none left for the
+    garbage collector once the loop is gone: a ResourceWarning in a later test)."""
+    me = psutil.Process()
+    await command.run([sys.executable, "-c", "pass"], 30)  # the loop's own fds, opened
+    before = me.num_fds()
+    marker = tmp_path / "pid"
+    with pytest.raises(TimeoutError):
+        await command.run([sys.executable, "-c", EXITS_LEAVING_CHILD, str(marker)], 1.0)
+    assert me.num_fds() == before
+    child = await pid_of(marker)
+    deadline = time.monotonic() + 10
+    while not dead(child, ["sleep", "30"]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert dead(child, ["sleep", "30"])
+
+
+async def test_a_cancel_as_the_command_ends_leaves_no_pipe_open() -> None:
+    """Cancelled at every moment of a short command's end, the moment it has exited
+    and its output is not yet read included: every run's pipes are closed when the
+    cancel comes up."""
+    me = psutil.Process()
+    await command.run(["true"], 10)  # the loop's own fds, opened
+    before = me.num_fds()
+    for spins in range(60):
+        task = asyncio.ensure_future(command.run(["true"], 10))
+        await asyncio.sleep(0.0002 * spins)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert me.num_fds() == before, f"a pipe left open after {spins} spins"
