@@ -4,6 +4,7 @@ against the code as it is now (a benchmark nobody runs rots silently otherwise).
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -80,7 +81,7 @@ def test_the_gateway_profile_splits_a_request_by_part() -> None:
     # bench/gateway.py --profile: a sample goes to the part of its innermost frame that
     # one names; the entry point and the loop alone are the loop's own C code.
     sys.path.insert(0, str(ROOT))
-    from bench.gateway import part_of
+    from bench.gatewayreport import part_of
 
     entry = ["<module> (llmgw.py)", "Runner.run (runners.py)"]
     handle = [*entry, "Gateway._answer (service.py)", "Gateway._handle (service.py)"]
@@ -96,3 +97,47 @@ def test_the_gateway_profile_splits_a_request_by_part() -> None:
     assert part_of([*relay, "Resume.passing (resume.py)"]) == "resume journal"
     assert part_of([*relay, "EngineConnection.chunk (engineclient.py)"]) == "engine client"
     assert part_of([*relay, "StreamResponse.write (web_response.py)"]).startswith("HTTP server")
+
+
+def _way(p50: float, rps: float, stream_rps: float, stream_cpu: float, rss: float) -> dict:
+    run = {"non_2xx": 0, "socket_errors": 0, "p99_ms": 1.0, "cpu_us": 50.0}
+    return {
+        "c1": {**run, "p50_ms": p50, "rps": 1000.0},
+        "c16": {**run, "p50_ms": 1.0, "rps": rps},
+        "stream16": {**run, "p50_ms": 2.0, "rps": stream_rps, "cpu_us": stream_cpu},
+        "rss_mb": rss,
+    }
+
+
+def test_a_gateway_run_is_reported_again_from_its_json(tmp_path: Path) -> None:
+    """``bench/gatewayreport.py RESULTS`` prints a run's report from what ``--json`` wrote:
+    the targets met and not met, errors named by way and run."""
+    ways = {
+        "direct": [_way(0.05, 90000.0, 7000.0, 100.0, 20.0)],
+        "llmgw": [_way(0.25, 9000.0, 4000.0, 240.0, 96.0)],
+        "llmgw-ext": [_way(0.22, 9500.0, 6000.0, 150.0, 96.0)],
+    }
+    ways["llmgw"][0]["c16"]["non_2xx"] = 3
+    results = tmp_path / "run.json"
+    results.write_text(json.dumps({"ways": ways}))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gatewayreport.py"), str(results)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    said = done.stdout
+    assert "errors (non-2xx or socket): {'llmgw/1/c16': 3}" in said
+    assert "target llmgw: >= 3,000 streamed req/s at c=16: met (4,000.000)" in said
+    assert "target llmgw: added latency p50 at c=1 <= 0.25 ms: met (0.200)" in said
+    assert "CPU a streamed request <= 1.2x the external provider's: NOT met (1.600)" in said
+    assert "target llmgw: control plane RSS after the load < 100 MB: met (96.000)" in said
+    results.write_text("{}")
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gatewayreport.py"), str(results)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "not a bench/gateway.py result" in bad.stderr
