@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from llmgw import __version__
+from llmgw.server.ha.leadership import WATCH
 from tests.e2e.catalog import (
     ctl_json,
     join,
@@ -182,9 +183,11 @@ def test_a_keys_rate_limit_is_the_clusters_not_each_control_planes(
     wait_for(lambda: answered(leader, key), 10, "the leader to answer")
     # 20 requests a second, alternating between the two, for 9 s: 180 asked of a key
     # allowed 60 a minute. Each control plane alone would let 60 through (120 in all);
-    # they exchange their counts every 2 s, so the cluster lets about 60 through. The
-    # tolerance: what one control plane admits in the 2 s before it hears the other's
-    # count (10 a second here), so at most 60 + 20 + the 2 asked above.
+    # they exchange their counts every WATCH (2 s), so the cluster lets about 60 through.
+    # The tolerance: what one control plane admits (10 a second here) while the other's
+    # count it goes by is old: a round, and that round's answer, which on these busy
+    # cores has taken a moment past it (84 seen, where 2 s exactly gives 82). So at most
+    # 60 + 10 x (WATCH + 1 s) + the 2 asked above: 92, against 122 with no exchange.
     admitted = {leader.name: 0, standby.name: 0}
     body = json.dumps(
         {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
@@ -197,7 +200,7 @@ def test_a_keys_rate_limit_is_the_clusters_not_each_control_planes(
         admitted[target.name] += status == 200
         time.sleep(max(0.0, start + (i + 1) / 20 - time.monotonic()))
     total = sum(admitted.values())
-    assert 55 <= total + 2 <= 82, admitted
+    assert 55 <= total + 2 <= 60 + 10 * (WATCH + 1) + 2, admitted
     assert min(admitted.values()) > 0, admitted
 
 
