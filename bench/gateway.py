@@ -740,9 +740,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--profile-load", choices=("c16", "stream16"), default="c16",
         help="the load --profile runs under: plain requests or streams, 16 connections",
     )  # fmt: skip
+    p.add_argument(
+        "--profile-way", choices=("llmgw", "llmgw-ext"), default="llmgw",
+        help="whose requests --profile sends: to the fleet's replica (llmgw) or to the "
+        "external provider (llmgw-ext), so the two paths' splits can be set side by side",
+    )  # fmt: skip
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     p.add_argument("--time-limit", type=float, default=1800, help="stop after this many s")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.profile_way == "llmgw-ext" and args.skip_external:
+        p.error("--profile-way llmgw-ext profiles the external way: leave out --skip-external")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -846,13 +854,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cp = clusters[0].cp
             log(
                 f"profiling the control plane (pid {cp.pid}) under {args.profile_load} "
-                f"for {args.duration} s"
+                f"of {args.profile_way} for {args.duration} s"
             )
+            load_kind = "stream" if args.profile_load == "stream16" else "post"
             hot = profile(
                 cp.pid,
                 clusters[0].base + PATH,
-                root
-                / ("llmgw-stream.lua" if args.profile_load == "stream16" else "llmgw-post.lua"),
+                root / f"{args.profile_way}-{load_kind}.lua",
                 args.duration,
                 Path(args.profile),
             )
