@@ -170,6 +170,36 @@ def slurm_user(slurm_conf: str | None) -> str | None:
     return found.group(1) if found else None
 
 
+def write_munge_key(path: Path, key: str | None) -> bool:
+    """Write the cluster's munge key (base64) to ``path`` when it differs; True when it
+    did. Through a file of this process's own beside it, then renamed: two agents on one
+    machine (as the tests run them) never rename each other's, and none is left behind."""
+    if not key:
+        return False
+    try:
+        raw = base64.b64decode(key, validate=True)
+    except binascii.Error:
+        raise ValueError("the control plane's munge key is not base64") from None
+    with contextlib.suppress(OSError):
+        if path.read_bytes() == raw:
+            return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.llmgw.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(raw)
+        os.chmod(tmp, 0o400)
+        with contextlib.suppress(KeyError, OSError):
+            shutil.chown(tmp, "munge", "munge")
+        tmp.replace(path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    log.info("slurm: wrote the cluster's munge key to %s", path)
+    return True
+
+
 class SlurmNode:
     def __init__(
         self,
@@ -340,27 +370,7 @@ class SlurmNode:
 
     def _write_key(self, key: str | None) -> bool:
         """Write the cluster's munge key when it differs; True when it did."""
-        if not key:
-            return False
-        try:
-            raw = base64.b64decode(key, validate=True)
-        except binascii.Error:
-            raise ValueError("the control plane's munge key is not base64") from None
-        path = self.places.munge_key
-        with contextlib.suppress(OSError):
-            if path.read_bytes() == raw:
-                return False
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.llmgw")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o400)
-        with os.fdopen(fd, "wb") as out:
-            out.write(raw)
-        os.chmod(tmp, 0o400)
-        with contextlib.suppress(KeyError, OSError):
-            shutil.chown(tmp, "munge", "munge")
-        tmp.replace(path)
-        log.info("slurm: wrote the cluster's munge key to %s", path)
-        return True
+        return write_munge_key(self.places.munge_key, key)
 
     def _make_dirs(self, paths: SlurmPaths, msg: Slurm) -> None:
         for directory in (paths.state_save, paths.slurmd_spool, paths.log_dir):

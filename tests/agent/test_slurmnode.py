@@ -8,6 +8,7 @@ import asyncio
 import base64
 import contextlib
 import logging
+import multiprocessing
 import pwd
 import stat
 import time
@@ -20,7 +21,7 @@ from llmgw.agent import command
 from llmgw.agent.command import Finished
 from llmgw.agent.engines.ospackages import OsPackages
 from llmgw.agent.slurmdaemons import LocalMachine
-from llmgw.agent.slurmnode import SlurmNode, SlurmPlaces, wanted_packages
+from llmgw.agent.slurmnode import SlurmNode, SlurmPlaces, wanted_packages, write_munge_key
 from llmgw.wire.messages import Message, Slurm, SlurmStatus
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
@@ -544,3 +545,33 @@ def test_job_steps_are_counted_by_this_nodes_slurmd_sockets_alive(tmp_path: Path
         live.close()
         other.close()
     assert LocalMachine().steps(spool, "n1") == 0
+
+
+def _write_keys_in_turn(path: str, keys: list[str], rounds: int) -> str:
+    """In a process of its own: the keys written one after another, ``rounds`` times;
+    what went wrong, or ""."""
+    try:
+        for _ in range(rounds):
+            for key in keys:
+                write_munge_key(Path(path), key)
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def test_two_agents_on_one_machine_write_the_munge_key_at_once(tmp_path: Path) -> None:
+    """Two agents on one machine (the Slurm tests' two nodes) write /etc/munge's key at
+    the same moment: neither renames the other's file from under it (which once left a
+    node's Slurm part failed until its next try, two minutes on), and no file of theirs
+    is left beside the key."""
+    path = tmp_path / "munge" / "munge.key"
+    one = base64.b64encode(b"1" * 1024).decode()
+    two = base64.b64encode(b"2" * 1024).decode()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(2) as pool:
+        said = pool.starmap(
+            _write_keys_in_turn, [(str(path), [one, two], 300), (str(path), [two, one], 300)]
+        )
+    assert said == ["", ""]
+    assert path.read_bytes() in (b"1" * 1024, b"2" * 1024)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["munge.key"]
