@@ -42,7 +42,6 @@ import asyncio
 import contextlib
 import json
 import multiprocessing
-import platform
 import random
 import resource
 import shutil
@@ -70,6 +69,7 @@ import yaml
 # The checkout's llmgw, not whichever an editable install of the venv points at.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.host import machine  # noqa: E402
 from llmgw import pki  # noqa: E402
 from llmgw.agent.discovery.health import card_warnings  # noqa: E402
 from llmgw.agent.identity import enroll  # noqa: E402
@@ -1135,17 +1135,6 @@ def bench_n(n: int, args: argparse.Namespace, phases: list[Phase], out: dict[str
 
 def log(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    mem = psutil.virtual_memory().total / GIB
-    return f"{psutil.cpu_count()} CPUs ({model}), {mem:.1f} GiB, Python {platform.python_version()}"
 
 
 def _secs(value: float | None) -> str:

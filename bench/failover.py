@@ -58,9 +58,9 @@ from gateway import (  # noqa: E402
     free_port,
     http,
     llmgw,
-    machine,
     wait_for,
 )
+from host import machine  # noqa: E402
 
 SCHEDULING = "\nscheduling:\n  interval: 0.5\n"
 TARGET_AGENTS_S = 15.0

@@ -73,10 +73,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gatewayreport import (  # noqa: E402
     _fmt,
-    machine,
     report,
     split_profile,
 )
+from bench.host import machine  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_ENGINE = REPO / "bench" / "fake_engine.py"

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import json
-import platform
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 # The targets for one gateway process, to a replica and to a provider alike (issue 34;
 # issue 5's were 0.5 ms, 3,500 and 2,500).
@@ -122,17 +118,6 @@ def split_profile(raw: str, requests: int, cpu_us: float) -> list[str]:
 
 
 # --- report -------------------------------------------------------------------------------
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    mem = psutil.virtual_memory().total / 1024**3
-    return f"{psutil.cpu_count()} CPUs ({model}), {mem:.1f} GiB, Python {platform.python_version()}"
 
 
 def median(values: Sequence[float]) -> float:

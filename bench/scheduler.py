@@ -27,10 +27,7 @@ second for one pass.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import platform
 import random
 import sys
 import time
@@ -39,16 +36,19 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from llmgw.config import SchedulingConfig
-from llmgw.server.catalog import scheduler
-from llmgw.server.catalog.model import Model, Profile, fingerprint
-from llmgw.server.catalog.ports import port_range
-from llmgw.server.catalog.reconciler import Plan, Reconciler
-from llmgw.server.fleet.nodeview import NodeView
-from llmgw.server.fleet.wiring import Wiring
-from llmgw.wire.hardware import GPU, Disk, HostFacts
-from llmgw.wire.messages import EngineInfo, ShardStatus
-from llmgw.wire.states import NodeState, ShardState
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.host import machine  # noqa: E402
+from llmgw.config import SchedulingConfig  # noqa: E402
+from llmgw.server.catalog import scheduler  # noqa: E402
+from llmgw.server.catalog.model import Model, Profile, fingerprint  # noqa: E402
+from llmgw.server.catalog.ports import port_range  # noqa: E402
+from llmgw.server.catalog.reconciler import Plan, Reconciler  # noqa: E402
+from llmgw.server.fleet.nodeview import NodeView  # noqa: E402
+from llmgw.server.fleet.wiring import Wiring  # noqa: E402
+from llmgw.wire.hardware import GPU, Disk, HostFacts  # noqa: E402
+from llmgw.wire.messages import EngineInfo, ShardStatus  # noqa: E402
+from llmgw.wire.states import NodeState, ShardState  # noqa: E402
 
 GIB = 1024**3
 GB = 1000**3
@@ -351,16 +351,6 @@ def bench_n(n: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- reporting ----------------------------------------------------------------------------
-
-
-def machine() -> str:
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    return f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}"
 
 
 def target(fleets: list[dict[str, Any]]) -> dict[str, Any]:
