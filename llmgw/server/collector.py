@@ -16,7 +16,15 @@ So the control plane collects on its own schedule, with the interpreter's own tu
   hundred thousand objects at most, milliseconds;
 * every ``settle`` seconds the oldest generation too, then what survived is frozen
   (``gc.freeze``): kept out of every later walk. The oldest generation then holds only
-  what was promoted since, so this walk stays short however large the fleet;
+  what was promoted since: mostly every node's figures of its last heartbeat, which
+  at 5,000 agents with 8 cards hold the loop about 0.4 s a minute. And sooner whenever
+  half as many small objects again live as at the last (``sys.getallocatedblocks``,
+  the interpreter's own count, under a millisecond to read): while thousands of agents
+  connect at once (a control plane started, or taking over), their streams' objects
+  are walked and frozen a slice at a time (0.03 to 0.34 s each at 5,000 x 8), not all
+  in the first minute's walk (0.88 to 0.98 s). A scrape with fleet detail on, whose
+  snapshots live as long as it does, adds about a fifth and sets none off
+  (``docs/performance.md``);
 * every ``hour`` the frozen objects are walked again (``gc.unfreeze``, a full
   collection, frozen again), so that a reference cycle among them (a connection that
   closed) is not kept for ever: at 5,000 nodes about a second, once an hour.
@@ -30,7 +38,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger("llmgw.collector")
@@ -38,6 +48,8 @@ log = logging.getLogger("llmgw.collector")
 YOUNG = 1.0
 SETTLE = 60.0
 HOUR = 3600.0
+# Small objects alive grown by this share since the last settled walk: a walk now.
+SETTLE_GROWTH = 0.5
 MIDDLE, OLDEST = 1, 2
 
 
@@ -59,12 +71,22 @@ class Walks:
 class Collector:
     """The cycle collector on a schedule (see the module's docstring)."""
 
-    def __init__(self, young: float = YOUNG, settle: float = SETTLE, hour: float = HOUR) -> None:
+    def __init__(
+        self,
+        young: float = YOUNG,
+        settle: float = SETTLE,
+        hour: float = HOUR,
+        settle_growth: float = SETTLE_GROWTH,
+        alive: Callable[[], int] = sys.getallocatedblocks,
+    ) -> None:
+        """``alive``: how many small objects live now (the interpreter's count)."""
         if not 0 < young <= settle <= hour:
             raise ValueError("the collector needs 0 < young <= settle <= hour")
         self.young = young
         self.settle = settle
         self.hour = hour
+        self.settle_growth = settle_growth
+        self.alive = alive
         self.walks = Walks()
         self._was_enabled = gc.isenabled()
 
@@ -113,6 +135,7 @@ class Collector:
         self.start()
         try:
             settled = whole = time.monotonic()
+            alive_then = self.alive()
             while not stop.is_set():
                 try:
                     await asyncio.wait_for(stop.wait(), self.young)
@@ -120,12 +143,16 @@ class Collector:
                 except TimeoutError:
                     pass
                 now = time.monotonic()
+                alive = self.alive()
+                alive_then = min(alive_then, alive)  # grown from its lowest since
                 if now - whole >= self.hour:
                     self.collect_whole()
                     settled = whole = now
-                elif now - settled >= self.settle:
+                    alive_then = alive
+                elif now - settled >= self.settle or alive >= alive_then * (1 + self.settle_growth):
                     self.collect_settled()
                     settled = now
+                    alive_then = alive
                 else:
                     self.collect_young()
         finally:

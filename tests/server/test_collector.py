@@ -92,3 +92,48 @@ def test_the_schedule_runs_each_walk_and_ends_with_the_stop(collector: Collector
 def test_intervals_out_of_order_are_refused() -> None:
     with pytest.raises(ValueError, match="young <= settle <= hour"):
         Collector(young=10, settle=1)
+
+
+def test_half_as_many_objects_again_settle_before_their_time() -> None:
+    """Thousands of agents connecting at once multiply the control plane's objects: each
+    time half as many again live as at the last settled walk, they are walked and frozen
+    then, not all in the minute's one walk. Growth under that (a scrape's snapshots, a
+    fifth) waits for the minute, and the share is counted from the lowest since."""
+    alive = [1000]
+    was = gc.isenabled()
+    c = Collector(young=0.01, settle=3600, hour=7200, settle_growth=0.5, alive=lambda: alive[0])
+
+    async def ticks(n: int) -> None:
+        young = c.walks.young.count
+        while c.walks.young.count < young + n:
+            await asyncio.sleep(0.01)
+
+    async def go() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(c.run(stop))
+        try:
+            await ticks(1)  # started: 1,000 alive
+            alive[0] = 1400  # under half again: young walks only
+            await ticks(5)
+            assert c.walks.settled.count == 0
+            alive[0] = 1500
+            await ticks(2)
+            assert c.walks.settled.count == 1  # and counted from 1,500 on
+            alive[0] = 2000
+            await ticks(5)
+            assert c.walks.settled.count == 1
+            alive[0] = 1000  # a thousand gone: counted from here
+            await ticks(2)
+            alive[0] = 1500
+            await ticks(2)
+        finally:
+            stop.set()
+            await task
+
+    try:
+        asyncio.run(asyncio.wait_for(go(), 30))
+    finally:
+        gc.unfreeze()
+        if was:
+            gc.enable()
+    assert c.walks.settled.count == 2 and c.walks.whole.count == 0
