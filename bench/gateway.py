@@ -72,7 +72,7 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gatewayreport import (  # noqa: E402
-    _fmt,
+    fmt,
     report,
     split_profile,
 )
@@ -618,8 +618,8 @@ def load(
         result[run] = r
         errors = r["non_2xx"] + r["socket_errors"]
         log(
-            f"  {name:9} {run:9} {r['rps']:9.0f} req/s  p50 {_fmt(r['p50_ms'])} ms  "
-            f"p99 {_fmt(r['p99_ms'])} ms  {r['cpu_us']:5.0f} us CPU a request"
+            f"  {name:9} {run:9} {r['rps']:9.0f} req/s  p50 {fmt(r['p50_ms'])} ms  "
+            f"p99 {fmt(r['p99_ms'])} ms  {r['cpu_us']:5.0f} us CPU a request"
             + (f"  ERRORS {errors}" if errors else "")
         )
     result["rss_mb"] = rss_mb([p for top in serving() for p in tree(top)])

@@ -31,7 +31,7 @@ TARGET_LEVELS_ADDED_P50_MS = 0.05
 TARGET_LEVELS_RPS_DROP = 0.05
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
+def fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
@@ -174,11 +174,11 @@ def report(results: dict[str, Any]) -> list[str]:
                 continue
             row = f"{name:9}  {i:5}  "
             c1 = r.get("c1", {})
-            row += f"{_fmt(c1.get('p50_ms')):>7}  {_fmt(c1.get('p99_ms')):>7}  "
+            row += f"{fmt(c1.get('p50_ms')):>7}  {fmt(c1.get('p99_ms')):>7}  "
             for run in ("c16", "c64"):
                 x = r.get(run)
                 row += (
-                    f"{x['rps']:11.0f}  {_fmt(x['p50_ms'], 2):>5}  {_fmt(x['p99_ms'], 2):>6}  "
+                    f"{x['rps']:11.0f}  {fmt(x['p50_ms'], 2):>5}  {fmt(x['p99_ms'], 2):>6}  "
                     if x
                     else f"{'-':>11}  {'-':>5}  {'-':>6}  "
                 )
@@ -216,8 +216,8 @@ def report(results: dict[str, Any]) -> list[str]:
             d50 = figure(direct, "c1", "p50_ms")
             added = p50 - d50 if p50 is not None and d50 is not None else None
             lines.append(
-                f"{name} vs direct: {_fmt(added, 3)} ms added p50 at c=1 "
-                f"({_fmt(p50)} against {_fmt(d50)}); "
+                f"{name} vs direct: {fmt(added, 3)} ms added p50 at c=1 "
+                f"({fmt(p50)} against {fmt(d50)}); "
                 f"req/s {_ratio(rps, figure(direct, 'c16', 'rps'))} at c=16, "
                 f"{_ratio(figure(gw, 'c64', 'rps'), figure(direct, 'c64', 'rps'))} at c=64, "
                 f"{_ratio(srps, figure(direct, 'stream16', 'rps'))} streamed at c=16"
@@ -257,9 +257,9 @@ def report(results: dict[str, Any]) -> list[str]:
         added = p50 - b50 if p50 is not None and b50 is not None else None
         drop = 1 - rps / brps if rps is not None and brps else None
         lines.append(
-            f"{name} vs {name.removesuffix('-levels')} (a bare key): {_fmt(added, 3)} ms added "
-            f"p50 at c=1 ({_fmt(p50)} against {_fmt(b50)}); req/s at c=16 {_fmt(rps, 0)} "
-            f"against {_fmt(brps, 0)} ({_ratio(rps, brps)})"
+            f"{name} vs {name.removesuffix('-levels')} (a bare key): {fmt(added, 3)} ms added "
+            f"p50 at c=1 ({fmt(p50)} against {fmt(b50)}); req/s at c=16 {fmt(rps, 0)} "
+            f"against {fmt(brps, 0)} ({_ratio(rps, brps)})"
         )
         if added is not None:
             targets[f"{name}/levels_added_p50_ms"] = (

@@ -314,7 +314,7 @@ class SlurmNode:
             )
             return
         try:
-            key_changed = self._write_key(msg.munge_key)
+            key_changed = write_munge_key(self.places.munge_key, msg.munge_key)
         except (OSError, ValueError) as exc:
             self.problem = (
                 f"the munge key could not be written to {self.places.munge_key}: {exc} "
@@ -367,10 +367,6 @@ class SlurmNode:
             self.doing = None
         self._facts = None
         return True
-
-    def _write_key(self, key: str | None) -> bool:
-        """Write the cluster's munge key when it differs; True when it did."""
-        return write_munge_key(self.places.munge_key, key)
 
     def _make_dirs(self, paths: SlurmPaths, msg: Slurm) -> None:
         for directory in (paths.state_save, paths.slurmd_spool, paths.log_dir):
